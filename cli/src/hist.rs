@@ -1,0 +1,108 @@
+//! Kernel histograms ([`LatHist`]) to `hdrhistogram` and summary statistics.
+//!
+//! Each kernel bucket is recorded at its midpoint, so a percentile is off by at most the bucket
+//! layout's bound (6.25 %, see `probes_common::hist`) plus hdrhistogram's own 0.1 % (3
+//! significant digits). The count, sum (so the mean) and max come from the kernel exactly.
+
+use hdrhistogram::Histogram;
+use probes_common::hist::{bucket_mid, LatHist, NBUCKETS};
+
+/// Summary of one latency distribution, all times in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatStats {
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+    /// Coefficient of variation (stddev / mean); above 1 the mean misleads.
+    pub cv: f64,
+}
+
+/// An hdrhistogram from a kernel histogram.
+pub fn to_hdr(h: &LatHist) -> Histogram<u64> {
+    let mut hdr = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    for (i, &c) in h.buckets.iter().enumerate().take(NBUCKETS) {
+        if c > 0 {
+            // Midpoints are clamped to the exact [min, max]: a bucket's midpoint can lie
+            // outside what was recorded, and a single-valued row is then exact.
+            let v = bucket_mid(i).min(h.max).max(h.min().unwrap_or(0)).max(1);
+            hdr.record_n(v, c).expect("auto-resizing histogram");
+        }
+    }
+    hdr
+}
+
+pub fn stats(h: &LatHist) -> LatStats {
+    if h.count == 0 {
+        return LatStats::default();
+    }
+    let hdr = to_hdr(h);
+    let lo = h.min().unwrap_or(0);
+    let q = |q: f64| hdr.value_at_quantile(q).clamp(lo, h.max.max(lo));
+    let mean = h.sum / h.count;
+    let stddev = hdr.stdev();
+    LatStats {
+        count: h.count,
+        total_ns: h.sum,
+        mean_ns: mean,
+        p50_ns: q(0.5),
+        p90_ns: q(0.9),
+        p99_ns: q(0.99),
+        p999_ns: q(0.999),
+        max_ns: h.max,
+        stddev_ns: stddev.round() as u64,
+        cv: if mean > 0 { stddev / mean as f64 } else { 0.0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1]
+    }
+
+    #[test]
+    fn exact_for_small_values_and_fields() {
+        let mut h = LatHist::ZERO;
+        for v in [1, 2, 3, 4, 5] {
+            h.record(v);
+        }
+        let s = stats(&h);
+        assert_eq!((s.count, s.total_ns, s.mean_ns, s.max_ns), (5, 15, 3, 5));
+        assert_eq!(s.p50_ns, 3);
+        assert_eq!(stats(&LatHist::ZERO), LatStats::default());
+    }
+
+    proptest! {
+        /// Every percentile tracekit prints is within 10 % of the exact nearest-rank value.
+        #[test]
+        fn percentiles_within_ten_percent(
+            exps in proptest::collection::vec(0.0f64..8.0, 1..3000),
+            spike in 0usize..20,
+        ) {
+            let mut values: Vec<u64> = exps.iter().map(|e| (500.0 * 10f64.powf(*e)) as u64 + 1).collect();
+            // A few outliers, as real latency has.
+            for i in 0..spike { values.push(5_000_000_000 + i as u64 * 7); }
+            let mut h = LatHist::ZERO;
+            for v in &values { h.record(*v); }
+            values.sort_unstable();
+            let s = stats(&h);
+            for (q, got) in [(0.5, s.p50_ns), (0.9, s.p90_ns), (0.99, s.p99_ns), (0.999, s.p999_ns)] {
+                let exact = nearest_rank(&values, q);
+                let err = got.abs_diff(exact) as f64 / exact as f64;
+                prop_assert!(err <= 0.10, "q={} exact={} got={} err={:.3}", q, exact, got, err);
+            }
+            prop_assert_eq!(s.max_ns, *values.last().unwrap());
+            prop_assert_eq!(s.total_ns, values.iter().sum::<u64>());
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Options every tool shares, flattened into each subcommand.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::Args;
+
+/// Common options.
+#[derive(Args, Clone, Debug, Default)]
+pub struct Common {
+    /// How long to trace (humantime: 10s, 2m, 500ms). Default: until Ctrl-C.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+
+    /// Print and reset every INTERVAL (humantime), like `iostat 1`.
+    #[arg(long, short = 'i', value_parser = parse_duration, value_name = "INTERVAL")]
+    pub interval: Option<Duration>,
+
+    /// Trace only this process (repeatable; also comma-separated).
+    #[arg(long = "pid", short = 'p', value_parser = parse_pid, value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Trace only tasks whose comm is exactly COMM (the kernel keeps 15 bytes).
+    #[arg(long, value_parser = parse_comm, value_name = "COMM")]
+    pub comm: Option<String>,
+
+    /// Report per thread instead of per process.
+    #[arg(long)]
+    pub threads: bool,
+
+    /// NDJSON output: one JSON object per line, integers in nanoseconds.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the report to FILE (atomically: a temporary file renamed when complete).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Also print bpftrace-style bar histograms.
+    #[arg(long)]
+    pub hist: bool,
+
+    /// Cap on distinct keys (processes × kinds) kept in the kernel; default from pid_max.
+    /// What does not fit is counted and reported as `[other]`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    pub max_keys: Option<u32>,
+}
+
+/// `10s`, `2m`, `1h30m`, `500ms`; must be positive.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration '{s}': {e} (examples: 10s, 2m, 500ms)"))?;
+    if d.is_zero() {
+        return Err(format!("invalid duration '{s}': must be greater than zero"));
+    }
+    Ok(d)
+}
+
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(p) if p > 0 && p <= 1 << 22 => Ok(p),
+        _ => Err(format!(
+            "invalid pid '{s}': expected a process id such as 1234"
+        )),
+    }
+}
+
+pub fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("invalid comm '': must not be empty".to_string());
+    }
+    if s.len() > 15 {
+        // The kernel's comm is 15 bytes plus NUL: a longer name can never match.
+        let cut: String = s
+            .char_indices()
+            .take_while(|(i, c)| i + c.len_utf8() <= 15)
+            .map(|(_, c)| c)
+            .collect();
+        return Err(format!(
+            "invalid comm '{s}': the kernel keeps only 15 bytes of a task name; use '{cut}'"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+impl Common {
+    /// The `--comm` value as the kernel stores it.
+    pub fn comm_bytes(&self) -> Option<[u8; 16]> {
+        self.comm.as_ref().map(|c| {
+            let mut b = [0u8; 16];
+            b[..c.len()].copy_from_slice(c.as_bytes());
+            b
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        let e = parse_duration("10x").unwrap_err();
+        assert!(e.starts_with("invalid duration '10x'"), "{e}");
+        assert!(!e.contains('\n'));
+        assert!(parse_duration("0s")
+            .unwrap_err()
+            .contains("greater than zero"));
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn pids() {
+        assert_eq!(parse_pid("1234").unwrap(), 1234);
+        assert!(parse_pid("0").is_err());
+        assert!(parse_pid("-5").is_err());
+        assert!(parse_pid("abc").unwrap_err().contains("invalid pid 'abc'"));
+    }
+
+    #[test]
+    fn comms() {
+        assert_eq!(parse_comm("postgres").unwrap(), "postgres");
+        let e = parse_comm("a-very-long-process-name").unwrap_err();
+        assert!(e.contains("use 'a-very-long-pro'"), "{e}");
+        assert!(parse_comm("").is_err());
+        let c = Common {
+            comm: Some("abc".into()),
+            ..Default::default()
+        };
+        assert_eq!(&c.comm_bytes().unwrap()[..4], b"abc\0");
+    }
+}

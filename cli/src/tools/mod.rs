@@ -1,0 +1,84 @@
+//! The tool registry: adding a tool is one line in `registry!` plus its own module.
+
+use crate::{options::Common, procinfo, tracefs::Tracefs};
+
+pub mod fsync_lat;
+
+macro_rules! registry {
+    ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
+        #[derive(clap::Subcommand, Debug)]
+        pub enum Tool {
+            $($(#[$doc])* $variant($module::Args),)*
+        }
+
+        impl Tool {
+            pub fn run(self) -> anyhow::Result<()> {
+                match self {
+                    $(Tool::$variant(args) => $module::run(args),)*
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
+    FsyncLat => fsync_lat,
+}
+
+/// Checks every tool makes before touching the kernel, in the order a user would fix them:
+/// privileges, then the target processes, then tracefs.
+pub fn preflight(common: &Common) -> anyhow::Result<Tracefs> {
+    procinfo::check_privileges()?;
+    procinfo::check_pids(&common.pids)?;
+    Ok(Tracefs::open()?)
+}
+
+/// Cap on aggregation keys per generation: `--max-keys`, else a quarter of pid_max within
+/// [1024, 16384] (a node rarely runs more processes than that doing one kind of thing).
+pub fn key_cap(common: &Common) -> u32 {
+    common
+        .max_keys
+        .unwrap_or_else(|| (procinfo::pid_max() / 4).clamp(1024, 16384))
+}
+
+/// Entries for per-thread in-flight maps: one per thread that can be inside the traced call at
+/// once, bounded by pid_max.
+pub fn inflight_cap() -> u32 {
+    procinfo::pid_max().clamp(1024, 16384)
+}
+
+/// Human description of the `--pid` / `--comm` scope.
+pub fn scope(common: &Common) -> String {
+    let mut parts = Vec::new();
+    if !common.pids.is_empty() {
+        let p: Vec<String> = common.pids.iter().map(u32::to_string).collect();
+        parts.push(format!("pid {}", p.join(",")));
+    }
+    if let Some(c) = &common.comm {
+        parts.push(format!("comm {}", crate::sanitize::text(c.as_bytes())));
+    }
+    if parts.is_empty() {
+        "all processes".to_string()
+    } else {
+        parts.join(" and ")
+    }
+}
+
+/// Name of a row's process or thread: from /proc while it lives (the process's own name, not
+/// that of whichever thread created the key), else what the kernel recorded.
+pub fn row_comm(id: u32, tgid: u32, threads: bool, kernel_comm: &[u8]) -> Vec<u8> {
+    let live = if threads {
+        std::fs::read(format!("/proc/{tgid}/task/{id}/comm"))
+            .ok()
+            .map(|mut b| {
+                if b.last() == Some(&b'\n') {
+                    b.pop();
+                }
+                b
+            })
+    } else {
+        procinfo::comm(id)
+    };
+    live.unwrap_or_else(|| crate::sanitize::comm_bytes(kernel_comm).to_vec())
+}

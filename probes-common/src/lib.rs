@@ -1,0 +1,24 @@
+//! Types shared by the kernel programs (`probes-ebpf`, `no_std`, BPF target) and the `tracekit`
+//! userspace. Everything here is `#[repr(C)]` plain data: the kernel writes it into maps, userspace
+//! reads the same bytes back.
+#![no_std]
+
+pub mod fsync;
+pub mod hist;
+pub mod stats;
+
+/// Length of a task's `comm` as the kernel stores it (`TASK_COMM_LEN`), including the NUL.
+pub const COMM_LEN: usize = 16;
+
+/// Marks `$t` as plain old data for aya's map accessors (userspace only).
+#[macro_export]
+macro_rules! impl_pod {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            #[cfg(feature = "user")]
+            // SAFETY: every type listed is #[repr(C)], Copy, made only of integers and arrays of
+            // integers, and has no padding the kernel could leave uninitialised that we rely on.
+            unsafe impl aya::Pod for $t {}
+        )+
+    };
+}

@@ -1,0 +1,223 @@
+//! Helpers for the root tests: find the binaries, run tracekit as a child, read its NDJSON,
+//! send it signals, and ask the kernel which programs exist.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// The release `tracekit` that `cargo xtask test` built (`TRACEKIT_BIN`), else the usual place.
+pub fn tracekit_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACEKIT_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/tracekit");
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo xtask test`, which builds it",
+        p.display()
+    );
+    p
+}
+
+/// `tk-workload`, built beside the test executables.
+pub fn workload_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let p = dir.join("tk-workload");
+    assert!(p.exists(), "{} missing (built with the tests)", p.display());
+    p
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: plain syscall.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Root tests need root; CI runs as root. Failing (not skipping) keeps a green run honest.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test loads BPF programs and must run as root (cargo xtask test as root)"
+    );
+}
+
+/// A scratch directory on the work tree's filesystem (real disk, unlike tmpfs where fsync is
+/// free).
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-scratch")
+        .join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A running tracekit with its stdout collected line by line.
+pub struct Tracer {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Tracer {
+    pub fn spawn(args: &[&str]) -> Tracer {
+        let mut child = Command::new(tracekit_bin())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tracekit");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Tracer {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for the JSON meta line tracekit prints once everything is attached.
+    pub fn wait_attached(&mut self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                        if v["type"] == "meta" {
+                            return v;
+                        }
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    let out = self.child.wait_with_output_stderr();
+                    panic!("tracekit did not report attaching within 20 s; stderr: {out}");
+                }
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain syscall on our child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(rc, 0, "kill({sig})");
+    }
+
+    /// Waits for exit (at most `timeout`), returning the status, all stdout lines as JSON where
+    /// they parse, and stderr.
+    pub fn finish(mut self, timeout: Duration) -> (ExitStatus, Vec<Value>, String) {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("tracekit did not exit within {timeout:?}");
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.seen.push(l);
+        }
+        let json = self
+            .seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect();
+        let stderr = self.child.wait_with_output_stderr();
+        (status, json, stderr)
+    }
+}
+
+trait StderrExt {
+    fn wait_with_output_stderr(&mut self) -> String;
+}
+
+impl StderrExt for Child {
+    fn wait_with_output_stderr(&mut self) -> String {
+        let mut s = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+/// Program ids from a meta line's `programs` array.
+pub fn program_ids(meta: &Value) -> Vec<u32> {
+    meta["programs"]
+        .as_array()
+        .expect("meta has programs")
+        .iter()
+        .map(|p| p["id"].as_u64().expect("program id") as u32)
+        .collect()
+}
+
+/// Ids of every BPF program loaded in the kernel now.
+pub fn loaded_program_ids() -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Waits until none of `ids` is loaded (the kernel frees programs shortly after their last fd
+/// closes); returns those still loaded after the wait.
+pub fn wait_unloaded(ids: &[u32]) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let loaded = loaded_program_ids();
+        let left: Vec<u32> = ids.iter().copied().filter(|i| loaded.contains(i)).collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Summary lines of `tool` for `pid`.
+pub fn rows_for<'a>(lines: &'a [Value], tool: &str, pid: u32) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|v| v["tool"] == tool && v["type"] == "summary" && v["pid"] == pid)
+        .collect()
+}
+
+/// Nearest-rank percentile (the definition tracekit's histograms use).
+pub fn percentile(values: &[u64], q: f64) -> u64 {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Runs a workload to completion, returning its JSON report.
+pub fn run_workload(args: &[&str]) -> Value {
+    let out = Command::new(workload_bin())
+        .args(args)
+        .output()
+        .expect("run tk-workload");
+    assert!(
+        out.status.success(),
+        "tk-workload {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("tk-workload prints JSON")
+}

@@ -1,0 +1,138 @@
+//! Root tests for `tracekit fsync-lat`: a workload does N fsyncs and M fdatasyncs, timing each
+//! itself; tracekit must report exactly N and M for its pid, with percentiles within 10 %.
+
+use std::time::Duration;
+
+use tracekit_tests::*;
+
+const N_FSYNC: usize = 150;
+const N_FDATASYNC: usize = 90;
+
+#[test]
+fn counts_exact_and_percentiles_within_ten_percent() {
+    require_root();
+    let dir = scratch("fsync");
+    let file = dir.join("data");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json"]);
+    tk.wait_attached();
+    let w = run_workload(&[
+        "fsync",
+        file.to_str().unwrap(),
+        &N_FSYNC.to_string(),
+        &N_FDATASYNC.to_string(),
+    ]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}: {stderr}");
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    let rows = rows_for(&lines, "fsync-lat", pid);
+    for (syscall, key, n) in [
+        ("fsync", "fsync_ns", N_FSYNC),
+        ("fdatasync", "fdatasync_ns", N_FDATASYNC),
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r["syscall"] == syscall)
+            .unwrap_or_else(|| panic!("no {syscall} row for pid {pid} in {lines:?}"));
+        assert_eq!(row["count"], n as u64, "{syscall} count");
+        assert_eq!(row["errors"], 0);
+        let own: Vec<u64> = w[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns"), (0.99, "p99_ns")] {
+            let exact = percentile(&own, q);
+            let got = row[field].as_u64().unwrap();
+            let err = got.abs_diff(exact) as f64 / exact as f64;
+            assert!(
+                err <= 0.10,
+                "{syscall} {field}: tracekit {got} ns, workload {exact} ns ({:.1} % off)",
+                err * 100.0
+            );
+        }
+        // The kernel measures inside the syscall, the workload around it: max and total can
+        // only be a little smaller.
+        let own_total: u64 = own.iter().sum();
+        let total = row["total_ns"].as_u64().unwrap();
+        assert!(
+            total <= own_total && total as f64 >= own_total as f64 * 0.9,
+            "{syscall} total {total} vs {own_total}"
+        );
+        for k in ["mean_ns", "p90_ns", "max_ns", "comm", "pid"] {
+            assert!(!row[k].is_null(), "JSON contract: {k} missing");
+        }
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "stats" && l["missed"] == 0),
+        "stats line with missed=0"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn pid_filter_and_intervals() {
+    require_root();
+    let dir = scratch("fsync-pid");
+    let file = dir.join("data");
+    // A long-lived process to filter on: this test's own pid does the fsyncs.
+    let me = std::process::id().to_string();
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--pid", &me, "--interval", "300ms"]);
+    tk.wait_attached();
+    let f = std::fs::File::create(&file).unwrap();
+    for _ in 0..20 {
+        f.sync_all().unwrap();
+    }
+    // Another process's fsyncs must not appear.
+    let w = run_workload(&["fsync", dir.join("other").to_str().unwrap(), "5", "0"]);
+    std::thread::sleep(Duration::from_millis(700));
+    tk.signal(libc::SIGTERM);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let mine: u64 = rows_for(&lines, "fsync-lat", std::process::id())
+        .iter()
+        .filter(|r| r["syscall"] == "fsync")
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(mine, 20, "sum over intervals");
+    assert!(
+        rows_for(&lines, "fsync-lat", w["pid"].as_u64().unwrap() as u32).is_empty(),
+        "--pid leaked another process"
+    );
+    let intervals = lines.iter().filter(|l| l["type"] == "stats").count();
+    assert!(
+        intervals >= 2,
+        "expected several intervals, got {intervals}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn by_file_names_the_file() {
+    require_root();
+    let dir = scratch("fsync-file");
+    let file = dir.join("wal-000001");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync", file.to_str().unwrap(), "30", "10"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap();
+    let files: Vec<_> = lines
+        .iter()
+        .filter(|l| l["type"] == "file" && l["pid"] == pid)
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0]["count"], 40);
+    // The workload exits right after its last call; its path was resolved while it lived.
+    assert!(
+        files[0]["file"].as_str().unwrap().ends_with("wal-000001"),
+        "{:?}",
+        files[0]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

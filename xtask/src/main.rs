@@ -1,0 +1,136 @@
+//! Project tasks: `cargo xtask setup | build | run -- ARGS | test`.
+//!
+//! Every task first makes sure the toolchain pieces for the kernel side are present, installing
+//! what is missing (and saying what and why), so a fresh machine needs nothing by hand.
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+mod toolchain;
+
+const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+fn usage() -> &'static str {
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS]>\n\
+     \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
+     \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
+     \n  run     build, then run tracekit with ARGS (as root)\
+     \n  test    build, then run every test: unit tests, and the root tests against the real kernel"
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let res = match args.first().map(String::as_str) {
+        Some("setup") => toolchain::ensure().map(|_| ()),
+        Some("build") => build().map(|_| ()),
+        Some("run") => run(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{}", usage());
+            Ok(())
+        }
+        _ => {
+            eprintln!("{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// `cargo` with the environment every build shares: ~/.cargo/bin on PATH (bpf-linker), and a
+/// statically linked host binary so `tracekit` runs on any x86_64 node whatever its libc.
+/// `--target` is explicit so the static flag does not reach build scripts and proc macros.
+pub fn cargo() -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c.env("PATH", toolchain::path_with_cargo_bin());
+    c.env(
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+        "-C target-feature=+crt-static",
+    );
+    c
+}
+
+pub fn status(mut c: Command) -> Result<()> {
+    let s = c.status().with_context(|| format!("running {c:?}"))?;
+    if !s.success() {
+        bail!("{c:?} failed: {s}");
+    }
+    Ok(())
+}
+
+/// Builds the release binary and copies it to `target/release/tracekit`.
+pub fn build() -> Result<PathBuf> {
+    toolchain::ensure()?;
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "--target",
+        HOST_TARGET,
+        "-p",
+        "tracekit",
+        "-p",
+        "tracekit-tests",
+    ]);
+    status(c)?;
+    let built = root()
+        .join("target")
+        .join(HOST_TARGET)
+        .join("release/tracekit");
+    let dest_dir = root().join("target/release");
+    std::fs::create_dir_all(&dest_dir)?;
+    let dest = dest_dir.join("tracekit");
+    // Replace, never write through: a running copy keeps its inode.
+    let tmp = dest_dir.join(".tracekit.tmp");
+    std::fs::copy(&built, &tmp).with_context(|| format!("copying {}", built.display()))?;
+    std::fs::rename(&tmp, &dest)?;
+    eprintln!("xtask: built {}", dest.display());
+    Ok(dest)
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let bin = build()?;
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let s = Command::new(&bin).args(args).status()?;
+    if !s.success() {
+        bail!("tracekit exited with {s}");
+    }
+    Ok(())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let bin = build()?;
+    let mut c = cargo();
+    c.args(["test", "--release", "--target", HOST_TARGET, "--workspace"]);
+    c.env("TRACEKIT_BIN", &bin);
+    let extra = match extra.first().map(String::as_str) {
+        Some("--") => &extra[1..],
+        _ => extra,
+    };
+    if !extra.is_empty() {
+        c.arg("--").args(extra);
+    }
+    status(c)
+}
