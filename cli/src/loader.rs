@@ -172,7 +172,9 @@ impl Session {
             .global("FILTER_PIDS_ON", &u8::from(!common.pids.is_empty()))
             .global("FILTER_COMM_ON", &u8::from(comm.is_some()))
             .global("FILTER_COMM", &comm.unwrap_or([0; 16]));
-        let mut loader = EbpfLoader::new();
+        let t = std::time::Instant::now();
+        let mut loader = loader_without_vmlinux_btf();
+        tracing::debug!("EbpfLoader::new took {:?}", t.elapsed());
         loader.btf(None);
         for (name, bytes) in &spec.globals {
             loader.override_global(name, bytes.as_slice(), true);
@@ -194,6 +196,7 @@ impl Session {
                 .into()
             }
         })?;
+        tracing::debug!("load of {} done at {:?}", object.name, t.elapsed());
         if !common.pids.is_empty() {
             let mut m: HashMap<_, u32, u8> =
                 HashMap::try_from(ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
@@ -431,6 +434,43 @@ where
         let _ = map.remove(&k);
     }
     Ok(out)
+}
+
+/// An `EbpfLoader` without parsing `/sys/kernel/btf/vmlinux`.
+///
+/// aya 0.14's `EbpfLoader::new()` always parses the kernel's BTF (about 30 ms here, most of
+/// tracekit's start-up), although our objects have no CO-RE relocations and we pass
+/// `.btf(None)` anyway. So while `new()` runs, the file is masked with /dev/null in a private
+/// mount namespace of this process: the parse fails at once and nothing outside the process
+/// sees any change. The mask is removed right after, so tp_btf attachment can read BTF later.
+/// Without CAP_SYS_ADMIN (CAP_BPF + CAP_PERFMON only) this silently falls back to the slow path.
+fn loader_without_vmlinux_btf() -> EbpfLoader<'static> {
+    const VMLINUX: &std::ffi::CStr = c"/sys/kernel/btf/vmlinux";
+    // SAFETY: plain syscalls with valid NUL-terminated paths. unshare(CLONE_NEWNS) affects only
+    // this process; tracekit is single-threaded at this point (the event loop starts later).
+    let masked = unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+            && libc::mount(
+                c"/dev/null".as_ptr(),
+                VMLINUX.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) == 0
+    };
+    let loader = EbpfLoader::new();
+    if masked {
+        // SAFETY: as above; unmounts only the bind mount made just before.
+        unsafe { libc::umount2(VMLINUX.as_ptr(), libc::MNT_DETACH) };
+    }
+    loader
 }
 
 fn is_eperm(e: &aya::EbpfError) -> bool {

@@ -21,11 +21,12 @@ use crate::{
     engine::{self, Collector, Window},
     error::UserError,
     hist::{self, LatStats},
+    loader::AttachMode,
     loader::{self, LoadSpec, Session},
     options::Common,
     render::{fmt_ns, Align, Report, Table},
     sanitize,
-    tools::{self, row_comm},
+    tools::{self, row_comm, Hook},
 };
 
 /// The sync family, with x86_64/aarch64 syscall numbers from libc.
@@ -37,6 +38,27 @@ const FAMILY: [(&str, i64); 6] = [
     ("syncfs", libc::SYS_syncfs),
     ("sync", libc::SYS_sync),
 ];
+
+pub const NAME: &str = "fsync-lat";
+
+macro_rules! sync_hooks {
+    ($($name:literal),*) => {
+        &[$(
+            Hook { event: concat!("syscalls:sys_enter_", $name), fields: &["__syscall_nr"], modes: &[AttachMode::Tracepoint], optional: true },
+            Hook { event: concat!("syscalls:sys_exit_", $name), fields: &["ret"], modes: &[AttachMode::Tracepoint], optional: true },
+        )*]
+    };
+}
+
+/// Each syscall is optional: the tool traces whichever of the family the kernel has.
+pub const HOOKS: &[Hook] = sync_hooks!(
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "msync",
+    "syncfs",
+    "sync"
+);
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = crate::error::EXIT_CODES_HELP)]
@@ -294,7 +316,9 @@ impl Collector for FsyncLat {
             row.errors += v.errors;
             row.hist.merge(&v.hist);
             if k.fd >= 0 {
-                let f = files.entry((k.id, k.fd)).or_insert((LatHist::ZERO, v.tgid, v.comm));
+                let f = files
+                    .entry((k.id, k.fd))
+                    .or_insert((LatHist::ZERO, v.tgid, v.comm));
                 f.0.merge(&v.hist);
             }
         }
@@ -466,12 +490,13 @@ impl Collector for FsyncLat {
                 "Top {} files per process by total sync time:",
                 self.top_files
             ));
-            let mut per_id: BTreeMap<u32, Vec<(i32, LatStats, u32)>> = BTreeMap::new();
-            for ((id, fd), (h, tgid)) in &files {
+            type FileRow = (i32, LatStats, u32, [u8; 16]);
+            let mut per_id: BTreeMap<u32, Vec<FileRow>> = BTreeMap::new();
+            for ((id, fd), (h, tgid, comm)) in &files {
                 per_id
                     .entry(*id)
                     .or_default()
-                    .push((*fd, hist::stats(h), *tgid));
+                    .push((*fd, hist::stats(h), *tgid, *comm));
             }
             let mut ids: Vec<(u32, u64)> = per_id
                 .iter()

@@ -18,12 +18,31 @@ macro_rules! registry {
                 }
             }
         }
+
+        /// Every tool's name and kernel hooks, for `doctor` and the docs.
+        pub fn all_hooks() -> Vec<(&'static str, &'static [Hook])> {
+            vec![$(($module::NAME, $module::HOOKS),)*]
+        }
     };
 }
 
 registry! {
     /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
     FsyncLat => fsync_lat,
+}
+
+/// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,
+/// cheapest first. `doctor` checks each against the running kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct Hook {
+    /// `category:name` of the tracepoint (or the function, for kprobe/fentry hooks).
+    pub event: &'static str,
+    /// Fields read from the event's format (classic tracepoint mode).
+    pub fields: &'static [&'static str],
+    /// Attach modes the tool can use for it, cheapest first.
+    pub modes: &'static [crate::loader::AttachMode],
+    /// The tool still runs without this hook (it reports what is missing).
+    pub optional: bool,
 }
 
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
