@@ -52,7 +52,7 @@ pub enum LoadError {
     Attach {
         program: String,
         target: String,
-        source: ProgramError,
+        source: Box<ProgramError>,
     },
     #[error("map {map}: {source}")]
     Map {
@@ -260,7 +260,7 @@ impl Session {
             .map_err(|source| LoadError::Attach {
                 program: program.into(),
                 target: format!("{category}:{name}"),
-                source,
+                source: Box::new(source),
             })?;
         self.record(
             program,
@@ -321,7 +321,7 @@ impl Session {
         p.attach(tp).map_err(|source| LoadError::Attach {
             program: raw_program.into(),
             target: tp.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         self.record(raw_program, AttachMode::RawTp, tp.to_string());
         Ok(AttachMode::RawTp)

@@ -98,7 +98,7 @@ pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
     };
     if ro(&FS_BY_FILE) != 0 && fd >= 0 {
         let key = key_for(tgid, tid, nr, fd);
-        if FSYNC_HIST.get_ptr(&key).is_none() {
+        if FSYNC_HIST.get_ptr(key).is_none() {
             let ev = FileEvent { tgid, tid, fd, id: key.id };
             if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
                 stat(stats::RINGBUF_FULL);
@@ -111,7 +111,7 @@ pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
         nr,
         fd,
     };
-    if FSYNC_START.insert(&tid, &start, 0).is_err() {
+    if FSYNC_START.insert(tid, start, 0).is_err() {
         stat(stats::START_MAP_FULL);
     }
     0
@@ -124,18 +124,18 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // SAFETY: the value is copied out before the delete below.
-    let Some(start) = (unsafe { FSYNC_START.get(&tid) }).copied() else {
+    let Some(start) = (unsafe { FSYNC_START.get(tid) }).copied() else {
         // Filtered out at enter, or the call began before we attached.
         return 0;
     };
-    let _ = FSYNC_START.remove(&tid);
+    let _ = FSYNC_START.remove(tid);
     let delta = now.saturating_sub(start.ts_ns);
     // SAFETY: offset from the exit event's format file.
     let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
     stat(stats::EVENTS);
 
     let key = key_for(tgid, tid, start.nr, start.fd);
-    let val = match FSYNC_HIST.get_ptr_mut(&key) {
+    let val = match FSYNC_HIST.get_ptr_mut(key) {
         Some(p) => Some(p),
         None => match FSYNC_SCRATCH.get_ptr_mut(0) {
             Some(init) => {
@@ -145,7 +145,8 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
                     (*init).comm = bpf_get_current_comm().unwrap_or_default();
                     (*init).tgid = tgid;
                 }
-                get_or_insert(&FSYNC_HIST, &key, init)
+                // SAFETY: the scratch slot is valid for this run (see above).
+                get_or_insert(&FSYNC_HIST, &key, unsafe { &*init })
             }
             None => None,
         },

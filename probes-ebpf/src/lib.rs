@@ -53,7 +53,7 @@ fn ro<T: Copy>(v: &T) -> T {
 pub fn allowed(tgid: u32) -> bool {
     if ro(&FILTER_PIDS_ON) != 0 {
         // SAFETY: the value is only tested for presence.
-        if unsafe { FILTER_PIDS.get(&tgid) }.is_none() {
+        if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
             return false;
         }
     }
@@ -95,17 +95,24 @@ pub fn generation() -> u32 {
     }
 }
 
+/// Adds `v` to `*p` atomically.
+///
+/// # Safety
+/// `p` must point into a live map value (8-byte aligned), e.g. from a lookup in this run.
 #[inline(always)]
-pub fn atomic_add(p: *mut u64, v: u64) {
-    // SAFETY: `p` points into a map value, which is 8-byte aligned and lives as long as the
-    // program runs. The result is unused, so this compiles to BPF_XADD on any BPF ISA version.
+pub unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: per the contract above. The result is unused, so this compiles to BPF_XADD on any
+    // BPF ISA version.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
 /// Records `v` in a histogram that other CPUs may update at the same time.
+///
+/// # Safety
+/// `h` must be a map value pointer handed out by a lookup in this program run.
 #[inline(always)]
-pub fn hist_record(h: *mut LatHist, v: u64) {
-    // SAFETY: `h` is a map value pointer handed out by a lookup in this program run.
+pub unsafe fn hist_record(h: *mut LatHist, v: u64) {
+    // SAFETY: per the contract above.
     unsafe {
         atomic_add(&raw mut (*h).count, 1);
         atomic_add(&raw mut (*h).sum, v);
@@ -128,14 +135,13 @@ pub fn hist_record(h: *mut LatHist, v: u64) {
 /// Looks `key` up in `map`, inserting `init` first when absent. `None` when the map is full: the
 /// caller then records into its overflow row and counts `KEY_MAP_FULL`.
 #[inline(always)]
-pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, init: *const V) -> Option<*mut V> {
+pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, init: &V) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
-    // SAFETY: `init` points at a map value (a per-CPU scratch slot) valid for this run.
     // NOEXIST: when two CPUs create the same key, the loser's insert fails and it uses the
     // winner's value below.
-    let _ = map.insert(key, unsafe { &*init }, BPF_NOEXIST as u64);
+    let _ = map.insert(key, init, BPF_NOEXIST as u64);
     map.get_ptr_mut(key)
 }
 

@@ -502,10 +502,10 @@ impl Collector for FsyncLat {
                 .iter()
                 .map(|(id, v)| (*id, v.iter().map(|x| x.1.total_ns).sum()))
                 .collect();
-            ids.sort_by(|a, b| b.1.cmp(&a.1));
+            ids.sort_by_key(|x| std::cmp::Reverse(x.1));
             for (id, _) in ids {
                 let mut v = per_id.remove(&id).unwrap_or_default();
-                v.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns));
+                v.sort_by_key(|x| std::cmp::Reverse(x.1.total_ns));
                 for (fd, s, tgid, kcomm) in v.into_iter().take(self.top_files) {
                     let path = match self.paths.get(&(id, fd)) {
                         Some(p) => p.clone(),
