@@ -136,3 +136,98 @@ fn by_file_names_the_file() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn three_thousand_short_lived_processes_are_all_counted() {
+    require_root();
+    let dir = scratch("procs");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--interval", "500ms"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "3000"]);
+    std::thread::sleep(Duration::from_millis(200));
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let pids: std::collections::HashSet<u64> = w["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    let counted = sum_counts(&lines, "fsync-lat", |v| {
+        v["syscall"] == "fsync" && pids.contains(&v["pid"].as_u64().unwrap())
+    });
+    let other = sum_counts(&lines, "fsync-lat", |v| v["pid"] == 0);
+    assert_eq!(
+        counted + other,
+        3000,
+        "children counted {counted} + [other] {other}"
+    );
+    let peak = lines
+        .iter()
+        .filter_map(|l| l["rss_peak_kib"].as_u64())
+        .max()
+        .unwrap();
+    assert!(peak < 64 * 1024, "peak RSS {peak} KiB");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn keys_over_the_cap_go_to_the_other_row() {
+    require_root();
+    let dir = scratch("cap");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--max-keys", "16"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "60"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pids: std::collections::HashSet<u64> = w["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    let named = sum_counts(&lines, "fsync-lat", |v| {
+        pids.contains(&v["pid"].as_u64().unwrap())
+    });
+    let other_rows: Vec<_> = lines
+        .iter()
+        .filter(|v| v["type"] == "summary" && v["pid"] == 0)
+        .collect();
+    assert_eq!(other_rows.len(), 1, "one [other] row");
+    assert_eq!(other_rows[0]["comm"], "[other]");
+    let other = other_rows[0]["count"].as_u64().unwrap();
+    assert!(
+        other > 0 && named + other >= 60,
+        "named {named} + other {other}"
+    );
+    assert!(last_stats(&lines)["key_map_full"].as_u64().unwrap() >= other);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn memory_is_flat_across_intervals() {
+    require_root();
+    let dir = scratch("flat");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--interval", "100ms"]);
+    tk.wait_attached();
+    // Churn: a new set of keys every interval.
+    run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "2000"]);
+    tk.signal(libc::SIGINT);
+    let (_, lines, _) = tk.finish(Duration::from_secs(10));
+    let rss: Vec<u64> = lines.iter().filter_map(|l| l["rss_kib"].as_u64()).collect();
+    assert!(rss.len() >= 6, "too few intervals: {}", rss.len());
+    let settled = rss[rss.len() / 3];
+    let last = *rss.last().unwrap();
+    eprintln!(
+        "rss over {} intervals: first {} settled {settled} last {last} KiB",
+        rss.len(),
+        rss[0]
+    );
+    assert!(
+        last <= settled + 2048,
+        "RSS grew from {settled} to {last} KiB"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

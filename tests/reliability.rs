@@ -13,7 +13,12 @@ fn check_path(args: &[&str], how: &str) {
     if how == "duration" {
         full.extend(["--duration", "1s"]);
     }
-    let mut tk = Tracer::spawn(&full);
+    let fault = match how {
+        "panic" => vec![("TRACEKIT_FAULT", "panic")],
+        "error" => vec![("TRACEKIT_FAULT", "error")],
+        _ => vec![],
+    };
+    let mut tk = Tracer::spawn_env(&full, &fault);
     let meta = tk.wait_attached();
     let ids = program_ids(&meta);
     assert!(!ids.is_empty(), "{args:?}: no programs reported");
@@ -23,7 +28,7 @@ fn check_path(args: &[&str], how: &str) {
         "{args:?}: reported programs are not loaded"
     );
     let sig = match how {
-        "duration" => None,
+        "duration" | "panic" | "error" => None,
         "SIGINT" => Some(libc::SIGINT),
         "SIGTERM" => Some(libc::SIGTERM),
         "SIGHUP" => Some(libc::SIGHUP),
@@ -37,6 +42,14 @@ fn check_path(args: &[&str], how: &str) {
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     if how == "SIGKILL" {
         assert!(!status.success());
+    } else if how == "panic" || how == "error" {
+        assert_eq!(status.code(), Some(1), "{args:?} {how}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?} {how}: one line expected: {stderr}"
+        );
+        assert!(!stderr.contains("backtrace"), "{stderr}");
     } else {
         assert!(status.success(), "{args:?} {how}: exit {status}: {stderr}");
         // The final summary still prints.
@@ -57,7 +70,9 @@ fn no_programs_remain_after_any_exit() {
     require_root();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for args in TOOLS {
-        for how in ["duration", "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"] {
+        for how in [
+            "duration", "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "panic", "error",
+        ] {
             check_path(args, how);
         }
     }
@@ -110,4 +125,100 @@ fn no_programs_remain_after_an_error() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+#[test]
+fn two_instances_report_the_same_numbers() {
+    require_root();
+    let dir = scratch("two");
+    let mut a = Tracer::spawn(&["fsync-lat", "--json"]);
+    let mut b = Tracer::spawn(&["fsync-lat", "--json", "--interval", "250ms"]);
+    a.wait_attached();
+    b.wait_attached();
+    let w = run_workload(&["fsync", dir.join("f").to_str().unwrap(), "40", "25"]);
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    a.signal(libc::SIGINT);
+    b.signal(libc::SIGINT);
+    let (_, la, ea) = a.finish(Duration::from_secs(10));
+    let (_, lb, eb) = b.finish(Duration::from_secs(10));
+    for (lines, err) in [(&la, ea), (&lb, eb)] {
+        for (sc, n) in [("fsync", 40), ("fdatasync", 25)] {
+            let got = sum_counts(lines, "fsync-lat", |v| {
+                v["pid"] == pid && v["syscall"] == sc
+            });
+            assert_eq!(got, n, "{sc}: {err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn traced_pid_exiting_mid_run_keeps_its_numbers() {
+    require_root();
+    let dir = scratch("exit-mid");
+    let parked = Parked::start(&["fsync", dir.join("f").to_str().unwrap(), "12", "3"]);
+    let pid = parked.pid.to_string();
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--pid", &pid]);
+    tk.wait_attached();
+    parked.go();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        tk.child.try_wait().unwrap().is_none(),
+        "tracekit stopped when its --pid exited"
+    );
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let p: u32 = pid.parse().unwrap();
+    assert_eq!(
+        sum_counts(&lines, "fsync-lat", |v| v["pid"] == p
+            && v["syscall"] == "fsync"),
+        12
+    );
+    assert_eq!(
+        sum_counts(&lines, "fsync-lat", |v| v["pid"] == p
+            && v["syscall"] == "fdatasync"),
+        3
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// ESC, a newline and a byte that is not UTF-8 in a process name.
+const HOSTILE_HEX: &str = "1b5b324a0a6576696cff";
+
+#[test]
+fn hostile_process_names_are_escaped_in_text_and_faithful_in_json() {
+    require_root();
+    let dir = scratch("hostile");
+    let path = dir.join("f");
+    // Text.
+    let mut tk = Tracer::spawn(&["fsync-lat", "--interval", "200ms"]);
+    std::thread::sleep(Duration::from_millis(600));
+    run_workload(&["named", HOSTILE_HEX, path.to_str().unwrap(), "3"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tk.signal(libc::SIGINT);
+    let (_, text, _) = tk.finish_text(Duration::from_secs(10));
+    let text = text.join("\n");
+    assert!(
+        !text.contains('\x1b'),
+        "raw escape reached the terminal: {text:?}"
+    );
+    assert!(
+        text.contains("\\x1b[2J\\x0aevil\\xff"),
+        "escaped name missing: {text}"
+    );
+    // JSON.
+    let mut tj = Tracer::spawn(&["fsync-lat", "--json"]);
+    tj.wait_attached();
+    let w = run_workload(&["named", HOSTILE_HEX, path.to_str().unwrap(), "3"]);
+    tj.signal(libc::SIGINT);
+    let (_, lines, _) = tj.finish(Duration::from_secs(10));
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    let row = rows_for(&lines, "fsync-lat", pid)
+        .into_iter()
+        .next()
+        .expect("row for the named process");
+    // Valid UTF-8 is kept as is (JSON escapes the controls); the invalid byte becomes \xff.
+    assert_eq!(row["comm"], "\u{1b}[2J\nevil\\xff");
+    let _ = std::fs::remove_dir_all(dir);
 }

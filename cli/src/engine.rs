@@ -71,6 +71,40 @@ impl Window {
     }
 }
 
+/// The `"type":"stats"` JSON line closing every window: the window, why it ended, the kernel
+/// counters of what could not be recorded (named as in `probes_common::stats`), tracekit's own
+/// memory, plus the tool's `extra` keys.
+pub fn stats_line(
+    tool: &str,
+    w: &Window,
+    stats: &[u64; probes_common::stats::NSTATS as usize],
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let (end, end_ns) = w.end_json();
+    let mut v = serde_json::json!({
+        "tool": tool,
+        "type": "stats",
+        "interval_ns": w.elapsed.as_nanos() as u64,
+        "interval_end": end,
+        "interval_end_ns": end_ns,
+        "stop": w.stop.as_str(),
+    });
+    for (name, value) in probes_common::stats::NAMES.iter().zip(stats) {
+        if !name.starts_with("reserved") {
+            v[*name] = (*value).into();
+        }
+    }
+    let (rss, hwm) = crate::procinfo::self_rss_kib();
+    v["rss_kib"] = rss.into();
+    v["rss_peak_kib"] = hwm.into();
+    if let serde_json::Value::Object(m) = extra {
+        for (k, x) in m {
+            v[k] = x;
+        }
+    }
+    v
+}
+
 /// What a tool provides to the loop.
 pub trait Collector {
     /// A file descriptor (ring buffer) to watch for streamed events, if the tool streams any.
@@ -86,6 +120,16 @@ pub trait Collector {
     /// Lines printed once after attaching (JSON: a meta object), before any window.
     fn preamble(&self) -> Option<Report> {
         None
+    }
+}
+
+/// Test hook for the reliability suite: `TRACEKIT_FAULT=panic` or `=error` makes the run fail
+/// right after attaching, to prove that no exit path leaves programs in the kernel.
+fn fault_injection() -> anyhow::Result<()> {
+    match std::env::var("TRACEKIT_FAULT").as_deref() {
+        Ok("panic") => panic!("fault injected by TRACEKIT_FAULT=panic"),
+        Ok("error") => anyhow::bail!("fault injected by TRACEKIT_FAULT=error"),
+        _ => Ok(()),
     }
 }
 
@@ -134,6 +178,7 @@ async fn drive_async(common: &Common, collector: &mut dyn Collector) -> anyhow::
     if let Some(p) = collector.preamble() {
         emit(&mut sink, &p)?;
     }
+    fault_injection()?;
 
     let run_start = Instant::now();
     let deadline = common.duration.map(|d| run_start + d);

@@ -21,6 +21,24 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("RUST_LOG"))
         .with_writer(std::io::stderr)
         .init();
+    // A bug must not print a backtrace over the report: one line, and exit code 1. The kernel
+    // still frees everything (nothing is pinned), and the unwinding drops the session.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "tracekit: internal error: {}{at} (a bug: please report it)",
+            tracekit::sanitize::text(msg.as_bytes())
+        );
+    }));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -41,11 +59,12 @@ fn main() -> ExitCode {
             return code.into();
         }
     };
-    match cli.tool.run() {
-        Ok(()) => Exit::Ok.into(),
-        Err(err) => {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cli.tool.run())) {
+        Ok(Ok(())) => Exit::Ok.into(),
+        Ok(Err(err)) => {
             eprintln!("tracekit: error: {}", one_line(&err));
             exit_for(&err).into()
         }
+        Err(_) => Exit::Failure.into(),
     }
 }

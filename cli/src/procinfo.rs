@@ -63,6 +63,14 @@ pub fn has_bpf_privileges(capeff: u64) -> bool {
     has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
 }
 
+/// tracekit's own resident set and its peak (VmRSS, VmHWM), in KiB; zeros if unreadable.
+pub fn self_rss_kib() -> (u64, u64) {
+    procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .map(|s| (s.vmrss.unwrap_or(0), s.vmhwm.unwrap_or(0)))
+        .unwrap_or((0, 0))
+}
+
 /// Number of possible CPUs (per-CPU maps have one slot each).
 pub fn possible_cpus() -> usize {
     aya::util::nr_cpus().unwrap_or(1).max(1)

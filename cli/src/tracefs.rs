@@ -25,6 +25,8 @@ pub enum TracefsError {
         name: String,
         path: PathBuf,
     },
+    #[error("TRACEKIT_TRACEFS={path} is not a tracefs mount (it has no events/ directory)")]
+    NotTracefs { path: PathBuf },
     #[error("permission denied reading {path}: run as root")]
     Permission { path: PathBuf },
     #[error("reading {path}: {source}")]
@@ -255,6 +257,15 @@ impl Tracefs {
     /// The mounted tracefs, mounting it at /sys/kernel/tracing when absent (said on stderr:
     /// the mount stays after tracekit exits, as it would after `mount -t tracefs`).
     pub fn open() -> Result<Tracefs, TracefsError> {
+        // In a container (a Kubernetes DaemonSet, say) the host's tracefs is often mounted
+        // elsewhere, e.g. /host/sys/kernel/tracing.
+        if let Some(root) = std::env::var_os("TRACEKIT_TRACEFS") {
+            let root = PathBuf::from(root);
+            if !root.join("events").is_dir() {
+                return Err(TracefsError::NotTracefs { path: root });
+            }
+            return Ok(Tracefs { root });
+        }
         if let Some(root) = Self::find() {
             return Ok(Tracefs { root });
         }

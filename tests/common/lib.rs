@@ -67,8 +67,13 @@ pub struct Tracer {
 
 impl Tracer {
     pub fn spawn(args: &[&str]) -> Tracer {
+        Self::spawn_env(args, &[])
+    }
+
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let mut child = Command::new(tracekit_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -120,7 +125,17 @@ impl Tracer {
 
     /// Waits for exit (at most `timeout`), returning the status, all stdout lines as JSON where
     /// they parse, and stderr.
-    pub fn finish(mut self, timeout: Duration) -> (ExitStatus, Vec<Value>, String) {
+    pub fn finish(self, timeout: Duration) -> (ExitStatus, Vec<Value>, String) {
+        let (status, raw, stderr) = self.finish_text(timeout);
+        let json = raw
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect();
+        (status, json, stderr)
+    }
+
+    /// Like `finish`, with stdout as raw lines.
+    pub fn finish_text(mut self, timeout: Duration) -> (ExitStatus, Vec<String>, String) {
         let deadline = Instant::now() + timeout;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -135,13 +150,8 @@ impl Tracer {
         while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
             self.seen.push(l);
         }
-        let json = self
-            .seen
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .collect();
         let stderr = self.child.wait_with_output_stderr();
-        (status, json, stderr)
+        (status, std::mem::take(&mut self.seen), stderr)
     }
 }
 
@@ -206,6 +216,58 @@ pub fn percentile(values: &[u64], q: f64) -> u64 {
     v.sort_unstable();
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
+}
+
+/// Sum of `count` over a tool's summary rows matching `pred`.
+pub fn sum_counts(lines: &[Value], tool: &str, pred: impl Fn(&Value) -> bool) -> u64 {
+    lines
+        .iter()
+        .filter(|v| v["tool"] == tool && v["type"] == "summary" && pred(v))
+        .map(|v| v["count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// The last `"type":"stats"` line.
+pub fn last_stats(lines: &[Value]) -> &Value {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l["type"] == "stats")
+        .expect("a stats line")
+}
+
+/// A workload started with `TK_WAIT_STDIN=1`: it has printed its pid and waits for `go()`.
+pub struct Parked {
+    pub child: Child,
+    pub pid: u32,
+}
+
+impl Parked {
+    pub fn start(args: &[&str]) -> Parked {
+        let mut child = Command::new(workload_bin())
+            .args(args)
+            .env("TK_WAIT_STDIN", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn tk-workload");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).expect("ready line");
+        let pid = v["ready"].as_u64().unwrap() as u32;
+        child.stdout = Some(out.into_inner());
+        Parked { child, pid }
+    }
+
+    /// Lets it run to completion and returns its report.
+    pub fn go(mut self) -> Value {
+        use std::io::Write;
+        self.child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).expect("workload JSON")
+    }
 }
 
 /// Runs a workload to completion, returning its JSON report.

@@ -1,18 +1,36 @@
 //! `tk-workload`: the workloads tracekit's root tests (and the VM tests) start. Each measures
 //! itself and prints one JSON object on stdout, so a test can compare tracekit with ground truth
 //! that does not come from tracekit. No Python: this runs inside the minimal VM too.
+//!
+//! With `TK_WAIT_STDIN=1` a workload prints `{"ready":PID}` and waits for a line on stdin
+//! before it starts, so a test can point `tracekit --pid` at it first.
 
-use std::{fs::OpenOptions, io::Write, os::fd::AsRawFd, time::Instant};
+use std::{
+    fs::OpenOptions,
+    io::{BufRead, Write},
+    os::fd::AsRawFd,
+    time::Instant,
+};
 
 fn usage() -> ! {
-    eprintln!("usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC");
+    eprintln!(
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)"
+    );
     std::process::exit(2);
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if std::env::var_os("TK_WAIT_STDIN").is_some() {
+        println!("{}", serde_json::json!({"ready": std::process::id()}));
+        let _ = std::io::stdout().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    }
     match args.first().map(String::as_str) {
         Some("fsync") if args.len() == 4 => fsync(&args[1], parse(&args[2]), parse(&args[3])),
+        Some("fsync-procs") if args.len() == 3 => fsync_procs(&args[1], parse(&args[2])),
+        Some("named") if args.len() == 4 => named(&args[1], &args[2], parse(&args[3])),
         _ => usage(),
     }
 }
@@ -21,42 +39,101 @@ fn parse(s: &str) -> usize {
     s.parse().unwrap_or_else(|_| usage())
 }
 
-fn ns(d: std::time::Duration) -> u64 {
-    d.as_nanos() as u64
-}
-
-/// Writes 4 KiB then fsyncs, N times; then the same with fdatasync, M times. Times each call.
-fn fsync(path: &str, n: usize, m: usize) {
-    let mut f = OpenOptions::new()
+fn open(path: &str) -> std::fs::File {
+    OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
         .open(path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Writes 4 KiB then calls `kind` (fsync or fdatasync), `count` times, timing each call.
+fn timed(f: &mut std::fs::File, kind: &str, count: usize) -> Vec<u64> {
     let buf = vec![0x5au8; 4096];
-    let mut timed = |kind: &str, count: usize| -> Vec<u64> {
-        (0..count)
-            .map(|_| {
-                f.write_all(&buf).expect("write");
-                let t = Instant::now();
-                // SAFETY: plain syscalls on an fd we own.
-                let rc = unsafe {
-                    if kind == "fsync" {
-                        libc::fsync(f.as_raw_fd())
-                    } else {
-                        libc::fdatasync(f.as_raw_fd())
-                    }
-                };
-                let d = ns(t.elapsed());
-                assert_eq!(rc, 0, "{kind} failed");
-                d
-            })
-            .collect()
-    };
-    let fs = timed("fsync", n);
-    let fds = timed("fdatasync", m);
+    (0..count)
+        .map(|_| {
+            f.write_all(&buf).expect("write");
+            let t = Instant::now();
+            // SAFETY: plain syscalls on an fd we own.
+            let rc = unsafe {
+                if kind == "fsync" {
+                    libc::fsync(f.as_raw_fd())
+                } else {
+                    libc::fdatasync(f.as_raw_fd())
+                }
+            };
+            let d = t.elapsed().as_nanos() as u64;
+            assert_eq!(rc, 0, "{kind} failed");
+            d
+        })
+        .collect()
+}
+
+/// N fsyncs then M fdatasyncs on PATH, each timed.
+fn fsync(path: &str, n: usize, m: usize) {
+    let mut f = open(path);
+    let fs = timed(&mut f, "fsync", n);
+    let fds = timed(&mut f, "fdatasync", m);
     println!(
         "{}",
         serde_json::json!({"pid": std::process::id(), "fsync_ns": fs, "fdatasync_ns": fds})
+    );
+}
+
+/// N short-lived processes, one after another, each doing one fsync on PATH and exiting.
+fn fsync_procs(path: &str, n: usize) {
+    let mut pids = Vec::with_capacity(n);
+    for _ in 0..n {
+        // SAFETY: fork in a single-threaded process; the child only makes syscalls and _exits.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            0 => {
+                let f = OpenOptions::new().create(true).append(true).open(path);
+                let rc = match f {
+                    // SAFETY: plain syscall on an fd we own.
+                    Ok(f) => unsafe { libc::fsync(f.as_raw_fd()) },
+                    Err(_) => -1,
+                };
+                // SAFETY: leaves the child without running the parent's destructors.
+                unsafe { libc::_exit(if rc == 0 { 0 } else { 1 }) };
+            }
+            p if p > 0 => {
+                let mut status = 0;
+                // SAFETY: waits for our own child.
+                unsafe { libc::waitpid(p, &mut status, 0) };
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child failed"
+                );
+                pids.push(p);
+            }
+            _ => panic!("fork failed"),
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "children": pids.len(), "pids": pids})
+    );
+}
+
+/// Renames itself to the raw bytes of HEXNAME (escape sequences, newlines, invalid UTF-8 are the
+/// point) with prctl(PR_SET_NAME), then does N fsyncs.
+fn named(hex: &str, path: &str, n: usize) {
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or_else(|_| usage()))
+        .collect();
+    let mut name = [0u8; 16];
+    let len = bytes.len().min(15);
+    name[..len].copy_from_slice(&bytes[..len]);
+    // SAFETY: PR_SET_NAME reads at most 16 bytes from a NUL-terminated buffer we own.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    assert_eq!(rc, 0, "prctl(PR_SET_NAME)");
+    let mut f = open(path);
+    let fs = timed(&mut f, "fsync", n);
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "fsync_ns": fs})
     );
 }

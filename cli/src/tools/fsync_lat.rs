@@ -548,20 +548,12 @@ impl Collector for FsyncLat {
             }
         }
 
-        report.json.push(json!({
-            "tool": "fsync-lat",
-            "type": "stats",
-            "interval_ns": w.elapsed.as_nanos() as u64,
-            "interval_end": end_text,
-            "interval_end_ns": end_ns,
-            "stop": w.stop.as_str(),
-            "calls": calls,
-            "events": st[stats::EVENTS as usize],
-            "missed": missed,
-            "start_map_full": st[stats::START_MAP_FULL as usize],
-            "key_map_full": st[stats::KEY_MAP_FULL as usize],
-            "ringbuf_full": st[stats::RINGBUF_FULL as usize],
-        }));
+        report.json.push(engine::stats_line(
+            NAME,
+            w,
+            &st,
+            json!({"calls": calls, "missed": missed}),
+        ));
         Ok(report)
     }
 }
