@@ -492,6 +492,39 @@ mod tests {
         );
     }
 
+    /// Mutation fuzzing from the seed corpus (the fixture files): every truncation, and byte
+    /// flips at pseudo-random places, must parse or fail with an error, never panic.
+    #[test]
+    fn corpus_mutations_never_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats");
+        let mut seeds = 0;
+        for entry in fs::read_dir(&dir).unwrap() {
+            let bytes = fs::read(entry.unwrap().path()).unwrap();
+            seeds += 1;
+            for cut in (0..bytes.len()).step_by(3) {
+                let _ = parse_format(&String::from_utf8_lossy(&bytes[..cut]), "corpus");
+            }
+            let mut x: u64 = 0x9e3779b97f4a7c15;
+            for _ in 0..2000 {
+                let mut m = bytes.clone();
+                for _ in 0..4 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let at = (x as usize) % m.len();
+                    const ALPHABET: &[u8] = b":;\t\n[]0-9a_ {}\",(";
+                    m[at] = ALPHABET[(x >> 32) as usize % ALPHABET.len()];
+                }
+                let parsed = parse_format(&String::from_utf8_lossy(&m), "corpus");
+                if let Ok(f) = parsed {
+                    let _ = f.symbols("status");
+                    let _ = f.symbols("reason");
+                }
+            }
+        }
+        assert!(seeds >= 6, "seed corpus missing");
+    }
+
     proptest::proptest! {
         #[test]
         fn parser_never_panics(s in ".{0,400}") {

@@ -11,16 +11,18 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
+mod bench;
 mod toolchain;
 
 const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS]>\n\
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | bench [--quick]>\n\
      \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
      \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
      \n  run     build, then run tracekit with ARGS (as root)\
-     \n  test    build, then run every test: unit tests, and the root tests against the real kernel"
+     \n  test    build, then run every test: unit tests, and the root tests against the real kernel\
+     \n  bench   overhead, start-up and memory beside libbpf-tools and bpftrace -> docs/benchmarks.md"
 }
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
         Some("build") => build().map(|_| ()),
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{}", usage());
             Ok(())

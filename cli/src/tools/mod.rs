@@ -2,6 +2,7 @@
 
 use crate::{options::Common, procinfo, tracefs::Tracefs};
 
+pub mod bench_floor;
 pub mod fsync_lat;
 
 macro_rules! registry {
@@ -29,6 +30,9 @@ macro_rules! registry {
 registry! {
     /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
     FsyncLat => fsync_lat,
+    /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
+    #[command(hide = true)]
+    BenchFloor => bench_floor,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,

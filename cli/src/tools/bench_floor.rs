@@ -1,0 +1,100 @@
+//! `tracekit bench-floor --hook sched_switch|fsync`: attaches the floor program (a per-CPU
+//! counter bump) to the hook a benchmark workload exercises, so `cargo xtask bench` can measure
+//! the cost of the hook itself beside each tool. Hidden from `--help`.
+
+use aya::maps::PerCpuArray;
+use serde_json::json;
+
+use crate::{
+    engine::{self, Collector, Window},
+    loader::{self, AttachMode, LoadSpec, Session},
+    options::Common,
+    render::Report,
+    tools::{self, Hook},
+};
+
+pub const NAME: &str = "bench-floor";
+pub const HOOKS: &[Hook] = &[];
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum FloorHook {
+    /// `sched_switch`, tp_btf (raw_tp if tp_btf is refused).
+    SchedSwitch,
+    /// `sched_switch` as a classic tracepoint.
+    SchedSwitchTp,
+    /// `syscalls:sys_enter_fsync`, classic tracepoint.
+    Fsync,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    #[arg(long, value_enum)]
+    pub hook: FloorHook,
+}
+
+struct Floor {
+    session: Session,
+    last: u64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let tracefs = tools::preflight(&args.common)?;
+    let mut session = Session::load(loader::FLOOR, &args.common, LoadSpec::new())?;
+    match args.hook {
+        FloorHook::SchedSwitch => {
+            session.attach_raw("tk_floor_btf", "tk_floor_raw", "sched_switch")?;
+        }
+        FloorHook::SchedSwitchTp => {
+            session.attach_tracepoint("tk_floor_tp", "sched", "sched_switch")?
+        }
+        FloorHook::Fsync => {
+            tracefs.format("syscalls", "sys_enter_fsync")?;
+            session.attach_tracepoint("tk_floor_tp", "syscalls", "sys_enter_fsync")?
+        }
+    }
+    let mut f = Floor { session, last: 0 };
+    engine::drive(&args.common, &mut f)?;
+    Ok(())
+}
+
+impl Collector for Floor {
+    fn preamble(&self) -> Option<Report> {
+        Some(Report {
+            json: vec![
+                json!({"tool": NAME, "type": "meta", "programs": self.session.programs_json()}),
+            ],
+            ..Default::default()
+        })
+    }
+
+    fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
+        let m: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.session
+                .ebpf
+                .map("FLOOR_COUNT")
+                .ok_or_else(|| anyhow::anyhow!("FLOOR_COUNT missing"))?,
+        )?;
+        let total: u64 = m.get(&0, 0)?.iter().sum();
+        let events = total - self.last;
+        self.last = total;
+        let mode = self
+            .session
+            .attached
+            .first()
+            .map(|a| a.mode)
+            .unwrap_or(AttachMode::Tracepoint);
+        Ok(Report {
+            title: format!(
+                "bench-floor: {events} events in {:.2}s ({})",
+                w.secs(),
+                mode.as_str()
+            ),
+            json: vec![
+                json!({"tool": NAME, "type": "stats", "events": events, "interval_ns": w.elapsed.as_nanos() as u64}),
+            ],
+            ..Default::default()
+        })
+    }
+}
