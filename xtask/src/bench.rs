@@ -149,6 +149,8 @@ struct Sample {
 struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// The line that said the tracer is attached (tracekit's meta line lists program ids).
+    ready_line: String,
 }
 
 fn start(t: &Tracer) -> Result<Running> {
@@ -178,7 +180,11 @@ fn start(t: &Tracer) -> Result<Running> {
             Ready::Line(s) => line.contains(s),
         };
         if ok {
-            return Ok(Running { child, lines: rx });
+            return Ok(Running {
+                child,
+                lines: rx,
+                ready_line: line,
+            });
         }
     }
 }
@@ -341,6 +347,39 @@ pub fn parse_strace_attach_ms(trace: &str) -> Option<f64> {
         .filter(|l| !l.contains("= -1"))
         .last()?;
     Some((ts(last)? - ts(start)?) * 1000.0)
+}
+
+/// Where a tracekit tool's kernel time goes: with `kernel.bpf_stats_enabled=1`, each program's
+/// run count and run time over one workload run (a separate pass: the statistics themselves cost).
+fn bpf_stats_pass(w: &Workload, t: &Tracer, wl: &Path, scratch: &Path) -> Result<Vec<Value>> {
+    let set = |v: &str| std::fs::write("/proc/sys/kernel/bpf_stats_enabled", v);
+    set("1").context("enabling kernel.bpf_stats_enabled")?;
+    let res = (|| -> Result<Vec<Value>> {
+        let r = start(t)?;
+        let meta: Value = serde_json::from_str(&r.ready_line).unwrap_or_default();
+        w.run(wl, scratch)?;
+        let mut out = Vec::new();
+        for p in meta["programs"].as_array().into_iter().flatten() {
+            let id = p["id"].as_u64().unwrap_or(0);
+            let o = Command::new("bpftool")
+                .args(["prog", "show", "id", &id.to_string(), "--json"])
+                .output()?;
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let (ns, cnt) = (
+                v["run_time_ns"].as_u64().unwrap_or(0),
+                v["run_cnt"].as_u64().unwrap_or(0),
+            );
+            out.push(json!({
+                "tracer": t.name, "program": p["name"], "attach": p["attach"],
+                "run_cnt": cnt, "run_time_ns": ns,
+                "ns_per_run": if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 },
+            }));
+        }
+        stop(r)?;
+        Ok(out)
+    })();
+    let _ = set("0");
+    res
 }
 
 fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<f64>> {
@@ -595,6 +634,24 @@ pub fn run(args: &[String]) -> Result<()> {
         report.push(json!({"workload": w.name(), "rows": rows}));
     }
 
+    // Where the kernel time goes, per program (separate pass).
+    let mut prog_stats = Vec::new();
+    let pipe = Workload::Pipe {
+        loops,
+        pinned: true,
+    };
+    for (w, tracers) in [(&pipe, &cases[0].1), (&cases[3].0, &cases[3].1)] {
+        for t in tracers
+            .iter()
+            .filter(|t| matches!(t.ready, Ready::JsonMeta))
+        {
+            match bpf_stats_pass(w, t, &wl, &scratch) {
+                Ok(v) => prog_stats.extend(v),
+                Err(e) => eprintln!("bench: bpf stats for {}: {e:#}", t.name),
+            }
+        }
+    }
+
     // Start-up: exec to the last attach syscall.
     let mut startup = Vec::new();
     let mut st_cases: Vec<(String, Vec<String>)> = vec![(
@@ -632,6 +689,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "wall_s": started.elapsed().as_secs(),
         "workloads": report,
         "startup": startup,
+        "bpf_stats": prog_stats,
     });
     let docs = root().join("docs");
     std::fs::create_dir_all(&docs)?;
