@@ -31,6 +31,7 @@ macro_rules! embed {
     };
 }
 embed!(FSYNC_LAT, "fsync_lat");
+embed!(MEMSTALL, "memstall");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

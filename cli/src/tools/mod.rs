@@ -3,6 +3,7 @@
 use crate::{options::Common, procinfo, tracefs::Tracefs};
 
 pub mod fsync_lat;
+pub mod memstall;
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
@@ -29,6 +30,8 @@ macro_rules! registry {
 registry! {
     /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
     FsyncLat => fsync_lat,
+    /// Time processes lose stalled in direct compaction, direct or memcg reclaim and THP collapse, with the THP settings, /proc/vmstat deltas and a verdict.
+    Memstall => memstall,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,
