@@ -583,9 +583,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let take = |s: &mut Session, m: &str| {
-        s.ebpf.take_map(m).ok_or_else(|| loader::LoadError::NoMap {
-            object: s.object,
-            map: m.into(),
+        s.ebpf.take_map(m).ok_or_else(|| {
+            anyhow::Error::new(loader::LoadError::NoMap {
+                object: s.object,
+                map: m.into(),
+            })
         })
     };
     let hist = HashMap::try_from(take(&mut session, "MS_HIST")?).context("MS_HIST")?;
@@ -1319,7 +1321,7 @@ mod tests {
             rows: &rows,
         });
         assert_eq!(out.len(), 5, "{out:?}");
-        // Applications first, most stall time first; kernel threads last.
+        // Applications first, most stall time first; kernel threads last, also by stall time.
         assert!(
             out[0].starts_with("direct reclaim stalled redis (12) 4 times"),
             "{}",
@@ -1343,19 +1345,19 @@ mod tests {
         );
         assert!(out[2].contains("thp_collapse_alloc +2"), "{}", out[2]);
         assert!(
-            out[3].contains("background") && out[3].starts_with("khugepaged"),
-            "{}",
-            out[3]
-        );
-        assert!(
-            out[3].contains("4 of 5") && out[3].contains("9 PMD scans"),
-            "{}",
-            out[3]
-        );
-        assert!(
-            out[4].starts_with("kcompactd0 (51) compacted in the background"),
+            out[4].contains("background") && out[4].starts_with("khugepaged"),
             "{}",
             out[4]
+        );
+        assert!(
+            out[4].contains("4 of 5") && out[4].contains("9 PMD scans"),
+            "{}",
+            out[4]
+        );
+        assert!(
+            out[3].starts_with("kcompactd0 (51) compacted in the background"),
+            "{}",
+            out[3]
         );
     }
 
