@@ -440,7 +440,7 @@ pub fn verdict(e: &Evidence) -> Vec<String> {
                 r.cgroup.as_deref().unwrap_or("?"),
                 r.reclaimed_pages
             )),
-            (KIND_THP_COLLAPSE, true) => out.push(format!(
+            (KIND_THP_COLLAPSE, true) if r.collapses > 0 => out.push(format!(
                 "{who} collapsed {} of {} huge-page attempts ({} PMD scans) in {secs} in the background (khugepaged/defrag={}, scan_sleep_millisecs={}, pages_to_scan={}); /proc/vmstat {}, {}. No application waits on it; lower pages_to_scan if its CPU use matters.",
                 r.collapsed,
                 r.collapses,
@@ -1080,7 +1080,7 @@ impl Collector for Memstall {
             ));
         }
         report.footnotes.push(
-            "COUNT: timed stalls (compaction: one per zone compacted; thp_collapse: collapse attempts, timed by MADV_COLLAPSE calls). STALL/s: stall time per second of the window. THP_KB: AnonHugePages from smaps_rollup.".into(),
+            "COUNT: timed stalls (compaction: one per zone compacted; thp_collapse: collapse attempts, timed by MADV_COLLAPSE calls). STALL/s: stall time per second of the window. THP_KB: AnonHugePages (KiB) from smaps_rollup, last read while the process lived.".into(),
         );
         let verdict_lines = verdict(&Evidence {
             secs,
