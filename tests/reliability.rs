@@ -6,7 +6,7 @@ use std::time::Duration;
 use tracekit_tests::*;
 
 /// One invocation per tool (JSON mode, so the meta line reports program ids).
-const TOOLS: &[&[&str]] = &[&["fsync-lat", "--json"]];
+const TOOLS: &[&[&str]] = &[&["fsync-lat", "--json"], &["memstall", "--json"]];
 
 fn check_path(args: &[&str], how: &str) {
     let mut full: Vec<&str> = args.to_vec();

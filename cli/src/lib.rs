@@ -3,6 +3,7 @@
 //! The shared engine (tracefs, feature probes, loading, the run loop, histograms, rendering,
 //! output) lives here once; each tool in [`tools`] only declares its hooks and its report.
 
+pub mod cgroup;
 pub mod engine;
 pub mod error;
 pub mod features;

@@ -32,6 +32,7 @@ macro_rules! embed {
 }
 embed!(FSYNC_LAT, "fsync_lat");
 embed!(FLOOR, "floor");
+embed!(MEMSTALL, "memstall");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

@@ -4,6 +4,7 @@ use crate::{options::Common, procinfo, tracefs::Tracefs};
 
 pub mod bench_floor;
 pub mod fsync_lat;
+pub mod memstall;
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
@@ -33,6 +34,8 @@ registry! {
     /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
     #[command(hide = true)]
     BenchFloor => bench_floor,
+    /// Time processes lose stalled in direct compaction, direct or memcg reclaim and THP collapse, with the THP settings, /proc/vmstat deltas and a verdict.
+    Memstall => memstall,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,
