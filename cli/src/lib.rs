@@ -3,6 +3,7 @@
 //! The shared engine (tracefs, feature probes, loading, the run loop, histograms, rendering,
 //! output) lives here once; each tool in [`tools`] only declares its hooks and its report.
 
+pub mod btf;
 pub mod engine;
 pub mod error;
 pub mod features;
@@ -13,5 +14,6 @@ pub mod output;
 pub mod procinfo;
 pub mod render;
 pub mod sanitize;
+pub mod sysstat;
 pub mod tools;
 pub mod tracefs;

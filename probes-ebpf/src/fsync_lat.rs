@@ -47,8 +47,7 @@ static FSYNC_START: HashMap<u32, FsyncStart> = HashMap::with_max_entries(16384, 
 /// Aggregates. Sized by userspace (`--max-keys`, doubled for the two generations); allocated on
 /// demand, so an idle cap costs nothing.
 #[map]
-static FSYNC_HIST: HashMap<FsyncKey, FsyncVal> =
-    HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+static FSYNC_HIST: HashMap<FsyncKey, FsyncVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
 /// What did not fit `FSYNC_HIST`, one row per generation: the `[other]` row of the report.
 #[map]
@@ -99,7 +98,12 @@ pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
     if ro(&FS_BY_FILE) != 0 && fd >= 0 {
         let key = key_for(tgid, tid, nr, fd);
         if FSYNC_HIST.get_ptr(&key).is_none() {
-            let ev = FileEvent { tgid, tid, fd, id: key.id };
+            let ev = FileEvent {
+                tgid,
+                tid,
+                fd,
+                id: key.id,
+            };
             if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
                 stat(stats::RINGBUF_FULL);
             }

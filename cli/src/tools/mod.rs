@@ -2,7 +2,10 @@
 
 use crate::{options::Common, procinfo, tracefs::Tracefs};
 
+pub mod ctxsw;
 pub mod fsync_lat;
+pub mod runq_lat;
+pub mod sched;
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
@@ -29,6 +32,11 @@ macro_rules! registry {
 registry! {
     /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
     FsyncLat => fsync_lat,
+    /// Context switches per process, voluntary and involuntary as the kernel counts them, with
+    /// migrations, run-queue delay and who preempted whom; `--top` for a live view.
+    Ctxsw => ctxsw,
+    /// Run-queue latency per process: waits after a wakeup and after a preemption.
+    RunqLat => runq_lat,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,
