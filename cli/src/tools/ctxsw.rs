@@ -66,6 +66,8 @@ struct Ctxsw {
     max_rows: usize,
     top_preemptors: usize,
     sys_prev: Option<SysStat>,
+    /// tgid → comm of the processes seen in the current interval.
+    names: std::collections::HashMap<u32, String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -89,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_rows,
         top_preemptors: args.top_preemptors,
         sys_prev: SysStat::read().ok(),
+        names: Default::default(),
     };
     if live {
         return live_view(&mut tool, args.top.unwrap_or(0));
@@ -143,6 +146,12 @@ impl Ctxsw {
         if now.is_some() {
             self.sys_prev = now;
         }
+        self.names.clear();
+        for r in &iv.rows {
+            if r.id == r.tgid && r.id != 0 {
+                self.names.insert(r.tgid, sanitize::text(&r.comm));
+            }
+        }
         let rated = iv
             .rows
             .into_iter()
@@ -163,11 +172,20 @@ impl Ctxsw {
         Ok((rated, sys, iv.stats.to_vec()))
     }
 
+    /// A preemptor's name: its own row's comm when it switched in this interval (it may have
+    /// exited since), else /proc.
+    fn name_of(&self, tgid: u32) -> String {
+        match self.names.get(&tgid) {
+            Some(c) => c.clone(),
+            None => preemptor_name(tgid),
+        }
+    }
+
     fn preemptors_text(&self, r: &Row) -> String {
         r.preemptors
             .iter()
             .take(self.top_preemptors)
-            .map(|(p, n)| format!("{}({p})×{n}", preemptor_name(*p)))
+            .map(|(p, n)| format!("{}({p})×{n}", self.name_of(*p)))
             .collect::<Vec<_>>()
             .join(" ")
     }
@@ -364,7 +382,7 @@ impl Collector for Ctxsw {
                 "runq_p50_ns": r.p50_ns,
                 "runq_p99_ns": r.p99_ns,
                 "preempted_by": r.row.preemptors.iter().map(|(p, n)| json!({
-                    "pid": p, "comm": preemptor_name(*p), "count": n,
+                    "pid": p, "comm": self.name_of(*p), "count": n,
                 })).collect::<Vec<_>>(),
                 "interval_ns": w.elapsed.as_nanos() as u64,
                 "interval_end": end_text,
