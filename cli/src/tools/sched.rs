@@ -132,10 +132,13 @@ pub fn open(
         ));
     }
     session.attach_raw(progs.switch_btf, progs.switch_raw, "sched_switch")?;
-    let take = |s: &mut Session, m: &str| {
-        s.ebpf.take_map(m).ok_or_else(|| loader::LoadError::NoMap {
-            object: s.object,
-            map: m.into(),
+    let take = |s: &mut Session, m: &str| -> anyhow::Result<aya::maps::Map> {
+        s.ebpf.take_map(m).ok_or_else(|| {
+            loader::LoadError::NoMap {
+                object: s.object,
+                map: m.into(),
+            }
+            .into()
         })
     };
     let agg = HashMap::try_from(take(&mut session, "SCHED_AGG")?).context("SCHED_AGG")?;
