@@ -6,7 +6,14 @@ use std::time::Duration;
 use tracekit_tests::*;
 
 /// One invocation per tool (JSON mode, so the meta line reports program ids).
-const TOOLS: &[&[&str]] = &[&["fsync-lat", "--json"], &["memstall", "--json"]];
+/// `ctxsw --top` with --json takes the non-terminal path (one JSON set per interval).
+const TOOLS: &[&[&str]] = &[
+    &["fsync-lat", "--json"],
+    &["memstall", "--json"],
+    &["ctxsw", "--json"],
+    &["ctxsw", "--top", "--json"],
+    &["runq-lat", "--json"],
+];
 
 fn check_path(args: &[&str], how: &str) {
     let mut full: Vec<&str> = args.to_vec();

@@ -3,6 +3,7 @@
 //! The shared engine (tracefs, feature probes, loading, the run loop, histograms, rendering,
 //! output) lives here once; each tool in [`tools`] only declares its hooks and its report.
 
+pub mod btf;
 pub mod cgroup;
 pub mod engine;
 pub mod error;
@@ -14,5 +15,6 @@ pub mod output;
 pub mod procinfo;
 pub mod render;
 pub mod sanitize;
+pub mod sysstat;
 pub mod tools;
 pub mod tracefs;

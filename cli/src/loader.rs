@@ -33,6 +33,8 @@ macro_rules! embed {
 embed!(FSYNC_LAT, "fsync_lat");
 embed!(FLOOR, "floor");
 embed!(MEMSTALL, "memstall");
+embed!(CTXSW, "ctxsw");
+embed!(RUNQ_LAT, "runq_lat");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

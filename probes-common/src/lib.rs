@@ -6,6 +6,7 @@
 pub mod fsync;
 pub mod hist;
 pub mod memstall;
+pub mod sched;
 pub mod stats;
 
 /// Length of a task's `comm` as the kernel stores it (`TASK_COMM_LEN`), including the NUL.

@@ -11,6 +11,7 @@ pub const KEY_MAP_FULL: u32 = 2;
 pub const RINGBUF_FULL: u32 = 3;
 /// An end event had no matching begin although the begin should have been seen.
 pub const NO_START: u32 = 4;
+/// Slots 5..8 are tool-specific (e.g. `sched::STAT_PREEMPT_MAP_FULL`).
 /// Number of slots in the per-CPU stats array.
 pub const NSTATS: u32 = 8;
 

@@ -47,8 +47,7 @@ static FSYNC_START: HashMap<u32, FsyncStart> = HashMap::with_max_entries(16384, 
 /// Aggregates. Sized by userspace (`--max-keys`, doubled for the two generations); allocated on
 /// demand, so an idle cap costs nothing.
 #[map]
-static FSYNC_HIST: HashMap<FsyncKey, FsyncVal> =
-    HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+static FSYNC_HIST: HashMap<FsyncKey, FsyncVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
 /// What did not fit `FSYNC_HIST`, one row per generation: the `[other]` row of the report.
 #[map]

@@ -14,7 +14,7 @@ use std::{
 
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload memcg-write CGROUP_PROCS FILE MIB"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload spin MILLISECONDS"
     );
     std::process::exit(2);
 }
@@ -34,6 +34,8 @@ fn main() {
         Some("compact") if args.len() == 1 => compact(),
         Some("collapse") if args.len() == 2 => collapse(parse(&args[1])),
         Some("memcg-write") if args.len() == 4 => memcg_write(&args[1], &args[2], parse(&args[3])),
+        Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1])),
+        Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64),
         _ => usage(),
     }
 }
@@ -231,4 +233,150 @@ fn memcg_write(procs: &str, path: &str, mib: usize) {
         "{}",
         serde_json::json!({"pid": std::process::id(), "wall_ns": wall})
     );
+}
+
+/// The kernel's own scheduler counters for the calling process, summed over its threads:
+/// (voluntary switches, involuntary switches, run-queue wait ns) from
+/// `/proc/self/task/*/status` and the second field of `/proc/self/task/*/schedstat`.
+fn own_counters() -> (u64, u64, u64) {
+    let (mut v, mut iv, mut rd) = (0, 0, 0);
+    for t in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let dir = t.expect("task entry").path();
+        let status = std::fs::read_to_string(dir.join("status")).expect("status");
+        for line in status.lines() {
+            let num = |l: &str| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap();
+            if line.starts_with("voluntary_ctxt_switches:") {
+                v += num(line);
+            } else if line.starts_with("nonvoluntary_ctxt_switches:") {
+                iv += num(line);
+            }
+        }
+        let ss = std::fs::read_to_string(dir.join("schedstat")).expect("schedstat");
+        rd += ss
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+    }
+    (v, iv, rd)
+}
+
+fn pipe() -> [i32; 2] {
+    let mut fds = [0i32; 2];
+    // SAFETY: plain syscall writing two fds into `fds`.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    fds
+}
+
+/// Forks one child per body; each child measures its own counters around its body and reports
+/// them to the parent, which prints `{"procs":[{pid, voluntary, involuntary, run_delay_ns}]}`.
+fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
+    let report = pipe();
+    let mut pids = Vec::new();
+    for body in bodies {
+        // SAFETY: the workload is single-threaded, so the child may run arbitrary code.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let (v0, i0, r0) = own_counters();
+            body();
+            let (v1, i1, r1) = own_counters();
+            let line = format!(
+                "{}\n",
+                serde_json::json!({
+                    "pid": std::process::id(), "voluntary": v1 - v0,
+                    "involuntary": i1 - i0, "run_delay_ns": r1 - r0,
+                })
+            );
+            // SAFETY: writes a short line (atomic below PIPE_BUF) and leaves without running
+            // the parent's atexit handlers or destructors.
+            unsafe {
+                libc::write(report[1], line.as_ptr().cast(), line.len());
+                libc::_exit(0);
+            }
+        }
+        pids.push(pid);
+    }
+    // SAFETY: closes our copy of the write end so reading ends when the children exit.
+    unsafe { libc::close(report[1]) };
+    for pid in &pids {
+        let mut st = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(*pid, &mut st, 0) };
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "child {pid} failed"
+        );
+    }
+    let mut out = String::new();
+    {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        // SAFETY: we own the read end and hand it to File, which closes it.
+        let mut f = unsafe { std::fs::File::from_raw_fd(report[0]) };
+        f.read_to_string(&mut out)
+            .expect("reading the children's reports");
+    }
+    let procs: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("child report"))
+        .collect();
+    assert_eq!(procs.len(), pids.len(), "every child reports");
+    println!("{}", serde_json::json!({ "procs": procs }));
+}
+
+/// Two processes bouncing one byte over two pipes ROUNDS times: every hop is a voluntary
+/// switch (the reader sleeps in read) and a wakeup.
+fn pingpong(rounds: usize) {
+    let (a, b) = (pipe(), pipe());
+    let hop = move |rd: i32, wr: i32, first: bool| {
+        let mut byte = [0u8; 1];
+        for i in 0..rounds {
+            // SAFETY: plain reads and writes of one byte on our pipes.
+            unsafe {
+                if !(first && i == 0) {
+                    assert_eq!(libc::read(rd, byte.as_mut_ptr().cast(), 1), 1, "read");
+                }
+                assert_eq!(libc::write(wr, byte.as_ptr().cast(), 1), 1, "write");
+            }
+        }
+        if !first {
+            return;
+        }
+        // SAFETY: the final reply.
+        unsafe { assert_eq!(libc::read(rd, byte.as_mut_ptr().cast(), 1), 1, "read") };
+    };
+    with_children(vec![
+        Box::new(move || hop(b[0], a[1], true)),
+        Box::new(move || hop(a[0], b[1], false)),
+    ]);
+}
+
+/// Two CPU-bound processes pinned to the same CPU (the last one), each spinning for MS
+/// milliseconds of wall time: every switch between them is a preemption.
+fn spin(ms: u64) {
+    // SAFETY: sysconf is a plain query.
+    let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let cpu = ncpu - 1;
+    let body = move || {
+        // SAFETY: cpu_set_t is plain data; we set one bit and pin ourselves.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0,
+                "sched_setaffinity"
+            );
+        }
+        let end = Instant::now() + std::time::Duration::from_millis(ms);
+        let mut x = 0u64;
+        while Instant::now() < end {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+    };
+    with_children(vec![Box::new(body), Box::new(body)]);
 }

@@ -420,40 +420,10 @@ fn tracekit_has(bin: &Path, tool: &str) -> bool {
 }
 
 fn ensure_packages() -> Result<()> {
-    let status = Command::new("dpkg-query")
-        .args(["-W", "-f=${Package} ${Status}\n"])
-        .args(PACKAGES)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let missing: Vec<&str> = PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| {
-            !status
-                .lines()
-                .any(|l| l.starts_with(&format!("{p} ")) && l.ends_with("install ok installed"))
-        })
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    eprintln!(
-        "xtask: installing {} (Debian): the reference tools and workloads the benchmark runs",
-        missing.join(" ")
-    );
-    crate::status({
-        let mut c = Command::new("apt-get");
-        c.args(["update", "-q"]);
-        c
-    })?;
-    crate::status({
-        let mut c = Command::new("apt-get");
-        c.args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    })
+    toolchain::ensure_debian(
+        &PACKAGES,
+        "the reference tools and workloads the benchmark runs",
+    )
 }
 
 fn s(v: &[&str]) -> Vec<String> {

@@ -125,6 +125,10 @@ fn run(args: &[String]) -> Result<()> {
 
 fn test(extra: &[String]) -> Result<()> {
     let bin = build()?;
+    toolchain::ensure_debian(
+        &["tmux"],
+        "the `ctxsw --top` test drives the live view in a tmux pseudo-terminal",
+    )?;
     let mut c = cargo();
     c.args(["test", "--release", "--target", HOST_TARGET, "--workspace"]);
     c.env("TRACEKIT_BIN", &bin);

@@ -73,13 +73,22 @@ fn ensure_rust_src() -> Result<()> {
 }
 
 fn ensure_llvm() -> Result<()> {
+    ensure_debian(
+        &LLVM_PACKAGES,
+        &format!("bpf-linker {BPF_LINKER_VERSION} links against LLVM 22"),
+    )
+}
+
+/// Installs those of `packages` (Debian) that are missing, saying `why`; a no-op when all are
+/// installed.
+pub fn ensure_debian(packages: &[&str], why: &str) -> Result<()> {
     let status = output(
         Command::new("dpkg-query")
             .args(["-W", "-f=${Package} ${Status}\n"])
-            .args(LLVM_PACKAGES),
+            .args(packages),
     )
     .unwrap_or_default();
-    let missing: Vec<&str> = LLVM_PACKAGES
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| {
@@ -91,10 +100,7 @@ fn ensure_llvm() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!(
-        "xtask: installing {} (Debian): bpf-linker {BPF_LINKER_VERSION} links against LLVM 22",
-        missing.join(" ")
-    );
+    eprintln!("xtask: installing {} (Debian): {why}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-q"]))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])

@@ -3,8 +3,11 @@
 use crate::{options::Common, procinfo, tracefs::Tracefs};
 
 pub mod bench_floor;
+pub mod ctxsw;
 pub mod fsync_lat;
 pub mod memstall;
+pub mod runq_lat;
+pub mod sched;
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
@@ -36,6 +39,11 @@ registry! {
     BenchFloor => bench_floor,
     /// Time processes lose stalled in direct compaction, direct or memcg reclaim and THP collapse, with the THP settings, /proc/vmstat deltas and a verdict.
     Memstall => memstall,
+    /// Context switches per process, voluntary and involuntary as the kernel counts them, with
+    /// migrations, run-queue delay and who preempted whom; `--top` for a live view.
+    Ctxsw => ctxsw,
+    /// Run-queue latency per process: waits after a wakeup and after a preemption.
+    RunqLat => runq_lat,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,

@@ -1,0 +1,121 @@
+//! System-wide scheduler figures from `/proc/stat` (through the procfs crate): context switches
+//! (`ctxt`), runnable tasks (`procs_running`) and, per CPU, the time stolen by the hypervisor
+//! (`steal`, the 8th value of each `cpuN` line).
+
+use std::io::Read;
+
+use procfs::{ExplicitSystemInfo, FromReadSI, KernelStats};
+
+/// One reading of /proc/stat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SysStat {
+    /// Context switches since boot (all CPUs).
+    pub ctxt: u64,
+    /// Tasks runnable right now (running or waiting on a run queue).
+    pub procs_running: Option<u32>,
+    /// Per CPU, in /proc/stat order: (all ticks, steal ticks; None when the kernel has no
+    /// steal column).
+    pub cpus: Vec<(u64, Option<u64>)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("reading /proc/stat: {0}")]
+pub struct SysStatError(String);
+
+impl SysStat {
+    pub fn read() -> Result<SysStat, SysStatError> {
+        let f = std::fs::File::open("/proc/stat").map_err(|e| SysStatError(e.to_string()))?;
+        SysStat::parse(f)
+    }
+
+    pub fn parse(r: impl Read) -> Result<SysStat, SysStatError> {
+        // Tick length does not matter for ratios; procfs wants one anyway.
+        let si = ExplicitSystemInfo {
+            boot_time_secs: 0,
+            ticks_per_second: 100,
+            page_size: 4096,
+            is_little_endian: cfg!(target_endian = "little"),
+        };
+        let ks = KernelStats::from_read(r, &si).map_err(|e| SysStatError(e.to_string()))?;
+        let cpus = ks
+            .cpu_time
+            .iter()
+            .map(|c| {
+                // guest time is already inside user (and guest_nice inside nice).
+                let total = c.user
+                    + c.nice
+                    + c.system
+                    + c.idle
+                    + c.iowait.unwrap_or(0)
+                    + c.irq.unwrap_or(0)
+                    + c.softirq.unwrap_or(0)
+                    + c.steal.unwrap_or(0);
+                (total, c.steal)
+            })
+            .collect();
+        Ok(SysStat {
+            ctxt: ks.ctxt,
+            procs_running: ks.procs_running,
+            cpus,
+        })
+    }
+
+    /// Steal per CPU between `earlier` and `self`, in percent of that CPU's time (None when the
+    /// kernel reports no steal or no time passed).
+    pub fn steal_pct(&self, earlier: &SysStat) -> Vec<Option<f64>> {
+        self.cpus
+            .iter()
+            .enumerate()
+            .map(|(i, (total, steal))| {
+                let (t0, s0) = earlier.cpus.get(i)?;
+                let dt = total.checked_sub(*t0)?;
+                let ds = steal.as_ref()?.checked_sub((*s0)?)?;
+                (dt > 0).then(|| ds as f64 * 100.0 / dt as f64)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(n: u32) -> SysStat {
+        let p = format!(
+            "{}/tests/fixtures/proc/stat.{n}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        SysStat::parse(std::fs::File::open(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn parses_ctxt_running_and_steal() {
+        let a = fixture(1);
+        assert_eq!(a.ctxt, 1_000_000);
+        assert_eq!(a.procs_running, Some(3));
+        assert_eq!(a.cpus, vec![(46775, Some(100)), (47175, Some(500))]);
+    }
+
+    #[test]
+    fn steal_percent_per_cpu() {
+        let (a, b) = (fixture(1), fixture(2));
+        let s = b.steal_pct(&a);
+        // cpu0: 25 of 475 ticks; cpu1: 75 of 525.
+        assert!((s[0].unwrap() - 2500.0 / 475.0).abs() < 1e-9, "{s:?}");
+        assert!((s[1].unwrap() - 7500.0 / 525.0).abs() < 1e-9, "{s:?}");
+        assert_eq!(b.ctxt - a.ctxt, 85_000);
+        // No time passed: no figure rather than a division by zero.
+        assert_eq!(a.steal_pct(&a), vec![None, None]);
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(SysStat::parse(&b"cpu0 x y\n"[..]).is_err());
+    }
+
+    #[test]
+    fn reads_this_machine() {
+        let s = SysStat::read().unwrap();
+        assert!(s.ctxt > 0 && !s.cpus.is_empty());
+    }
+}

@@ -1,0 +1,296 @@
+//! Shared kernel code of `ctxsw` and `runq-lat` (included by both objects with `#[path]`, so
+//! each object gets its own copy of these maps and nothing else).
+//!
+//! Hooks: `sched:sched_switch` (tp_btf, else raw_tp) and `sched:sched_process_free` (to forget
+//! a task's snapshot once its tid can be reused).
+//!
+//! Why this design is cheap: the kernel already counts, per task, voluntary (`nvcsw`) and
+//! involuntary (`nivcsw`) switches, the total time spent waiting on a run queue
+//! (`sched_info.run_delay`) and CPU migrations (`se.nr_migrations`). At `sched_switch` the
+//! outgoing task's counters are already updated for this switch (`++*switch_count` precedes the
+//! tracepoint), and its run_delay includes the wait before the run that just ended
+//! (`sched_info_arrive` ran at its switch-in). So one program on `sched_switch` that diffs the
+//! outgoing task's counters against a per-task snapshot yields exact counts and one run-queue
+//! wait sample per run, with:
+//! - no wakeup hook (runqlat pays a second program on every wakeup), no timestamps
+//!   (no `bpf_ktime_get_ns`), no ring buffer;
+//! - on tp_btf, plain loads from the BTF-typed `prev`/`next` pointers at offsets the verifier
+//!   sees as constants (frozen read-only globals), instead of `bpf_probe_read_kernel` calls;
+//! - two hash lookups (per-task snapshot by tid, per-process aggregate) and a handful of atomic
+//!   adds per switch.
+//! Diffing the kernel's counters (instead of classifying each switch from `preempt` and
+//! `prev_state`) also gets the one case the arguments cannot tell right: a task going to sleep
+//! with a signal pending is counted voluntary by the kernel although `prev_state` reads
+//! TASK_RUNNING (kernels ≥ 6.13, `try_to_block_task`).
+//!
+//! Fields read from `struct task_struct` (offsets from /sys/kernel/btf/vmlinux, `TaskOffsets`):
+//! `pid`, `tgid`, `nvcsw`, `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`, `start_time`.
+
+use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
+    helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use probes_common::{
+    sched::{
+        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_NO_BASELINE,
+        STAT_PREEMPT_MAP_FULL,
+    },
+    stats,
+};
+use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, stat};
+
+#[no_mangle]
+static SCHED_OFFS: TaskOffsets = TaskOffsets {
+    pid: 0,
+    tgid: 0,
+    nvcsw: 0,
+    nivcsw: 0,
+    run_delay: 0,
+    nr_migrations: 0,
+    start_time: 0,
+    _pad: 0,
+};
+/// CLOCK_MONOTONIC ns just before load: tasks started later have all counters from zero.
+#[no_mangle]
+static SCHED_START_NS: u64 = 0;
+#[no_mangle]
+static SCHED_PER_THREAD: u8 = 0;
+/// Record who preempted whom (ctxsw only).
+#[no_mangle]
+static SCHED_PREEMPTORS: u8 = 0;
+/// The tracepoint passes `prev_state` (kernels ≥ 5.18).
+#[no_mangle]
+static SCHED_HAS_STATE: u8 = 1;
+
+/// Per-task counters at the previous switch-out, by tid. Preallocated (a lookup per switch),
+/// sized by userspace from pid_max; entries are removed at `sched_process_free`.
+#[map]
+static TASKS: HashMap<u32, TaskSnap> = HashMap::with_max_entries(16384, 0);
+
+/// Aggregates per process (or thread) and generation, sized by userspace (`--max-keys` × 2).
+#[map]
+static SCHED_AGG: HashMap<SchedKey, SchedVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+/// What did not fit `SCHED_AGG`, one row per generation: the `[other]` row.
+#[map]
+static SCHED_OTHER: Array<SchedVal> = Array::with_max_entries(2, 0);
+
+/// Initial value for new aggregate keys.
+#[map]
+static SCHED_SCRATCH: PerCpuArray<SchedVal> = PerCpuArray::with_max_entries(1, 0);
+
+/// Involuntary switches by (victim, preemptor), ctxsw only.
+#[map]
+static PREEMPTORS: HashMap<PreemptKey, u64> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+#[inline(always)]
+fn ro<T: Copy>(v: &T) -> T {
+    // SAFETY: see probes_ebpf::ro; globals are patched by userspace before load.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+/// How task fields are read: direct loads (tp_btf, where the verifier knows the pointer's BTF
+/// type and checks each load against the struct layout) or `bpf_probe_read_kernel` (raw_tp).
+pub trait Reader {
+    fn u64(task: *const u8, off: u32) -> u64;
+    fn i32(task: *const u8, off: u32) -> i32;
+}
+
+pub struct Direct;
+pub struct Probe;
+
+impl Reader for Direct {
+    #[inline(always)]
+    fn u64(task: *const u8, off: u32) -> u64 {
+        // SAFETY: `task` is a BTF-typed task_struct pointer from a tp_btf argument and `off` a
+        // member offset from the kernel's own BTF; the verifier checks the access and turns a
+        // faulting load into a zero.
+        unsafe { core::ptr::read_volatile(task.add(off as usize) as *const u64) }
+    }
+    #[inline(always)]
+    fn i32(task: *const u8, off: u32) -> i32 {
+        // SAFETY: as above.
+        unsafe { core::ptr::read_volatile(task.add(off as usize) as *const i32) }
+    }
+}
+
+impl Reader for Probe {
+    #[inline(always)]
+    fn u64(task: *const u8, off: u32) -> u64 {
+        // SAFETY: the helper checks the address; a failed read yields 0.
+        unsafe { bpf_probe_read_kernel(task.add(off as usize) as *const u64) }.unwrap_or(0)
+    }
+    #[inline(always)]
+    fn i32(task: *const u8, off: u32) -> i32 {
+        // SAFETY: as above.
+        unsafe { bpf_probe_read_kernel(task.add(off as usize) as *const i32) }.unwrap_or(0)
+    }
+}
+
+/// `sched_switch(preempt, prev, next, prev_state)`.
+#[inline(always)]
+pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_state: u64) {
+    let o = ro(&SCHED_OFFS);
+    let tid = R::i32(prev, o.pid) as u32;
+    if tid == 0 {
+        // The idle task: not a process.
+        return;
+    }
+    let tgid = R::i32(prev, o.tgid) as u32;
+    if !allowed(tgid) {
+        return;
+    }
+    stat(stats::EVENTS);
+    let now = TaskSnap {
+        nvcsw: R::u64(prev, o.nvcsw),
+        nivcsw: R::u64(prev, o.nivcsw),
+        run_delay: R::u64(prev, o.run_delay),
+        nr_migrations: R::u64(prev, o.nr_migrations),
+        preempted: 0,
+        _pad: 0,
+    };
+    let (vol, invol, migr, wait, after_preempt);
+    match TASKS.get_ptr_mut(&tid) {
+        Some(s) => {
+            // SAFETY: live map value; only this task's switch-out (one CPU at a time) writes it.
+            let s = unsafe { &mut *s };
+            vol = now.nvcsw.wrapping_sub(s.nvcsw);
+            invol = now.nivcsw.wrapping_sub(s.nivcsw);
+            migr = now.nr_migrations.wrapping_sub(s.nr_migrations);
+            wait = Some(now.run_delay.wrapping_sub(s.run_delay));
+            after_preempt = s.preempted != 0;
+            s.nvcsw = now.nvcsw;
+            s.nivcsw = now.nivcsw;
+            s.run_delay = now.run_delay;
+            s.nr_migrations = now.nr_migrations;
+            s.preempted = (invol > 0) as u32;
+        }
+        None => {
+            let born_after = R::u64(prev, o.start_time) >= ro(&SCHED_START_NS);
+            let mut snap = now;
+            // Classification from the arguments, used when no counter baseline exists.
+            let by_args_invol = preempt || (ro(&SCHED_HAS_STATE) != 0 && prev_state == 0);
+            snap.preempted = by_args_invol as u32;
+            let stored = TASKS.insert(&tid, &snap, 0).is_ok();
+            if !stored {
+                stat(stats::START_MAP_FULL);
+            }
+            if born_after && stored {
+                // Started under tracing: every counter began at zero at fork, so the current
+                // values are exactly what happened since (first run's wait included).
+                vol = now.nvcsw;
+                invol = now.nivcsw;
+                migr = now.nr_migrations;
+                wait = Some(now.run_delay);
+                after_preempt = false;
+                if let Some(s) = TASKS.get_ptr_mut(&tid) {
+                    // SAFETY: live map value, as above.
+                    unsafe { (*s).preempted = (invol > 0) as u32 };
+                }
+            } else {
+                if !born_after {
+                    stat(STAT_NO_BASELINE);
+                }
+                vol = (!by_args_invol) as u64;
+                invol = by_args_invol as u64;
+                migr = 0;
+                wait = None;
+                after_preempt = false;
+            }
+        }
+    }
+
+    let gen = generation();
+    let key = SchedKey {
+        id: if ro(&SCHED_PER_THREAD) != 0 {
+            tid
+        } else {
+            tgid
+        },
+        gen,
+    };
+    let val = match SCHED_AGG.get_ptr_mut(&key) {
+        Some(p) => Some(p),
+        None => match SCHED_SCRATCH.get_ptr_mut(0) {
+            Some(init) => {
+                // SAFETY: per-CPU scratch slot owned by this run; only comm and tgid are ever
+                // written, so its counters stay zero. `current` is still `prev` here.
+                unsafe {
+                    (*init).comm = bpf_get_current_comm().unwrap_or_default();
+                    (*init).tgid = tgid;
+                }
+                // SAFETY: the scratch slot is valid for this run (see above).
+                get_or_insert(&SCHED_AGG, &key, unsafe { &*init })
+            }
+            None => None,
+        },
+    };
+    let val = match val {
+        Some(v) => v,
+        None => {
+            stat(stats::KEY_MAP_FULL);
+            match SCHED_OTHER.get_ptr_mut(gen) {
+                Some(v) => v,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: `val` is a live map value pointer.
+    unsafe {
+        if vol != 0 {
+            atomic_add(&raw mut (*val).voluntary, vol);
+        }
+        if invol != 0 {
+            atomic_add(&raw mut (*val).involuntary, invol);
+        }
+        if migr != 0 {
+            atomic_add(&raw mut (*val).migrations, migr);
+        }
+        if let Some(w) = wait {
+            if after_preempt {
+                hist_record(&raw mut (*val).preempt, w);
+            } else {
+                hist_record(&raw mut (*val).wake, w);
+            }
+        }
+    }
+
+    if invol != 0 && ro(&SCHED_PREEMPTORS) != 0 {
+        let by = if next.is_null() {
+            0
+        } else {
+            R::i32(next, o.tgid) as u32
+        };
+        let pk = PreemptKey {
+            victim: key.id,
+            by,
+            gen,
+            _pad: 0,
+        };
+        match PREEMPTORS.get_ptr_mut(&pk) {
+            // SAFETY: `c` is a map value pointer from the lookup just above.
+            Some(c) => unsafe { atomic_add(c, invol) },
+            None => {
+                if PREEMPTORS.insert(&pk, &invol, BPF_NOEXIST_U64).is_err() {
+                    // Lost a race with another CPU creating the key, or the map is full.
+                    match PREEMPTORS.get_ptr_mut(&pk) {
+                        // SAFETY: as above.
+                        Some(c) => unsafe { atomic_add(c, invol) },
+                        None => stat(STAT_PREEMPT_MAP_FULL),
+                    }
+                }
+            }
+        }
+    }
+}
+
+const BPF_NOEXIST_U64: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
+
+/// `sched_process_free(p)`: the tid may be reused from now on.
+#[inline(always)]
+pub fn on_free<R: Reader>(task: *const u8) {
+    let tid = R::i32(task, ro(&SCHED_OFFS).pid) as u32;
+    let _ = TASKS.remove(&tid);
+}

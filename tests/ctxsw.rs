@@ -1,0 +1,204 @@
+//! Root tests for `tracekit ctxsw`: workloads measure their own context switches from
+//! `/proc/self/task/*/status`; tracekit's voluntary and involuntary counts per pid must match.
+//! The live view (`--top`) is driven in a real pseudo-terminal (tmux).
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+/// Sum of `key` over every summary line (all intervals) of `pid`.
+fn total(lines: &[Value], pid: u32, key: &str) -> u64 {
+    rows_for(lines, "ctxsw", pid)
+        .iter()
+        .map(|r| r[key].as_u64().unwrap())
+        .sum()
+}
+
+/// tracekit sees each child from fork to exit, the child measures a little less (from its
+/// first /proc read to its last): tracekit may exceed by 1 %, or a few switches for tiny
+/// counts (the exit itself is one voluntary switch), and never fall short.
+fn assert_close(what: &str, tk: u64, own: u64) {
+    let slack = (own / 100).max(5);
+    assert!(
+        tk >= own && tk <= own + slack,
+        "{what}: tracekit {tk}, the kernel's own counters {own} (allowed: {own}..={})",
+        own + slack
+    );
+}
+
+fn run_and_compare(workload: &[&str], interval: bool) -> (Vec<Value>, Value) {
+    require_root();
+    let mut args = vec!["ctxsw", "--json"];
+    if interval {
+        args.extend(["--interval", "400ms"]);
+    }
+    let mut tk = Tracer::spawn(&args);
+    tk.wait_attached();
+    let w = run_workload(workload);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "exit {status}: {stderr}");
+    for p in w["procs"].as_array().unwrap() {
+        let pid = p["pid"].as_u64().unwrap() as u32;
+        let row = rows_for(&lines, "ctxsw", pid);
+        assert!(!row.is_empty(), "no ctxsw row for pid {pid}");
+        for k in [
+            "tool",
+            "pid",
+            "comm",
+            "voluntary",
+            "involuntary",
+            "interval_ns",
+        ] {
+            assert!(!row[0][k].is_null(), "JSON contract: {k} missing");
+        }
+        let (v, iv) = (
+            total(&lines, pid, "voluntary"),
+            total(&lines, pid, "involuntary"),
+        );
+        eprintln!(
+            "{workload:?} pid {pid}: tracekit vol {v} invol {iv}; /proc vol {} invol {}",
+            p["voluntary"], p["involuntary"]
+        );
+        assert_close("voluntary", v, p["voluntary"].as_u64().unwrap());
+        assert_close("involuntary", iv, p["involuntary"].as_u64().unwrap());
+    }
+    assert!(lines.iter().any(|l| l["type"] == "system"), "system line");
+    (lines, w)
+}
+
+#[test]
+fn pingpong_counts_match_proc_status() {
+    let (_, w) = run_and_compare(&["pingpong", "20000"], false);
+    // Every hop switches: sleeping in read is voluntary, and a woken reader often preempts
+    // the writer before it reaches its own read (involuntary).
+    for p in w["procs"].as_array().unwrap() {
+        let n = p["voluntary"].as_u64().unwrap() + p["involuntary"].as_u64().unwrap();
+        assert!(n >= 20_000 && p["voluntary"].as_u64().unwrap() > 0, "{p}");
+    }
+}
+
+#[test]
+fn pinned_spinners_preempt_each_other() {
+    let (lines, w) = run_and_compare(&["spin", "1500"], true);
+    let procs = w["procs"].as_array().unwrap();
+    let pids: Vec<u32> = procs
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap() as u32)
+        .collect();
+    for (i, p) in procs.iter().enumerate() {
+        assert!(p["involuntary"].as_u64().unwrap() >= 50, "{p}");
+        // The noisy neighbour: the other spinner, pinned to the same CPU, is among those that
+        // took it. (Not necessarily the first: on a shared machine other busy tasks also run
+        // on that CPU.)
+        let other = pids[1 - i];
+        let by_other: u64 = rows_for(&lines, "ctxsw", pids[i])
+            .iter()
+            .flat_map(|r| r["preempted_by"].as_array().unwrap().clone())
+            .filter(|x| x["pid"] == other)
+            .map(|x| x["count"].as_u64().unwrap())
+            .sum();
+        let invol = total(&lines, pids[i], "involuntary");
+        assert!(
+            by_other > 0,
+            "pid {}: preempted by {other} {by_other} of {invol} times",
+            pids[i]
+        );
+    }
+}
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().expect("run tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pane = tmux(&["capture-pane", "-p", "-t", session]);
+        if want(&pane) {
+            return pane;
+        }
+        if Instant::now() > deadline {
+            tmux(&["kill-session", "-t", session]);
+            panic!("{what}: pane never showed it; last screen:\n{pane}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ctxsw_programs() -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_ctxsw")))
+        .map(|p| p.id())
+        .collect()
+}
+
+#[test]
+fn top_draws_resorts_and_quits_restoring_the_terminal() {
+    require_root();
+    let session = format!("tk-top-{}", std::process::id());
+    let cmd = format!(
+        "{} ctxsw --top --interval 300ms; echo EXITED:$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; sleep 60",
+        tracekit_bin().display()
+    );
+    let before = ctxsw_programs();
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+    // Drawn: the header with the default sort marker, and rows after the first interval.
+    let pane = wait_pane(&session, "first draw", |p| {
+        p.contains("SW/s▼") && p.contains("system:") && p.contains("switches/s traced")
+    });
+    assert!(pane.contains("PREEMPTED_BY"), "{pane}");
+    assert_eq!(
+        tmux(&["display", "-p", "-t", &session, "#{alternate_on}"]).trim(),
+        "1"
+    );
+    let ours: Vec<u32> = ctxsw_programs()
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    assert!(
+        !ours.is_empty(),
+        "no tk_ctxsw programs loaded while --top runs"
+    );
+    // Re-sort by involuntary switches.
+    tmux(&["send-keys", "-t", &session, "i"]);
+    wait_pane(&session, "re-sort", |p| {
+        p.contains("INVOL/s▼") && !p.contains("SW/s▼")
+    });
+    // Pause shows, and quit restores the terminal.
+    tmux(&["send-keys", "-t", &session, "p"]);
+    wait_pane(&session, "pause", |p| p.contains("PAUSED"));
+    tmux(&["send-keys", "-t", &session, "q"]);
+    // Wait for the stty line too: it is printed just after EXITED.
+    let pane = wait_pane(&session, "quit", |p| {
+        p.contains("EXITED:") && p.lines().any(|l| l.trim().ends_with("icanon"))
+    });
+    let alt = tmux(&["display", "-p", "-t", &session, "#{alternate_on}"]);
+    tmux(&["kill-session", "-t", &session]);
+    assert!(pane.contains("EXITED:0"), "{pane}");
+    // Cooked mode is back (raw mode clears icanon) and the alternate screen is gone.
+    assert!(pane.lines().any(|l| l.trim() == "icanon"), "{pane}");
+    assert_eq!(alt.trim(), "0");
+    let left = wait_unloaded(&ours);
+    assert!(left.is_empty(), "programs {left:?} left loaded after q");
+}
