@@ -70,6 +70,12 @@ pub enum AttachMode {
     RawTp,
     /// Classic tracepoint through perf events: the record is built before the program runs.
     Tracepoint,
+    /// fentry/fexit on a kernel function (BTF trampolines): cheap, but absent on some kernels
+    /// (`features::fentry`) and tied to a function name that may change.
+    Fentry,
+    /// kprobe/kretprobe on a kernel function (`features::kprobes`): the costliest, the most widely
+    /// available where CONFIG_KPROBES is on.
+    Kprobe,
 }
 
 impl AttachMode {
@@ -78,6 +84,8 @@ impl AttachMode {
             AttachMode::TpBtf => "tp_btf",
             AttachMode::RawTp => "raw_tp",
             AttachMode::Tracepoint => "tracepoint",
+            AttachMode::Fentry => "fentry",
+            AttachMode::Kprobe => "kprobe",
         }
     }
 }

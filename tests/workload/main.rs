@@ -4,8 +4,10 @@
 
 use std::{fs::OpenOptions, io::Write, os::fd::AsRawFd, time::Instant};
 
+mod vm_check;
+
 fn usage() -> ! {
-    eprintln!("usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC");
+    eprintln!("usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC | vm-check");
     std::process::exit(2);
 }
 
@@ -13,6 +15,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("fsync") if args.len() == 4 => fsync(&args[1], parse(&args[2]), parse(&args[3])),
+        Some("vm-check") => std::process::exit(vm_check::main()),
         _ => usage(),
     }
 }

@@ -12,15 +12,17 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 
 mod toolchain;
+mod vm;
 
 const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS]>\n\
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test>\n\
      \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
      \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
      \n  run     build, then run tracekit with ARGS (as root)\
-     \n  test    build, then run every test: unit tests, and the root tests against the real kernel"
+     \n  test    build, then run every test: unit tests, the root tests against this kernel, and vm-test\
+     \n  vm-test build, then run the checks on a second kernel (Debian 6.1, two NUMA nodes) under qemu"
 }
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
         Some("build") => build().map(|_| ()),
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("vm-test") => build().and_then(|bin| vm::vm_test(&bin)),
         Some("-h" | "--help" | "help") => {
             println!("{}", usage());
             Ok(())
@@ -132,5 +135,10 @@ fn test(extra: &[String]) -> Result<()> {
     if !extra.is_empty() {
         c.arg("--").args(extra);
     }
-    status(c)
+    status(c)?;
+    // The same suite's checks on a second kernel; a filtered run (extra args) skips it.
+    if extra.is_empty() {
+        vm::vm_test(&bin)?;
+    }
+    Ok(())
 }

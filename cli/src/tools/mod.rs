@@ -2,6 +2,7 @@
 
 use crate::{options::Common, procinfo, tracefs::Tracefs};
 
+pub mod doctor;
 pub mod fsync_lat;
 
 macro_rules! registry {
@@ -29,6 +30,8 @@ macro_rules! registry {
 registry! {
     /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
     FsyncLat => fsync_lat,
+    /// Run first on an unknown node: per tool and hook, the attach mode this kernel allows and why.
+    Doctor => doctor,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,
