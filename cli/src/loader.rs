@@ -151,6 +151,8 @@ fn prog_load_err(program: &str, e: ProgramError) -> LoadError {
             verifier_log,
         } => {
             let log = verifier_log.to_string();
+            // The error is often well before the last lines; RUST_LOG=tracekit=debug shows it all.
+            tracing::debug!("verifier log of {program}:\n{log}");
             let tail: Vec<&str> = log
                 .lines()
                 .rev()
