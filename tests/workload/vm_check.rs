@@ -36,6 +36,7 @@ fn verdict(name: &str, v: &str, detail: &str) {
 
 pub fn main() -> i32 {
     let mut failed = 0;
+    let t = std::time::Instant::now();
     let doctor = Command::new(tracekit_bin())
         .args(["doctor", "--json"])
         .output();
@@ -87,11 +88,16 @@ pub fn main() -> i32 {
         verdict(
             "doctor",
             "ok",
-            &format!("exit {code}, {} tool(s)", tools.len()),
+            &format!(
+                "exit {code}, {} tool(s) ({:.1}s)",
+                tools.len(),
+                t.elapsed().as_secs_f64()
+            ),
         );
     }
 
     for (name, can_run, why) in &tools {
+        let t = std::time::Instant::now();
         let check = CHECKS.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
         let res = if !can_run {
             refuses_clearly(name, why).map(|d| ("degraded", d))
@@ -107,6 +113,8 @@ pub fn main() -> i32 {
         } else {
             Err("no VM check for this tool: add one to CHECKS in tests/workload/vm_check.rs".into())
         };
+        let took = format!(" ({:.1}s)", t.elapsed().as_secs_f64());
+        let res = res.map(|(v, d)| (v, d + &took)).map_err(|e| e + &took);
         match res {
             Ok((v, d)) => verdict(name, v, &d),
             Err(e) => {
