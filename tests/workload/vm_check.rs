@@ -36,6 +36,10 @@ fn verdict(name: &str, v: &str, detail: &str) {
 
 pub fn main() -> i32 {
     let mut failed = 0;
+    // In the VM only (init sets TKVM_GUEST): unmount tracefs so doctor's own mount is tested.
+    let unmounted = std::env::var_os("TKVM_GUEST").is_some()
+        // SAFETY: plain syscall with a NUL-terminated path.
+        && unsafe { libc::umount2(c"/sys/kernel/tracing".as_ptr(), 0) } == 0;
     let t = std::time::Instant::now();
     let doctor = Command::new(tracekit_bin())
         .args(["doctor", "--json"])
@@ -70,6 +74,27 @@ pub fn main() -> i32 {
             )
         })
         .collect();
+    if unmounted {
+        let sys = lines.iter().find(|l| l["type"] == "system");
+        let by_doctor = sys.map(|s| s["tracefs"]["mounted_by_doctor"] == true);
+        if by_doctor == Some(true) {
+            verdict(
+                "tracefs-mount",
+                "ok",
+                "doctor found tracefs unmounted, mounted it and said so",
+            );
+        } else {
+            failed += 1;
+            verdict(
+                "tracefs-mount",
+                "FAIL",
+                &format!(
+                    "tracefs was unmounted but doctor says {:?}",
+                    sys.map(|s| &s["tracefs"])
+                ),
+            );
+        }
+    }
     let all_run = tools.iter().all(|t| t.1);
     let code = doctor.status.code().unwrap_or(-1);
     let want = if all_run { 0 } else { 6 };

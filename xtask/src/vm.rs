@@ -242,7 +242,7 @@ mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mkdir -p /tmp
 echo "TKVM|boot $(cat /proc/uptime)"
-TRACEKIT_BIN=/bin/tracekit TK_WORKLOAD=/bin/tk-workload /bin/tk-workload vm-check
+TKVM_GUEST=1 TRACEKIT_BIN=/bin/tracekit TK_WORKLOAD=/bin/tk-workload /bin/tk-workload vm-check
 echo "TKVM|exit $?"
 poweroff -f
 "#;
@@ -560,6 +560,33 @@ pub fn compare_doctor(host: &[Value], guest: &[Value]) -> Vec<String> {
             eprintln!("  hook {hook}: host {m}, guest {other}");
         }
     }
+    // Field layouts (offset, size) of the tracepoints tools read.
+    let layouts = |lines: &[Value]| -> BTreeMap<String, Value> {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "hook")
+            .map(|l| {
+                (
+                    format!(
+                        "{} {}",
+                        l["for"].as_str().unwrap_or(""),
+                        l["event"].as_str().unwrap_or("")
+                    ),
+                    l["layout"].clone(),
+                )
+            })
+            .collect()
+    };
+    let (hl, gl) = (layouts(host), layouts(guest));
+    let mut same = 0;
+    for (hook, l) in &hl {
+        match gl.get(hook) {
+            Some(g) if g == l => same += 1,
+            Some(g) => eprintln!("  layout {hook}: host {l}, guest {g}"),
+            None => {}
+        }
+    }
+    eprintln!("  ({same} hook(s) read the same fields at the same offsets on both kernels)");
     for (what, ptr, want) in [
         ("kprobes", "/kprobes/available", Value::Bool(true)),
         ("fentry", "/fentry/available", Value::Bool(true)),

@@ -73,6 +73,8 @@ pub struct HookVerdict {
     pub rejected: Vec<(AttachMode, String)>,
     pub fields_found: Vec<String>,
     pub fields_missing: Vec<String>,
+    /// (offset, size) of each field found: layouts differ between kernels.
+    pub layout: Vec<(String, u32, u32)>,
     /// Why the format could not be read, if it could not.
     pub format_error: Option<String>,
 }
@@ -188,6 +190,15 @@ pub fn resolve(hook: &Hook, env: &Env, f: &HookFacts) -> HookVerdict {
         }
         Err(e) => (Vec::new(), Vec::new(), Some(e.clone())),
     };
+    let layout = match &f.format {
+        Ok(fmt) => hook
+            .fields
+            .iter()
+            .filter_map(|x| fmt.field(x).ok())
+            .map(|x| (x.name.clone(), x.offset, x.size))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let (mode, why) = match chosen {
         Some((m, why)) => (Some(m), why),
         None if hook.modes.is_empty() => (None, "the hook declares no attach mode".into()),
@@ -201,6 +212,7 @@ pub fn resolve(hook: &Hook, env: &Env, f: &HookFacts) -> HookVerdict {
         rejected,
         fields_found,
         fields_missing,
+        layout,
         format_error,
     }
 }
@@ -555,6 +567,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "rejected": v.rejected.iter().map(|(m, w)| json!({"mode": m.as_str(), "why": w})).collect::<Vec<_>>(),
                 "fields_found": v.fields_found,
                 "fields_missing": v.fields_missing,
+                "layout": v.layout.iter().map(|(n, o, sz)| (n.clone(), json!({"offset": o, "size": sz}))).collect::<serde_json::Map<_, _>>(),
                 "format_error": v.format_error,
             }));
             let mode = v.mode.map(AttachMode::as_str).unwrap_or("NONE");
@@ -665,6 +678,7 @@ mod tests {
         assert_eq!(v.mode, Some(AttachMode::TpBtf));
         assert!(v.rejected.is_empty());
         assert_eq!(v.fields_found.len(), 3);
+        assert_eq!(v.layout[0], ("prev_pid".to_string(), 24, 4));
         // No BTF: raw_tp, with the reason tp_btf was not used.
         let v = resolve(&SWITCH, &env(false, false, false), &switch_facts(None));
         assert_eq!(v.mode, Some(AttachMode::RawTp));
@@ -769,6 +783,7 @@ mod tests {
             rejected: vec![],
             fields_found: vec![],
             fields_missing: vec![],
+            layout: vec![],
             format_error: None,
         };
         let bad = |opt: bool| HookVerdict {
