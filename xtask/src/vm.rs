@@ -133,7 +133,8 @@ fn kernel() -> Result<PathBuf> {
         return Ok(uncompressed(&image));
     }
     eprintln!("xtask: downloading {pkg} (Debian's current 6.1 kernel, for the VM tests)");
-    let dl = cache.join("download");
+    // Per process: work trees may run vm-test at the same time; renames publish atomically.
+    let dl = cache.join(format!("download-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dl);
     fs::create_dir_all(&dl)?;
     let mut c = apt(&["download", &pkg]);
@@ -161,11 +162,18 @@ fn kernel() -> Result<PathBuf> {
                 .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
         })
         .context("no vmlinuz in the kernel package")?;
-    let tmp = cache.join(".vmlinuz.tmp");
+    let tmp = cache.join(format!(".vmlinuz.{}.tmp", std::process::id()));
     fs::copy(&vmlinuz, &tmp)?;
     fs::rename(&tmp, &image)?;
     // Only the image is kept: the modules are not needed (the initramfs loads none).
     let _ = fs::remove_dir_all(&dl);
+    // Older kernels Debian has since replaced are of no further use.
+    for old in cached_kernels(&cache) {
+        if old != image {
+            let _ = fs::remove_file(&old);
+            let _ = fs::remove_file(old.with_extension("vmlinux"));
+        }
+    }
     Ok(uncompressed(&image))
 }
 
@@ -181,7 +189,7 @@ fn uncompressed(bzimage: &Path) -> PathBuf {
         let data = fs::read(bzimage).ok()?;
         let magic = b"\xfd7zXZ\0";
         let at = data.windows(magic.len()).position(|w| w == magic)?;
-        let tmp = elf.with_extension("tmp");
+        let tmp = elf.with_extension(format!("{}.tmp", std::process::id()));
         let out = fs::File::create(&tmp).ok()?;
         let mut child = Command::new("xz")
             .arg("-dc")
@@ -641,6 +649,40 @@ pub fn compare_doctor(host: &[Value], guest: &[Value]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doctor_comparison_demands_what_the_guest_has() {
+        // Host facts as this machine's sysfs shows them, so only the guest side decides.
+        let kp = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+        let nodes = fs::read_dir("/sys/devices/system/node")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.strip_prefix("node")
+                            .is_some_and(|r| r.parse::<u32>().is_ok())
+                    })
+                    .count()
+            })
+            .unwrap_or(1);
+        let host = vec![
+            serde_json::json!({"type": "system", "kprobes": {"available": kp},
+            "fentry": {"available": false}, "numa_nodes": nodes}),
+        ];
+        let good = vec![
+            serde_json::json!({"type": "system", "kprobes": {"available": true},
+            "fentry": {"available": true}, "numa_nodes": 2}),
+        ];
+        assert_eq!(compare_doctor(&host, &good), Vec::<String>::new());
+        let bad = vec![
+            serde_json::json!({"type": "system", "kprobes": {"available": true},
+            "fentry": {"available": false}, "numa_nodes": 1}),
+        ];
+        let f = compare_doctor(&host, &bad);
+        assert!(f.iter().any(|m| m.contains("fentry")), "{f:?}");
+        assert!(f.iter().any(|m| m.contains("NUMA nodes")), "{f:?}");
+        assert!(!compare_doctor(&host, &[]).is_empty());
+    }
 
     #[test]
     fn console_lines_with_kernel_noise() {
