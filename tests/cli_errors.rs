@@ -83,3 +83,15 @@ fn help_documents_exit_codes() {
         "{s}"
     );
 }
+
+#[test]
+fn doctor_documents_its_exit_code() {
+    let o = Command::new(tracekit_bin())
+        .args(["doctor", "--help"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("6  doctor: some tool cannot run"), "{s}");
+    assert!(s.contains("--json"), "{s}");
+}

@@ -74,6 +74,12 @@ pub enum AttachMode {
     RawTp,
     /// Classic tracepoint through perf events: the record is built before the program runs.
     Tracepoint,
+    /// fentry/fexit on a kernel function (BTF trampolines): cheap, but absent on some kernels
+    /// (`features::fentry`) and tied to a function name that may change.
+    Fentry,
+    /// kprobe/kretprobe on a kernel function (`features::kprobes`): the costliest, the most widely
+    /// available where CONFIG_KPROBES is on.
+    Kprobe,
 }
 
 impl AttachMode {
@@ -82,6 +88,8 @@ impl AttachMode {
             AttachMode::TpBtf => "tp_btf",
             AttachMode::RawTp => "raw_tp",
             AttachMode::Tracepoint => "tracepoint",
+            AttachMode::Fentry => "fentry",
+            AttachMode::Kprobe => "kprobe",
         }
     }
 }
@@ -147,6 +155,8 @@ fn prog_load_err(program: &str, e: ProgramError) -> LoadError {
             verifier_log,
         } => {
             let log = verifier_log.to_string();
+            // The error is often well before the last lines; RUST_LOG=tracekit=debug shows it all.
+            tracing::debug!("verifier log of {program}:\n{log}");
             let tail: Vec<&str> = log
                 .lines()
                 .rev()

@@ -26,8 +26,11 @@ pub fn tracekit_bin() -> PathBuf {
     p
 }
 
-/// `tk-workload`, built beside the test executables.
+/// `tk-workload`: `TK_WORKLOAD` (set in the VM), else built beside the test executables.
 pub fn workload_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TK_WORKLOAD") {
+        return PathBuf::from(p);
+    }
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let p = dir.join("tk-workload");

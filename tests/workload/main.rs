@@ -12,9 +12,11 @@ use std::{
     time::Instant,
 };
 
+mod vm_check;
+
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload spin MILLISECONDS"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload spin MILLISECONDS\n       tk-workload vm-check"
     );
     std::process::exit(2);
 }
@@ -36,6 +38,7 @@ fn main() {
         Some("memcg-write") if args.len() == 4 => memcg_write(&args[1], &args[2], parse(&args[3])),
         Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1])),
         Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64),
+        Some("vm-check") => std::process::exit(vm_check::main()),
         _ => usage(),
     }
 }

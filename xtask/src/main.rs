@@ -13,15 +13,17 @@ use anyhow::{bail, Context as _, Result};
 
 mod bench;
 mod toolchain;
+mod vm;
 
 const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | bench [--quick]>\n\
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test | bench [--quick]>\n\
      \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
      \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
      \n  run     build, then run tracekit with ARGS (as root)\
-     \n  test    build, then run every test: unit tests, and the root tests against the real kernel\
+     \n  test    build, then run every test: unit tests, the root tests against this kernel, and vm-test\
+     \n  vm-test build, then run the checks on a second kernel (Debian 6.1, two NUMA nodes) under qemu\
      \n  bench   overhead, start-up and memory beside libbpf-tools and bpftrace -> docs/benchmarks.md"
 }
 
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("vm-test") => build().and_then(|bin| vm::vm_test(&bin)),
         Some("-h" | "--help" | "help") => {
             println!("{}", usage());
             Ok(())
@@ -139,5 +142,10 @@ fn test(extra: &[String]) -> Result<()> {
     if !extra.is_empty() {
         c.arg("--").args(extra);
     }
-    status(c)
+    status(c)?;
+    // The same suite's checks on a second kernel; a filtered run (extra args) skips it.
+    if extra.is_empty() {
+        vm::vm_test(&bin)?;
+    }
+    Ok(())
 }

@@ -4,6 +4,7 @@ use crate::{options::Common, procinfo, tracefs::Tracefs};
 
 pub mod bench_floor;
 pub mod ctxsw;
+pub mod doctor;
 pub mod fsync_lat;
 pub mod memstall;
 pub mod runq_lat;
@@ -44,6 +45,8 @@ registry! {
     Ctxsw => ctxsw,
     /// Run-queue latency per process: waits after a wakeup and after a preemption.
     RunqLat => runq_lat,
+    /// Run first on an unknown node: per tool and hook, the attach mode this kernel allows and why.
+    Doctor => doctor,
 }
 
 /// One kernel hook a tool uses: which event, the fields it reads, and how it can attach,

@@ -1,0 +1,364 @@
+//! `tk-workload vm-check`: the checks `cargo xtask vm-test` runs inside the VM (Debian's 6.1
+//! kernel). Each tool `tracekit doctor` lists gets a verdict on the serial console:
+//!
+//! - `ok`: the tool loaded, attached, saw its culprit triggered by the same workload as the root
+//!   test, and its numbers match the guest kernel's own (or the workload's own) counts;
+//! - `degraded`: doctor says the tool cannot run on this kernel, and the tool itself refuses with
+//!   one clear line and exit code 4 (what "detect, degrade, explain" means for a whole tool);
+//! - `FAIL`: anything else, including a tool that has no check here.
+//!
+//! A new tool joins by adding one line to [`CHECKS`].
+
+use std::{
+    panic::{catch_unwind, AssertUnwindSafe},
+    process::Command,
+    time::Duration,
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+type Check = fn() -> Result<String, String>;
+
+/// Per-tool checks, by the tool's subcommand name.
+const CHECKS: &[(&str, Check)] = &[
+    ("fsync-lat", fsync_lat),
+    ("ctxsw", ctxsw),
+    ("runq-lat", runq_lat),
+    ("memstall", memstall),
+    ("bench-floor", bench_floor),
+];
+
+const PREFIX: &str = "TKVM|";
+
+fn verdict(name: &str, v: &str, detail: &str) {
+    // One line each: the console is the only channel back to the host.
+    let detail: String = detail
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    println!("{PREFIX}check {name} {v} {detail}");
+}
+
+pub fn main() -> i32 {
+    let mut failed = 0;
+    // In the VM only (init sets TKVM_GUEST): unmount tracefs so doctor's own mount is tested.
+    let unmounted = std::env::var_os("TKVM_GUEST").is_some()
+        // SAFETY: plain syscall with a NUL-terminated path.
+        && unsafe { libc::umount2(c"/sys/kernel/tracing".as_ptr(), 0) } == 0;
+    let t = std::time::Instant::now();
+    let doctor = Command::new(tracekit_bin())
+        .args(["doctor", "--json"])
+        .output();
+    let doctor = match doctor {
+        Ok(o) => o,
+        Err(e) => {
+            verdict(
+                "doctor",
+                "FAIL",
+                &format!("cannot run tracekit doctor: {e}"),
+            );
+            return 1;
+        }
+    };
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for l in &lines {
+        println!("{PREFIX}doctor {l}");
+    }
+    let tools: Vec<(String, bool, String)> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool")
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap_or("").to_string(),
+                l["can_run"] == true,
+                l["why"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    if unmounted {
+        let sys = lines.iter().find(|l| l["type"] == "system");
+        let by_doctor = sys.map(|s| s["tracefs"]["mounted_by_doctor"] == true);
+        if by_doctor == Some(true) {
+            verdict(
+                "tracefs-mount",
+                "ok",
+                "doctor found tracefs unmounted, mounted it and said so",
+            );
+        } else {
+            failed += 1;
+            verdict(
+                "tracefs-mount",
+                "FAIL",
+                &format!(
+                    "tracefs was unmounted but doctor says {:?}",
+                    sys.map(|s| &s["tracefs"])
+                ),
+            );
+        }
+    }
+    let all_run = tools.iter().all(|t| t.1);
+    let code = doctor.status.code().unwrap_or(-1);
+    let want = if all_run { 0 } else { 6 };
+    if tools.is_empty() || code != want {
+        failed += 1;
+        verdict(
+            "doctor",
+            "FAIL",
+            &format!(
+                "exit {code}, expected {want} for {} tool(s); stderr: {}",
+                tools.len(),
+                String::from_utf8_lossy(&doctor.stderr).trim()
+            ),
+        );
+    } else {
+        verdict(
+            "doctor",
+            "ok",
+            &format!(
+                "exit {code}, {} tool(s) ({:.1}s)",
+                tools.len(),
+                t.elapsed().as_secs_f64()
+            ),
+        );
+    }
+
+    for (name, can_run, why) in &tools {
+        let t = std::time::Instant::now();
+        let check = CHECKS.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+        let res = if !can_run {
+            refuses_clearly(name, why).map(|d| ("degraded", d))
+        } else if let Some(check) = check {
+            match catch_unwind(AssertUnwindSafe(check)) {
+                Ok(r) => r.map(|d| ("ok", d)),
+                Err(p) => Err(p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".into())),
+            }
+        } else {
+            Err("no VM check for this tool: add one to CHECKS in tests/workload/vm_check.rs".into())
+        };
+        let took = format!(" ({:.1}s)", t.elapsed().as_secs_f64());
+        let res = res.map(|(v, d)| (v, d + &took)).map_err(|e| e + &took);
+        match res {
+            Ok((v, d)) => verdict(name, v, &d),
+            Err(e) => {
+                failed += 1;
+                verdict(name, "FAIL", &e);
+            }
+        }
+    }
+    for (n, _) in CHECKS {
+        if !tools.iter().any(|t| t.0 == *n) {
+            failed += 1;
+            verdict(n, "FAIL", "has a VM check but doctor does not list it");
+        }
+    }
+    i32::from(failed > 0)
+}
+
+/// A tool doctor says cannot run must say so itself: exit 4, one line on stderr.
+fn refuses_clearly(tool: &str, why: &str) -> Result<String, String> {
+    let out = Command::new(tracekit_bin())
+        .args([tool, "--json", "--duration", "1s"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let err = err.trim();
+    if out.status.code() != Some(4) || err.lines().count() != 1 {
+        return Err(format!(
+            "doctor says it cannot run ({why}) but `tracekit {tool}` exited {:?} with stderr {err:?}",
+            out.status.code()
+        ));
+    }
+    Ok(format!("cannot run here ({why}); the tool says: {err}"))
+}
+
+/// fsync-lat: exact counts N and M for the workload's pid (the root test's workload, smaller).
+fn fsync_lat() -> Result<String, String> {
+    const N: u64 = 40;
+    const M: u64 = 20;
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json"]);
+    let meta = tk.wait_attached();
+    let ids = program_ids(&meta);
+    let modes: Vec<String> = meta["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}={}",
+                p["name"].as_str().unwrap_or("?"),
+                p["attach"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let w = run_workload(&["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
+    if !status.success() {
+        return Err(format!("exit {status}: {stderr}"));
+    }
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")? as u32;
+    let rows = rows_for(&lines, "fsync-lat", pid);
+    let mut got = Vec::new();
+    for (syscall, key, n) in [("fsync", "fsync_ns", N), ("fdatasync", "fdatasync_ns", M)] {
+        let row = rows
+            .iter()
+            .find(|r| r["syscall"] == syscall)
+            .ok_or_else(|| format!("no {syscall} row for pid {pid}"))?;
+        if row["count"] != n || row["errors"] != 0 {
+            return Err(format!(
+                "{syscall}: count {} errors {}, expected {n} and 0",
+                row["count"], row["errors"]
+            ));
+        }
+        // The kernel times inside the syscall, the workload around it.
+        let own: u64 = w[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_u64)
+            .sum();
+        let total = row["total_ns"].as_u64().unwrap_or(u64::MAX);
+        if total > own {
+            return Err(format!(
+                "{syscall}: total {total} ns exceeds the workload's own {own} ns"
+            ));
+        }
+        got.push(format!("{syscall} {n}/{n}"));
+    }
+    let left = wait_unloaded(&ids);
+    if !left.is_empty() {
+        return Err(format!("programs {left:?} still loaded after exit"));
+    }
+    Ok(format!(
+        "{} exact for pid {pid}; {}; programs unloaded",
+        got.join(", "),
+        modes.join(" ")
+    ))
+}
+
+/// Runs `tracekit ARGS --json` around `workload`; returns its JSON lines, the workload's report
+/// and the attach modes; checks exit status and that the programs are unloaded afterwards.
+fn traced(args: &[&str], workload: &[&str]) -> Result<(Vec<Value>, Value, String), String> {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let mut tk = Tracer::spawn(&a);
+    let meta = tk.wait_attached();
+    let ids = program_ids(&meta);
+    let modes: Vec<String> = meta["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}={}",
+                p["name"].as_str().unwrap_or("?"),
+                p["attach"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let w = run_workload(workload);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
+    if !status.success() {
+        return Err(format!("exit {status}: {stderr}"));
+    }
+    let left = wait_unloaded(&ids);
+    if !left.is_empty() {
+        return Err(format!("programs {left:?} still loaded after exit"));
+    }
+    Ok((lines, w, modes.join(" ")))
+}
+
+fn sum(lines: &[Value], tool: &str, pid: u32, key: &str) -> u64 {
+    rows_for(lines, tool, pid)
+        .iter()
+        .filter_map(|r| r[key].as_u64())
+        .sum()
+}
+
+/// ctxsw: per-pid voluntary/involuntary equal the children's own /proc deltas (+ the exit).
+fn ctxsw() -> Result<String, String> {
+    let (lines, w, modes) = traced(&["ctxsw"], &["pingpong", "2000"])?;
+    let mut got = Vec::new();
+    for p in w["procs"].as_array().ok_or("no procs")? {
+        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
+        for k in ["voluntary", "involuntary"] {
+            let (tk, own) = (sum(&lines, "ctxsw", pid, k), p[k].as_u64().unwrap_or(0));
+            if tk < own || tk > own + (own / 100).max(5) {
+                return Err(format!("pid {pid} {k}: tracekit {tk}, /proc {own}"));
+            }
+            got.push(format!("{k} {tk}/{own}"));
+        }
+    }
+    Ok(format!("{}; {modes}", got.join(", ")))
+}
+
+/// runq-lat: total wait per pid agrees with the children's schedstat run_delay delta (10 %).
+fn runq_lat() -> Result<String, String> {
+    let (lines, w, modes) = traced(&["runq-lat"], &["pingpong", "2000"])?;
+    let mut got = Vec::new();
+    for p in w["procs"].as_array().ok_or("no procs")? {
+        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
+        let (tk, own) = (
+            sum(&lines, "runq-lat", pid, "total_ns"),
+            p["run_delay_ns"].as_u64().unwrap_or(0),
+        );
+        if (tk as f64 - own as f64).abs() > own as f64 * 0.10 + 1e6 {
+            return Err(format!(
+                "pid {pid}: total wait {tk} ns, schedstat run_delay {own} ns"
+            ));
+        }
+        got.push(format!("{tk}/{own} ns"));
+    }
+    Ok(format!("run_delay {}; {modes}", got.join(", ")))
+}
+
+/// memstall: compaction requested through /proc/sys/vm/compact_memory is attributed to the
+/// writer, with total stall time no larger than its wall time.
+fn memstall() -> Result<String, String> {
+    let (lines, w, modes) = traced(&["memstall"], &["compact"])?;
+    let pid = w["pid"].as_u64().ok_or("no pid")? as u32;
+    let rows: Vec<&Value> = rows_for(&lines, "memstall", pid)
+        .into_iter()
+        .filter(|r| r["kind"] == "compaction")
+        .collect();
+    let count: u64 = rows.iter().filter_map(|r| r["count"].as_u64()).sum();
+    let total: u64 = rows.iter().filter_map(|r| r["total_ns"].as_u64()).sum();
+    let wall = w["wall_ns"].as_u64().unwrap_or(0);
+    if count == 0 || total > wall {
+        return Err(format!(
+            "compaction count {count}, total {total} ns, writer wall {wall} ns"
+        ));
+    }
+    Ok(format!(
+        "{count} compactions, {total} ns <= wall {wall} ns; {modes}"
+    ))
+}
+
+/// bench-floor: the cheapest sched_switch program attaches and counts.
+fn bench_floor() -> Result<String, String> {
+    let (lines, _, modes) = traced(
+        &["bench-floor", "--hook", "sched-switch"],
+        &["pingpong", "200"],
+    )?;
+    let events: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "stats")
+        .filter_map(|l| l["events"].as_u64())
+        .sum();
+    if events < 400 {
+        return Err(format!(
+            "only {events} sched_switch events for 400 pipe hops"
+        ));
+    }
+    Ok(format!("{events} events; {modes}"))
+}
