@@ -290,6 +290,9 @@ fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
                 serde_json::json!({
                     "pid": std::process::id(), "voluntary": v1 - v0,
                     "involuntary": i1 - i0, "run_delay_ns": r1 - r0,
+                    // Since fork (the kernel zeroes sched_info there): includes the first wait
+                    // after fork, which tracekit sees and the delta above cannot.
+                    "run_delay_life_ns": r1,
                 })
             );
             // SAFETY: writes a short line (atomic below PIPE_BUF) and leaves without running

@@ -302,7 +302,7 @@ fn ctxsw() -> Result<String, String> {
     Ok(format!("{}; {modes}", got.join(", ")))
 }
 
-/// runq-lat: total wait per pid agrees with the children's schedstat run_delay delta (10 %).
+/// runq-lat: total wait per pid agrees with the children's schedstat run_delay since fork (10 %).
 fn runq_lat() -> Result<String, String> {
     let (lines, w, modes) = traced(&["runq-lat"], &["pingpong", "2000"])?;
     let mut got = Vec::new();
@@ -310,11 +310,11 @@ fn runq_lat() -> Result<String, String> {
         let pid = p["pid"].as_u64().unwrap_or(0) as u32;
         let (tk, own) = (
             sum(&lines, "runq-lat", pid, "total_ns"),
-            p["run_delay_ns"].as_u64().unwrap_or(0),
+            p["run_delay_life_ns"].as_u64().unwrap_or(0),
         );
         if (tk as f64 - own as f64).abs() > own as f64 * 0.10 + 1e6 {
             return Err(format!(
-                "pid {pid}: total wait {tk} ns, schedstat run_delay {own} ns"
+                "pid {pid}: total wait {tk} ns, schedstat run_delay since fork {own} ns"
             ));
         }
         got.push(format!("{tk}/{own} ns"));

@@ -57,6 +57,8 @@ enum Workload {
     SwitchStorm { secs: u32 },
     /// `tk-workload fsync PATH N 0`. Metric: mean ns per fsync.
     Fsync { n: u32 },
+    /// `tk-workload compact`, N times (each compacts every zone). Metric: ns per compaction run.
+    Compaction { n: u32 },
 }
 
 impl Workload {
@@ -74,6 +76,9 @@ impl Workload {
             Workload::Fsync { n } => {
                 format!("fsync loop: {n} × (write 4 KiB + fsync) on the work tree")
             }
+            Workload::Compaction { n } => {
+                format!("compaction loop: {n} × echo 1 > /proc/sys/vm/compact_memory")
+            }
         }
     }
 
@@ -82,6 +87,7 @@ impl Workload {
             Workload::Pipe { .. } => "us/op",
             Workload::SwitchStorm { .. } => "ns/switch-op",
             Workload::Fsync { .. } => "ns/fsync",
+            Workload::Compaction { .. } => "ns/compaction",
         }
     }
 
@@ -131,6 +137,16 @@ impl Workload {
                     .filter_map(Value::as_f64)
                     .collect();
                 Ok(ns.iter().sum::<f64>() / ns.len().max(1) as f64)
+            }
+            Workload::Compaction { n } => {
+                let mut total = 0.0;
+                for _ in 0..*n {
+                    let out = Command::new(workload_bin).arg("compact").output()?;
+                    let v: Value = serde_json::from_slice(&out.stdout)
+                        .context("tk-workload compact output")?;
+                    total += v["wall_ns"].as_f64().context("wall_ns")?;
+                }
+                Ok(total / f64::from((*n).max(1)))
             }
         }
     }
@@ -500,6 +516,20 @@ pub fn run(args: &[String]) -> Result<()> {
         },
     ];
 
+    let compaction: Vec<Tracer> = vec![
+        Tracer { name: "tracekit memstall".into(), argv: tkj("memstall", &[]), ready: Ready::JsonMeta },
+        Tracer {
+            name: "bpftrace compaction latency hist".into(),
+            argv: s(&[
+                "stdbuf",
+                "-oL",
+                "bpftrace",
+                "-e",
+                "tracepoint:compaction:mm_compaction_begin { @s[tid] = nsecs; } tracepoint:compaction:mm_compaction_end /@s[tid]/ { @ns[comm] = hist(nsecs - @s[tid]); delete(@s[tid]); }",
+            ]),
+            ready: Ready::Line("Attaching"),
+        },
+    ];
     let loops = if quick { 50_000 } else { 200_000 };
     let cases: Vec<(Workload, Vec<Tracer>)> = vec![
         (
@@ -535,6 +565,12 @@ pub fn run(args: &[String]) -> Result<()> {
                 n: if quick { 300 } else { 2000 },
             },
             fsync,
+        ),
+        (
+            Workload::Compaction {
+                n: if quick { 3 } else { 10 },
+            },
+            compaction,
         ),
     ];
 

@@ -14,7 +14,21 @@ use crate::{
 };
 
 pub const NAME: &str = "bench-floor";
-pub const HOOKS: &[Hook] = &[];
+/// Either hook is enough: each run uses the one its workload exercises.
+pub const HOOKS: &[Hook] = &[
+    Hook {
+        event: "sched:sched_switch",
+        fields: &[],
+        modes: &[AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint],
+        optional: true,
+    },
+    Hook {
+        event: "syscalls:sys_enter_fsync",
+        fields: &[],
+        modes: &[AttachMode::Tracepoint],
+        optional: true,
+    },
+];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum FloorHook {
