@@ -202,3 +202,54 @@ fn top_draws_resorts_and_quits_restoring_the_terminal() {
     let left = wait_unloaded(&ours);
     assert!(left.is_empty(), "programs {left:?} left loaded after q");
 }
+
+fn proc_stat_ctxt() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("ctxt "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("ctxt in /proc/stat")
+}
+
+/// A switch storm (several ping-pong pairs at once): ctxsw's totals match the kernel's own
+/// `/proc/stat` `ctxt` within 1 %, and nothing is lost in aggregation.
+#[test]
+fn switch_storm_totals_match_proc_stat() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--interval", "1s"]);
+    tk.wait_attached();
+    let c0 = proc_stat_ctxt();
+    let t0 = Instant::now();
+    let kids: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(workload_bin())
+                .args(["pingpong", "100000"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn pingpong")
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    let (c1, secs) = (proc_stat_ctxt(), t0.elapsed().as_secs_f64());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let stats: Vec<&Value> = lines.iter().filter(|l| l["type"] == "stats").collect();
+    let counted: u64 = stats.iter().map(|l| l["count"].as_u64().unwrap()).sum();
+    let lost: u64 = stats
+        .iter()
+        .map(|l| l["start_map_full"].as_u64().unwrap() + l["key_map_full"].as_u64().unwrap())
+        .sum();
+    let kernel = c1 - c0;
+    let err = counted.abs_diff(kernel) as f64 / kernel as f64;
+    eprintln!(
+        "storm: {:.0} switches/s for {secs:.1} s; ctxsw counted {counted}, /proc/stat ctxt {kernel} ({:.2} % apart), lost {lost}",
+        kernel as f64 / secs,
+        err * 100.0
+    );
+    assert_eq!(lost, 0, "events lost in aggregation mode");
+    assert!(err <= 0.01, "ctxsw {counted} vs /proc/stat ctxt {kernel}");
+}

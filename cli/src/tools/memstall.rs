@@ -1108,20 +1108,12 @@ impl Collector for Memstall {
             "interval_end": end_text,
             "interval_end_ns": end_ns,
         }));
-        report.json.push(json!({
-            "tool": NAME,
-            "type": "stats",
-            "interval_ns": w.elapsed.as_nanos() as u64,
-            "interval_end": end_text,
-            "interval_end_ns": end_ns,
-            "stop": w.stop.as_str(),
-            "stalls": stalls,
-            "events": st[stats::EVENTS as usize],
-            "missed": missed,
-            "start_map_full": st[stats::START_MAP_FULL as usize],
-            "key_map_full": st[stats::KEY_MAP_FULL as usize],
-            "ringbuf_full": st[stats::RINGBUF_FULL as usize],
-        }));
+        report.json.push(engine::stats_line(
+            NAME,
+            w,
+            &st,
+            json!({"stalls": stalls, "missed": missed}),
+        ));
         if w.interval {
             // Keep what is known about live processes; forget the exited.
             self.procs.retain(|pid, _| crate::procinfo::exists(*pid));

@@ -295,20 +295,19 @@ pub fn stats_notes(st: &[u64]) -> Vec<String> {
 /// The `"type":"stats"` JSON line closing each interval.
 pub fn stats_line(tool: &str, w: &crate::engine::Window, st: &[u64], n: u64) -> serde_json::Value {
     use probes_common::{sched as ps, stats};
-    let (end_text, end_ns) = w.end_json();
-    serde_json::json!({
-        "tool": tool,
-        "type": "stats",
-        "interval_ns": w.elapsed.as_nanos() as u64,
-        "interval_end": end_text,
-        "interval_end_ns": end_ns,
-        "stop": w.stop.as_str(),
-        "count": n,
-        "events": st[stats::EVENTS as usize],
-        "missed": st[stats::START_MAP_FULL as usize],
-        "start_map_full": st[stats::START_MAP_FULL as usize],
-        "key_map_full": st[stats::KEY_MAP_FULL as usize],
-        "preempt_map_full": st[ps::STAT_PREEMPT_MAP_FULL as usize],
-        "no_baseline": st[ps::STAT_NO_BASELINE as usize],
-    })
+    let mut all = [0u64; stats::NSTATS as usize];
+    for (a, b) in all.iter_mut().zip(st) {
+        *a = *b;
+    }
+    crate::engine::stats_line(
+        tool,
+        w,
+        &all,
+        serde_json::json!({
+            "count": n,
+            "missed": st[stats::START_MAP_FULL as usize],
+            "preempt_map_full": st[ps::STAT_PREEMPT_MAP_FULL as usize],
+            "no_baseline": st[ps::STAT_NO_BASELINE as usize],
+        }),
+    )
 }
