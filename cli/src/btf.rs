@@ -65,6 +65,17 @@ pub struct Member {
     pub size: u32,
 }
 
+/// The running kernel's BTF, parsed once per process and shared (tools read struct offsets
+/// from it, the loader tp_btf attach ids).
+pub fn vmlinux() -> Result<&'static Btf, BtfError> {
+    static V: std::sync::OnceLock<Btf> = std::sync::OnceLock::new();
+    if let Some(b) = V.get() {
+        return Ok(b);
+    }
+    let b = Btf::from_sys_fs()?;
+    Ok(V.get_or_init(|| b))
+}
+
 pub struct Btf {
     name: String,
     data: Vec<u8>,
@@ -166,6 +177,65 @@ impl Btf {
         }
         self.types = types;
         Ok(())
+    }
+
+    /// Type id of the typedef named `name` (e.g. `btf_trace_sched_switch`).
+    pub fn find_typedef(&self, name: &str) -> Option<u32> {
+        (1..=self.types.len() as u32).find(|&id| {
+            matches!(self.ty(id), Some((n, KIND_TYPEDEF, _, _, _, _)) if self.str_at(n) == name.as_bytes())
+        })
+    }
+
+    /// An aya `Btf` that is enough to load a tp_btf program on `btf_trace_<tp>` for each `tps`.
+    ///
+    /// aya's `BtfTracePoint::load` only looks the typedef `btf_trace_<tp>` up by name to learn
+    /// its type id (the program's attach_btf_id); parsing all of vmlinux for that with aya costs
+    /// about 30 ms, most of a tool's start-up. So this builds a small blob in which those
+    /// typedefs sit at their real vmlinux ids, every other id being a placeholder `int`.
+    /// `None` when a typedef is missing (the kernel lacks the tracepoint or tp_btf).
+    pub fn tp_btf_stub(&self, tps: &[&str]) -> Option<aya::Btf> {
+        let mut wanted: Vec<(u32, String)> = Vec::new();
+        for tp in tps {
+            let name = format!("btf_trace_{tp}");
+            wanted.push((self.find_typedef(&name)?, name));
+        }
+        let max = wanted.iter().map(|w| w.0).max()?;
+        let mut strings = vec![0u8];
+        let mut name_off = std::collections::HashMap::new();
+        for (id, name) in &wanted {
+            name_off.insert(*id, strings.len() as u32);
+            strings.extend_from_slice(name.as_bytes());
+            strings.push(0);
+        }
+        let mut types = Vec::with_capacity(max as usize * 16);
+        let put = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_ne_bytes());
+        for id in 1..=max {
+            match name_off.get(&id) {
+                // typedef -> type 1 (the placeholder int): only its name and kind matter.
+                Some(off) => {
+                    put(&mut types, *off);
+                    put(&mut types, KIND_TYPEDEF << 24);
+                    put(&mut types, 1);
+                }
+                None => {
+                    put(&mut types, 0);
+                    put(&mut types, KIND_INT << 24);
+                    put(&mut types, 4);
+                    put(&mut types, 32);
+                }
+            }
+        }
+        let mut blob = Vec::with_capacity(24 + types.len() + strings.len());
+        blob.extend_from_slice(&MAGIC.to_ne_bytes());
+        blob.extend_from_slice(&[1, 0]);
+        put(&mut blob, 24);
+        put(&mut blob, 0);
+        put(&mut blob, types.len() as u32);
+        put(&mut blob, types.len() as u32);
+        put(&mut blob, strings.len() as u32);
+        blob.extend_from_slice(&types);
+        blob.extend_from_slice(&strings);
+        aya::Btf::parse(&blob, aya::Endianness::default()).ok()
     }
 
     fn str_at(&self, off: u32) -> &[u8] {

@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, time::Duration};
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
     programs::{BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
-    Btf, Ebpf, EbpfLoader,
+    Ebpf, EbpfLoader,
 };
 use probes_common::stats::{Control, NSTATS};
 
@@ -138,7 +138,6 @@ pub struct Session {
     pub ebpf: Ebpf,
     pub attached: Vec<Attached>,
     stats_prev: [u64; NSTATS as usize],
-    btf: Option<Btf>,
 }
 
 fn map_err(map: &str) -> impl FnOnce(aya::maps::MapError) -> LoadError + '_ {
@@ -227,7 +226,6 @@ impl Session {
             ebpf,
             attached: Vec::new(),
             stats_prev: [0; NSTATS as usize],
-            btf: None,
         })
     }
 
@@ -293,10 +291,12 @@ impl Session {
         tp: &str,
     ) -> Result<AttachMode, LoadError> {
         if crate::features::btf_present() {
-            if self.btf.is_none() {
-                self.btf = Btf::from_sys_fs().ok();
-            }
-            if let Some(btf) = &self.btf {
+            // A stub holding just this tracepoint's typedef id, from the shared fast BTF reader
+            // (see crate::btf::Btf::tp_btf_stub), instead of aya's full parse.
+            let stub = crate::btf::vmlinux()
+                .ok()
+                .and_then(|b| b.tp_btf_stub(&[tp]));
+            if let Some(btf) = &stub {
                 let res = (|| -> Result<(), ProgramError> {
                     let p: &mut BtfTracePoint = self
                         .ebpf

@@ -14,6 +14,9 @@ pub const STAT_PREEMPT_MAP_FULL: u32 = 5;
 /// A task already running when tracing began was seen for the first time: that one switch was
 /// classified from the tracepoint's arguments and its run-queue wait is unknown (window edge).
 pub const STAT_NO_BASELINE: u32 = 6;
+/// Switches away from the idle task (pid 0): not a process, so in no row, but counted so the
+/// system total adds up to the kernel's own `ctxt` in /proc/stat.
+pub const STAT_IDLE_SWITCHES: u32 = 7;
 
 /// Snapshot of a task's counters at its previous switch-out (`TASKS` map, keyed by tid).
 #[repr(C)]

@@ -34,7 +34,7 @@ use aya_ebpf::{
 };
 use probes_common::{
     sched::{
-        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_NO_BASELINE,
+        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_IDLE_SWITCHES, STAT_NO_BASELINE,
         STAT_PREEMPT_MAP_FULL,
     },
     stats,
@@ -135,7 +135,8 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
     let o = ro(&SCHED_OFFS);
     let tid = R::i32(prev, o.pid) as u32;
     if tid == 0 {
-        // The idle task: not a process.
+        // The idle task: not a process, but its switches count in the system total.
+        stat(STAT_IDLE_SWITCHES);
         return;
     }
     let tgid = R::i32(prev, o.tgid) as u32;

@@ -207,11 +207,16 @@ fn start(t: &Tracer) -> Result<Running> {
 
 /// utime + stime of `pid` in ms, and (VmRSS, VmHWM) in KiB.
 fn usage(pid: u32) -> (Option<f64>, Option<u64>, Option<u64>) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-    let cpu = stat
-        .as_deref()
-        .and_then(parse_proc_stat_cpu_ticks)
-        .map(|t| t as f64 * 1000.0 / clk_tck());
+    // se.sum_exec_runtime in /proc/<pid>/sched is time on CPU in ms with ns precision, and is
+    // kept even where schedstats are off (then /proc/<pid>/schedstat reads 0); utime+stime in
+    // /proc/<pid>/stat (10 ms ticks) is the fallback.
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/sched"))
+        .ok()
+        .and_then(|s| parse_sum_exec_runtime_ms(&s))
+        .or_else(|| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_proc_stat_cpu_ticks(&stat).map(|t| t as f64 * 1000.0 / clk_tck())
+        });
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -335,6 +340,15 @@ pub fn parse_proc_stat_cpu_ticks(stat: &str) -> Option<u64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the comm: state(3) … utime is field 14, stime 15 overall → index 11, 12 here.
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// `se.sum_exec_runtime : 12.345678` (ms) from /proc/<pid>/sched.
+pub fn parse_sum_exec_runtime_ms(sched: &str) -> Option<f64> {
+    sched
+        .lines()
+        .find(|l| l.trim_start().starts_with("se.sum_exec_runtime"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Milliseconds from the first execve to the last attach syscall in `strace -ttt` output.
@@ -759,7 +773,7 @@ pub fn markdown(doc: &Value) -> String {
         doc["rounds"],
         doc["wall_s"],
     ));
-    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (/proc/<pid>/schedstat; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl`).\n\n");
+    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl`).\n\n");
     for w in doc["workloads"].as_array().into_iter().flatten() {
         m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
         m.push_str("| configuration | median | spread | slowdown | tracer CPU | RSS / peak | events lost |\n|---|---|---|---|---|---|---|\n");
@@ -784,7 +798,7 @@ pub fn markdown(doc: &Value) -> String {
                 fmt_opt(&r["min"], 2),
                 fmt_opt(&r["max"], 2),
                 fmt_opt(&r["slowdown_pct"], 1),
-                fmt_opt(&r["tracer_cpu_ms"], 1),
+                fmt_opt(&r["tracer_cpu_ms"], 2),
                 rss,
                 r["events_lost"]
                     .as_u64()
@@ -843,6 +857,13 @@ mod tests {
     }
 
     #[test]
+    fn parses_sched_runtime() {
+        let s = "tracekit (123, #threads: 1)\n---------\nse.exec_start  :  5.0\nse.sum_exec_runtime                          :             1.014640\n";
+        assert_eq!(parse_sum_exec_runtime_ms(s), Some(1.01464));
+        assert_eq!(parse_sum_exec_runtime_ms("nothing"), None);
+    }
+
+    #[test]
     fn parses_strace_attach_time() {
         let t = "100 1000.000000 execve(\"/x\", [\"x\"], 0x7ff) = 0\n100 1000.010000 bpf(BPF_PROG_LOAD, {...}, 148) = 5\n100 1000.015000 bpf(BPF_LINK_CREATE, {...}, 64) = 6\n100 1000.017500 ioctl(6, PERF_EVENT_IOC_ENABLE, 0) = 0\n100 1000.020000 ioctl(7, PERF_EVENT_IOC_ENABLE, 0) = -1 EINVAL\n";
         let ms = parse_strace_attach_ms(t).unwrap();
@@ -865,7 +886,7 @@ mod tests {
         assert!(m.contains("## w1"));
         assert!(
             m.contains(
-                "| tracekit ctxsw | 4.40 us/op | 4.30–4.60 | 10.0% | 12.0 ms | 4.0 / 8.0 MiB | 0 |"
+                "| tracekit ctxsw | 4.40 us/op | 4.30–4.60 | 10.0% | 12.00 ms | 4.0 / 8.0 MiB | 0 |"
             ),
             "{m}"
         );

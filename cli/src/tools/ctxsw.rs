@@ -337,7 +337,17 @@ impl Collector for Ctxsw {
             tools::scope(&self.common),
             w.stop.as_str(),
         );
-        report.notes.push(system_text(&sys, switches as f64 / secs));
+        // Switches away from the idle task belong to no process but to the system total, which
+        // then matches /proc/stat ctxt; with --pid/--comm only the selected tasks count.
+        let unfiltered = self.common.pids.is_empty() && self.common.comm.is_none();
+        let idle = if unfiltered {
+            st[probes_common::sched::STAT_IDLE_SWITCHES as usize]
+        } else {
+            0
+        };
+        report
+            .notes
+            .push(system_text(&sys, (switches + idle) as f64 / secs));
         report.notes.extend(self.s.notes.iter().cloned());
         report.notes.extend(sched::stats_notes(&st));
         let mut cols = COLUMNS;
@@ -400,7 +410,9 @@ impl Collector for Ctxsw {
         report.json.push(json!({
             "tool": NAME,
             "type": "system",
-            "switches_per_s": (switches as f64 / secs).round() as u64,
+            "switches_per_s": ((switches + idle) as f64 / secs).round() as u64,
+            "switches": switches + idle,
+            "idle_switches": idle,
             "proc_stat_ctxt_per_s": sys.ctxt_per_s.map(|c| c.round() as u64),
             "procs_running": sys.procs_running,
             "steal_ppm": sys.steal_pct.iter().map(|s| s.map(|p| (p * 10_000.0).round() as u64)).collect::<Vec<_>>(),

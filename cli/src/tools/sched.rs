@@ -97,8 +97,8 @@ pub fn open(
         ))
         .into());
     }
-    let btf = Btf::from_sys_fs()?;
-    let offs = task_offsets(&btf).map_err(|e| {
+    let btf = crate::btf::vmlinux()?;
+    let offs = task_offsets(btf).map_err(|e| {
         UserError::KernelFeature(format!("{e}: this kernel's task_struct is not supported"))
     })?;
     // `btf_trace_sched_switch` is (void *, bool preempt, prev, next[, unsigned int prev_state]);
