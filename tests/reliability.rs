@@ -229,3 +229,95 @@ fn hostile_process_names_are_escaped_in_text_and_faithful_in_json() {
     assert_eq!(row["comm"], "\u{1b}[2J\nevil\\xff");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Missing kernel pieces: one line naming what is missing and how to fix it, exit code 4.
+#[test]
+fn missing_tracefs_btf_and_tracepoints_are_named() {
+    require_root();
+    let run = |args: &[&str], env: (&str, &str)| {
+        let o = std::process::Command::new(tracekit_bin())
+            .args(args)
+            .env(env.0, env.1)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let one = |err: &str| assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // No tracefs where it was said to be.
+    let (code, err) = run(
+        &["fsync-lat", "--duration", "1s"],
+        ("TRACEKIT_TRACEFS", "/nonexistent"),
+    );
+    assert_eq!(code, Some(4), "{err}");
+    one(&err);
+    assert!(err.contains("not a tracefs"), "{err}");
+    // A tracefs without the tracepoints a tool needs.
+    let fake = scratch("fake-tracefs");
+    std::fs::create_dir_all(fake.join("events/syscalls")).unwrap();
+    let (code, err) = run(
+        &["fsync-lat", "--duration", "1s"],
+        ("TRACEKIT_TRACEFS", fake.to_str().unwrap()),
+    );
+    assert_eq!(code, Some(4), "{err}");
+    one(&err);
+    assert!(
+        err.contains("syscalls:sys_enter_fsync") && err.contains("CONFIG_FTRACE_SYSCALLS"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(fake);
+    // No BTF: the tools that need task_struct offsets say so.
+    for tool in ["ctxsw", "runq-lat"] {
+        let (code, err) = run(
+            &[tool, "--duration", "1s"],
+            ("TRACEKIT_BTF", "/nonexistent/vmlinux"),
+        );
+        assert_eq!(code, Some(4), "{tool}: {err}");
+        one(&err);
+        assert!(
+            err.contains("BTF") && err.contains("/nonexistent/vmlinux"),
+            "{err}"
+        );
+    }
+}
+
+/// Different tools at once: fsync-lat stays exact while ctxsw runs beside it, and ctxsw reports.
+#[test]
+fn different_tools_run_side_by_side() {
+    require_root();
+    let dir = scratch("side");
+    let mut a = Tracer::spawn(&["fsync-lat", "--json"]);
+    let mut b = Tracer::spawn(&["ctxsw", "--json"]);
+    a.wait_attached();
+    b.wait_attached();
+    let w = run_workload(&["fsync", dir.join("f").to_str().unwrap(), "30", "10"]);
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    a.signal(libc::SIGINT);
+    b.signal(libc::SIGINT);
+    let (_, la, ea) = a.finish(Duration::from_secs(10));
+    let (_, lb, eb) = b.finish(Duration::from_secs(10));
+    assert_eq!(
+        sum_counts(&la, "fsync-lat", |v| v["pid"] == pid
+            && v["syscall"] == "fsync"),
+        30,
+        "{ea}"
+    );
+    assert_eq!(
+        sum_counts(&la, "fsync-lat", |v| v["pid"] == pid
+            && v["syscall"] == "fdatasync"),
+        10,
+        "{ea}"
+    );
+    // The fsync workload sleeps in every fsync: ctxsw saw its voluntary switches.
+    let vol: u64 = rows_for(&lb, "ctxsw", pid)
+        .iter()
+        .filter_map(|r| r["voluntary"].as_u64())
+        .sum();
+    assert!(
+        vol >= 30,
+        "ctxsw saw {vol} voluntary switches of the fsync workload: {eb}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -72,8 +72,17 @@ pub fn vmlinux() -> Result<&'static Btf, BtfError> {
     if let Some(b) = V.get() {
         return Ok(b);
     }
-    let b = Btf::from_sys_fs()?;
+    let b = Btf::from_file(&vmlinux_path())?;
     Ok(V.get_or_init(|| b))
+}
+
+/// Where the kernel's BTF is read from: `TRACEKIT_BTF` when set (a kernel built without
+/// CONFIG_DEBUG_INFO_BTF can be given a BTF file generated for it, as BTFHub provides), else
+/// /sys/kernel/btf/vmlinux.
+pub fn vmlinux_path() -> std::path::PathBuf {
+    std::env::var_os("TRACEKIT_BTF")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(VMLINUX))
 }
 
 pub struct Btf {

@@ -29,7 +29,7 @@ impl From<Exit> for ExitCode {
 }
 
 /// Text for `--help`.
-pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  ran and reported\n  1  other failure\n  2  bad command line\n  3  not permitted: run as root, or with CAP_BPF and CAP_PERFMON\n  4  the kernel lacks something needed (tracefs, BTF, a tracepoint or field)\n  5  a --pid names no running process\n  6  doctor: some tool cannot run on this kernel (the report says which and why)\n\nEnvironment:\n  TRACEKIT_TRACEFS=PATH  use the tracefs mounted at PATH (e.g. /host/sys/kernel/tracing in a container)\n  RUST_LOG=tracekit=debug  log attach decisions and start-up timings to stderr";
+pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  ran and reported\n  1  other failure\n  2  bad command line\n  3  not permitted: run as root, or with CAP_BPF and CAP_PERFMON\n  4  the kernel lacks something needed (tracefs, BTF, a tracepoint or field)\n  5  a --pid names no running process\n  6  doctor: some tool cannot run on this kernel (the report says which and why)\n\nEnvironment:\n  TRACEKIT_TRACEFS=PATH  use the tracefs mounted at PATH (e.g. /host/sys/kernel/tracing in a container)\n  TRACEKIT_BTF=FILE  read the kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux\n  RUST_LOG=tracekit=debug  log attach decisions and start-up timings to stderr";
 
 /// An error whose cause the user can fix; carries its exit code.
 #[derive(Debug, thiserror::Error)]

@@ -462,6 +462,14 @@ fn s(v: &[&str]) -> Vec<String> {
 
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--render") {
+        // Rewrite docs/benchmarks.md from docs/benchmarks.json without measuring again.
+        let docs = root().join("docs");
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(docs.join("benchmarks.json"))?)?;
+        std::fs::write(docs.join("benchmarks.md"), markdown(&doc))?;
+        return Ok(());
+    }
     toolchain::ensure()?;
     ensure_packages()?;
     let tk = build()?;
@@ -808,6 +816,18 @@ pub fn markdown(doc: &Value) -> String {
         }
         m.push('\n');
     }
+    m.push_str("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass)\n\n| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n");
+    for p in doc["bpf_stats"].as_array().into_iter().flatten() {
+        m.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            p["tracer"].as_str().unwrap_or(""),
+            p["program"].as_str().unwrap_or(""),
+            p["attach"].as_str().unwrap_or(""),
+            p["run_cnt"],
+            fmt_opt(&p["ns_per_run"], 0)
+        ));
+    }
+    m.push('\n');
     m.push_str(
         "## Start-up: exec to all programs attached\n\n| tool | median | spread |\n|---|---|---|\n",
     );

@@ -18,7 +18,7 @@ mod vm;
 const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test | bench [--quick]>\n\
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test | bench [--quick | --render]>\n\
      \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
      \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
      \n  run     build, then run tracekit with ARGS (as root)\

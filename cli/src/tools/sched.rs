@@ -91,9 +91,9 @@ pub fn open(
 ) -> anyhow::Result<SchedSession> {
     if !crate::features::btf_present() {
         return Err(UserError::KernelFeature(format!(
-            "{} needs the kernel's BTF ({}, CONFIG_DEBUG_INFO_BTF) to find task_struct fields",
+            "{} needs the kernel's BTF ({} is missing: CONFIG_DEBUG_INFO_BTF, or point TRACEKIT_BTF at a BTF file for this kernel) to find task_struct fields",
             object.name,
-            crate::btf::VMLINUX
+            crate::btf::vmlinux_path().display()
         ))
         .into());
     }
