@@ -199,7 +199,7 @@ fn hostile_process_names_are_escaped_in_text_and_faithful_in_json() {
     let dir = scratch("hostile");
     let path = dir.join("f");
     // Text.
-    let mut tk = Tracer::spawn(&["fsync-lat", "--interval", "200ms"]);
+    let tk = Tracer::spawn(&["fsync-lat", "--interval", "200ms"]);
     std::thread::sleep(Duration::from_millis(600));
     run_workload(&["named", HOSTILE_HEX, path.to_str().unwrap(), "3"]);
     std::thread::sleep(Duration::from_millis(300));

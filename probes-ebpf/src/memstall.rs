@@ -92,7 +92,7 @@ fn begin(kind: u32) -> u32 {
     }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    if MS_START.insert(&start_key(tid, kind), &now, 0).is_err() {
+    if MS_START.insert(start_key(tid, kind), now, 0).is_err() {
         stat(stats::START_MAP_FULL);
     }
     0
@@ -106,8 +106,8 @@ fn end(kind: u32, tid: u32) -> Option<u64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let key = start_key(tid, kind);
     // SAFETY: the value is copied out before the delete below.
-    let start = unsafe { MS_START.get(&key) }.copied()?;
-    let _ = MS_START.remove(&key);
+    let start = unsafe { MS_START.get(key) }.copied()?;
+    let _ = MS_START.remove(key);
     Some(now.saturating_sub(start))
 }
 
@@ -121,7 +121,7 @@ fn value(kind: u32, tgid: u32, tid: u32) -> Option<*mut MsVal> {
         gen: generation(),
         _pad: 0,
     };
-    if let Some(p) = MS_HIST.get_ptr_mut(&key) {
+    if let Some(p) = MS_HIST.get_ptr_mut(key) {
         return Some(p);
     }
     let created = match MS_SCRATCH.get_ptr_mut(0) {

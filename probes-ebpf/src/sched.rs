@@ -18,6 +18,7 @@
 //!   sees as constants (frozen read-only globals), instead of `bpf_probe_read_kernel` calls;
 //! - two hash lookups (per-task snapshot by tid, per-process aggregate) and a handful of atomic
 //!   adds per switch.
+//!
 //! Diffing the kernel's counters (instead of classifying each switch from `preempt` and
 //! `prev_state`) also gets the one case the arguments cannot tell right: a task going to sleep
 //! with a signal pending is counted voluntary by the kernel although `prev_state` reads
@@ -153,7 +154,7 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
         _pad: 0,
     };
     let (vol, invol, migr, wait, after_preempt);
-    match TASKS.get_ptr_mut(&tid) {
+    match TASKS.get_ptr_mut(tid) {
         Some(s) => {
             // SAFETY: live map value; only this task's switch-out (one CPU at a time) writes it.
             let s = unsafe { &mut *s };
@@ -174,7 +175,7 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
             // Classification from the arguments, used when no counter baseline exists.
             let by_args_invol = preempt || (ro(&SCHED_HAS_STATE) != 0 && prev_state == 0);
             snap.preempted = by_args_invol as u32;
-            let stored = TASKS.insert(&tid, &snap, 0).is_ok();
+            let stored = TASKS.insert(tid, snap, 0).is_ok();
             if !stored {
                 stat(stats::START_MAP_FULL);
             }
@@ -186,7 +187,7 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
                 migr = now.nr_migrations;
                 wait = Some(now.run_delay);
                 after_preempt = false;
-                if let Some(s) = TASKS.get_ptr_mut(&tid) {
+                if let Some(s) = TASKS.get_ptr_mut(tid) {
                     // SAFETY: live map value, as above.
                     unsafe { (*s).preempted = (invol > 0) as u32 };
                 }
@@ -212,7 +213,7 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
         },
         gen,
     };
-    let val = match SCHED_AGG.get_ptr_mut(&key) {
+    let val = match SCHED_AGG.get_ptr_mut(key) {
         Some(p) => Some(p),
         None => match SCHED_SCRATCH.get_ptr_mut(0) {
             Some(init) => {
@@ -270,13 +271,13 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
             gen,
             _pad: 0,
         };
-        match PREEMPTORS.get_ptr_mut(&pk) {
+        match PREEMPTORS.get_ptr_mut(pk) {
             // SAFETY: `c` is a map value pointer from the lookup just above.
             Some(c) => unsafe { atomic_add(c, invol) },
             None => {
-                if PREEMPTORS.insert(&pk, &invol, BPF_NOEXIST_U64).is_err() {
+                if PREEMPTORS.insert(pk, invol, BPF_NOEXIST_U64).is_err() {
                     // Lost a race with another CPU creating the key, or the map is full.
-                    match PREEMPTORS.get_ptr_mut(&pk) {
+                    match PREEMPTORS.get_ptr_mut(pk) {
                         // SAFETY: as above.
                         Some(c) => unsafe { atomic_add(c, invol) },
                         None => stat(STAT_PREEMPT_MAP_FULL),
@@ -293,5 +294,5 @@ const BPF_NOEXIST_U64: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
 #[inline(always)]
 pub fn on_free<R: Reader>(task: *const u8) {
     let tid = R::i32(task, ro(&SCHED_OFFS).pid) as u32;
-    let _ = TASKS.remove(&tid);
+    let _ = TASKS.remove(tid);
 }

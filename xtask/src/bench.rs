@@ -374,8 +374,7 @@ pub fn parse_strace_attach_ms(trace: &str) -> Option<f64> {
     let last = trace
         .lines()
         .filter(attach)
-        .filter(|l| !l.contains("= -1"))
-        .last()?;
+        .rfind(|l| !l.contains("= -1"))?;
     Some((ts(last)? - ts(start)?) * 1000.0)
 }
 

@@ -303,20 +303,12 @@ fn cells(t: &Ctxsw, r: &Rated) -> Vec<String> {
 
 impl Collector for Ctxsw {
     fn preamble(&self) -> Option<Report> {
-        if !self.common.json {
-            return None;
-        }
-        Some(Report {
-            json: vec![json!({
-                "tool": NAME,
-                "type": "meta",
-                "scope": tools::scope(&self.common),
-                "per_thread": self.common.threads,
-                "programs": self.s.session.programs_json(),
-                "notes": self.s.notes,
-            })],
-            ..Default::default()
-        })
+        tools::meta_report(
+            NAME,
+            &self.common,
+            &self.s.session,
+            json!({"notes": self.s.notes}),
+        )
     }
 
     fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {

@@ -179,26 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None
     };
     let names = FAMILY.iter().map(|(n, nr)| (*nr as u32, *n)).collect();
-    if !common.json {
-        eprintln!(
-            "Tracing {} in {} ({}){}. Ctrl-C to end.",
-            traced.join(", "),
-            tools::scope(&common),
-            session.programs_text(),
-            if skipped.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; skipped: {}",
-                    skipped
-                        .iter()
-                        .map(|(n, r)| format!("{n} ({r})"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
-        );
-    }
+    tools::announce(&traced.join(", "), &common, &session, &skipped);
     let mut tool = FsyncLat {
         session,
         hist,
@@ -262,21 +243,17 @@ impl Collector for FsyncLat {
     }
 
     fn preamble(&self) -> Option<Report> {
-        if !self.common.json {
-            return None;
-        }
-        Some(Report {
-            json: vec![json!({
-                "tool": "fsync-lat",
-                "type": "meta",
-                "traced": self.traced,
-                "skipped": self.skipped.iter().map(|(n, r)| json!({"syscall": n, "reason": r})).collect::<Vec<_>>(),
-                "scope": tools::scope(&self.common),
-                "per_thread": self.common.threads,
-                "programs": self.session.programs_json(),
-            })],
-            ..Default::default()
-        })
+        let skipped: Vec<_> = self
+            .skipped
+            .iter()
+            .map(|(n, r)| json!({"syscall": n, "reason": r}))
+            .collect();
+        tools::meta_report(
+            NAME,
+            &self.common,
+            &self.session,
+            json!({"traced": self.traced, "skipped": skipped}),
+        )
     }
 
     fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {

@@ -593,26 +593,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let hist = HashMap::try_from(take(&mut session, "MS_HIST")?).context("MS_HIST")?;
     let other = Array::try_from(take(&mut session, "MS_OTHER")?).context("MS_OTHER")?;
     let news = RingBuf::try_from(take(&mut session, "MS_NEW")?).context("MS_NEW")?;
-    if !common.json {
-        eprintln!(
-            "Tracing memory stalls ({}) in {} ({}){}. Ctrl-C to end.",
-            traced.join(", "),
-            tools::scope(&common),
-            session.programs_text(),
-            if skipped.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; skipped: {}",
-                    skipped
-                        .iter()
-                        .map(|(n, r)| format!("{n} ({r})"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
-        );
-    }
+    tools::announce(
+        &format!("memory stalls ({})", traced.join(", ")),
+        &common,
+        &session,
+        &skipped,
+    );
     let layout = cgroup::Layout::detect();
     let mut tool = Memstall {
         session,
@@ -772,24 +758,30 @@ impl Collector for Memstall {
     }
 
     fn preamble(&self) -> Option<Report> {
-        if !self.common.json {
-            return None;
-        }
-        Some(Report {
-            json: vec![json!({
-                "tool": NAME,
-                "type": "meta",
+        let skipped: Vec<_> = self
+            .skipped
+            .iter()
+            .map(|(n, r)| json!({"group": n, "reason": r}))
+            .collect();
+        let cgroup_memory = if self.layout.memory_on_v2() {
+            "v2"
+        } else if self.layout.v1_memory.is_some() {
+            "v1"
+        } else {
+            "none"
+        };
+        tools::meta_report(
+            NAME,
+            &self.common,
+            &self.session,
+            json!({
                 "traced": self.traced,
-                "skipped": self.skipped.iter().map(|(n, r)| json!({"group": n, "reason": r})).collect::<Vec<_>>(),
-                "scope": tools::scope(&self.common),
-                "per_thread": self.common.threads,
-                "cgroup_memory": if self.layout.memory_on_v2() { "v2" } else if self.layout.v1_memory.is_some() { "v1" } else { "none" },
+                "skipped": skipped,
+                "cgroup_memory": cgroup_memory,
                 "thp": self.thp_start.json(),
                 "vmstat": self.vm_start,
-                "programs": self.session.programs_json(),
-            })],
-            ..Default::default()
-        })
+            }),
+        )
     }
 
     fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {

@@ -85,6 +85,58 @@ pub fn inflight_cap() -> u32 {
     procinfo::pid_max().clamp(1024, 16384)
 }
 
+/// The `"type":"meta"` line every tool prints in `--json` mode once attached (tests and scripts
+/// wait for it): the tool, its scope and the attached programs with their ids, plus `extra`.
+pub fn meta_report(
+    tool: &str,
+    common: &Common,
+    session: &crate::loader::Session,
+    extra: serde_json::Value,
+) -> Option<crate::render::Report> {
+    if !common.json {
+        return None;
+    }
+    let mut v = serde_json::json!({
+        "tool": tool,
+        "type": "meta",
+        "scope": scope(common),
+        "per_thread": common.threads,
+        "programs": session.programs_json(),
+    });
+    if let serde_json::Value::Object(m) = extra {
+        for (k, x) in m {
+            v[k] = x;
+        }
+    }
+    Some(crate::render::Report {
+        json: vec![v],
+        ..Default::default()
+    })
+}
+
+/// Text mode: one line on stderr saying what was attached and what was skipped and why.
+pub fn announce<A: std::fmt::Display, B: std::fmt::Display>(
+    what: &str,
+    common: &Common,
+    session: &crate::loader::Session,
+    skipped: &[(A, B)],
+) {
+    if common.json {
+        return;
+    }
+    let skipped = if skipped.is_empty() {
+        String::new()
+    } else {
+        let s: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
+        format!("; skipped: {}", s.join(", "))
+    };
+    eprintln!(
+        "Tracing {what} in {} ({}){skipped}. Ctrl-C to end.",
+        scope(common),
+        session.programs_text()
+    );
+}
+
 /// Human description of the `--pid` / `--comm` scope.
 pub fn scope(common: &Common) -> String {
     let mut parts = Vec::new();
