@@ -184,27 +184,10 @@ fn refuses_clearly(tool: &str, why: &str) -> Result<String, String> {
 fn fsync_lat() -> Result<String, String> {
     const N: u64 = 40;
     const M: u64 = 20;
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json"]);
-    let meta = tk.wait_attached();
-    let ids = program_ids(&meta);
-    let modes: Vec<String> = meta["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            format!(
-                "{}={}",
-                p["name"].as_str().unwrap_or("?"),
-                p["attach"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
-    let w = run_workload(&["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
-    if !status.success() {
-        return Err(format!("exit {status}: {stderr}"));
-    }
+    let (lines, w, modes) = traced(
+        &["fsync-lat"],
+        &["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()],
+    )?;
     let pid = w["pid"].as_u64().ok_or("workload printed no pid")? as u32;
     let rows = rows_for(&lines, "fsync-lat", pid);
     let mut got = Vec::new();
@@ -234,14 +217,9 @@ fn fsync_lat() -> Result<String, String> {
         }
         got.push(format!("{syscall} {n}/{n}"));
     }
-    let left = wait_unloaded(&ids);
-    if !left.is_empty() {
-        return Err(format!("programs {left:?} still loaded after exit"));
-    }
     Ok(format!(
-        "{} exact for pid {pid}; {}; programs unloaded",
-        got.join(", "),
-        modes.join(" ")
+        "{} exact for pid {pid}; {modes}; programs unloaded",
+        got.join(", ")
     ))
 }
 

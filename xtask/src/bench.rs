@@ -274,11 +274,14 @@ fn measure(w: &Workload, t: Option<&Tracer>, wl: &Path, scratch: &Path) -> Resul
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["type"] == "stats")
-        .map(|v| {
-            ["start_map_full", "ringbuf_full"]
+        // Only where the tracer reports its losses: a tool without the counters (the floor)
+        // gets "–", not a 0 nobody measured.
+        .filter_map(|v| {
+            let ks: Vec<u64> = ["start_map_full", "ringbuf_full"]
                 .iter()
                 .filter_map(|k| v[*k].as_u64())
-                .sum::<u64>()
+                .collect();
+            (!ks.is_empty()).then(|| ks.iter().sum::<u64>())
         })
         .reduce(|a, b| a + b);
     Ok(Sample {
