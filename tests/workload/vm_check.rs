@@ -7,11 +7,20 @@
 //!   one clear line and exit code 4 (what "detect, degrade, explain" means for a whole tool);
 //! - `FAIL`: anything else, including a tool that has no check here.
 //!
+//! Every check also holds the tool to doctor's word ([`attach_policy`]): each program attaches
+//! to the hooks doctor listed for the tool, in the mode doctor said, and to every hook doctor
+//! said attaches. One attach policy, whichever of the two a user asks.
+//!
 //! A new tool joins by adding one line to [`CHECKS`].
+//!
+//! `cargo xtask vm-test` runs this on the host kernel too (without `TKVM_GUEST`), so every
+//! kernel gets the same verdicts.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     panic::{catch_unwind, AssertUnwindSafe},
     process::Command,
+    sync::OnceLock,
     time::Duration,
 };
 
@@ -30,6 +39,13 @@ const CHECKS: &[(&str, Check)] = &[
 ];
 
 const PREFIX: &str = "TKVM|";
+
+/// Tools run on one of their hooks only, as asked on the command line: doctor's other hooks
+/// for them may go unattached.
+const PARTIAL: &[&str] = &["bench-floor"];
+
+/// This kernel's `doctor --json` lines, for [`attach_policy`].
+static DOCTOR: OnceLock<Vec<Value>> = OnceLock::new();
 
 fn verdict(name: &str, v: &str, detail: &str) {
     // One line each: the console is the only channel back to the host.
@@ -69,6 +85,7 @@ pub fn main() -> i32 {
     for l in &lines {
         println!("{PREFIX}doctor {l}");
     }
+    let _ = DOCTOR.set(lines.clone());
     let tools: Vec<(String, bool, String)> = lines
         .iter()
         .filter(|l| l["type"] == "tool")
@@ -231,6 +248,13 @@ fn traced(args: &[&str], workload: &[&str]) -> Result<(Vec<Value>, Value, String
     let mut tk = Tracer::spawn(&a);
     let meta = tk.wait_attached();
     let ids = program_ids(&meta);
+    let tool = args[0];
+    let policy = attach_policy(
+        tool,
+        DOCTOR.get().map_or(&[][..], Vec::as_slice),
+        &meta,
+        !PARTIAL.contains(&tool),
+    );
     let modes: Vec<String> = meta["programs"]
         .as_array()
         .into_iter()
@@ -253,7 +277,73 @@ fn traced(args: &[&str], workload: &[&str]) -> Result<(Vec<Value>, Value, String
     if !left.is_empty() {
         return Err(format!("programs {left:?} still loaded after exit"));
     }
-    Ok((lines, w, modes.join(" ")))
+    let policy = policy?;
+    Ok((lines, w, format!("{}; {policy}", modes.join(" "))))
+}
+
+/// The name part of an event or attach target: `sched:sched_switch` and `sched_switch` are the
+/// same hook (raw and BTF tracepoints are named without their category).
+fn event_name(e: &str) -> &str {
+    e.rsplit_once(':').map_or(e, |(_, n)| n)
+}
+
+/// Checks what a tool attached (its meta line's `programs`: name, `attach` mode, `targets`)
+/// against what doctor said for it on the same kernel: every target is one of doctor's hooks
+/// for the tool, attached in the mode doctor chose; with `all_hooks`, every hook doctor says
+/// attaches was attached, so a hook doctor calls usable is never silently skipped.
+pub fn attach_policy(
+    tool: &str,
+    doctor: &[Value],
+    meta: &Value,
+    all_hooks: bool,
+) -> Result<String, String> {
+    let said: BTreeMap<&str, Option<&str>> = doctor
+        .iter()
+        .filter(|l| l["type"] == "hook" && l["for"] == tool)
+        .filter_map(|l| Some((event_name(l["event"].as_str()?), l["mode"].as_str())))
+        .collect();
+    if said.is_empty() {
+        return Err(format!("doctor lists no hooks for {tool}"));
+    }
+    let mut errors = Vec::new();
+    let mut attached = BTreeSet::new();
+    for p in meta["programs"].as_array().into_iter().flatten() {
+        let prog = p["name"].as_str().unwrap_or("?");
+        let mode = p["attach"].as_str().unwrap_or("?");
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let t = event_name(t.as_str().unwrap_or("?"));
+            attached.insert(t);
+            match said.get(t) {
+                None => errors.push(format!(
+                    "{prog} attached to {t}, a hook doctor does not list"
+                )),
+                Some(None) => errors.push(format!(
+                    "{prog} attached to {t} ({mode}) where doctor says it cannot attach"
+                )),
+                Some(Some(m)) if *m != mode => {
+                    errors.push(format!("{prog} attached to {t} as {mode}, doctor said {m}"))
+                }
+                Some(Some(_)) => {}
+            }
+        }
+    }
+    if all_hooks {
+        for (e, m) in &said {
+            if let (Some(m), false) = (m, attached.contains(e)) {
+                errors.push(format!(
+                    "doctor says {e} attaches ({m}) but {tool} did not attach it"
+                ));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(format!(
+            "{} hook(s) attached as doctor said",
+            attached.len()
+        ))
+    } else {
+        Err(format!("attach policy: {}", errors.join("; ")))
+    }
 }
 
 fn sum(lines: &[Value], tool: &str, pid: u32, key: &str) -> u64 {
@@ -339,4 +429,88 @@ fn bench_floor() -> Result<String, String> {
         ));
     }
     Ok(format!("{events} events; {modes}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doctor() -> Vec<Value> {
+        let hook = |tool: &str, event: &str, mode: Option<&str>| json!({"type": "hook", "for": tool, "event": event, "mode": mode});
+        vec![
+            json!({"type": "system"}),
+            hook("ctxsw", "sched:sched_switch", Some("tp_btf")),
+            hook("ctxsw", "sched:sched_process_free", Some("tp_btf")),
+            hook("fsync-lat", "syscalls:sys_enter_fsync", Some("tracepoint")),
+            hook("fsync-lat", "syscalls:sys_enter_syncfs", None),
+            hook("bench-floor", "sched:sched_switch", Some("tp_btf")),
+            hook(
+                "bench-floor",
+                "syscalls:sys_enter_fsync",
+                Some("tracepoint"),
+            ),
+        ]
+    }
+
+    fn meta(progs: &[(&str, &str, &[&str])]) -> Value {
+        let p: Vec<Value> = progs
+            .iter()
+            .map(|(n, m, t)| json!({"name": n, "id": 1, "attach": m, "targets": t}))
+            .collect();
+        json!({"type": "meta", "programs": p})
+    }
+
+    #[test]
+    fn tools_attach_as_doctor_said() {
+        let d = doctor();
+        let ok = meta(&[
+            ("sw", "tp_btf", &["sched_switch"]),
+            ("free", "tp_btf", &["sched_process_free"]),
+        ]);
+        assert_eq!(
+            attach_policy("ctxsw", &d, &ok, true),
+            Ok("2 hook(s) attached as doctor said".into())
+        );
+        // The 5.10 failure mode: doctor predicts tp_btf, the tool falls back to raw_tp.
+        let fell_back = meta(&[
+            ("sw_raw", "raw_tp", &["sched_switch"]),
+            ("free", "tp_btf", &["sched_process_free"]),
+        ]);
+        let e = attach_policy("ctxsw", &d, &fell_back, true).unwrap_err();
+        assert!(
+            e.contains("sched_switch as raw_tp, doctor said tp_btf"),
+            "{e}"
+        );
+        // A hook doctor calls usable but the tool skipped.
+        let skipped = meta(&[("sw", "tp_btf", &["sched_switch"])]);
+        let e = attach_policy("ctxsw", &d, &skipped, true).unwrap_err();
+        assert!(
+            e.contains("sched_process_free attaches (tp_btf) but ctxsw did not"),
+            "{e}"
+        );
+        // Classic tracepoint targets carry their category.
+        let fs = meta(&[("enter", "tracepoint", &["syscalls:sys_enter_fsync"])]);
+        assert!(attach_policy("fsync-lat", &d, &fs, true).is_ok());
+        let fs = meta(&[(
+            "enter",
+            "tracepoint",
+            &["syscalls:sys_enter_fsync", "syscalls:sys_enter_syncfs"],
+        )]);
+        let e = attach_policy("fsync-lat", &d, &fs, true).unwrap_err();
+        assert!(e.contains("where doctor says it cannot attach"), "{e}");
+        let e = attach_policy(
+            "fsync-lat",
+            &d,
+            &meta(&[("x", "tracepoint", &["a:b"])]),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.contains("a hook doctor does not list"), "{e}");
+        // A tool run on one hook by request.
+        let floor = meta(&[("f", "tp_btf", &["sched_switch"])]);
+        assert!(attach_policy("bench-floor", &d, &floor, false).is_ok());
+        assert!(attach_policy("bench-floor", &d, &floor, true).is_err());
+        assert!(attach_policy("nope", &d, &floor, false).is_err());
+    }
 }
