@@ -29,6 +29,10 @@ pub struct Spec {
     /// Tools allowed to end `degraded` (doctor: cannot run, tool: exit 4 with one line) on this
     /// kernel, with what the kernel lacks. Anything else not `ok` fails the test.
     pub degraded: &'static [(&'static str, &'static str)],
+    /// Tools whose guest check ends `known-fail` on this kernel (the check names the userspace
+    /// change it waits for), with what goes wrong. Listed here so the test stays green while
+    /// saying so on every run; a listed tool that passes fails the test until it is removed.
+    pub known_failures: &'static [(&'static str, &'static str)],
 }
 
 impl Spec {
@@ -47,6 +51,10 @@ pub const KERNELS: &[Spec] = &[
         // Pinned: bullseye's last point release, frozen, so the oldest kernel does not drift.
         package: "linux-image-5.10.0-30-amd64-unsigned",
         degraded: &[],
+        known_failures: &[(
+            "memstall",
+            "no MADV_COLLAPSE before 6.1; memstall shows the failed (EINVAL) call as a collapse stall instead of saying so",
+        )],
     },
     Spec {
         name: "6.1",
@@ -56,6 +64,7 @@ pub const KERNELS: &[Spec] = &[
         // signature a VM without Secure Boot does not check.
         package: "linux-image-6.1.0-*-amd64-unsigned",
         degraded: &[],
+        known_failures: &[],
     },
     Spec {
         name: "6.12",
@@ -63,6 +72,7 @@ pub const KERNELS: &[Spec] = &[
         suites: &["trixie", "trixie-security"],
         package: "linux-image-6.12.*+deb13-amd64-unsigned",
         degraded: &[],
+        known_failures: &[],
     },
 ];
 
