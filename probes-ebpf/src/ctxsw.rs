@@ -18,7 +18,7 @@ pub fn tk_ctxsw_switch(ctx: BtfTracePointContext) -> i32 {
         ctx.arg::<u64>(0) & 1 != 0,
         ctx.arg(1),
         ctx.arg(2),
-        ctx.arg::<u64>(3) & 0xffff_ffff,
+        sched::prev_state(|| ctx.arg::<u64>(3)),
     );
     0
 }
@@ -29,7 +29,7 @@ pub fn tk_ctxsw_switch_raw(ctx: RawTracePointContext) -> i32 {
         ctx.arg::<u64>(0) & 1 != 0,
         ctx.arg(1),
         ctx.arg(2),
-        ctx.arg::<u64>(3) & 0xffff_ffff,
+        sched::prev_state(|| ctx.arg::<u64>(3)),
     );
     0
 }

@@ -65,6 +65,24 @@ static SCHED_PREEMPTORS: u8 = 0;
 #[no_mangle]
 static SCHED_HAS_STATE: u8 = 1;
 
+/// `sched_switch`'s `prev_state` argument (the 4th), or 0 on kernels that do not pass it.
+///
+/// KERNEL-NOTES: `prev_state` was appended to the tracepoint's arguments in 5.18 (commit
+/// 9c2136be0878, "sched/tracing: Append prev_state to tp args instead"). Before that, any read of
+/// ctx[3] sinks the whole tool: the 5.10 verifier refuses the tp_btf program ("func
+/// 'sched_switch' doesn't have 4-th argument") and `bpf_raw_tracepoint_open` refuses the raw_tp
+/// one with EINVAL (the program reads past `num_args * 8` bytes of context). So the read sits
+/// behind a branch on a frozen read-only global: with `SCHED_HAS_STATE` = 0 the verifier knows
+/// the branch is dead, never checks the read, and records no context access beyond ctx[2].
+#[inline(always)]
+pub fn prev_state(read: impl FnOnce() -> u64) -> u64 {
+    if ro(&SCHED_HAS_STATE) != 0 {
+        read() & 0xffff_ffff
+    } else {
+        0
+    }
+}
+
 /// Per-task counters at the previous switch-out, by tid. Preallocated (a lookup per switch),
 /// sized by userspace from pid_max; entries are removed at `sched_process_free`.
 #[map]
