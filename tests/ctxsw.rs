@@ -259,3 +259,112 @@ fn switch_storm_totals_match_proc_stat() {
     assert_eq!(lost, 0, "events lost in aggregation mode");
     assert!(err <= 0.01, "ctxsw {counted} vs /proc/stat ctxt {kernel}");
 }
+
+/// A process that execs is reported under its new name, with the name it had before the exec
+/// (the row spans it), not as `sh` for its whole life.
+#[test]
+fn exec_renames_the_row() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
+    tk.wait_attached();
+    let pid = run_exec_workload();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, "ctxsw", pid);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
+    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}
+
+fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
+    let pane = tmux(&["capture-pane", "-p", "-t", session]);
+    pane.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("system: ")?;
+            let traced: f64 = rest.split_whitespace().next()?.parse().ok()?;
+            let ctxt: f64 = rest
+                .split("/proc/stat ctxt ")
+                .nth(1)?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((traced, ctxt))
+        })
+        .collect()
+}
+
+/// `--top`'s system line counts what the normal mode counts (switches away from the idle task
+/// included), so it agrees with /proc/stat `ctxt`.
+#[test]
+fn top_system_line_agrees_with_proc_stat() {
+    require_root();
+    let session = format!("tk-top-sys-{}", std::process::id());
+    let cmd = format!(
+        "{} ctxsw --top --interval 1s; sleep 60",
+        tracekit_bin().display()
+    );
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+    // Ping-pong across CPUs: most switches go to and from the idle task.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                run_workload(&["pingpong", "20000"]);
+            }
+        })
+    };
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while samples.len() < 3 && Instant::now() < deadline {
+        if let Some(s) = top_pane_system_lines(&session).first().copied() {
+            if last != Some(s) {
+                // A new interval was drawn.
+                if last.is_some() {
+                    samples.push(s);
+                }
+                last = Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux(&["send-keys", "-t", &session, "q"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = load.join();
+    std::thread::sleep(Duration::from_millis(300));
+    tmux(&["kill-session", "-t", &session]);
+    assert!(samples.len() >= 2, "too few intervals drawn: {samples:?}");
+    for (traced, ctxt) in &samples {
+        let err = (traced - ctxt).abs() / ctxt.max(1.0);
+        eprintln!(
+            "--top system line: traced {traced}/s, /proc/stat {ctxt}/s ({:.1} %)",
+            err * 100.0
+        );
+    }
+    let mut errs: Vec<f64> = samples
+        .iter()
+        .map(|(t, c)| (t - c).abs() / c.max(1.0))
+        .collect();
+    errs.sort_by(f64::total_cmp);
+    assert!(
+        errs[0] <= 0.10,
+        "--top system line far from /proc/stat: {samples:?}"
+    );
+}
