@@ -36,35 +36,26 @@ fn tracekit_programs() -> Vec<u32> {
         .collect()
 }
 
-/// One random command line.
+/// One random command line: mostly well-formed (so that most runs reach the kernel and the
+/// hostile values meet the code that acts on them), sometimes malformed.
 fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
     let me = std::process::id().to_string();
+    let bad = |r: &mut Rng| r.chance(15);
+    // Well-formed but hostile: huge, tiny, the longest allowed.
     let durations = [
         "300ms",
         "200ms",
         "1ns",
-        "0s",
-        "-1s",
-        "10x",
-        "",
         "18446744073709551615s",
         "300000000000y",
         "10y",
         "1h",
-        "5",
-        "1.5s",
     ];
-    let pids = [
-        "1", "0", "-5", "4000000", "abc", "1,2", &me, tid, "4194304", "4194305",
-    ];
-    let comms = [
-        "",
-        "x",
-        "a-very-long-process-name",
-        "\u{1b}[2J\n",
-        "tk-workload",
-        "sh",
-    ];
+    let bad_durations = ["0s", "-1s", "10x", "", "5", "99999999999999999999999s"];
+    let pids = ["1", &me, tid, "4000000", "1,2"];
+    let bad_pids = ["0", "-5", "abc", "4194305", ""];
+    let comms = ["x", "tk-workload", "sh", "\u{1b}[2J\n", "a\\b"];
+    let bad_comms = ["", "a-very-long-process-name"];
     let out_new = format!("{scratch}/out.ndjson");
     let out_slash = format!("{scratch}/dir/");
     let outputs = [
@@ -77,61 +68,61 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
         out_slash.as_str(),
         "",
     ];
-    let numbers = [
-        "0",
-        "1",
-        "15",
-        "16",
-        "1000000",
-        "1000001",
-        "-1",
-        "abc",
-        "99999999999999999999",
-    ];
-    let tools = [
-        "fsync-lat",
-        "memstall",
-        "ctxsw",
-        "runq-lat",
-        "doctor",
-        "no-such-tool",
+    let numbers = ["0", "1", "16", "1000000", "3"];
+    let bad_numbers = ["15", "1000001", "-1", "abc", "99999999999999999999"];
+    let tools = ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"];
+    let mut a = vec![if bad(r) {
+        r.pick(&["no-such-tool", "--json", "", "bench-floor"])
+            .to_string()
+    } else {
+        r.pick(&tools).to_string()
+    }];
+    let common = [
+        "--duration",
+        "--interval",
+        "--pid",
+        "--comm",
+        "--threads",
         "--json",
-        "",
+        "--output",
+        "--hist",
+        "--max-keys",
     ];
-    let mut a = vec![r.pick(&tools).to_string()];
-    for _ in 0..(r.next() % 6) {
-        let flag = *r.pick(&[
-            "--duration",
-            "--interval",
-            "--pid",
-            "--comm",
-            "--threads",
-            "--json",
-            "--output",
-            "--hist",
-            "--max-keys",
-            "--rows",
-            "--by-file",
-            "--top-files",
-            "--top",
-            "--top-preemptors",
-            "--bogus",
-            "-d",
-            "-p",
-            "positional",
-        ]);
+    let own: &[&str] = match a[0].as_str() {
+        "fsync-lat" => &["--rows", "--by-file", "--top-files"],
+        "memstall" | "runq-lat" => &["--rows"],
+        "ctxsw" => &["--rows", "--top", "--top-preemptors"],
+        _ => &[],
+    };
+    for _ in 0..(r.next() % 5) {
+        let flag = if bad(r) {
+            *r.pick(&["--bogus", "-d", "-p", "positional", "--top", "--by-file"])
+        } else if a[0] == "doctor" {
+            *r.pick(&["--json", "--output"])
+        } else if !own.is_empty() && r.chance(30) {
+            *r.pick(own)
+        } else {
+            *r.pick(&common)
+        };
+        let value = |r: &mut Rng, good: &[&str], badv: &[&str]| {
+            if bad(r) {
+                r.pick(badv).to_string()
+            } else {
+                r.pick(good).to_string()
+            }
+        };
         match flag {
             "--duration" | "--interval" | "-d" => {
                 a.push(flag.into());
-                a.push(r.pick(&durations).to_string());
+                a.push(value(r, &durations, &bad_durations));
             }
             "--pid" | "-p" => {
                 a.push(flag.into());
-                a.push(r.pick(&pids).to_string());
+                a.push(value(r, &pids, &bad_pids));
             }
             "--comm" => {
                 a.push(flag.into());
-                a.push(r.pick(&comms).to_string());
+                a.push(value(r, &comms, &bad_comms));
             }
             "--output" => {
                 a.push(flag.into());
@@ -139,19 +130,19 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
             }
             "--max-keys" | "--rows" | "--top-files" | "--top-preemptors" => {
                 a.push(flag.into());
-                a.push(r.pick(&numbers).to_string());
+                a.push(value(r, &numbers, &bad_numbers));
             }
             "--top" => {
                 a.push(flag.into());
                 if r.chance(50) {
-                    a.push(r.pick(&numbers).to_string());
+                    a.push(value(r, &numbers, &bad_numbers));
                 }
             }
             other => a.push(other.into()),
         }
     }
     // Most runs get a short duration so that they trace, report and end by themselves.
-    if r.chance(70) && !a.iter().any(|x| x == "--duration" || x == "-d") {
+    if r.chance(60) && a[0] != "doctor" && !a.iter().any(|x| x == "--duration" || x == "-d") {
         a.extend(["--duration".into(), "300ms".into()]);
     }
     a
@@ -167,7 +158,7 @@ fn random_command_lines_end_with_documented_codes() {
     let cases: usize = std::env::var("TK_FUZZ_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(150);
+        .unwrap_or(160);
     eprintln!("cli fuzz: seed {seed}, {cases} cases");
     let dir = scratch("cli-fuzz");
     std::fs::create_dir_all(dir.join("dir")).unwrap();
@@ -199,7 +190,7 @@ fn random_command_lines_end_with_documented_codes() {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
-            if !interrupted && start.elapsed() > Duration::from_millis(1500) {
+            if !interrupted && start.elapsed() > Duration::from_millis(800) {
                 // Runs without a duration end on Ctrl-C, like a user would end them.
                 // SAFETY: plain syscall on our child's pid.
                 unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

@@ -277,11 +277,17 @@ fn exec_renames_the_row() {
     assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
 }
 
+/// (traced switches/s, /proc/stat ctxt/s) of the system lines on the screen; the line must
+/// show the part away from the idle task, which it adds up.
 fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
     let pane = tmux(&["capture-pane", "-p", "-t", session]);
     pane.lines()
         .filter_map(|l| {
             let rest = l.trim().strip_prefix("system: ")?;
+            assert!(
+                rest.contains("/s away from the idle task)"),
+                "the --top system line leaves out the switches away from the idle task: {l}"
+            );
             let traced: f64 = rest.split_whitespace().next()?.parse().ok()?;
             let ctxt: f64 = rest
                 .split("/proc/stat ctxt ")
@@ -296,7 +302,8 @@ fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
 }
 
 /// `--top`'s system line counts what the normal mode counts (switches away from the idle task
-/// included), so it agrees with /proc/stat `ctxt`.
+/// included, and shown), so it agrees with /proc/stat `ctxt`. (On a host whose CPUs never go
+/// idle, the idle part is 0 and only its presence tells; on an idle one the totals differ.)
 #[test]
 fn top_system_line_agrees_with_proc_stat() {
     require_root();
@@ -320,13 +327,14 @@ fn top_system_line_agrees_with_proc_stat() {
         .status()
         .expect("tmux");
     assert!(rc.success());
-    // Ping-pong across CPUs: most switches go to and from the idle task.
+    // Ping-pong across two CPUs: each side sleeps into the idle task and is woken out of it, so
+    // about half of all switches are away from the idle task.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                run_workload(&["pingpong", "20000"]);
+                run_workload(&["pingpong-split", "20000"]);
             }
         })
     };
@@ -363,8 +371,9 @@ fn top_system_line_agrees_with_proc_stat() {
         .map(|(t, c)| (t - c).abs() / c.max(1.0))
         .collect();
     errs.sort_by(f64::total_cmp);
+    // The median interval: one may straddle the workload's start or end.
     assert!(
-        errs[0] <= 0.10,
+        errs[errs.len() / 2] <= 0.10,
         "--top system line far from /proc/stat: {samples:?}"
     );
 }

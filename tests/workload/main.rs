@@ -16,7 +16,7 @@ mod vm_check;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
     );
     std::process::exit(2);
 }
@@ -37,7 +37,8 @@ fn main() {
         Some("collapse") if args.len() == 2 => collapse(parse(&args[1])),
         Some("collapse-einval") if args.len() == 1 => collapse_einval(),
         Some("memcg-write") if args.len() == 4 => memcg_write(&args[1], &args[2], parse(&args[3])),
-        Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1])),
+        Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1]), false),
+        Some("pingpong-split") if args.len() == 2 => pingpong(parse(&args[1]), true),
         Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64, None),
         Some("spin-named") if args.len() == 3 => {
             spin(parse(&args[2]) as u64, Some(hex_bytes(&args[1])))
@@ -232,7 +233,13 @@ fn collapse(n: usize) {
 fn collapse_einval() {
     let t = Instant::now();
     // SAFETY: madvise only validates an unaligned address and fails; nothing is touched.
-    let rc = unsafe { libc::madvise(std::ptr::dangling_mut::<libc::c_void>(), 4096, MADV_COLLAPSE) };
+    let rc = unsafe {
+        libc::madvise(
+            std::ptr::dangling_mut::<libc::c_void>(),
+            4096,
+            MADV_COLLAPSE,
+        )
+    };
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     assert_eq!(
         (rc, errno),
@@ -364,11 +371,30 @@ fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
     println!("{}", serde_json::json!({ "procs": procs }));
 }
 
+/// Pins the calling process to `cpu` (modulo the CPUs online).
+fn pin(cpu: usize) {
+    // SAFETY: sysconf is a plain query; cpu_set_t is plain data, one bit set.
+    unsafe {
+        let ncpu = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % ncpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
 /// Two processes bouncing one byte over two pipes ROUNDS times: every hop is a voluntary
-/// switch (the reader sleeps in read) and a wakeup.
-fn pingpong(rounds: usize) {
+/// switch (the reader sleeps in read) and a wakeup. `split`: each side on its own CPU, so a
+/// side sleeps into the idle task and is woken out of it (switches away from idle).
+fn pingpong(rounds: usize, split: bool) {
     let (a, b) = (pipe(), pipe());
     let hop = move |rd: i32, wr: i32, first: bool| {
+        if split {
+            pin(usize::from(!first));
+        }
         let mut byte = [0u8; 1];
         for i in 0..rounds {
             // SAFETY: plain reads and writes of one byte on our pipes.

@@ -132,6 +132,8 @@ struct System {
     /// task, which belong to no process but make the total comparable with /proc/stat.
     switches: u64,
     idle_switches: u64,
+    /// No --pid/--comm: the total covers the whole system and is comparable with /proc/stat.
+    whole_system: bool,
     ctxt_per_s: Option<f64>,
     procs_running: Option<u32>,
     steal_pct: Vec<Option<f64>>,
@@ -150,6 +152,7 @@ impl Ctxsw {
         let now = SysStat::read().ok();
         let mut sys = System::default();
         let unfiltered = self.common.pids.is_empty() && self.common.comm.is_none();
+        sys.whole_system = unfiltered;
         sys.idle_switches = if unfiltered {
             iv.stats[probes_common::sched::STAT_IDLE_SWITCHES as usize]
         } else {
@@ -225,8 +228,16 @@ fn system_text(sys: &System, secs: f64) -> String {
             None => format!("cpu{i} -"),
         })
         .collect();
+    let idle = if sys.whole_system {
+        format!(
+            " ({:.0}/s away from the idle task)",
+            sys.idle_switches as f64 / secs
+        )
+    } else {
+        " (in scope)".to_string()
+    };
     format!(
-        "system: {traced_per_s:.0} switches/s traced, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
+        "system: {traced_per_s:.0} switches/s traced{idle}, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
         sys.ctxt_per_s
             .map(|c| format!("{c:.0}"))
             .unwrap_or_else(|| "?".into()),
