@@ -227,9 +227,9 @@ fn os_error_is_printed_once() {
         ],
         None,
     );
-    assert_eq!(code, 2, "{err}");
-    one_line(&err);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    one_line(&err);
+    assert_eq!(code, 2, "{err}");
 }
 
 /// `doctor | head -1` and `doctor > /dev/full` end like a tool would: quietly for the closed

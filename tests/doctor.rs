@@ -145,6 +145,11 @@ fn answers_match_the_kernel() {
     // Per tool: hook lines add up, each hook has a mode or a reason, and the exit code follows.
     let tools: Vec<&Value> = lines.iter().filter(|l| l["type"] == "tool").collect();
     assert!(tools.iter().any(|t| t["name"] == "fsync-lat"), "{tools:?}");
+    // The hidden benchmark control is no tool a user runs.
+    assert!(
+        !tools.iter().any(|t| t["name"] == "bench-floor"),
+        "doctor lists the hidden bench-floor: {tools:?}"
+    );
     for t in &tools {
         let hooks: Vec<&Value> = lines
             .iter()

@@ -417,19 +417,16 @@ fn gather_system() -> (System, Option<Tracefs>) {
     (sys, tracefs.ok())
 }
 
-/// Lazily loaded kernel symbol sources, shared by every hook.
+/// Kernel symbol sources, shared by every hook: the BTF the tools use (`TRACEKIT_BTF` when
+/// set; read once, also when it is unusable), and kallsyms when a hook needs it.
 struct Sources {
+    btf: Option<&'static Btf>,
     kallsyms: Option<Option<HashSet<String>>>,
 }
 
 impl Sources {
-    /// The same BTF the tools use (`TRACEKIT_BTF` when set), if it is usable.
     fn btf(&mut self) -> Option<&'static Btf> {
-        if features::btf_present() {
-            crate::btf::vmlinux().ok()
-        } else {
-            None
-        }
+        self.btf
     }
 
     fn kallsyms(&mut self) -> Option<&HashSet<String>> {
@@ -494,7 +491,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The report goes where a tool's would, checked before any probing.
     let mut sink = Sink::open(args.output.as_deref(), false)?;
     let (sys, tracefs) = gather_system();
-    let mut src = Sources { kallsyms: None };
+    let mut src = Sources {
+        btf: if sys.env.btf {
+            crate::btf::vmlinux().ok()
+        } else {
+            None
+        },
+        kallsyms: None,
+    };
     let mut out: Vec<Value> = Vec::new();
     let mut text: Vec<String> = Vec::new();
 

@@ -110,13 +110,6 @@ pub fn help_footer(examples: &str, needs: &str) -> String {
     )
 }
 
-/// The privileges of the tracing tools on kernels with BTF, and what the fallbacks add.
-pub const NEEDS_TRACING: &str =
-    "root, or exactly CAP_BPF and CAP_PERFMON (the capabilities checked first; \
-CAP_SYS_ADMIN also stands in for both). Where a tool falls back to classic tracepoints (a kernel \
-without BTF) it also needs CAP_DAC_READ_SEARCH to read tracefs (mode 0700), and CAP_SYS_ADMIN to \
-mount tracefs if it is not mounted.";
-
 /// Entries for per-thread in-flight maps: one per thread that can be inside the traced call at
 /// once, bounded by pid_max.
 pub fn inflight_cap() -> u32 {
