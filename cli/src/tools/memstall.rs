@@ -335,7 +335,10 @@ fn select_vm(all: &std::collections::HashMap<String, i64>) -> VmCounters {
 }
 
 fn read_vmstat() -> VmCounters {
-    procfs::vmstat().map(|m| select_vm(&m)).unwrap_or_default()
+    crate::procinfo::read_text_capped(Path::new("/proc/vmstat"), crate::procinfo::SMALL_FILE)
+        .ok()
+        .and_then(|t| parse_vmstat(&t).ok())
+        .unwrap_or_default()
 }
 
 /// `after - before` for keys present in both.
