@@ -270,16 +270,22 @@ fn max_keys_is_what_the_kernel_holds() {
 fn rate_is_fractional() {
     require_root();
     let dir = scratch("rate");
-    let me = std::process::id().to_string();
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--pid", &me, "--duration", "2s"]);
+    // Its own process (tests of this file run in parallel, and one filters on the test's pid).
+    let parked = Parked::start(&["fsync", dir.join("f").to_str().unwrap(), "1", "0"]);
+    let pid = parked.pid;
+    let mut tk = Tracer::spawn(&[
+        "fsync-lat",
+        "--json",
+        "--pid",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+    ]);
     tk.wait_attached();
-    std::fs::File::create(dir.join("f"))
-        .unwrap()
-        .sync_all()
-        .unwrap();
+    parked.go();
     let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
     assert!(status.success(), "{stderr}");
-    let row = rows_for(&lines, "fsync-lat", std::process::id())[0];
+    let row = rows_for(&lines, "fsync-lat", pid)[0];
     let rate = row["rate_per_s"].as_f64().unwrap();
     let secs = row["interval_ns"].as_f64().unwrap() / 1e9;
     assert!(row["rate_per_s"].is_f64(), "{row}");
