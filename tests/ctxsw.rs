@@ -112,6 +112,20 @@ fn pinned_spinners_preempt_each_other() {
     }
 }
 
+/// The live-view tests count the `tk_ctxsw` programs loaded: one at a time.
+static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Kills a tmux session however the test ends, so a failed assertion leaves no tracekit.
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output();
+    }
+}
+
 fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("run tmux");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -143,7 +157,9 @@ fn ctxsw_programs() -> Vec<u32> {
 #[test]
 fn top_draws_resorts_and_quits_restoring_the_terminal() {
     require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     let session = format!("tk-top-{}", std::process::id());
+    let _guard = Session(session.clone());
     let cmd = format!(
         "{} ctxsw --top --interval 300ms; echo EXITED:$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; sleep 60",
         tracekit_bin().display()
@@ -307,7 +323,9 @@ fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
 #[test]
 fn top_system_line_agrees_with_proc_stat() {
     require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     let session = format!("tk-top-sys-{}", std::process::id());
+    let _guard = Session(session.clone());
     let cmd = format!(
         "{} ctxsw --top --interval 1s; sleep 60",
         tracekit_bin().display()
@@ -375,5 +393,47 @@ fn top_system_line_agrees_with_proc_stat() {
     assert!(
         errs[errs.len() / 2] <= 0.10,
         "--top system line far from /proc/stat: {samples:?}"
+    );
+}
+
+/// A --top whose terminal goes away (the pane is closed) ends and detaches, instead of
+/// spinning on the dead terminal with its programs attached.
+#[test]
+fn top_ends_when_its_terminal_goes_away() {
+    require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let session = format!("tk-top-hup-{}", std::process::id());
+    let _guard = Session(session.clone());
+    let before = ctxsw_programs();
+    let cmd = format!(
+        "{} ctxsw --top --interval 300ms; sleep 60",
+        tracekit_bin().display()
+    );
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+    wait_pane(&session, "first draw", |p| p.contains("SW/s"));
+    let ours: Vec<u32> = ctxsw_programs()
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    assert!(!ours.is_empty());
+    tmux(&["kill-session", "-t", &session]);
+    let left = wait_unloaded(&ours);
+    assert!(
+        left.is_empty(),
+        "programs {left:?} still loaded after the terminal went away"
     );
 }

@@ -163,6 +163,16 @@ impl Tracer {
     }
 }
 
+/// A test that fails (panics) before `finish` must not leave its tracekit running.
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 trait StderrExt {
     fn wait_with_output_stderr(&mut self) -> String;
 }

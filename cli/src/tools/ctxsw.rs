@@ -574,12 +574,30 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
         let wait = next
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(100));
-        if event::poll(wait)? {
+        // Input is waited for with poll(2), not crossterm: when the terminal goes away (a closed
+        // tmux pane, a dropped ssh session) no SIGHUP reaches a process in its shell's group,
+        // and crossterm's poll and read spin forever on the end-of-file, keeping the programs
+        // attached. poll(2) reports the hang-up.
+        let mut pfd = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a bounded timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
+        if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            break;
+        }
+        let mut quit = false;
+        // Every event the input holds: one read may bring several keys.
+        while n > 0 && event::poll(Duration::ZERO)? {
             if let Event::Key(k) = event::read()? {
                 if k.kind == KeyEventKind::Press {
                     match k.code {
-                        KeyCode::Char('q') | KeyCode::Esc => break,
-                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => break,
+                        KeyCode::Char('q') | KeyCode::Esc => quit = true,
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                            quit = true
+                        }
                         KeyCode::Char('s') | KeyCode::Tab | KeyCode::Right => sort = sort.next(),
                         KeyCode::Char('t') => sort = SortBy::Total,
                         KeyCode::Char('v') => sort = SortBy::Voluntary,
@@ -594,6 +612,9 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
             } else {
                 dirty = true;
             }
+        }
+        if quit {
+            break;
         }
         if Instant::now() >= next {
             let secs = win_start.elapsed().as_secs_f64().max(1e-9);
