@@ -95,3 +95,257 @@ fn doctor_documents_its_exit_code() {
     assert!(s.contains("6  doctor: some tool cannot run"), "{s}");
     assert!(s.contains("--json"), "{s}");
 }
+
+/// Durations that cannot be waited for are refused while parsing (exit 2), never an "internal
+/// error: overflow when adding duration to instant" after attaching.
+#[test]
+fn huge_durations_are_refused_at_parse_time() {
+    for args in [
+        &["fsync-lat", "--duration", "18446744073709551615s"][..],
+        &[
+            "fsync-lat",
+            "--interval",
+            "18446744073709551615s",
+            "--duration",
+            "1s",
+        ][..],
+        &["ctxsw", "--duration", "300000000000y"][..],
+        &["runq-lat", "--interval", "11y"][..],
+    ] {
+        let t = std::time::Instant::now();
+        let (code, err) = run(args, None);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        one_line(&err);
+        assert!(err.contains("maximum of 10 years"), "{args:?}: {err}");
+        assert!(!err.contains("internal error"), "{err}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    }
+}
+
+/// The longest accepted duration is waited for in steps, not handed to a timer that overflows:
+/// the run starts and ends normally on a signal.
+#[test]
+fn longest_duration_runs() {
+    if !is_root() {
+        return;
+    }
+    let mut t = Tracer::spawn(&[
+        "fsync-lat",
+        "--json",
+        "--duration",
+        "10y",
+        "--interval",
+        "10y",
+    ]);
+    t.wait_attached();
+    t.signal(libc::SIGINT);
+    let (status, lines, stderr) = t.finish(std::time::Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    assert_eq!(last_stats(&lines)["stop"], "SIGINT");
+}
+
+/// Bare `tracekit`: the usage and the list of tools (exit 2), not one sentence.
+#[test]
+fn bare_tracekit_prints_usage_and_tools() {
+    let (code, err) = run(&[], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("Usage: tracekit <COMMAND>"), "{err}");
+    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+        assert!(err.contains(tool), "{tool} missing from {err}");
+    }
+    assert!(!err.contains("bench-floor"), "{err}");
+}
+
+/// Every tool's --help has real examples (run by `help_examples_run` below),
+/// the --max-keys range, and the privileges it needs.
+#[test]
+fn every_help_shows_examples_range_and_privileges() {
+    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+        let o = Command::new(tracekit_bin())
+            .args([tool, "--help"])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let s = String::from_utf8_lossy(&o.stdout);
+        let examples = help_examples(&s);
+        assert!(
+            (2..=3).contains(&examples.len()),
+            "{tool}: {} examples in {s}",
+            examples.len()
+        );
+        assert!(examples.iter().all(|e| e[1] == tool), "{examples:?}");
+        assert!(s.contains("Privileges: "), "{s}");
+        if tool != "doctor" {
+            assert!(
+                s.contains("16 to 1000000"),
+                "{tool}: no --max-keys range in {s}"
+            );
+        }
+    }
+}
+
+/// A thread id given to --pid is refused with the process id to use, instead of tracing
+/// nothing and reporting zero.
+#[test]
+fn pid_of_a_thread_names_its_process() {
+    if !is_root() {
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        // SAFETY: plain syscall.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap().to_string();
+    let me = std::process::id();
+    let (code, err) = run(&["fsync-lat", "--pid", &tid, "--duration", "1s"], None);
+    done_tx.send(()).unwrap();
+    h.join().unwrap();
+    assert_eq!(code, 2, "{err}");
+    one_line(&err);
+    assert!(
+        err.contains(&format!("thread of process {me}")) && err.contains(&format!("--pid {me}")),
+        "{err}"
+    );
+}
+
+/// One OS error is printed once, not twice in the same line.
+#[test]
+fn os_error_is_printed_once() {
+    if !is_root() {
+        return;
+    }
+    let (code, err) = run(
+        &[
+            "fsync-lat",
+            "--output",
+            "/nonexistent-dir/r.json",
+            "--duration",
+            "1s",
+        ],
+        None,
+    );
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    one_line(&err);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// `doctor | head -1` and `doctor > /dev/full` end like a tool would: quietly for the closed
+/// pipe, with one line naming the full device, never an internal error.
+#[test]
+fn doctor_handles_stdout_errors_like_the_tools() {
+    if !is_root() {
+        return;
+    }
+    use std::io::Read;
+    let mut child = Command::new(tracekit_bin())
+        .arg("doctor")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `| head -0`: the reader is gone before doctor writes.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(matches!(status.code(), Some(0 | 6)), "{status}: {err}");
+    assert!(!err.contains("internal error"), "{err}");
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let o = Command::new(tracekit_bin())
+        .arg("doctor")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    one_line(&err);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("internal error"), "{err}");
+}
+
+/// "Ctrl-C to end" only when the run ends on Ctrl-C; with --duration, when it ends.
+#[test]
+fn announcement_says_how_the_run_ends() {
+    if !is_root() {
+        return;
+    }
+    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+        let (code, err) = run(&[tool, "--duration", "200ms"], None);
+        assert_eq!(code, 0, "{err}");
+        assert!(!err.contains("Ctrl-C"), "{tool}: {err}");
+        assert!(err.contains("Ending after 200ms"), "{tool}: {err}");
+    }
+}
+
+/// An empty report prints what was not seen, not a table header without rows.
+#[test]
+fn empty_report_has_no_bare_header() {
+    if !is_root() {
+        return;
+    }
+    // This test process makes no sync-family calls.
+    let me = std::process::id().to_string();
+    let o = Command::new(tracekit_bin())
+        .args([
+            "fsync-lat",
+            "--pid",
+            &me,
+            "--duration",
+            "200ms",
+            "--by-file",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("no sync-family calls seen"), "{out}");
+    assert!(!out.contains("COMM"), "bare table header: {out}");
+}
+
+/// The examples in every --help are real: each runs as printed (durations shortened, output
+/// files in a scratch directory) and exits 0.
+#[test]
+fn help_examples_run() {
+    if !is_root() {
+        return;
+    }
+    let dir = scratch("examples");
+    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+        let o = Command::new(tracekit_bin())
+            .args([tool, "--help"])
+            .output()
+            .unwrap();
+        for ex in help_examples(&String::from_utf8_lossy(&o.stdout)) {
+            let mut args: Vec<String> = ex[1..].to_vec();
+            for i in 1..args.len() {
+                match args[i - 1].as_str() {
+                    "--duration" => args[i] = "600ms".into(),
+                    "--interval" => args[i] = "200ms".into(),
+                    _ => {}
+                }
+            }
+            let o = Command::new(tracekit_bin())
+                .args(&args)
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            // doctor exits 6 when some tool cannot run here; the example itself worked.
+            assert!(
+                matches!(o.status.code(), Some(0))
+                    || (tool == "doctor" && o.status.code() == Some(6)),
+                "example {ex:?} exited {:?}: {err}",
+                o.status.code()
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -112,6 +112,20 @@ fn pinned_spinners_preempt_each_other() {
     }
 }
 
+/// The live-view tests count the `tk_ctxsw` programs loaded: one at a time.
+static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Kills a tmux session however the test ends, so a failed assertion leaves no tracekit.
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output();
+    }
+}
+
 fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("run tmux");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -143,7 +157,9 @@ fn ctxsw_programs() -> Vec<u32> {
 #[test]
 fn top_draws_resorts_and_quits_restoring_the_terminal() {
     require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     let session = format!("tk-top-{}", std::process::id());
+    let _guard = Session(session.clone());
     let cmd = format!(
         "{} ctxsw --top --interval 300ms; echo EXITED:$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; sleep 60",
         tracekit_bin().display()
@@ -258,4 +274,166 @@ fn switch_storm_totals_match_proc_stat() {
     );
     assert_eq!(lost, 0, "events lost in aggregation mode");
     assert!(err <= 0.01, "ctxsw {counted} vs /proc/stat ctxt {kernel}");
+}
+
+/// A process that execs is reported under its new name, with the name it had before the exec
+/// (the row spans it), not as `sh` for its whole life.
+#[test]
+fn exec_renames_the_row() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
+    tk.wait_attached();
+    let pid = run_exec_workload();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, "ctxsw", pid);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
+    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}
+
+/// (traced switches/s, /proc/stat ctxt/s) of the system lines on the screen; the line must
+/// show the part away from the idle task, which it adds up.
+fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
+    let pane = tmux(&["capture-pane", "-p", "-t", session]);
+    pane.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("system: ")?;
+            assert!(
+                rest.contains("/s away from the idle task)"),
+                "the --top system line leaves out the switches away from the idle task: {l}"
+            );
+            let traced: f64 = rest.split_whitespace().next()?.parse().ok()?;
+            let ctxt: f64 = rest
+                .split("/proc/stat ctxt ")
+                .nth(1)?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((traced, ctxt))
+        })
+        .collect()
+}
+
+/// `--top`'s system line counts what the normal mode counts (switches away from the idle task
+/// included, and shown), so it agrees with /proc/stat `ctxt`. (On a host whose CPUs never go
+/// idle, the idle part is 0 and only its presence tells; on an idle one the totals differ.)
+#[test]
+fn top_system_line_agrees_with_proc_stat() {
+    require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let session = format!("tk-top-sys-{}", std::process::id());
+    let _guard = Session(session.clone());
+    let cmd = format!(
+        "{} ctxsw --top --interval 1s; sleep 60",
+        tracekit_bin().display()
+    );
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+    // Ping-pong across two CPUs: each side sleeps into the idle task and is woken out of it, so
+    // about half of all switches are away from the idle task.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                run_workload(&["pingpong-split", "20000"]);
+            }
+        })
+    };
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while samples.len() < 3 && Instant::now() < deadline {
+        if let Some(s) = top_pane_system_lines(&session).first().copied() {
+            if last != Some(s) {
+                // A new interval was drawn.
+                if last.is_some() {
+                    samples.push(s);
+                }
+                last = Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux(&["send-keys", "-t", &session, "q"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = load.join();
+    std::thread::sleep(Duration::from_millis(300));
+    tmux(&["kill-session", "-t", &session]);
+    assert!(samples.len() >= 2, "too few intervals drawn: {samples:?}");
+    for (traced, ctxt) in &samples {
+        let err = (traced - ctxt).abs() / ctxt.max(1.0);
+        eprintln!(
+            "--top system line: traced {traced}/s, /proc/stat {ctxt}/s ({:.1} %)",
+            err * 100.0
+        );
+    }
+    let mut errs: Vec<f64> = samples
+        .iter()
+        .map(|(t, c)| (t - c).abs() / c.max(1.0))
+        .collect();
+    errs.sort_by(f64::total_cmp);
+    // The median interval: one may straddle the workload's start or end.
+    assert!(
+        errs[errs.len() / 2] <= 0.10,
+        "--top system line far from /proc/stat: {samples:?}"
+    );
+}
+
+/// A --top whose terminal goes away (the pane is closed) ends and detaches, instead of
+/// spinning on the dead terminal with its programs attached.
+#[test]
+fn top_ends_when_its_terminal_goes_away() {
+    require_root();
+    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let session = format!("tk-top-hup-{}", std::process::id());
+    let _guard = Session(session.clone());
+    let before = ctxsw_programs();
+    let cmd = format!(
+        "{} ctxsw --top --interval 300ms; sleep 60",
+        tracekit_bin().display()
+    );
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+    wait_pane(&session, "first draw", |p| p.contains("SW/s"));
+    let ours: Vec<u32> = ctxsw_programs()
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    assert!(!ours.is_empty());
+    tmux(&["kill-session", "-t", &session]);
+    let left = wait_unloaded(&ours);
+    assert!(
+        left.is_empty(),
+        "programs {left:?} still loaded after the terminal went away"
+    );
 }

@@ -145,6 +145,11 @@ fn answers_match_the_kernel() {
     // Per tool: hook lines add up, each hook has a mode or a reason, and the exit code follows.
     let tools: Vec<&Value> = lines.iter().filter(|l| l["type"] == "tool").collect();
     assert!(tools.iter().any(|t| t["name"] == "fsync-lat"), "{tools:?}");
+    // The hidden benchmark control is no tool a user runs.
+    assert!(
+        !tools.iter().any(|t| t["name"] == "bench-floor"),
+        "doctor lists the hidden bench-floor: {tools:?}"
+    );
     for t in &tools {
         let hooks: Vec<&Value> = lines
             .iter()
@@ -163,12 +168,13 @@ fn answers_match_the_kernel() {
     }
     let all = tools.iter().all(|t| t["can_run"] == true);
     assert_eq!(code, if all { 0 } else { 6 }, "stderr {stderr}");
-    // fsync-lat's hooks exist on this kernel: classic tracepoints with every field found.
+    // fsync-lat's hooks exist on this kernel: BTF tracepoints on sys_enter (fast to detach),
+    // and the classic tracepoint's fields are found for the fallback.
     let fs = lines
         .iter()
         .find(|l| l["type"] == "hook" && l["event"] == "syscalls:sys_enter_fsync")
         .unwrap();
-    assert_eq!(fs["mode"], "tracepoint");
+    assert_eq!(fs["mode"], "tp_btf", "{fs}");
     assert_eq!(fs["fields_found"], serde_json::json!(["__syscall_nr"]));
 }
 

@@ -214,6 +214,8 @@ fn memory_is_flat_across_intervals() {
     tk.wait_attached();
     // Churn: a new set of keys every interval.
     run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "2000"]);
+    // On a fast run the churn fits in a few intervals: a few more show where memory settles.
+    std::thread::sleep(Duration::from_millis(400));
     tk.signal(libc::SIGINT);
     let (_, lines, _) = tk.finish(Duration::from_secs(10));
     let rss: Vec<u64> = lines.iter().filter_map(|l| l["rss_kib"].as_u64()).collect();
@@ -228,6 +230,70 @@ fn memory_is_flat_across_intervals() {
     assert!(
         last <= settled + 2048,
         "RSS grew from {settled} to {last} KiB"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--max-keys N` is the number of keys the kernel holds, not 2N.
+#[test]
+fn max_keys_is_what_the_kernel_holds() {
+    require_root();
+    let dir = scratch("cap-exact");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--max-keys", "16"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "40"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pids: std::collections::HashSet<u64> = w["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    let named: std::collections::HashSet<u64> = lines
+        .iter()
+        .filter(|v| v["type"] == "summary")
+        .filter_map(|v| v["pid"].as_u64())
+        .filter(|p| pids.contains(p))
+        .collect();
+    // Other processes on the machine may take some of the 16 keys, never more than 16 in all.
+    let all_keys = lines
+        .iter()
+        .filter(|v| v["type"] == "summary" && v["pid"] != 0)
+        .count();
+    assert!(all_keys <= 16, "{all_keys} keys with --max-keys 16");
+    assert!(named.len() <= 16 && !named.is_empty(), "{}", named.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Rates in JSON are not truncated to integers: one call in about two seconds is about 0.5/s.
+#[test]
+fn rate_is_fractional() {
+    require_root();
+    let dir = scratch("rate");
+    // Its own process (tests of this file run in parallel, and one filters on the test's pid).
+    let parked = Parked::start(&["fsync", dir.join("f").to_str().unwrap(), "1", "0"]);
+    let pid = parked.pid;
+    let mut tk = Tracer::spawn(&[
+        "fsync-lat",
+        "--json",
+        "--pid",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+    ]);
+    tk.wait_attached();
+    parked.go();
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let row = rows_for(&lines, "fsync-lat", pid)[0];
+    let rate = row["rate_per_s"].as_f64().unwrap();
+    let secs = row["interval_ns"].as_f64().unwrap() / 1e9;
+    assert!(row["rate_per_s"].is_f64(), "{row}");
+    assert!(
+        (rate - 1.0 / secs).abs() < 0.01,
+        "rate {rate} for 1 call in {secs} s"
     );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -238,3 +238,81 @@ fn memcg_reclaim_is_attributed_to_the_writer_in_the_cgroup() {
         "{verdict}"
     );
 }
+
+/// A MADV_COLLAPSE the kernel refuses with EINVAL did no collapse work: no row, no verdict.
+#[test]
+fn failed_madv_collapse_is_not_a_stall() {
+    require_root();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (w, lines) = run_traced(&["collapse-einval"]);
+    assert_eq!(w["errno"], libc::EINVAL);
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    assert!(
+        rows(&lines, pid, "thp_collapse").is_empty(),
+        "an EINVAL MADV_COLLAPSE reported as a stall: {lines:?}"
+    );
+    let verdict = lines.iter().find(|l| l["type"] == "verdict").unwrap();
+    assert!(
+        !verdict.to_string().contains(&format!("({pid})")),
+        "{verdict}"
+    );
+}
+
+/// The header's count of timed stalls is the sum of the rows' COUNT (text) and `count`
+/// (JSON): a THP collapse row counts its timed MADV_COLLAPSE calls, the attempts are detail.
+#[test]
+fn header_count_matches_the_rows() {
+    require_root();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tk = Tracer::spawn(&["memstall", "--json"]);
+    tk.wait_attached();
+    let w = run_workload(&["collapse", "3"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    let row = rows(&lines, pid, "thp_collapse")[0];
+    assert_eq!(row["count"], 1, "one timed MADV_COLLAPSE call: {row}");
+    assert_eq!(row["collapses"], 3, "{row}");
+    let summed: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "summary")
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(summed, last_stats(&lines)["stalls"].as_u64().unwrap());
+    // Text: the header's number is the sum of the COUNT column.
+    let o = std::process::Command::new(tracekit_bin())
+        .args(["memstall", "--duration", "1500ms", "--rows", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    run_workload(&["collapse", "2"]);
+    let out = o.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header: u64 = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("memstall: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no header: {text}"));
+    let mut col = None;
+    let mut sum = 0u64;
+    for l in text.lines() {
+        let cells: Vec<&str> = l.split_whitespace().collect();
+        if let Some(i) = cells.iter().position(|c| *c == "COUNT") {
+            col = Some(i);
+            continue;
+        }
+        if let Some(i) = col {
+            match cells.get(i).map(|c| c.parse::<u64>()) {
+                Some(Ok(n)) => sum += n,
+                Some(Err(_)) if cells.get(i) == Some(&"-") => {}
+                _ => col = None,
+            }
+        }
+    }
+    assert_eq!(header, sum, "{text}");
+}

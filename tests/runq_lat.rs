@@ -71,3 +71,19 @@ fn pinned_spinners_wait_after_preemption() {
         );
     }
 }
+
+/// A process that execs is reported under its new name, with the name before the exec.
+#[test]
+fn exec_renames_the_row() {
+    require_root();
+    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
+    tk.wait_attached();
+    let pid = run_exec_workload();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, "runq-lat", pid);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
+    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}

@@ -42,6 +42,8 @@ pub enum BtfError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{path} is larger than {limit_mib} MiB: not a kernel BTF file")]
+    TooLarge { path: String, limit_mib: u64 },
     #[error("{0}: not BTF (bad magic or truncated header)")]
     BadHeader(String),
     #[error("{what}: truncated or corrupt BTF at byte {at}")]
@@ -85,6 +87,25 @@ pub fn vmlinux_path() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(VMLINUX))
 }
 
+/// Upper bound on a BTF file tracekit reads (vmlinux BTF is 5–10 MiB, 6 MiB here):
+/// `TRACEKIT_BTF` may name anything, `/dev/zero` included.
+pub const MAX_BTF_BYTES: u64 = 64 << 20;
+
+impl BtfError {
+    /// A file that is not usable BTF is a missing kernel feature (exit 4); failing to read it
+    /// is too, unless the reason is a permission (exit 3).
+    pub fn exit(&self) -> crate::error::Exit {
+        match self {
+            BtfError::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                crate::error::Exit::Permission
+            }
+            _ => crate::error::Exit::KernelFeature,
+        }
+    }
+}
+
 pub struct Btf {
     name: String,
     data: Vec<u8>,
@@ -103,9 +124,15 @@ impl Btf {
     }
 
     pub fn from_file(path: &Path) -> Result<Btf, BtfError> {
-        let data = std::fs::read(path).map_err(|source| BtfError::Io {
-            path: path.display().to_string(),
-            source,
+        let data = crate::procinfo::read_capped(path, MAX_BTF_BYTES).map_err(|e| match e {
+            crate::procinfo::ReadError::TooLarge { .. } => BtfError::TooLarge {
+                path: path.display().to_string(),
+                limit_mib: MAX_BTF_BYTES >> 20,
+            },
+            crate::procinfo::ReadError::Io { source, .. } => BtfError::Io {
+                path: path.display().to_string(),
+                source,
+            },
         })?;
         Btf::parse(data, &path.display().to_string())
     }
@@ -393,18 +420,82 @@ impl Btf {
     /// Number of parameters of the function prototype behind typedef `name` (a pointer to a
     /// FUNC_PROTO, as `btf_trace_<tracepoint>` typedefs are), if there is one.
     pub fn proto_params(&self, name: &str) -> Option<usize> {
-        let id = (1..=self.types.len() as u32).find(|&id| {
-            matches!(self.ty(id), Some((n, KIND_TYPEDEF, ..)) if self.str_at(n) == name.as_bytes())
-        })?;
-        let (_, kind, _, _, t, _) = self.ty(id)?;
-        let mut target = if kind == KIND_TYPEDEF { t } else { id };
+        self.proto_param_sizes(name).map(|p| p.len())
+    }
+
+    /// Size in bytes of each parameter of the prototype behind typedef `name` (see
+    /// [`Btf::proto_params`]). For `btf_trace_<tp>` the first is the probe's `void *` data, the
+    /// rest are the tracepoint's arguments in order.
+    pub fn proto_param_sizes(&self, name: &str) -> Option<Vec<u32>> {
+        let id = self.find_typedef(name)?;
+        let (_, _, _, _, t, _) = self.ty(id)?;
+        let mut target = t;
         if let Some((_, KIND_PTR, _, _, t, _)) = self.ty(self.resolve(target)) {
             target = t;
         }
         match self.ty(self.resolve(target))? {
-            (_, KIND_FUNC_PROTO, _, vlen, _, _) => Some(vlen),
+            (_, KIND_FUNC_PROTO, _, vlen, _, at) => (0..vlen)
+                .map(|i| {
+                    let ty = self.u32_at(at + 12 + 8 * i + 4).ok()?;
+                    Some(self.size_of(ty))
+                })
+                .collect(),
             _ => None,
         }
+    }
+
+    /// Whether a function named `name` is in the BTF (what fentry attaches to).
+    pub fn has_func(&self, name: &str) -> bool {
+        (1..=self.types.len() as u32).any(|id| {
+            matches!(self.ty(id), Some((n, KIND_FUNC, ..)) if self.str_at(n) == name.as_bytes())
+        })
+    }
+
+    /// The value of enumerator `name` (e.g. `SCAN_SUCCEED`) in any enum of the BTF.
+    pub fn enum_value(&self, name: &str) -> Option<i64> {
+        self.enum_values_where(|n| n == name.as_bytes())
+            .into_iter()
+            .next()
+            .map(|(_, v)| v)
+    }
+
+    /// Every enumerator whose name starts with `prefix` (e.g. `COMPACT_`), with its value.
+    pub fn enum_values(&self, prefix: &str) -> Vec<(String, i64)> {
+        self.enum_values_where(|n| n.starts_with(prefix.as_bytes()))
+    }
+
+    fn enum_values_where(&self, want: impl Fn(&[u8]) -> bool) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for id in 1..=self.types.len() as u32 {
+            let Some((_, kind, kflag, vlen, _, at)) = self.ty(id) else {
+                continue;
+            };
+            let (step, wide) = match kind {
+                KIND_ENUM => (8, false),
+                KIND_ENUM64 => (12, true),
+                _ => continue,
+            };
+            for i in 0..vlen {
+                let m = at + 12 + step * i;
+                let (Ok(n), Ok(lo)) = (self.u32_at(m), self.u32_at(m + 4)) else {
+                    break;
+                };
+                let name = self.str_at(n);
+                if !want(name) {
+                    continue;
+                }
+                let v = if wide {
+                    let hi = self.u32_at(m + 8).unwrap_or(0);
+                    ((hi as u64) << 32 | lo as u64) as i64
+                } else if kflag {
+                    lo as i32 as i64
+                } else {
+                    lo as i64
+                };
+                out.push((String::from_utf8_lossy(name).into_owned(), v));
+            }
+        }
+        out
     }
 }
 

@@ -8,11 +8,9 @@
 
 use std::{
     collections::HashMap,
-    os::unix::fs::MetadataExt,
+    os::unix::{ffi::OsStrExt, fs::MetadataExt},
     path::{Path, PathBuf},
 };
-
-use procfs::{FromBufRead, ProcessCGroups};
 
 /// Where the hierarchies are mounted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,9 +24,12 @@ pub struct Layout {
 impl Layout {
     /// The running system's layout, from `/proc/self/mountinfo`.
     pub fn detect() -> Layout {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .map(|s| Layout::from_mountinfo(&s))
-            .unwrap_or_default()
+        crate::procinfo::read_text_capped(
+            Path::new("/proc/self/mountinfo"),
+            crate::procinfo::LARGE_FILE,
+        )
+        .map(|s| Layout::from_mountinfo(&s))
+        .unwrap_or_default()
     }
 
     pub fn from_mountinfo(info: &str) -> Layout {
@@ -61,21 +62,35 @@ impl Layout {
     }
 }
 
-/// The memory cgroup path in a `/proc/<pid>/cgroup` text: the v1 line naming the `memory`
-/// controller, else the v2 `0::` line.
-pub fn memory_path(proc_cgroup: &str) -> Option<String> {
-    let groups = ProcessCGroups::from_buf_read(proc_cgroup.as_bytes()).ok()?;
-    let v1 = groups
-        .0
-        .iter()
-        .find(|g| g.hierarchy != 0 && g.controllers.iter().any(|c| c == "memory"));
-    let v2 = groups.0.iter().find(|g| g.hierarchy == 0);
-    v1.or(v2).map(|g| g.pathname.clone())
+/// The memory cgroup path in a `/proc/<pid>/cgroup` text (`ID:controllers:path` lines): the v1
+/// line naming the `memory` controller, else the v2 `0::` line. Bytes: a cgroup is a directory
+/// anyone allowed to create one may name, so its path need not be UTF-8.
+pub fn memory_path(proc_cgroup: &[u8]) -> Option<Vec<u8>> {
+    let mut v2 = None;
+    for line in proc_cgroup.split(|&b| b == b'\n') {
+        // The path is everything after the second colon (it may hold colons itself).
+        let mut parts = line.splitn(3, |&b| b == b':');
+        let (Some(id), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == b"0" && ctl.is_empty() {
+            v2 = Some(path.to_vec());
+        } else if ctl.split(|&b| b == b',').any(|c| c == b"memory") {
+            return Some(path.to_vec());
+        }
+    }
+    v2
 }
 
 /// The memory cgroup of a live process.
-pub fn memory_path_of(pid: u32) -> Option<String> {
-    memory_path(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
+pub fn memory_path_of(pid: u32) -> Option<Vec<u8>> {
+    memory_path(
+        &crate::procinfo::read_capped(
+            Path::new(&format!("/proc/{pid}/cgroup")),
+            crate::procinfo::SMALL_FILE,
+        )
+        .ok()?,
+    )
 }
 
 /// Resolves v2 cgroup ids to paths (relative to the v2 root, as `/proc/<pid>/cgroup` shows
@@ -83,7 +98,7 @@ pub fn memory_path_of(pid: u32) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct IdResolver {
     root: Option<PathBuf>,
-    cache: HashMap<u64, Option<String>>,
+    cache: HashMap<u64, Option<Vec<u8>>>,
 }
 
 impl IdResolver {
@@ -94,7 +109,7 @@ impl IdResolver {
         }
     }
 
-    pub fn path(&mut self, id: u64) -> Option<String> {
+    pub fn path(&mut self, id: u64) -> Option<Vec<u8>> {
         if let Some(p) = self.cache.get(&id) {
             return p.clone();
         }
@@ -104,10 +119,12 @@ impl IdResolver {
     }
 }
 
-fn find_ino(root: &Path, dir: &Path, ino: u64, depth: u32) -> Option<String> {
+fn find_ino(root: &Path, dir: &Path, ino: u64, depth: u32) -> Option<Vec<u8>> {
     if std::fs::metadata(dir).ok()?.ino() == ino {
         let rel = dir.strip_prefix(root).ok()?;
-        return Some(format!("/{}", rel.display()));
+        let mut p = b"/".to_vec();
+        p.extend_from_slice(rel.as_os_str().as_bytes());
+        return Some(p);
     }
     if depth >= 16 {
         return None;
@@ -146,14 +163,22 @@ mod tests {
 
     #[test]
     fn memory_paths() {
-        let hybrid = "9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/\n";
-        assert_eq!(memory_path(hybrid).as_deref(), Some("/process_api/abc"));
-        let v2 = "0::/system.slice/postgresql.service\n";
+        let hybrid = b"9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/\n";
+        assert_eq!(
+            memory_path(hybrid).as_deref(),
+            Some(&b"/process_api/abc"[..])
+        );
+        let v2 = b"0::/system.slice/postgresql.service\n";
         assert_eq!(
             memory_path(v2).as_deref(),
-            Some("/system.slice/postgresql.service")
+            Some(&b"/system.slice/postgresql.service"[..])
         );
-        assert_eq!(memory_path(""), None);
+        assert_eq!(memory_path(b""), None);
+        // Not UTF-8, with a colon: kept byte for byte.
+        assert_eq!(
+            memory_path(b"0::/a:b\xff\n").as_deref(),
+            Some(&b"/a:b\xff"[..])
+        );
     }
 
     #[test]
@@ -165,7 +190,7 @@ mod tests {
             v2_root: Some(d.clone()),
             v1_memory: None,
         });
-        assert_eq!(r.path(ino).as_deref(), Some("/a/b"));
+        assert_eq!(r.path(ino).as_deref(), Some(&b"/a/b"[..]));
         assert_eq!(r.path(u64::MAX), None);
         let _ = std::fs::remove_dir_all(d);
     }

@@ -2,18 +2,24 @@
 //!
 //! The loop ends when `--duration` elapses or on SIGINT, SIGTERM or SIGHUP; in every case the
 //! last window is still collected and printed (as runqlat and bpftrace do on Ctrl-C), the output
-//! file is completed, and the caller then drops the session, which detaches everything.
+//! file is completed, and the caller then drops the session, which detaches everything. It also
+//! ends, quietly and with exit code 0, when the reader of stdout goes away (`| head`), like any
+//! Unix filter.
+//!
+//! Signals are caught from the first instructions of `main` ([`install_signal_handlers`]), so a
+//! Ctrl-C during start-up is not lost: the run then ends right after attaching, with a summary.
 
 use std::{
-    os::fd::RawFd,
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, OnceLock,
+    },
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context as _;
-use tokio::{
-    io::{unix::AsyncFd, Interest},
-    signal::unix::{signal, SignalKind},
-};
+use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
     options::Common,
@@ -27,6 +33,8 @@ pub enum Stop {
     Running,
     Duration,
     Signal(&'static str),
+    /// The reader of stdout (or of the `--output` FIFO) went away.
+    ReaderGone,
 }
 
 impl Stop {
@@ -35,8 +43,76 @@ impl Stop {
             Stop::Running => "running",
             Stop::Duration => "duration elapsed",
             Stop::Signal(s) => s,
+            Stop::ReaderGone => "reader went away",
         }
     }
+}
+
+/// The stop signals: the number of the last one received (0: none yet), and a pipe the
+/// handler writes a byte to so the event loop wakes up.
+struct Signals {
+    last: Arc<AtomicUsize>,
+    wake: OwnedFd,
+}
+
+static SIGNALS: OnceLock<Signals> = OnceLock::new();
+
+/// Whether `sig` was ignored when tracekit started (a shell sets SIGINT and SIGQUIT to ignored
+/// for background jobs of scripts, `nohup` sets SIGHUP).
+fn inherited_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP for the whole run. Called first thing in `main`. An
+/// inherited "ignored" SIGINT or SIGTERM is replaced (tracekit started as a background job of a
+/// script must still end, with its summary, when signalled); an ignored SIGHUP is left ignored,
+/// because that is what `nohup` asks for.
+pub fn install_signal_handlers() -> std::io::Result<()> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nothing else.
+    let (read, write): (OwnedFd, OwnedFd) = unsafe {
+        use std::os::fd::FromRawFd;
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    let last = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        if sig == libc::SIGHUP && inherited_ignored(sig) {
+            continue;
+        }
+        // Recorded first, then the wake-up byte: the loop reads the number after waking.
+        signal_hook::flag::register_usize(sig, Arc::clone(&last), sig as usize)?;
+        signal_hook::low_level::pipe::register_raw(sig, write.as_raw_fd())?;
+    }
+    // The write end stays open for the life of the process (the handlers write to it).
+    std::mem::forget(write);
+    let _ = SIGNALS.set(Signals { last, wake: read });
+    Ok(())
+}
+
+/// The stop signal received so far, if any (by name, as the report says it).
+pub fn stop_signal() -> Option<&'static str> {
+    let n = SIGNALS.get()?.last.load(Ordering::Relaxed);
+    match n as libc::c_int {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGHUP => Some("SIGHUP"),
+        _ => None,
+    }
+}
+
+/// Empties the wake-up pipe.
+fn drain_wake(fd: RawFd) {
+    let mut buf = [0u8; 64];
+    // SAFETY: reads into a local buffer from a non-blocking pipe we own.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// One collection window.
@@ -140,31 +216,47 @@ impl std::os::fd::AsRawFd for Fd {
     }
 }
 
-/// Runs `collector` until the duration elapses or a signal arrives, writing each window's
-/// report to stdout or `--output`.
-pub fn drive(common: &Common, collector: &mut dyn Collector) -> anyhow::Result<Stop> {
+/// Longest single sleep of the loop: far deadlines (`--duration 10y`) are reached in steps, so
+/// no timer ever holds an instant the clock cannot represent.
+const MAX_SLEEP: Duration = Duration::from_secs(3600);
+
+/// Runs `collector` until the duration elapses, a signal arrives or the reader goes away,
+/// writing each window's report to `sink` (stdout or `--output`, opened before attaching).
+pub fn drive(common: &Common, sink: Sink, collector: &mut dyn Collector) -> anyhow::Result<Stop> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .context("starting the event loop")?;
-    rt.block_on(drive_async(common, collector))
+    rt.block_on(drive_async(common, sink, collector))
 }
 
-async fn drive_async(common: &Common, collector: &mut dyn Collector) -> anyhow::Result<Stop> {
-    let mut sink = Sink::open(common.output.as_deref())?;
-    let emit = |sink: &mut Sink, r: &Report| -> anyhow::Result<()> {
+async fn drive_async(
+    common: &Common,
+    mut sink: Sink,
+    collector: &mut dyn Collector,
+) -> anyhow::Result<Stop> {
+    // Ok(false): the reader went away.
+    let emit = |sink: &mut Sink, r: &Report| -> anyhow::Result<bool> {
         let s = if common.json {
             render::json(r)
         } else {
             render::text(r, common.hist)
         };
-        sink.write(&s)?;
-        Ok(())
+        match sink.write(&s) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_broken_pipe() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     };
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let wake = match SIGNALS.get() {
+        // SAFETY: the pipe's read end lives in a static for the life of the process.
+        Some(s) => Some(
+            unsafe { AsyncFd::register_with_interest(Fd(s.wake.as_raw_fd()), Interest::READABLE) }
+                .map_err(|e| anyhow::anyhow!("watching for signals: {e}"))?,
+        ),
+        None => None,
+    };
     let events = match collector.event_fd() {
         // SAFETY: the fd belongs to a map the collector owns, and the collector outlives this
         // function and so the AsyncFd registration.
@@ -176,25 +268,28 @@ async fn drive_async(common: &Common, collector: &mut dyn Collector) -> anyhow::
     };
 
     if let Some(p) = collector.preamble() {
-        emit(&mut sink, &p)?;
+        if !emit(&mut sink, &p)? {
+            return Ok(Stop::ReaderGone);
+        }
     }
     fault_injection()?;
 
     let run_start = Instant::now();
-    let deadline = common.duration.map(|d| run_start + d);
+    let deadline = common.duration.and_then(|d| run_start.checked_add(d));
     let mut win_start = (Instant::now(), SystemTime::now());
     let mut index = 0u32;
     loop {
-        let next_tick = common.interval.map(|i| win_start.0 + i);
-        let wake = match (next_tick, deadline) {
+        let next_tick = common.interval.and_then(|i| win_start.0.checked_add(i));
+        let wake_at = match (next_tick, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let sleep = async {
-            match wake {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
-                None => std::future::pending().await,
-            }
+            let step = match wake_at {
+                Some(t) => t.saturating_duration_since(Instant::now()).min(MAX_SLEEP),
+                None => MAX_SLEEP,
+            };
+            tokio::time::sleep(step).await
         };
         let readable = async {
             match &events {
@@ -208,17 +303,43 @@ async fn drive_async(common: &Common, collector: &mut dyn Collector) -> anyhow::
                 None => std::future::pending().await,
             }
         };
-        let stop = tokio::select! {
-            _ = sleep => {
-                if deadline.is_some_and(|d| Instant::now() >= d) { Stop::Duration } else { Stop::Running }
+        let signalled = async {
+            match &wake {
+                Some(fd) => match fd.readable().await {
+                    Ok(mut g) => {
+                        drain_wake(fd.get_ref().0);
+                        g.clear_ready();
+                    }
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
             }
-            true = readable => {
-                collector.on_events()?;
-                continue;
+        };
+        // A signal that arrived before the loop started (during start-up) ends it at once.
+        let stop = if let Some(sig) = stop_signal() {
+            Stop::Signal(sig)
+        } else {
+            tokio::select! {
+                _ = sleep => {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        Stop::Duration
+                    } else if wake_at.is_some_and(|t| now >= t) {
+                        Stop::Running
+                    } else {
+                        // A step towards a far deadline, or no deadline at all.
+                        continue;
+                    }
+                }
+                true = readable => {
+                    collector.on_events()?;
+                    continue;
+                }
+                _ = signalled => match stop_signal() {
+                    Some(sig) => Stop::Signal(sig),
+                    None => continue,
+                },
             }
-            _ = sigint.recv() => Stop::Signal("SIGINT"),
-            _ = sigterm.recv() => Stop::Signal("SIGTERM"),
-            _ = sighup.recv() => Stop::Signal("SIGHUP"),
         };
         if events.is_some() {
             collector.on_events()?;
@@ -234,7 +355,9 @@ async fn drive_async(common: &Common, collector: &mut dyn Collector) -> anyhow::
             stop,
         };
         let report = collector.collect(&window)?;
-        emit(&mut sink, &report)?;
+        if !emit(&mut sink, &report)? {
+            return Ok(Stop::ReaderGone);
+        }
         if stop != Stop::Running {
             sink.finish()?;
             return Ok(stop);

@@ -30,7 +30,8 @@ pub fn to_hdr(h: &LatHist) -> Histogram<u64> {
         if c > 0 {
             // Midpoints are clamped to the exact [min, max]: a bucket's midpoint can lie
             // outside what was recorded, and a single-valued row is then exact.
-            let v = bucket_mid(i).min(h.max).max(h.min().unwrap_or(0)).max(1);
+            // A zero-length wait stays 0 (hdrhistogram records 0 exactly).
+            let v = bucket_mid(i).min(h.max).max(h.min().unwrap_or(0));
             hdr.record_n(v, c).expect("auto-resizing histogram");
         }
     }
@@ -80,6 +81,18 @@ mod tests {
         assert_eq!((s.count, s.total_ns, s.mean_ns, s.max_ns), (5, 15, 3, 5));
         assert_eq!(s.p50_ns, 3);
         assert_eq!(stats(&LatHist::ZERO), LatStats::default());
+    }
+
+    #[test]
+    fn zero_length_waits_are_zero() {
+        let mut h = LatHist::ZERO;
+        for v in [0, 0, 0, 0, 0, 0, 7_000] {
+            h.record(v);
+        }
+        let s = stats(&h);
+        assert_eq!(s.p50_ns, 0);
+        assert!(s.p90_ns > 6_000, "{s:?}");
+        assert_eq!(crate::render::fmt_ns(s.p50_ns), "0");
     }
 
     proptest! {

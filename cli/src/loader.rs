@@ -8,7 +8,9 @@ use std::{collections::BTreeMap, time::Duration};
 
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
-    programs::{BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
+    programs::{
+        tp_btf::BtfTracePointLinkId, BtfTracePoint, ProgramError, RawTracePoint, TracePoint,
+    },
     Ebpf, EbpfLoader,
 };
 use probes_common::stats::{Control, NSTATS};
@@ -229,6 +231,13 @@ impl Session {
         })
     }
 
+    fn unrecord(&mut self, program: &str, target: &str) {
+        if let Some(a) = self.attached.iter_mut().find(|a| a.program == program) {
+            a.targets.retain(|t| t != target);
+        }
+        self.attached.retain(|a| !a.targets.is_empty());
+    }
+
     fn record(&mut self, program: &str, mode: AttachMode, target: String) {
         if let Some(a) = self.attached.iter_mut().find(|a| a.program == program) {
             a.targets.push(target);
@@ -282,6 +291,52 @@ impl Session {
         Ok(())
     }
 
+    /// Attaches `program` as a BTF tracepoint (tp_btf) on raw tracepoint `tp`. `Err` says why
+    /// this kernel cannot (no BTF, no `btf_trace_<tp>`, the verifier refused); the caller then
+    /// falls back. A tp_btf link detaches without waiting for an RCU grace period, unlike a
+    /// classic tracepoint's perf event (see `probes-ebpf/src/fsync_lat.rs`).
+    pub fn attach_tp_btf(
+        &mut self,
+        program: &str,
+        tp: &str,
+    ) -> Result<BtfTracePointLinkId, String> {
+        if !crate::features::btf_present() {
+            return Err(format!(
+                "no kernel BTF ({})",
+                crate::btf::vmlinux_path().display()
+            ));
+        }
+        // A stub holding just this tracepoint's typedef id, from the shared fast BTF reader
+        // (see crate::btf::Btf::tp_btf_stub), instead of aya's full parse.
+        let btf = crate::btf::vmlinux()
+            .map_err(|e| e.to_string())?
+            .tp_btf_stub(&[tp])
+            .ok_or_else(|| format!("kernel BTF has no btf_trace_{tp}"))?;
+        let p: &mut BtfTracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or_else(|| format!("{} has no program {program}", self.object))?
+            .try_into()
+            .map_err(|e: ProgramError| e.to_string())?;
+        if p.fd().is_err() {
+            p.load(tp, &btf)
+                .map_err(|e| prog_load_err(program, e).to_string())?;
+        }
+        let id = p.attach().map_err(|e| e.to_string())?;
+        self.record(program, AttachMode::TpBtf, tp.to_string());
+        Ok(id)
+    }
+
+    /// Undoes [`Session::attach_tp_btf`] (when the rest of a group cannot attach that way).
+    pub fn detach_tp_btf(&mut self, program: &str, tp: &str, id: BtfTracePointLinkId) {
+        if let Some(p) = self.ebpf.program_mut(program) {
+            if let Ok(p) = <&mut BtfTracePoint>::try_from(p) {
+                let _ = p.detach(id);
+            }
+        }
+        self.unrecord(program, tp);
+    }
+
     /// Attaches to raw tracepoint `tp`, preferring `btf_program` (tp_btf) and falling back to
     /// `raw_program` (raw_tp) when the kernel has no BTF or refuses tp_btf. Returns the mode used.
     pub fn attach_raw(
@@ -290,35 +345,9 @@ impl Session {
         raw_program: &str,
         tp: &str,
     ) -> Result<AttachMode, LoadError> {
-        if crate::features::btf_present() {
-            // A stub holding just this tracepoint's typedef id, from the shared fast BTF reader
-            // (see crate::btf::Btf::tp_btf_stub), instead of aya's full parse.
-            let stub = crate::btf::vmlinux()
-                .ok()
-                .and_then(|b| b.tp_btf_stub(&[tp]));
-            if let Some(btf) = &stub {
-                let res = (|| -> Result<(), ProgramError> {
-                    let p: &mut BtfTracePoint = self
-                        .ebpf
-                        .program_mut(btf_program)
-                        .ok_or(ProgramError::NotLoaded)?
-                        .try_into()?;
-                    if p.fd().is_err() {
-                        p.load(tp, btf)?;
-                    }
-                    p.attach()?;
-                    Ok(())
-                })();
-                match res {
-                    Ok(()) => {
-                        self.record(btf_program, AttachMode::TpBtf, tp.to_string());
-                        return Ok(AttachMode::TpBtf);
-                    }
-                    Err(e) => {
-                        tracing::info!("tp_btf {tp} unavailable ({e}); falling back to raw_tp")
-                    }
-                }
-            }
+        match self.attach_tp_btf(btf_program, tp) {
+            Ok(_) => return Ok(AttachMode::TpBtf),
+            Err(e) => tracing::info!("tp_btf {tp} unavailable ({e}); falling back to raw_tp"),
         }
         let p: &mut RawTracePoint = self
             .ebpf

@@ -7,15 +7,17 @@ use clap::Args;
 /// Common options.
 #[derive(Args, Clone, Debug, Default)]
 pub struct Common {
-    /// How long to trace (humantime: 10s, 2m, 500ms). Default: until Ctrl-C.
+    /// How long to trace (humantime: 10s, 2m, 500ms; at most 10 years). Default: until Ctrl-C.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
 
-    /// Print and reset every INTERVAL (humantime), like `iostat 1`.
+    /// Print and reset every INTERVAL (humantime), like `iostat 1`. With --output, each
+    /// interval is appended to FILE as it ends (`tail -f FILE` follows it).
     #[arg(long, short = 'i', value_parser = parse_duration, value_name = "INTERVAL")]
     pub interval: Option<Duration>,
 
-    /// Trace only this process (repeatable; also comma-separated).
+    /// Trace only this process (repeatable; also comma-separated). A thread id is refused with
+    /// the process id to use (add --threads for per-thread rows).
     #[arg(long = "pid", short = 'p', value_parser = parse_pid, value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
 
@@ -31,7 +33,9 @@ pub struct Common {
     #[arg(long)]
     pub json: bool,
 
-    /// Write the report to FILE (atomically: a temporary file renamed when complete).
+    /// Write the report to FILE: replaced atomically when the run ends (owner and mode kept),
+    /// or appended to as each --interval ends; a device or FIFO is written directly, never
+    /// replaced. Checked before tracing starts.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 
@@ -39,18 +43,28 @@ pub struct Common {
     #[arg(long)]
     pub hist: bool,
 
-    /// Cap on distinct keys (processes × kinds) kept in the kernel; default from pid_max.
+    /// Cap on the distinct keys (processes × kinds) the kernel holds at once, 16 to 1000000;
+    /// default from pid_max. With --interval the interval being read and the next share it.
     /// What does not fit is counted and reported as `[other]`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
     pub max_keys: Option<u32>,
 }
 
-/// `10s`, `2m`, `1h30m`, `500ms`; must be positive.
+/// Longest `--duration` or `--interval` accepted. Longer ones cannot be waited for (the clock
+/// overflows near 2^63 ns) and no trace runs that long. (humantime's year is 365.25 days.)
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 31_557_600);
+
+/// `10s`, `2m`, `1h30m`, `500ms`; positive and at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("invalid duration '{s}': {e} (examples: 10s, 2m, 500ms)"))?;
     if d.is_zero() {
         return Err(format!("invalid duration '{s}': must be greater than zero"));
+    }
+    if d > MAX_DURATION {
+        return Err(format!(
+            "invalid duration '{s}': longer than the maximum of 10 years (omit --duration to trace until Ctrl-C)"
+        ));
     }
     Ok(d)
 }
@@ -109,6 +123,12 @@ mod tests {
             .unwrap_err()
             .contains("greater than zero"));
         assert!(parse_duration("").is_err());
+        for huge in ["18446744073709551615s", "300000000000y", "11y"] {
+            let e = parse_duration(huge).unwrap_err();
+            assert!(e.contains("maximum of 10 years"), "{huge}: {e}");
+        }
+        assert!(parse_duration("99999999999999999999999s").is_err());
+        assert_eq!(parse_duration("10y").unwrap(), MAX_DURATION);
     }
 
     #[test]

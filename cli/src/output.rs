@@ -1,41 +1,241 @@
-//! Where a report goes: stdout, or `--output FILE` written atomically (a temporary file in the
-//! same directory, renamed over FILE when the run ends), so an existing FILE is never truncated
-//! before its replacement is complete.
+//! Where a report goes: stdout, or `--output FILE`. The target is checked (and the temporary
+//! file created) before anything is attached, so a bad path costs no data; and tracekit never
+//! replaces anything it did not create:
+//!
+//! - a regular file (or a new one), without `--interval`: written to a temporary file in the
+//!   same directory (`.NAME.tracekit-PID.tmp`), renamed over FILE when the run ends, so FILE is
+//!   never truncated before its replacement is complete; an existing FILE's owner and mode are
+//!   kept. The temporary file is removed on every exit path tracekit controls (an error, a
+//!   panic, a signal); one left by SIGKILL is removed by the next run writing to the same FILE.
+//! - a regular file with `--interval`: opened for appending (created if absent, never
+//!   truncated), each interval written as it ends, so `tail -f FILE` follows the run.
+//! - a character device, a FIFO (which must have a reader) or a terminal: written directly,
+//!   never renamed over (`--output /dev/null` stays a device).
+//! - refused: a directory (`.`, `/`, a path ending in `/`), a block device, a socket, a
+//!   symbolic link to a regular file or to nothing (a link to a device or FIFO, such as
+//!   `/dev/stdout`, is written through).
 
 use std::{
     fs::{self, File, OpenOptions},
     io::{self, Write},
-    os::unix::fs::OpenOptionsExt,
+    os::{
+        fd::AsRawFd,
+        unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
+    },
     path::{Path, PathBuf},
 };
 
+use crate::error::Exit;
+
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("refusing to write {0}: it is a symbolic link")]
-    Symlink(PathBuf),
-    #[error("cannot write {path}: {source}")]
+    /// The `--output` target cannot be used: found before the run.
+    #[error("cannot use --output {}: {why}", path.display())]
+    Target { path: PathBuf, why: String },
+    #[error("refusing to write {}: it is a symbolic link {why}", path.display())]
+    Symlink { path: PathBuf, why: &'static str },
+    /// Opening the target failed (no such directory, permission, read-only filesystem).
+    #[error("cannot use --output {}: {source}", path.display())]
+    Open { path: PathBuf, source: io::Error },
+    /// Writing failed mid-run (a full filesystem, an I/O error).
+    #[error("cannot write {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
+    /// The reader of stdout (or of the FIFO) went away: the run ends quietly.
+    #[error("the reader of {} went away", path.display())]
+    BrokenPipe { path: PathBuf },
+}
+
+impl OutputError {
+    pub fn exit(&self) -> Exit {
+        match self {
+            OutputError::Target { .. } | OutputError::Symlink { .. } | OutputError::Open { .. } => {
+                Exit::Usage
+            }
+            OutputError::Io { .. } => Exit::Failure,
+            OutputError::BrokenPipe { .. } => Exit::Ok,
+        }
+    }
+
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, OutputError::BrokenPipe { .. })
+    }
 }
 
 pub enum Sink {
     Stdout,
-    File {
+    /// A temporary file renamed over `dest` at the end.
+    Replace {
         tmp: PathBuf,
         dest: PathBuf,
         file: File,
         done: bool,
     },
+    /// Written as produced: appended to a regular file, or straight into a device or FIFO.
+    Direct {
+        dest: PathBuf,
+        file: File,
+    },
+}
+
+/// Prefix and suffix of tracekit's temporary files: `.NAME.tracekit-PID.tmp`.
+const TMP_MARK: &str = ".tracekit-";
+const TMP_SUFFIX: &str = ".tmp";
+
+fn target(path: &Path, why: impl Into<String>) -> OutputError {
+    OutputError::Target {
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+fn kind_of(ft: &fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
 }
 
 impl Sink {
-    pub fn open(path: Option<&Path>) -> Result<Sink, OutputError> {
+    /// Checks `path` and opens it as described in the module docs. `interval`: each interval
+    /// is written as it ends (append), instead of atomically at the end.
+    pub fn open(path: Option<&Path>, interval: bool) -> Result<Sink, OutputError> {
         let Some(dest) = path else {
             return Ok(Sink::Stdout);
         };
-        if let Ok(meta) = fs::symlink_metadata(dest) {
-            if meta.file_type().is_symlink() {
-                return Err(OutputError::Symlink(dest.to_path_buf()));
+        if dest.as_os_str().is_empty() {
+            return Err(target(dest, "empty path"));
+        }
+        if dest.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            return Err(target(
+                dest,
+                "names a directory (it ends in /); give a file name",
+            ));
+        }
+        let open_err = |source| OutputError::Open {
+            path: dest.to_path_buf(),
+            source,
+        };
+        match fs::symlink_metadata(dest) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Sink::regular(dest, None, interval),
+            Err(e) => Err(open_err(e)),
+            Ok(meta) => {
+                let ft = meta.file_type();
+                if ft.is_symlink() {
+                    return match fs::metadata(dest) {
+                        Err(_) => Err(OutputError::Symlink {
+                            path: dest.to_path_buf(),
+                            why: "to nothing",
+                        }),
+                        Ok(m) if m.file_type().is_file() => Err(OutputError::Symlink {
+                            path: dest.to_path_buf(),
+                            why: "to a regular file (give the file's own path)",
+                        }),
+                        Ok(m) => Sink::special(dest, &m.file_type(), true),
+                    };
+                }
+                if ft.is_file() {
+                    Sink::regular(dest, Some(&meta), interval)
+                } else {
+                    Sink::special(dest, &ft, false)
+                }
             }
+        }
+    }
+
+    /// A device, FIFO, directory, socket: written directly where that is safe, else refused.
+    fn special(dest: &Path, ft: &fs::FileType, via_link: bool) -> Result<Sink, OutputError> {
+        if !(ft.is_char_device() || ft.is_fifo()) {
+            return Err(target(
+                dest,
+                format!("it is {}; give a file name", kind_of(ft)),
+            ));
+        }
+        let mut flags = libc::O_NOCTTY | libc::O_CLOEXEC;
+        if !via_link {
+            flags |= libc::O_NOFOLLOW;
+        }
+        if ft.is_fifo() {
+            // Without a reader a blocking open would hang before tracing starts.
+            flags |= libc::O_NONBLOCK;
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(flags)
+            .open(dest)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ENXIO) && ft.is_fifo() {
+                    target(dest, "the FIFO has no reader")
+                } else {
+                    OutputError::Open {
+                        path: dest.to_path_buf(),
+                        source: e,
+                    }
+                }
+            })?;
+        // What was opened is what was checked (the path may have changed in between).
+        let got = file
+            .metadata()
+            .map_err(|source| OutputError::Open {
+                path: dest.to_path_buf(),
+                source,
+            })?
+            .file_type();
+        if !(got.is_char_device() || got.is_fifo()) {
+            return Err(target(
+                dest,
+                format!("it changed to {} while being opened", kind_of(&got)),
+            ));
+        }
+        if ft.is_fifo() {
+            // SAFETY: fcntl on an fd we own; clears O_NONBLOCK so writes wait for the reader.
+            unsafe {
+                let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+                libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+        }
+        Ok(Sink::Direct {
+            dest: dest.to_path_buf(),
+            file,
+        })
+    }
+
+    /// A regular file (`existing`), or a new one (`None`).
+    fn regular(
+        dest: &Path,
+        existing: Option<&fs::Metadata>,
+        interval: bool,
+    ) -> Result<Sink, OutputError> {
+        let open_err = |source| OutputError::Open {
+            path: dest.to_path_buf(),
+            source,
+        };
+        if interval {
+            let file = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+                .mode(0o644)
+                .open(dest)
+                .map_err(open_err)?;
+            let ft = file.metadata().map_err(open_err)?.file_type();
+            if !ft.is_file() {
+                return Err(target(dest, format!("it changed to {}", kind_of(&ft))));
+            }
+            return Ok(Sink::Direct {
+                dest: dest.to_path_buf(),
+                file,
+            });
         }
         let dir = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -43,53 +243,82 @@ impl Sink {
         };
         let name = dest
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tracekit-{}.tmp", std::process::id()));
+            .ok_or_else(|| target(dest, "has no file name"))?
+            .to_string_lossy()
+            .into_owned();
+        remove_stale_temps(&dir, &name);
+        let tmp = dir.join(format!(
+            ".{name}{TMP_MARK}{}{TMP_SUFFIX}",
+            std::process::id()
+        ));
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
+            .mode(if existing.is_some() { 0o600 } else { 0o644 })
             .open(&tmp)
-            .map_err(|source| OutputError::Io {
-                path: tmp.clone(),
-                source,
-            })?;
-        Ok(Sink::File {
-            tmp,
+            .map_err(open_err)?;
+        let sink = Sink::Replace {
+            tmp: tmp.clone(),
             dest: dest.to_path_buf(),
             file,
             done: false,
-        })
+        };
+        if let (Some(m), Sink::Replace { file, .. }) = (existing, &sink) {
+            // The replacement takes the place of the old file: same owner, same mode.
+            let fd = file.as_raw_fd();
+            // SAFETY: fchown/fchmod on an fd we own.
+            let owner_ok = (m.uid() == unsafe { libc::geteuid() }
+                && m.gid() == unsafe { libc::getegid() })
+                || unsafe { libc::fchown(fd, m.uid(), m.gid()) } == 0;
+            if !owner_ok {
+                let e = io::Error::last_os_error();
+                return Err(target(
+                    dest,
+                    format!(
+                        "cannot give the new report the existing file's owner (uid {} gid {}): {e}; write it elsewhere",
+                        m.uid(),
+                        m.gid()
+                    ),
+                ));
+            }
+            // SAFETY: as above.
+            if unsafe { libc::fchmod(fd, m.mode() & 0o7777) } != 0 {
+                return Err(open_err(io::Error::last_os_error()));
+            }
+        }
+        Ok(sink)
     }
 
     pub fn write(&mut self, s: &str) -> Result<(), OutputError> {
-        match self {
+        let (res, path) = match self {
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
-                // A closed pipe (`| head`) is not an error worth a message.
-                match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
-                    Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(OutputError::Io {
-                        path: PathBuf::from("<stdout>"),
-                        source: e,
-                    }),
-                    _ => Ok(()),
+                (
+                    out.write_all(s.as_bytes()).and_then(|_| out.flush()),
+                    Path::new("<stdout>"),
+                )
+            }
+            Sink::Replace { tmp, file, .. } => (file.write_all(s.as_bytes()), tmp.as_path()),
+            Sink::Direct { dest, file } => (file.write_all(s.as_bytes()), dest.as_path()),
+        };
+        res.map_err(|e| {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                OutputError::BrokenPipe {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                OutputError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
                 }
             }
-            Sink::File { tmp, file, .. } => {
-                file.write_all(s.as_bytes())
-                    .map_err(|source| OutputError::Io {
-                        path: tmp.clone(),
-                        source,
-                    })
-            }
-        }
+        })
     }
 
-    /// Makes the file complete: fsync, then rename over the destination.
+    /// Makes the output complete: for a replacement, fsync and rename over the destination.
     pub fn finish(&mut self) -> Result<(), OutputError> {
-        if let Sink::File {
+        if let Sink::Replace {
             tmp,
             dest,
             file,
@@ -101,11 +330,16 @@ impl Sink {
                 move |source| OutputError::Io { path, source }
             };
             file.sync_all().map_err(io(tmp))?;
-            // Checked again: a symlink planted while we ran is not followed by rename(2) anyway
-            // (it replaces the link itself), but say so rather than surprise.
+            // Checked again: only a regular file (or nothing) is ever replaced.
             if let Ok(meta) = fs::symlink_metadata(&*dest) {
-                if meta.file_type().is_symlink() {
-                    return Err(OutputError::Symlink(dest.clone()));
+                if !meta.file_type().is_file() {
+                    return Err(OutputError::Target {
+                        path: dest.clone(),
+                        why: format!(
+                            "it became {} during the run; not replaced",
+                            kind_of(&meta.file_type())
+                        ),
+                    });
                 }
             }
             fs::rename(&*tmp, &*dest).map_err(io(dest))?;
@@ -117,11 +351,43 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        if let Sink::File {
+        if let Sink::Replace {
             tmp, done: false, ..
         } = self
         {
             let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Removes `.NAME.tracekit-PID.tmp` files in `dir` left by a tracekit that was killed
+/// (SIGKILL, power loss): only those of processes that no longer exist, and only regular files
+/// owned by us, so nothing tracekit did not create is touched.
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let prefix = format!(".{name}{TMP_MARK}");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: plain syscall.
+    let me = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        let file_name = e.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(TMP_SUFFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || crate::procinfo::exists(pid) {
+            continue;
+        }
+        match e.metadata() {
+            Ok(m) if m.file_type().is_file() && m.uid() == me => {
+                let _ = fs::remove_file(e.path());
+            }
+            _ => {}
         }
     }
 }
@@ -142,7 +408,7 @@ mod tests {
         let d = tmpdir("atomic");
         let dest = d.join("report.json");
         fs::write(&dest, "old\n").unwrap();
-        let mut s = Sink::open(Some(&dest)).unwrap();
+        let mut s = Sink::open(Some(&dest), false).unwrap();
         s.write("new\n").unwrap();
         assert_eq!(fs::read_to_string(&dest).unwrap(), "old\n");
         s.finish().unwrap();
@@ -155,12 +421,26 @@ mod tests {
     }
 
     #[test]
+    fn replacement_keeps_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmpdir("mode");
+        let dest = d.join("r.txt");
+        fs::write(&dest, "old").unwrap();
+        fs::set_permissions(&dest, fs::Permissions::from_mode(0o600)).unwrap();
+        let mut s = Sink::open(Some(&dest), false).unwrap();
+        s.write("new").unwrap();
+        s.finish().unwrap();
+        let m = fs::metadata(&dest).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o600);
+    }
+
+    #[test]
     fn abandoned_output_leaves_old_file_and_no_temp() {
         let d = tmpdir("abandon");
         let dest = d.join("r.txt");
         fs::write(&dest, "old").unwrap();
         {
-            let mut s = Sink::open(Some(&dest)).unwrap();
+            let mut s = Sink::open(Some(&dest), false).unwrap();
             s.write("partial").unwrap();
         }
         assert_eq!(fs::read_to_string(&dest).unwrap(), "old");
@@ -168,14 +448,87 @@ mod tests {
     }
 
     #[test]
-    fn refuses_symlink() {
+    fn stale_temps_of_dead_processes_are_removed_others_kept() {
+        let d = tmpdir("stale");
+        let dest = d.join("r.txt");
+        // pid_max is at most 2^22: this pid cannot exist.
+        let dead = d.join(format!(".r.txt{TMP_MARK}{}{TMP_SUFFIX}", 1u32 << 23));
+        let alive = d.join(format!(".r.txt{TMP_MARK}1{TMP_SUFFIX}"));
+        let other = d.join(format!(".other{TMP_MARK}{}{TMP_SUFFIX}", 1u32 << 23));
+        for f in [&dead, &alive, &other] {
+            fs::write(f, "x").unwrap();
+        }
+        let mut s = Sink::open(Some(&dest), false).unwrap();
+        s.write("r").unwrap();
+        s.finish().unwrap();
+        assert!(!dead.exists());
+        assert!(alive.exists(), "pid 1 lives: its file is not stale");
+        assert!(other.exists(), "another report's file is not touched");
+    }
+
+    #[test]
+    fn interval_mode_appends_as_it_goes() {
+        let d = tmpdir("append");
+        let dest = d.join("r.ndjson");
+        fs::write(&dest, "kept\n").unwrap();
+        let mut s = Sink::open(Some(&dest), true).unwrap();
+        s.write("one\n").unwrap();
+        assert_eq!(fs::read_to_string(&dest).unwrap(), "kept\none\n");
+        s.write("two\n").unwrap();
+        s.finish().unwrap();
+        assert_eq!(fs::read_to_string(&dest).unwrap(), "kept\none\ntwo\n");
+    }
+
+    #[test]
+    fn refuses_symlinks_directories_and_block_devices() {
         let d = tmpdir("symlink");
         let target = d.join("target");
         fs::write(&target, "precious").unwrap();
         let link = d.join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let e = Sink::open(Some(&link)).err().unwrap();
+        let e = Sink::open(Some(&link), false).err().unwrap();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+        let dangling = d.join("dangling");
+        std::os::unix::fs::symlink(d.join("nothing"), &dangling).unwrap();
+        assert!(Sink::open(Some(&dangling), false).is_err());
+        assert!(!d.join("nothing").exists());
+        for p in [d.as_path(), Path::new("."), Path::new("/")] {
+            let e = Sink::open(Some(p), false).err().unwrap();
+            assert!(e.to_string().contains("directory"), "{e}");
+            assert_eq!(e.exit(), Exit::Usage);
+        }
+        let slash = PathBuf::from(format!("{}/new/", d.display()));
+        let e = Sink::open(Some(&slash), false).err().unwrap();
+        assert!(e.to_string().contains("ends in /"), "{e}");
+        assert!(!d.join("new").exists());
+    }
+
+    #[test]
+    fn devices_are_written_not_replaced() {
+        let mut s = Sink::open(Some(Path::new("/dev/null")), false).unwrap();
+        assert!(matches!(s, Sink::Direct { .. }));
+        s.write("x").unwrap();
+        s.finish().unwrap();
+        assert!(fs::symlink_metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+        let mut full = Sink::open(Some(Path::new("/dev/full")), false).unwrap();
+        let e = full.write("x").unwrap_err();
+        assert_eq!(e.exit(), Exit::Failure);
+        assert_eq!(e.to_string().matches("No space left").count(), 1, "{e}");
+    }
+
+    #[test]
+    fn fifo_without_reader_is_refused_at_once() {
+        let d = tmpdir("fifo");
+        let f = d.join("fifo");
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain syscall with a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Sink::open(Some(&f), false).err().unwrap();
+        assert!(e.to_string().contains("no reader"), "{e}");
+        assert!(fs::symlink_metadata(&f).unwrap().file_type().is_fifo());
     }
 }

@@ -2,7 +2,11 @@
 //! Uses the `procfs` crate where it keeps bytes faithful; `comm` is read raw because procfs
 //! returns it lossily as a String and names are compared and escaped byte for byte.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    io::Read,
+    path::{Path, PathBuf},
+};
 
 use crate::error::UserError;
 
@@ -10,17 +14,91 @@ pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Every `--pid` must name a running process.
-pub fn check_pids(pids: &[u32]) -> Result<(), UserError> {
-    match pids.iter().find(|p| !exists(**p)) {
-        Some(p) => Err(UserError::NoSuchProcess(*p)),
-        None => Ok(()),
+/// Why a whole-file read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+}
+
+impl ReadError {
+    pub fn kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            ReadError::Io { source, .. } => Some(source.kind()),
+            ReadError::TooLarge { .. } => None,
+        }
     }
+}
+
+/// Reads a whole file, refusing more than `limit` bytes. Every file tracekit reads whole goes
+/// through here: some paths come from the environment (`TRACEKIT_BTF`, `TRACEKIT_TRACEFS`) and
+/// may name `/dev/zero` or a FIFO, which must not grow tracekit's memory without bound.
+pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = fs::File::open(path).map_err(io)?;
+    let mut data = Vec::new();
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(io)?;
+    if data.len() as u64 > limit {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(data)
+}
+
+/// [`read_capped`] as text (invalid UTF-8 replaced).
+pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, ReadError> {
+    read_capped(path, limit).map(|b| {
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    })
+}
+
+/// Limits for the kernel's own files: small ones (comm, a sysfs value, a format file) and large
+/// ones (mountinfo on a node with thousands of mounts, kallsyms).
+pub const SMALL_FILE: u64 = 1 << 20;
+pub const LARGE_FILE: u64 = 64 << 20;
+
+/// The thread group of task `tid` (`Tgid:` in `/proc/<tid>/status`): `tid` itself for a
+/// process, its process's pid for a thread.
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let text = read_text_capped(Path::new(&format!("/proc/{tid}/status")), SMALL_FILE).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Every `--pid` must name a running process, not one of its threads (the filter matches
+/// processes; a thread id would silently match nothing).
+pub fn check_pids(pids: &[u32]) -> Result<(), UserError> {
+    for &p in pids {
+        if !exists(p) {
+            return Err(UserError::NoSuchProcess(p));
+        }
+        if let Some(tgid) = tgid_of(p) {
+            if tgid != p {
+                return Err(UserError::Usage(format!(
+                    "--pid {p} is a thread of process {tgid}: use --pid {tgid} (with --threads to see each thread)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `/proc/<pid>/comm` as bytes, without the trailing newline.
 pub fn comm(pid: u32) -> Option<Vec<u8>> {
-    let mut b = fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let mut b = read_capped(Path::new(&format!("/proc/{pid}/comm")), SMALL_FILE).ok()?;
     if b.last() == Some(&b'\n') {
         b.pop();
     }
@@ -29,38 +107,95 @@ pub fn comm(pid: u32) -> Option<Vec<u8>> {
 
 /// What fd `fd` of thread `tid` in process `tgid` refers to, while the process lives:
 /// a path (with the kernel's " (deleted)" suffix when unlinked), `socket:[…]`, …; `[closed]`
-/// when the process lives but the fd is gone, `[exited]` when the process is gone.
-pub fn fd_path(tgid: u32, tid: u32, fd: i32) -> String {
+/// when the process lives but the fd is gone, `[exited]` when the process is gone,
+/// `[no access]` when the process belongs to another user and tracekit lacks CAP_SYS_PTRACE.
+pub fn fd_path(tgid: u32, tid: u32, fd: i32) -> Vec<u8> {
     let link = format!("/proc/{tgid}/task/{tid}/fd/{fd}");
     match fs::read_link(&link).or_else(|_| fs::read_link(format!("/proc/{tgid}/fd/{fd}"))) {
-        Ok(p) => crate::sanitize::text(p.as_os_str().as_encoded_bytes()),
-        Err(_) if exists(tgid) => "[closed]".to_string(),
-        Err(_) => "[exited]".to_string(),
+        Ok(p) => p.into_os_string().into_encoded_bytes(),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => b"[no access]".to_vec(),
+        Err(_) if exists(tgid) => b"[closed]".to_vec(),
+        Err(_) => b"[exited]".to_vec(),
     }
 }
 
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
+/// Capabilities tracekit may need, by number (`include/uapi/linux/capability.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cap {
+    DacReadSearch = 2,
+    SysPtrace = 19,
+    SysAdmin = 21,
+    Perfmon = 38,
+    Bpf = 39,
+}
 
-/// Root, or CAP_BPF + CAP_PERFMON (5.8+), or CAP_SYS_ADMIN; checked before touching the kernel
-/// so the user gets one line instead of an EPERM from deep inside a load.
-pub fn check_privileges() -> Result<(), UserError> {
-    let capeff = procfs::process::Process::myself()
+impl Cap {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cap::DacReadSearch => "CAP_DAC_READ_SEARCH",
+            Cap::SysPtrace => "CAP_SYS_PTRACE",
+            Cap::SysAdmin => "CAP_SYS_ADMIN",
+            Cap::Perfmon => "CAP_PERFMON",
+            Cap::Bpf => "CAP_BPF",
+        }
+    }
+}
+
+/// What every tool needs to load and attach its programs (BTF tracepoints on this project's
+/// kernels; see README "Requirements" for what the fallbacks add).
+pub const TOOL_CAPS: &[Cap] = &[Cap::Bpf, Cap::Perfmon];
+
+/// The effective capability set of this process.
+pub fn effective_caps() -> u64 {
+    procfs::process::Process::myself()
         .and_then(|p| p.status())
         .map(|s| s.capeff)
-        .unwrap_or(0);
-    if has_bpf_privileges(capeff) {
+        .unwrap_or(0)
+}
+
+pub fn has_cap(capeff: u64, c: Cap) -> bool {
+    capeff & (1u64 << c as u32) != 0
+}
+
+/// Which of `needed` are missing from `capeff`. CAP_SYS_ADMIN stands in for CAP_BPF and
+/// CAP_PERFMON (it did before 5.8 and still does).
+pub fn missing_caps(capeff: u64, needed: &[Cap]) -> Vec<Cap> {
+    needed
+        .iter()
+        .copied()
+        .filter(|&c| {
+            let stand_in = matches!(c, Cap::Bpf | Cap::Perfmon) && has_cap(capeff, Cap::SysAdmin);
+            !(has_cap(capeff, c) || stand_in)
+        })
+        .collect()
+}
+
+/// Text for a missing capability set: `CAP_BPF and CAP_PERFMON`.
+pub fn cap_list(caps: &[Cap]) -> String {
+    let names: Vec<&str> = caps.iter().map(|c| c.name()).collect();
+    match names.as_slice() {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// Checked before touching the kernel, so the user gets one line naming what is missing
+/// instead of an EPERM from deep inside a load.
+pub fn check_privileges(tool: &str) -> Result<(), UserError> {
+    let missing = missing_caps(effective_caps(), TOOL_CAPS);
+    if missing.is_empty() {
         return Ok(());
     }
-    Err(UserError::Permission(
-        "tracekit needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8): run it with sudo".to_string(),
-    ))
+    Err(UserError::Permission(format!(
+        "tracekit {tool} needs root, or the capabilities {} (missing: {}); run it with sudo, or see `tracekit {tool} --help` for the exact set",
+        cap_list(TOOL_CAPS),
+        cap_list(&missing)
+    )))
 }
 
 pub fn has_bpf_privileges(capeff: u64) -> bool {
-    let has = |c: u32| capeff & (1u64 << c) != 0;
-    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+    missing_caps(capeff, TOOL_CAPS).is_empty()
 }
 
 /// tracekit's own resident set and its peak (VmRSS, VmHWM), in KiB; zeros if unreadable.
@@ -78,7 +213,7 @@ pub fn possible_cpus() -> usize {
 
 /// `/proc/sys/kernel/pid_max`, bounding how many tasks can exist at once.
 pub fn pid_max() -> u32 {
-    fs::read_to_string("/proc/sys/kernel/pid_max")
+    read_text_capped(Path::new("/proc/sys/kernel/pid_max"), SMALL_FILE)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(32768)
@@ -90,10 +225,52 @@ mod tests {
 
     #[test]
     fn privilege_bits() {
-        assert!(has_bpf_privileges(1 << CAP_SYS_ADMIN));
-        assert!(has_bpf_privileges((1 << CAP_BPF) | (1 << CAP_PERFMON)));
-        assert!(!has_bpf_privileges(1 << CAP_BPF));
+        let bit = |c: Cap| 1u64 << c as u32;
+        assert!(has_bpf_privileges(bit(Cap::SysAdmin)));
+        assert!(has_bpf_privileges(bit(Cap::Bpf) | bit(Cap::Perfmon)));
+        assert!(!has_bpf_privileges(bit(Cap::Bpf)));
         assert!(!has_bpf_privileges(0));
+        assert_eq!(missing_caps(bit(Cap::Bpf), TOOL_CAPS), vec![Cap::Perfmon]);
+        assert_eq!(
+            cap_list(&[Cap::Bpf, Cap::Perfmon]),
+            "CAP_BPF and CAP_PERFMON"
+        );
+        assert_eq!(
+            cap_list(&[Cap::Bpf, Cap::Perfmon, Cap::DacReadSearch]),
+            "CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH"
+        );
+    }
+
+    #[test]
+    fn capped_reads_stop_at_the_limit() {
+        let e = read_capped(Path::new("/dev/zero"), 4096).unwrap_err();
+        assert!(matches!(e, ReadError::TooLarge { limit: 4096, .. }), "{e}");
+        assert!(e.to_string().contains("/dev/zero"), "{e}");
+        let ok = read_capped(Path::new("/proc/self/comm"), SMALL_FILE).unwrap();
+        assert!(!ok.is_empty());
+    }
+
+    #[test]
+    fn threads_are_not_processes() {
+        let me = std::process::id();
+        assert_eq!(tgid_of(me), Some(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            // SAFETY: plain syscall.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        assert_eq!(tgid_of(tid), Some(me));
+        let e = check_pids(&[tid]).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("thread of process {me}")),
+            "{e}"
+        );
+        assert_eq!(e.exit(), crate::error::Exit::Usage);
+        done_tx.send(()).unwrap();
+        h.join().unwrap();
     }
 
     #[test]
@@ -114,7 +291,7 @@ mod tests {
         use std::os::fd::AsRawFd;
         let me = std::process::id();
         let tid = unsafe { libc::gettid() } as u32;
-        assert!(fd_path(me, tid, f.as_raw_fd()).ends_with("/status"));
-        assert_eq!(fd_path(me, tid, 987_654), "[closed]");
+        assert!(fd_path(me, tid, f.as_raw_fd()).ends_with(b"/status"));
+        assert_eq!(fd_path(me, tid, 987_654), b"[closed]");
     }
 }

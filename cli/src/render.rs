@@ -100,9 +100,11 @@ impl Table {
 }
 
 /// A duration in nanoseconds with a unit and three significant digits: `850ns`, `12.3us`,
-/// `4.56ms`, `1.23s`.
+/// `4.56ms`, `1.23s`; zero is `0`.
 pub fn fmt_ns(ns: u64) -> String {
-    let (v, unit) = if ns < 1_000 {
+    let (v, unit) = if ns == 0 {
+        return "0".to_string();
+    } else if ns < 1_000 {
         return format!("{ns}ns");
     } else if ns < 1_000_000 {
         (ns as f64 / 1e3, "us")
@@ -198,7 +200,8 @@ pub fn text(report: &Report, with_hist: bool) -> String {
         out.push_str(n);
         out.push('\n');
     }
-    for t in &report.tables {
+    // A table without rows would be a bare header: the notes say what was not seen instead.
+    for t in report.tables.iter().filter(|t| !t.rows.is_empty()) {
         out.push('\n');
         out.push_str(&t.render());
     }
@@ -303,8 +306,19 @@ mod tests {
     }
 
     #[test]
+    fn empty_tables_are_not_printed() {
+        let r = Report {
+            title: "t".into(),
+            notes: vec!["no sync-family calls seen".into()],
+            tables: vec![Table::new(&[("PID", Align::Right), ("COMM", Align::Left)])],
+            ..Default::default()
+        };
+        assert_eq!(text(&r, false), "t\nno sync-family calls seen\n");
+    }
+
+    #[test]
     fn durations_carry_units() {
-        assert_eq!(fmt_ns(0), "0ns");
+        assert_eq!(fmt_ns(0), "0");
         assert_eq!(fmt_ns(999), "999ns");
         assert_eq!(fmt_ns(1_000), "1.00us");
         assert_eq!(fmt_ns(12_345), "12.3us");

@@ -1,5 +1,13 @@
-//! Process names and paths are attacker-controlled (`prctl(PR_SET_NAME)`, file names): they are
-//! escaped before they reach a terminal, and kept faithful in JSON.
+//! Process names, paths and cgroup names are attacker-controlled (`prctl(PR_SET_NAME)`, file
+//! names): they are escaped before they reach a terminal, and kept faithful in JSON.
+//!
+//! JSON, for every field that comes from outside tracekit (comm, file paths, cgroup names): when
+//! the bytes are valid UTF-8 the field is that string, exact (serde_json escapes control
+//! characters as `\u00XX`, so ESC and newline survive); when they are not, the field is the
+//! string with each invalid sequence replaced by U+FFFD, and a sibling field `<name>_bytes`
+//! holds the exact bytes as an array of numbers. So `"comm":"a\u001bb"` is exactly those bytes,
+//! and `"comm":"x<U+FFFD>","comm_bytes":[120,255]` is `x` followed by the byte 0xff, which no
+//! real backslash can be confused with.
 
 use std::fmt::Write as _;
 
@@ -32,29 +40,35 @@ pub fn text(bytes: &[u8]) -> String {
     out
 }
 
-/// A JSON string value for raw bytes: valid UTF-8 is kept as is (serde_json escapes control
-/// characters itself, so the value stays valid and exact); bytes that are not UTF-8 become
-/// `\xNN`, with a literal backslash written `\\`, so the original bytes can be recovered.
-pub fn json(bytes: &[u8]) -> String {
+/// Sets `obj[key]` to `bytes` in tracekit's JSON representation (see the module docs): the
+/// string, plus `obj["<key>_bytes"]` when the bytes are not valid UTF-8.
+pub fn put_json(obj: &mut serde_json::Value, key: &str, bytes: &[u8]) {
     match std::str::from_utf8(bytes) {
-        Ok(s) if !s.contains('\\') => s.to_string(),
-        _ => {
-            let mut out = String::with_capacity(bytes.len());
-            for chunk in bytes.utf8_chunks() {
-                for c in chunk.valid().chars() {
-                    if c == '\\' {
-                        out.push_str("\\\\");
-                    } else {
-                        out.push(c);
-                    }
-                }
-                for b in chunk.invalid() {
-                    let _ = write!(out, "\\x{b:02x}");
-                }
-            }
-            out
+        Ok(s) => obj[key] = s.into(),
+        Err(_) => {
+            obj[key] = String::from_utf8_lossy(bytes).into_owned().into();
+            obj[format!("{key}_bytes")] = bytes.to_vec().into();
         }
     }
+}
+
+/// The object `rest` with `key` set to `bytes` by [`put_json`].
+pub fn json_with(key: &str, bytes: &[u8], rest: serde_json::Value) -> serde_json::Value {
+    let mut v = match rest {
+        serde_json::Value::Object(m) => serde_json::Value::Object(m),
+        _ => serde_json::json!({}),
+    };
+    put_json(&mut v, key, bytes);
+    v
+}
+
+/// The exact bytes of field `key` of an object written with [`put_json`], as a consumer
+/// recovers them.
+pub fn bytes_of(obj: &serde_json::Value, key: &str) -> Option<Vec<u8>> {
+    if let Some(arr) = obj[format!("{key}_bytes")].as_array() {
+        return arr.iter().map(|b| b.as_u64().map(|b| b as u8)).collect();
+    }
+    obj[key].as_str().map(|s| s.as_bytes().to_vec())
 }
 
 /// A kernel `comm` buffer up to its first NUL.
@@ -78,17 +92,39 @@ mod tests {
     #[test]
     fn escapes_invalid_utf8() {
         assert_eq!(text(b"x\xff\xfey"), "x\\xff\\xfey");
-        assert_eq!(json(b"x\xffy"), "x\\xffy");
     }
 
     #[test]
     fn json_keeps_valid_utf8_exact() {
-        let s = json(b"\x1b[31mred");
-        assert_eq!(s, "\x1b[31mred");
-        let v = serde_json::to_string(&s).unwrap();
-        assert_eq!(v, "\"\\u001b[31mred\"");
-        // A literal backslash is doubled only when escaping is in force.
-        assert_eq!(json(b"a\\b"), "a\\\\b");
+        let mut v = serde_json::json!({});
+        put_json(&mut v, "comm", b"\x1b[31mred\\n");
+        assert_eq!(v.to_string(), r#"{"comm":"\u001b[31mred\\n"}"#);
+        assert!(v.get("comm_bytes").is_none());
+    }
+
+    #[test]
+    fn json_invalid_utf8_is_lossless_and_unambiguous() {
+        let mut a = serde_json::json!({});
+        put_json(&mut a, "comm", b"x\xffy");
+        assert_eq!(a["comm"], "x\u{fffd}y");
+        assert_eq!(a["comm_bytes"], serde_json::json!([120, 255, 121]));
+        // A name that really holds a backslash and "xff" is a different value.
+        let mut b = serde_json::json!({});
+        put_json(&mut b, "comm", b"x\\xffy");
+        assert_ne!(a, b);
+        assert_eq!(bytes_of(&b, "comm").unwrap(), b"x\\xffy");
+        assert_eq!(bytes_of(&a, "comm").unwrap(), b"x\xffy");
+    }
+
+    proptest::proptest! {
+        /// Any bytes survive the JSON round trip exactly.
+        #[test]
+        fn json_round_trips_any_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let v = json_with("file", &bytes, serde_json::json!({"fd": 3}));
+            let back: serde_json::Value = serde_json::from_str(&v.to_string()).unwrap();
+            proptest::prop_assert_eq!(bytes_of(&back, "file").unwrap(), bytes);
+            proptest::prop_assert_eq!(&back["fd"], &serde_json::json!(3));
+        }
     }
 
     #[test]

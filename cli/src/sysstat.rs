@@ -24,8 +24,12 @@ pub struct SysStatError(String);
 
 impl SysStat {
     pub fn read() -> Result<SysStat, SysStatError> {
-        let f = std::fs::File::open("/proc/stat").map_err(|e| SysStatError(e.to_string()))?;
-        SysStat::parse(f)
+        let text = crate::procinfo::read_capped(
+            std::path::Path::new("/proc/stat"),
+            crate::procinfo::LARGE_FILE,
+        )
+        .map_err(|e| SysStatError(e.to_string()))?;
+        SysStat::parse(text.as_slice())
     }
 
     pub fn parse(r: impl Read) -> Result<SysStat, SysStatError> {

@@ -27,8 +27,10 @@ pub enum TracefsError {
     },
     #[error("TRACEKIT_TRACEFS={path} is not a tracefs mount (it has no events/ directory)")]
     NotTracefs { path: PathBuf },
-    #[error("permission denied reading {path}: run as root")]
+    #[error("permission denied reading {path}: tracefs is readable only by root (mode 0700); run as root or add CAP_DAC_READ_SEARCH")]
     Permission { path: PathBuf },
+    #[error("tracefs is not mounted and mounting it at {path} needs CAP_SYS_ADMIN; run as root, or mount it first with `mount -t tracefs nodev /sys/kernel/tracing`")]
+    MountPermission { path: PathBuf },
     #[error("reading {path}: {source}")]
     Io {
         path: PathBuf,
@@ -54,7 +56,9 @@ pub enum TracefsError {
 impl TracefsError {
     pub fn exit(&self) -> Exit {
         match self {
-            TracefsError::Permission { .. } => Exit::Permission,
+            TracefsError::Permission { .. } | TracefsError::MountPermission { .. } => {
+                Exit::Permission
+            }
             TracefsError::Io { .. } | TracefsError::Parse { .. } => Exit::Failure,
             _ => Exit::KernelFeature,
         }
@@ -250,7 +254,11 @@ const DEFAULT_MOUNT: &str = "/sys/kernel/tracing";
 impl Tracefs {
     /// Where tracefs is mounted, from `/proc/self/mountinfo` (also under debugfs).
     pub fn find() -> Option<PathBuf> {
-        let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let info = crate::procinfo::read_text_capped(
+            Path::new("/proc/self/mountinfo"),
+            crate::procinfo::LARGE_FILE,
+        )
+        .ok()?;
         find_in_mountinfo(&info)
     }
 
@@ -270,11 +278,21 @@ impl Tracefs {
             return Ok(Tracefs { root });
         }
         let path = PathBuf::from(DEFAULT_MOUNT);
-        mount_tracefs(&path).map_err(|source| TracefsError::Mount {
-            path: path.clone(),
-            source,
+        mount_tracefs(&path).map_err(|source| {
+            if source.raw_os_error() == Some(libc::EPERM) {
+                TracefsError::MountPermission { path: path.clone() }
+            } else {
+                TracefsError::Mount {
+                    path: path.clone(),
+                    source,
+                }
+            }
         })?;
-        eprintln!("tracekit: tracefs was not mounted; mounted it at {DEFAULT_MOUNT}");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "tracekit: tracefs was not mounted; mounted it at {DEFAULT_MOUNT}"
+        );
         Ok(Tracefs { root: path })
     }
 
@@ -290,24 +308,39 @@ impl Tracefs {
         self.root.join("events").join(category).join(name)
     }
 
-    pub fn has_event(&self, category: &str, name: &str) -> bool {
-        self.event_dir(category, name).join("format").exists()
+    /// Whether the event exists. An unreadable tracefs is an error (exit 3 naming the missing
+    /// capability), not "this kernel lacks the event".
+    pub fn has_event(&self, category: &str, name: &str) -> Result<bool, TracefsError> {
+        let path = self.event_dir(category, name).join("format");
+        match fs::metadata(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                Err(TracefsError::Permission { path })
+            }
+            Err(e) => Err(TracefsError::Io { path, source: e }),
+        }
     }
 
     pub fn format(&self, category: &str, name: &str) -> Result<EventFormat, TracefsError> {
         let path = self.event_dir(category, name).join("format");
-        let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => TracefsError::MissingEvent {
-                category: category.to_string(),
-                name: name.to_string(),
-                path: path.clone(),
-            },
-            ErrorKind::PermissionDenied => TracefsError::Permission { path: path.clone() },
-            _ => TracefsError::Io {
-                path: path.clone(),
-                source: e,
-            },
-        })?;
+        let text =
+            crate::procinfo::read_text_capped(&path, crate::procinfo::SMALL_FILE).map_err(|e| {
+                match e.kind() {
+                    Some(ErrorKind::NotFound) => TracefsError::MissingEvent {
+                        category: category.to_string(),
+                        name: name.to_string(),
+                        path: path.clone(),
+                    },
+                    Some(ErrorKind::PermissionDenied) => {
+                        TracefsError::Permission { path: path.clone() }
+                    }
+                    _ => TracefsError::Io {
+                        path: path.clone(),
+                        source: std::io::Error::other(e.to_string()),
+                    },
+                }
+            })?;
         parse_format(&text, &path.to_string_lossy())
     }
 }

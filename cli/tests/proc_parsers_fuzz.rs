@@ -30,7 +30,7 @@ fn all_parsers(text: &str) {
     let _ = SysStat::parse(text.as_bytes());
     let _ = parse_vmstat(text);
     let _ = cgroup::Layout::from_mountinfo(text);
-    let _ = cgroup::memory_path(text);
+    let _ = cgroup::memory_path(text.as_bytes());
 }
 
 /// Every truncation and 1 000 mutations of each seed.

@@ -45,8 +45,12 @@ pub struct SchedKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedVal {
-    /// `comm` of the thread that created the key.
+    /// `comm` of the thread that created the key, replaced by the new name when the task
+    /// execs (`sched_process_exec`).
     pub comm: [u8; COMM_LEN],
+    /// The name right before the last exec seen in this interval (all zero: no exec), so a row
+    /// that spans an exec can show both.
+    pub exec_from: [u8; COMM_LEN],
     pub tgid: u32,
     pub _pad: u32,
     /// Switches counted in `nvcsw` by the kernel.
@@ -64,6 +68,7 @@ pub struct SchedVal {
 impl SchedVal {
     pub const ZERO: SchedVal = SchedVal {
         comm: [0; COMM_LEN],
+        exec_from: [0; COMM_LEN],
         tgid: 0,
         _pad: 0,
         voluntary: 0,
@@ -116,6 +121,6 @@ mod tests {
         assert_eq!(size_of::<SchedKey>(), 8);
         assert_eq!(size_of::<PreemptKey>(), 16);
         assert_eq!(size_of::<TaskOffsets>(), 32);
-        assert_eq!(size_of::<SchedVal>(), 48 + 2 * size_of::<LatHist>());
+        assert_eq!(size_of::<SchedVal>(), 64 + 2 * size_of::<LatHist>());
     }
 }

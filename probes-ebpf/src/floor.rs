@@ -41,3 +41,10 @@ pub fn tk_floor_tp(_ctx: TracePointContext) -> u32 {
     bump();
     0
 }
+
+/// The raw `sys_enter` tracepoint: the floor of what every syscall pays under `fsync-lat`.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn tk_floor_sys(_ctx: BtfTracePointContext) -> i32 {
+    bump();
+    0
+}

@@ -1,29 +1,38 @@
 //! `fsync-lat` kernel programs: latency of the sync-family syscalls per process and syscall.
 //!
-//! Hooks: `syscalls:sys_enter_{fsync,fdatasync,sync_file_range,msync,syncfs,sync}` and the
-//! matching `sys_exit_*`, classic tracepoints (the per-syscall events exist only as classic
-//! tracepoints; they fire for these syscalls alone, so nothing else pays). One enter and one exit
-//! program serve all six events and tell them apart by `__syscall_nr`.
-//!
-//! Fields read (offsets from each event's `format` file, passed in as globals):
-//! - `sys_enter_*`: `__syscall_nr` (int), first argument (8-byte slot: `fd` for all but msync
-//!   and sync).
-//! - `sys_exit_*`: `ret` (long).
+//! Two ways to hook the same calls, the first preferred:
+//! - BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints (`tk_fsync_sys_enter`,
+//!   `tk_fsync_sys_exit`). They see every syscall and return after comparing its number with the
+//!   six of the family (the classic per-syscall events below cost every syscall a comparable
+//!   bitmap test in `perf_syscall_enter`, see docs/benchmarks.md). Why not the classic events:
+//!   closing each classic-tracepoint perf event waits for an RCU grace period under the global
+//!   `event_mutex` (`perf_trace_destroy` -> `tracepoint_synchronize_unregister`), about 35–90 ms
+//!   per event here, so detaching twelve of them took ~0.9 s; a BTF tracepoint link detaches
+//!   without waiting. Fields: `id` (argument 1 of `sys_enter`), the first syscall argument and,
+//!   at exit, the syscall number (`orig_ax`) from `struct pt_regs` at offsets taken from the
+//!   kernel's BTF; `ret` (argument 1 of `sys_exit`).
+//! - Classic tracepoints `syscalls:sys_enter_{fsync,fdatasync,sync_file_range,msync,syncfs,
+//!   sync}` and the matching `sys_exit_*` (`tk_fsync_enter`, `tk_fsync_exit`), on kernels without
+//!   BTF. One enter and one exit program serve all six events and tell them apart by
+//!   `__syscall_nr`; fields at offsets from each event's `format` file: `__syscall_nr` (int),
+//!   the first argument (8-byte slot: `fd` for all but msync and sync), `ret` (long).
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{map, tracepoint},
+    macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use probes_common::{
     fsync::{FileEvent, FsyncKey, FsyncStart, FsyncVal},
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, stat};
+use probes_ebpf::{
+    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, stat,
+};
 
 #[no_mangle]
 static FS_NR_OFF: u32 = 8;
@@ -37,6 +46,15 @@ static FS_NR_MSYNC: u32 = u32::MAX;
 static FS_NR_SYNC: u32 = u32::MAX;
 #[no_mangle]
 static FS_PER_THREAD: u8 = 0;
+/// The family's syscall numbers for the raw-tracepoint programs (`u32::MAX`: unused slot).
+#[no_mangle]
+static FS_NRS: [u32; 6] = [u32::MAX; 6];
+/// Offsets in `struct pt_regs` of the first syscall argument and of the syscall number kept for
+/// the exit path (`di` and `orig_ax` on x86_64), from the kernel's BTF.
+#[no_mangle]
+static FS_REGS_ARG0_OFF: u32 = 112;
+#[no_mangle]
+static FS_REGS_NR_OFF: u32 = 120;
 #[no_mangle]
 static FS_BY_FILE: u8 = 0;
 
@@ -77,28 +95,39 @@ fn key_for(tgid: u32, tid: u32, nr: u32, fd: i32) -> FsyncKey {
     }
 }
 
-#[tracepoint]
-pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
+#[inline(always)]
+fn in_family(nr: i64) -> bool {
+    if !(0..=u32::MAX as i64).contains(&nr) {
+        return false;
+    }
+    let nr = nr as u32;
+    let nrs = ro(&FS_NRS);
+    nr == nrs[0] || nr == nrs[1] || nr == nrs[2] || nr == nrs[3] || nr == nrs[4] || nr == nrs[5]
+}
+
+/// A sync-family call begins in the current thread: remember when. `arg0` yields the first
+/// syscall argument (read only for the calls whose first argument is an fd).
+#[inline(always)]
+fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     if !allowed(tgid) {
-        return 0;
+        return;
     }
-    // SAFETY: offsets come from the event's format file; read_at bounds-checks via the helper.
-    let nr = match unsafe { ctx.read_at::<i32>(ro(&FS_NR_OFF) as usize) } {
-        Ok(nr) => nr as u32,
-        Err(_) => return 0,
-    };
     let fd = if nr == ro(&FS_NR_MSYNC) || nr == ro(&FS_NR_SYNC) {
         -1
     } else {
-        // SAFETY: as above.
-        unsafe { ctx.read_at::<u64>(ro(&FS_ARG0_OFF) as usize) }.unwrap_or(u64::MAX) as i32
+        arg0() as i32
     };
     if ro(&FS_BY_FILE) != 0 && fd >= 0 {
         let key = key_for(tgid, tid, nr, fd);
         if FSYNC_HIST.get_ptr(key).is_none() {
-            let ev = FileEvent { tgid, tid, fd, id: key.id };
+            let ev = FileEvent {
+                tgid,
+                tid,
+                fd,
+                id: key.id,
+            };
             if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
                 stat(stats::RINGBUF_FULL);
             }
@@ -113,11 +142,42 @@ pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
     if FSYNC_START.insert(tid, start, 0).is_err() {
         stat(stats::START_MAP_FULL);
     }
-    0
 }
 
 #[tracepoint]
-pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
+pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
+    // SAFETY: offsets come from the event's format file; read_at bounds-checks via the helper.
+    let nr = match unsafe { ctx.read_at::<i32>(ro(&FS_NR_OFF) as usize) } {
+        Ok(nr) => nr as u32,
+        Err(_) => return 0,
+    };
+    on_enter(nr, || {
+        // SAFETY: as above.
+        unsafe { ctx.read_at::<u64>(ro(&FS_ARG0_OFF) as usize) }.unwrap_or(u64::MAX)
+    });
+    0
+}
+
+/// `sys_enter(struct pt_regs *regs, long id)`: every syscall passes here; all but the family
+/// return after the comparison.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn tk_fsync_sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let id: i64 = ctx.arg(1);
+    if !in_family(id) {
+        return 0;
+    }
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: `regs` is the tracepoint's BTF-typed `struct pt_regs *`, the offset is a member
+    // offset from the kernel's BTF.
+    on_enter(id as u32, || unsafe {
+        btf_load_u64(regs, ro(&FS_REGS_ARG0_OFF))
+    });
+    0
+}
+
+/// A call of the family returns `ret` in the current thread: record its latency.
+#[inline(always)]
+fn on_exit(ret: i64) {
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -125,12 +185,10 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
     // SAFETY: the value is copied out before the delete below.
     let Some(start) = (unsafe { FSYNC_START.get(tid) }).copied() else {
         // Filtered out at enter, or the call began before we attached.
-        return 0;
+        return;
     };
     let _ = FSYNC_START.remove(tid);
     let delta = now.saturating_sub(start.ts_ns);
-    // SAFETY: offset from the exit event's format file.
-    let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
     stat(stats::EVENTS);
 
     let key = key_for(tgid, tid, start.nr, start.fd);
@@ -156,7 +214,7 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
             stat(stats::KEY_MAP_FULL);
             match FSYNC_OTHER.get_ptr_mut(key.gen) {
                 Some(v) => v,
-                None => return 0,
+                None => return,
             }
         }
     };
@@ -167,5 +225,26 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
         }
         hist_record(&raw mut (*val).hist, delta);
     }
+}
+
+#[tracepoint]
+pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
+    // SAFETY: offset from the exit event's format file.
+    let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
+    on_exit(ret);
+    0
+}
+
+/// `sys_exit(struct pt_regs *regs, long ret)`: the syscall number is the one kept in `regs` for
+/// the exit path; all but the family return after the comparison, before any map lookup.
+#[btf_tracepoint(function = "sys_exit")]
+pub fn tk_fsync_sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: as in tk_fsync_sys_enter.
+    let nr = unsafe { btf_load_u64(regs, ro(&FS_REGS_NR_OFF)) } as i64;
+    if !in_family(nr) {
+        return 0;
+    }
+    on_exit(ctx.arg(1));
     0
 }

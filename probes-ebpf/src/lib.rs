@@ -76,6 +76,18 @@ pub fn allowed(tgid: u32) -> bool {
     true
 }
 
+/// Loads the u64 at byte `off` of the kernel object `p` points to.
+///
+/// # Safety
+/// `p` must be a BTF-typed pointer argument of a tp_btf program (the verifier checks each such
+/// load against the struct's BTF layout and turns a faulting load into zero), and `off` a member
+/// offset from the kernel's BTF, held in a read-only global so the verifier sees a constant.
+#[inline(always)]
+pub unsafe fn btf_load_u64(p: *const u8, off: u32) -> u64 {
+    // SAFETY: per the contract above.
+    unsafe { core::ptr::read_volatile(p.add(off as usize) as *const u64) }
+}
+
 /// Bumps per-CPU counter `idx` (a `probes_common::stats` constant).
 #[inline(always)]
 pub fn stat(idx: u32) {

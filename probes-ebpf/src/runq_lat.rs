@@ -45,3 +45,15 @@ pub fn tk_runq_free_raw(ctx: RawTracePointContext) -> i32 {
     sched::on_free::<sched::Probe>(ctx.arg(0));
     0
 }
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn tk_runq_exec(_ctx: BtfTracePointContext) -> i32 {
+    sched::on_exec();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn tk_runq_exec_raw(_ctx: RawTracePointContext) -> i32 {
+    sched::on_exec();
+    0
+}

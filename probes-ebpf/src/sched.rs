@@ -1,8 +1,10 @@
 //! Shared kernel code of `ctxsw` and `runq-lat` (included by both objects with `#[path]`, so
 //! each object gets its own copy of these maps and nothing else).
 //!
-//! Hooks: `sched:sched_switch` (tp_btf, else raw_tp) and `sched:sched_process_free` (to forget
-//! a task's snapshot once its tid can be reused).
+//! Hooks: `sched:sched_switch` (tp_btf, else raw_tp), `sched:sched_process_free` (to forget
+//! a task's snapshot once its tid can be reused) and `sched:sched_process_exec` (rare: renames
+//! the task's aggregate to the new program, keeping the old name, so a row is not reported
+//! under the name of the shell that exec'd it).
 //!
 //! Why this design is cheap: the kernel already counts, per task, voluntary (`nvcsw`) and
 //! involuntary (`nivcsw`) switches, the total time spent waiting on a run queue
@@ -29,14 +31,14 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
 use probes_common::{
     sched::{
-        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_IDLE_SWITCHES, STAT_NO_BASELINE,
-        STAT_PREEMPT_MAP_FULL,
+        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_IDLE_SWITCHES,
+        STAT_NO_BASELINE, STAT_PREEMPT_MAP_FULL,
     },
     stats,
 };
@@ -307,6 +309,37 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
 }
 
 const BPF_NOEXIST_U64: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
+
+/// `sched_process_exec`: the current task runs a new program, and `current->comm` already holds
+/// its name. Only the current interval's aggregate is renamed: later intervals create theirs
+/// with the new name anyway.
+#[inline(always)]
+pub fn on_exec() {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // No filter check: a key exists only for a task that passed the filters, and a --comm
+    // filter would test the new name.
+    let key = SchedKey {
+        id: if ro(&SCHED_PER_THREAD) != 0 {
+            tid
+        } else {
+            tgid
+        },
+        gen: generation(),
+    };
+    let Some(v) = SCHED_AGG.get_ptr_mut(key) else {
+        return;
+    };
+    let new = bpf_get_current_comm().unwrap_or_default();
+    // SAFETY: live map value; an exec happens once at a time per task, and the aggregate's
+    // counters are not touched here.
+    unsafe {
+        // The name right before this exec: after `fork; exec sh; exec python3` the row reads
+        // python3, exec'd from sh.
+        (*v).exec_from = (*v).comm;
+        (*v).comm = new;
+    }
+}
 
 /// `sched_process_free(p)`: the tid may be reused from now on.
 #[inline(always)]

@@ -74,13 +74,18 @@ impl Tracer {
     }
 
     pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
-        let mut child = Command::new(tracekit_bin())
+        let child = Command::new(tracekit_bin())
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn tracekit");
+        Tracer::from_child(child)
+    }
+
+    /// Wraps a tracekit started with piped stdout and stderr.
+    pub fn from_child(mut child: Child) -> Tracer {
         let out = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
@@ -155,6 +160,16 @@ impl Tracer {
         }
         let stderr = self.child.wait_with_output_stderr();
         (status, std::mem::take(&mut self.seen), stderr)
+    }
+}
+
+/// A test that fails (panics) before `finish` must not leave its tracekit running.
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -285,4 +300,37 @@ pub fn run_workload(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("tk-workload prints JSON")
+}
+
+/// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
+/// after `#` dropped).
+pub fn help_examples(help: &str) -> Vec<Vec<String>> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Examples:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            l.split('#')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        })
+        .collect()
+}
+
+/// `sh -c 'sleep 0.2; exec tk-workload pingpong 3000'`: a process that runs as `sh` first, then
+/// execs. Returns its pid (the same before and after the exec).
+pub fn run_exec_workload() -> u32 {
+    let script = format!("sleep 0.2; exec {} pingpong 3000", workload_bin().display());
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let pid = out.id();
+    let status = { out }.wait().expect("wait sh");
+    assert!(status.success());
+    pid
 }

@@ -16,7 +16,7 @@ mod vm_check;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload spin MILLISECONDS\n       tk-workload vm-check"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
     );
     std::process::exit(2);
 }
@@ -35,9 +35,14 @@ fn main() {
         Some("named") if args.len() == 4 => named(&args[1], &args[2], parse(&args[3])),
         Some("compact") if args.len() == 1 => compact(),
         Some("collapse") if args.len() == 2 => collapse(parse(&args[1])),
+        Some("collapse-einval") if args.len() == 1 => collapse_einval(),
         Some("memcg-write") if args.len() == 4 => memcg_write(&args[1], &args[2], parse(&args[3])),
-        Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1])),
-        Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64),
+        Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1]), false),
+        Some("pingpong-split") if args.len() == 2 => pingpong(parse(&args[1]), true),
+        Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64, None),
+        Some("spin-named") if args.len() == 3 => {
+            spin(parse(&args[2]) as u64, Some(hex_bytes(&args[1])))
+        }
         Some("vm-check") => std::process::exit(vm_check::main()),
         _ => usage(),
     }
@@ -129,19 +134,27 @@ fn fsync_procs(path: &str, n: usize) {
     );
 }
 
-/// Renames itself to the raw bytes of HEXNAME (escape sequences, newlines, invalid UTF-8 are the
-/// point) with prctl(PR_SET_NAME), then does N fsyncs.
-fn named(hex: &str, path: &str, n: usize) {
-    let bytes: Vec<u8> = (0..hex.len())
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or_else(|_| usage()))
-        .collect();
+        .collect()
+}
+
+/// Names the calling thread with the raw bytes (at most 15) with prctl(PR_SET_NAME).
+fn set_name(bytes: &[u8]) {
     let mut name = [0u8; 16];
     let len = bytes.len().min(15);
     name[..len].copy_from_slice(&bytes[..len]);
     // SAFETY: PR_SET_NAME reads at most 16 bytes from a NUL-terminated buffer we own.
     let rc = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
     assert_eq!(rc, 0, "prctl(PR_SET_NAME)");
+}
+
+/// Renames itself to the raw bytes of HEXNAME (escape sequences, newlines, invalid UTF-8 are the
+/// point) with prctl(PR_SET_NAME), then does N fsyncs.
+fn named(hex: &str, path: &str, n: usize) {
+    set_name(&hex_bytes(hex));
     let mut f = open(path);
     let fs = timed(&mut f, "fsync", n);
     println!(
@@ -215,6 +228,30 @@ fn collapse(n: usize) {
     );
 }
 
+/// One `madvise(MADV_COLLAPSE)` on a range that is not page-aligned: the kernel refuses it with
+/// EINVAL before any collapse work, so it is no stall.
+fn collapse_einval() {
+    let t = Instant::now();
+    // SAFETY: madvise only validates an unaligned address and fails; nothing is touched.
+    let rc = unsafe {
+        libc::madvise(
+            std::ptr::dangling_mut::<libc::c_void>(),
+            4096,
+            MADV_COLLAPSE,
+        )
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    assert_eq!(
+        (rc, errno),
+        (-1, libc::EINVAL),
+        "MADV_COLLAPSE should fail with EINVAL"
+    );
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "rc": rc, "errno": errno, "wall_ns": ns(t.elapsed())})
+    );
+}
+
 /// Joins the cgroup whose `cgroup.procs` is given, then writes `mib` MiB to `path`: past the
 /// cgroup's memory limit the page cache is reclaimed in this process (memcg reclaim).
 fn memcg_write(procs: &str, path: &str, mib: usize) {
@@ -245,7 +282,9 @@ fn own_counters() -> (u64, u64, u64) {
     let (mut v, mut iv, mut rd) = (0, 0, 0);
     for t in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
         let dir = t.expect("task entry").path();
-        let status = std::fs::read_to_string(dir.join("status")).expect("status");
+        // Lossy: a task named with bytes that are not UTF-8 shows them in its Name: line.
+        let status = String::from_utf8_lossy(&std::fs::read(dir.join("status")).expect("status"))
+            .into_owned();
         for line in status.lines() {
             let num = |l: &str| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap();
             if line.starts_with("voluntary_ctxt_switches:") {
@@ -332,11 +371,30 @@ fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
     println!("{}", serde_json::json!({ "procs": procs }));
 }
 
+/// Pins the calling process to `cpu` (modulo the CPUs online).
+fn pin(cpu: usize) {
+    // SAFETY: sysconf is a plain query; cpu_set_t is plain data, one bit set.
+    unsafe {
+        let ncpu = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % ncpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
 /// Two processes bouncing one byte over two pipes ROUNDS times: every hop is a voluntary
-/// switch (the reader sleeps in read) and a wakeup.
-fn pingpong(rounds: usize) {
+/// switch (the reader sleeps in read) and a wakeup. `split`: each side on its own CPU, so a
+/// side sleeps into the idle task and is woken out of it (switches away from idle).
+fn pingpong(rounds: usize, split: bool) {
     let (a, b) = (pipe(), pipe());
     let hop = move |rd: i32, wr: i32, first: bool| {
+        if split {
+            pin(usize::from(!first));
+        }
         let mut byte = [0u8; 1];
         for i in 0..rounds {
             // SAFETY: plain reads and writes of one byte on our pipes.
@@ -360,12 +418,16 @@ fn pingpong(rounds: usize) {
 }
 
 /// Two CPU-bound processes pinned to the same CPU (the last one), each spinning for MS
-/// milliseconds of wall time: every switch between them is a preemption.
-fn spin(ms: u64) {
+/// milliseconds of wall time: every switch between them is a preemption. With `name`, both
+/// children first rename themselves to those bytes.
+fn spin(ms: u64, name: Option<Vec<u8>>) {
     // SAFETY: sysconf is a plain query.
     let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     let cpu = ncpu - 1;
     let body = move || {
+        if let Some(n) = &name {
+            set_name(n);
+        }
         // SAFETY: cpu_set_t is plain data; we set one bit and pin ourselves.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -384,5 +446,5 @@ fn spin(ms: u64) {
             }
         }
     };
-    with_children(vec![Box::new(body), Box::new(body)]);
+    with_children(vec![Box::new(body.clone()), Box::new(body)]);
 }

@@ -7,7 +7,8 @@
 //! started, waited for until it reports being attached, then the workload runs, then the tracer
 //! gets SIGINT. Tracer CPU is utime + stime from /proc/<pid>/stat read just before SIGINT; RSS is
 //! VmRSS (steady) and VmHWM (peak) at the same moment. Start-up is exec to the last attach
-//! syscall, from `strace -f -ttt --seccomp-bpf`.
+//! syscall, and exit is the last write of the report to the process's end (detaching included),
+//! both from `strace -f -ttt --seccomp-bpf`.
 
 use std::{
     collections::BTreeMap,
@@ -59,6 +60,9 @@ enum Workload {
     Fsync { n: u32 },
     /// `tk-workload compact`, N times (each compacts every zone). Metric: ns per compaction run.
     Compaction { n: u32 },
+    /// `taskset -c 1 perf bench syscall basic -l N` (getppid): what every syscall pays while a
+    /// syscall tracer runs. Metric: ns per syscall.
+    Syscalls { loops: u32 },
 }
 
 impl Workload {
@@ -79,6 +83,9 @@ impl Workload {
             Workload::Compaction { n } => {
                 format!("compaction loop: {n} × echo 1 > /proc/sys/vm/compact_memory")
             }
+            Workload::Syscalls { loops } => {
+                format!("taskset -c 1 perf bench syscall basic -l {loops} (getppid, not traced)")
+            }
         }
     }
 
@@ -88,6 +95,7 @@ impl Workload {
             Workload::SwitchStorm { .. } => "ns/switch-op",
             Workload::Fsync { .. } => "ns/fsync",
             Workload::Compaction { .. } => "ns/compaction",
+            Workload::Syscalls { .. } => "ns/syscall",
         }
     }
 
@@ -137,6 +145,16 @@ impl Workload {
                     .filter_map(Value::as_f64)
                     .collect();
                 Ok(ns.iter().sum::<f64>() / ns.len().max(1) as f64)
+            }
+            Workload::Syscalls { loops } => {
+                let out = Command::new("taskset")
+                    .args(["-c", "1", "perf", "bench", "syscall", "basic", "-l"])
+                    .arg(loops.to_string())
+                    .output()
+                    .context("perf bench syscall basic")?;
+                let us = parse_perf_pipe(&String::from_utf8_lossy(&out.stdout))
+                    .context("parsing perf bench syscall output")?;
+                Ok(us * 1000.0)
             }
             Workload::Compaction { n } => {
                 let mut total = 0.0;
@@ -381,6 +399,27 @@ pub fn parse_strace_attach_ms(trace: &str) -> Option<f64> {
     Some((ts(last)? - ts(start)?) * 1000.0)
 }
 
+/// Milliseconds from the last write to stdout (the report) to the end of the process in
+/// `strace -f -ttt` output: what detaching and exiting cost after the user has the answer.
+pub fn parse_strace_exit_ms(trace: &str) -> Option<f64> {
+    let ts = |l: &str| -> Option<f64> {
+        let mut it = l.split_whitespace();
+        let first = it.next()?;
+        let t = if first.contains('.') {
+            first
+        } else {
+            it.next()?
+        };
+        t.parse().ok()
+    };
+    let lines: Vec<&str> = trace.lines().collect();
+    let end = lines.iter().rposition(|l| l.contains("+++ exited with"))?;
+    let last_write = lines[..end]
+        .iter()
+        .rposition(|l| l.contains(" write(1, "))?;
+    Some((ts(lines[end])? - ts(lines[last_write])?) * 1000.0)
+}
+
 /// Where a tracekit tool's kernel time goes: with `kernel.bpf_stats_enabled=1`, each program's
 /// run count and run time over one workload run (a separate pass: the statistics themselves cost).
 fn bpf_stats_pass(w: &Workload, t: &Tracer, wl: &Path, scratch: &Path) -> Result<Vec<Value>> {
@@ -414,7 +453,8 @@ fn bpf_stats_pass(w: &Workload, t: &Tracer, wl: &Path, scratch: &Path) -> Result
     res
 }
 
-fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<f64>> {
+/// Per run: (exec to the last attach, the report's last write to the process's end), in ms.
+fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<(f64, Option<f64>)>> {
     let mut out = Vec::new();
     for i in 0..runs {
         let f = std::env::temp_dir().join(format!("tk-bench-strace-{i}"));
@@ -424,7 +464,7 @@ fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<f64>> {
                 "-ttt",
                 "--seccomp-bpf",
                 "-e",
-                "trace=execve,bpf,ioctl",
+                "trace=execve,bpf,ioctl,write,exit_group",
                 "-o",
             ])
             .arg(&f)
@@ -435,7 +475,7 @@ fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<f64>> {
         let _ = st;
         let text = std::fs::read_to_string(&f).unwrap_or_default();
         if let Some(ms) = parse_strace_attach_ms(&text) {
-            out.push(ms);
+            out.push((ms, parse_strace_exit_ms(&text)));
         }
         let _ = std::fs::remove_file(f);
     }
@@ -526,6 +566,7 @@ pub fn run(args: &[String]) -> Result<()> {
     });
     let fsync: Vec<Tracer> = vec![
         Tracer { name: "floor: Aya counter, tracepoint sys_enter_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync"]), ready: Ready::JsonMeta },
+        Tracer { name: "floor: Aya counter, tp_btf sys_enter".into(), argv: tkj("bench-floor", &["--hook", "sys-enter"]), ready: Ready::JsonMeta },
         Tracer { name: "tracekit fsync-lat".into(), argv: tkj("fsync-lat", &[]), ready: Ready::JsonMeta },
         Tracer {
             name: "bpftrace fsync latency hist".into(),
@@ -588,7 +629,13 @@ pub fn run(args: &[String]) -> Result<()> {
             Workload::Fsync {
                 n: if quick { 300 } else { 2000 },
             },
-            fsync,
+            fsync.clone(),
+        ),
+        (
+            Workload::Syscalls {
+                loops: if quick { 2_000_000 } else { 10_000_000 },
+            },
+            fsync.clone(),
         ),
         (
             Workload::Compaction {
@@ -682,13 +729,13 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
 
-    // Start-up: exec to the last attach syscall.
+    // Start-up: exec to the last attach syscall; exit: the report's last write to the end.
     let mut startup = Vec::new();
     let mut st_cases: Vec<(String, Vec<String>)> = vec![(
         "tracekit fsync-lat".into(),
         s(&[&tk_s, "fsync-lat", "--duration", "300ms"]),
     )];
-    for tool in ["ctxsw", "runq-lat"] {
+    for tool in ["memstall", "ctxsw", "runq-lat"] {
         if tracekit_has(&tk, tool) {
             st_cases.push((
                 format!("tracekit {tool}"),
@@ -706,9 +753,16 @@ pub fn run(args: &[String]) -> Result<()> {
         ]),
     ));
     for (name, argv) in &st_cases {
-        let v = startup_ms(argv, rounds)?;
+        let runs = startup_ms(argv, rounds)?;
+        let v: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        let x: Vec<f64> = runs.iter().filter_map(|r| r.1).collect();
         let (lo, hi) = spread(&v);
-        startup.push(json!({"tool": name, "median_ms": median(&v), "min_ms": lo, "max_ms": hi, "runs": v.len()}));
+        let (xlo, xhi) = spread(&x);
+        startup.push(json!({
+            "tool": name, "median_ms": median(&v), "min_ms": lo, "max_ms": hi, "runs": v.len(),
+            "exit_median_ms": if x.is_empty() { Value::Null } else { json!(median(&x)) },
+            "exit_min_ms": xlo, "exit_max_ms": xhi,
+        }));
     }
 
     let doc = json!({
@@ -783,7 +837,7 @@ pub fn markdown(doc: &Value) -> String {
         doc["rounds"],
         doc["wall_s"],
     ));
-    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl`).\n\n");
+    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
     for w in doc["workloads"].as_array().into_iter().flatten() {
         m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
         m.push_str("| configuration | median | spread | slowdown | tracer CPU | RSS / peak | events lost |\n|---|---|---|---|---|---|---|\n");
@@ -831,15 +885,18 @@ pub fn markdown(doc: &Value) -> String {
     }
     m.push('\n');
     m.push_str(
-        "## Start-up: exec to all programs attached\n\n| tool | median | spread |\n|---|---|---|\n",
+        "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | exit median | spread |\n|---|---|---|---|---|\n",
     );
     for s in doc["startup"].as_array().into_iter().flatten() {
         m.push_str(&format!(
-            "| {} | {} ms | {}–{} ms |\n",
+            "| {} | {} ms | {}–{} ms | {} ms | {}–{} ms |\n",
             s["tool"].as_str().unwrap_or(""),
             fmt_opt(&s["median_ms"], 1),
             fmt_opt(&s["min_ms"], 1),
-            fmt_opt(&s["max_ms"], 1)
+            fmt_opt(&s["max_ms"], 1),
+            fmt_opt(&s["exit_median_ms"], 1),
+            fmt_opt(&s["exit_min_ms"], 1),
+            fmt_opt(&s["exit_max_ms"], 1)
         ));
     }
     m
@@ -886,6 +943,17 @@ mod tests {
     }
 
     #[test]
+    fn parses_strace_exit_time() {
+        let t = "100 1000.000000 execve(\"/x\", [...]) = 0\n100 1001.000000 write(1, \"report\\n\", 7) = 7\n100 1001.002500 exit_group(0) = ?\n100 1001.003000 +++ exited with 0 +++\n";
+        let ms = parse_strace_exit_ms(t).unwrap();
+        assert!((ms - 3.0).abs() < 1e-6, "{ms}");
+        assert_eq!(
+            parse_strace_exit_ms("100 1.0 write(1, \"x\", 1) = 1\n"),
+            None
+        );
+    }
+
+    #[test]
     fn parses_strace_attach_time() {
         let t = "100 1000.000000 execve(\"/x\", [\"x\"], 0x7ff) = 0\n100 1000.010000 bpf(BPF_PROG_LOAD, {...}, 148) = 5\n100 1000.015000 bpf(BPF_LINK_CREATE, {...}, 64) = 6\n100 1000.017500 ioctl(6, PERF_EVENT_IOC_ENABLE, 0) = 0\n100 1000.020000 ioctl(7, PERF_EVENT_IOC_ENABLE, 0) = -1 EINVAL\n";
         let ms = parse_strace_attach_ms(t).unwrap();
@@ -902,7 +970,8 @@ mod tests {
                 {"config": "tracekit ctxsw", "median": 4.4, "min": 4.3, "max": 4.6, "unit": "us/op", "slowdown_pct": 10.0, "tracer_cpu_ms": 12.0, "rss_kib": 4096.0, "rss_peak_kib": 8192.0, "events_lost": 0, "runs": 5},
                 {"config": "x", "status": "N/A: needs kprobes"}
             ]}],
-            "startup": [{"tool": "tracekit", "median_ms": 17.0, "min_ms": 16.0, "max_ms": 18.0, "runs": 5}]
+            "startup": [{"tool": "tracekit", "median_ms": 17.0, "min_ms": 16.0, "max_ms": 18.0, "runs": 5,
+                "exit_median_ms": 2.5, "exit_min_ms": 2.0, "exit_max_ms": 3.0}]
         });
         let m = markdown(&doc);
         assert!(m.contains("## w1"));
@@ -913,6 +982,9 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("| x | N/A: needs kprobes |"));
-        assert!(m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms |"));
+        assert!(
+            m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | 2.5 ms | 2.0–3.0 ms |"),
+            "{m}"
+        );
     }
 }

@@ -133,6 +133,10 @@ fn test(extra: &[String]) -> Result<()> {
         &["tmux"],
         "the `ctxsw --top` test drives the live view in a tmux pseudo-terminal",
     )?;
+    toolchain::ensure_debian(
+        &["util-linux"],
+        "the capability tests run tracekit as nobody with exact capabilities (setpriv), the --output tests mount small tmpfs",
+    )?;
     let mut c = cargo();
     c.args(["test", "--release", "--target", HOST_TARGET, "--workspace"]);
     c.env("TRACEKIT_BIN", &bin);

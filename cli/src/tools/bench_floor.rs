@@ -14,18 +14,28 @@ use crate::{
 };
 
 pub const NAME: &str = "bench-floor";
+pub const REQUIRES_BTF: bool = false;
 /// Either hook is enough: each run uses the one its workload exercises.
 pub const HOOKS: &[Hook] = &[
     Hook {
         event: "sched:sched_switch",
+        raw: None,
         fields: &[],
         modes: &[AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint],
         optional: true,
     },
     Hook {
         event: "syscalls:sys_enter_fsync",
+        raw: None,
         fields: &[],
         modes: &[AttachMode::Tracepoint],
+        optional: true,
+    },
+    Hook {
+        event: "raw_syscalls:sys_enter",
+        raw: Some("sys_enter"),
+        fields: &[],
+        modes: &[AttachMode::TpBtf],
         optional: true,
     },
 ];
@@ -38,6 +48,8 @@ pub enum FloorHook {
     SchedSwitchTp,
     /// `syscalls:sys_enter_fsync`, classic tracepoint.
     Fsync,
+    /// The raw `sys_enter` tracepoint, tp_btf: what every syscall pays under `fsync-lat`.
+    SysEnter,
 }
 
 #[derive(clap::Args, Debug)]
@@ -54,7 +66,7 @@ struct Floor {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tracefs = tools::preflight(&args.common)?;
+    let sink = tools::preflight(NAME, &args.common)?;
     let mut session = Session::load(loader::FLOOR, &args.common, LoadSpec::new())?;
     match args.hook {
         FloorHook::SchedSwitch => {
@@ -64,12 +76,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             session.attach_tracepoint("tk_floor_tp", "sched", "sched_switch")?
         }
         FloorHook::Fsync => {
-            tracefs.format("syscalls", "sys_enter_fsync")?;
+            crate::tracefs::Tracefs::open()?.format("syscalls", "sys_enter_fsync")?;
             session.attach_tracepoint("tk_floor_tp", "syscalls", "sys_enter_fsync")?
+        }
+        FloorHook::SysEnter => {
+            session
+                .attach_tp_btf("tk_floor_sys", "sys_enter")
+                .map_err(|e| crate::error::UserError::KernelFeature(e.to_string()))?;
         }
     }
     let mut f = Floor { session, last: 0 };
-    engine::drive(&args.common, &mut f)?;
+    engine::drive(&args.common, sink, &mut f)?;
     Ok(())
 }
 

@@ -8,7 +8,6 @@
 
 use std::{
     io::IsTerminal,
-    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -30,9 +29,14 @@ use crate::{
 
 pub const NAME: &str = "ctxsw";
 pub const HOOKS: &[Hook] = sched::HOOKS;
+pub const REQUIRES_BTF: bool = sched::REQUIRES_BTF;
+
+const EXAMPLES: &str = "  tracekit ctxsw --duration 10s                     # who switches, voluntary or not, and who preempts whom
+  tracekit ctxsw --duration 1m --top 20              # live view of the top 20 (per interval without a terminal)
+  tracekit ctxsw --duration 10s --threads --comm postgres --json   # one program's threads, as NDJSON";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = crate::error::EXIT_CODES_HELP)]
+#[command(after_help = tools::help_footer(EXAMPLES, sched::NEEDS))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -58,6 +62,8 @@ const PROGRAMS: sched::Programs = sched::Programs {
     switch_raw: "tk_ctxsw_switch_raw",
     free_btf: "tk_ctxsw_free",
     free_raw: "tk_ctxsw_free_raw",
+    exec_btf: "tk_ctxsw_exec",
+    exec_raw: "tk_ctxsw_exec_raw",
 };
 
 struct Ctxsw {
@@ -67,12 +73,11 @@ struct Ctxsw {
     top_preemptors: usize,
     sys_prev: Option<SysStat>,
     /// tgid → comm of the processes seen in the current interval.
-    names: std::collections::HashMap<u32, String>,
+    names: std::collections::HashMap<u32, Vec<u8>>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut common = args.common;
-    tools::preflight(&common)?;
     let live = args.top.is_some()
         && !common.json
         && common.output.is_none()
@@ -80,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.top.is_some() && common.interval.is_none() {
         common.interval = Some(Duration::from_secs(1));
     }
+    let sink = tools::preflight(NAME, &common)?;
     let s = sched::open(loader::CTXSW, &PROGRAMS, &common, true)?;
     let max_rows = match args.top {
         Some(n) if n > 0 => n,
@@ -96,14 +102,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if live {
         return live_view(&mut tool, args.top.unwrap_or(0));
     }
-    if !common.json {
-        eprintln!(
-            "Tracing context switches in {} ({}). Ctrl-C to end.",
-            tools::scope(&common),
-            tool.s.session.programs_text(),
-        );
-    }
-    engine::drive(&common, &mut tool)?;
+    tools::announce::<&str, &str>("context switches", &common, &tool.s.session, &[]);
+    engine::drive(&common, sink, &mut tool)?;
     Ok(())
 }
 
@@ -128,16 +128,37 @@ impl Rated {
 /// The system line's figures for one interval.
 #[derive(Default)]
 struct System {
+    /// Every traced switch: the rows' and, without --pid/--comm, those away from the idle
+    /// task, which belong to no process but make the total comparable with /proc/stat.
+    switches: u64,
+    idle_switches: u64,
+    /// No --pid/--comm: the total covers the whole system and is comparable with /proc/stat.
+    whole_system: bool,
     ctxt_per_s: Option<f64>,
     procs_running: Option<u32>,
     steal_pct: Vec<Option<f64>>,
 }
 
+/// One interval, as both the report and the live view show it.
+struct Drained {
+    rows: Vec<Rated>,
+    sys: System,
+    stats: Vec<u64>,
+}
+
 impl Ctxsw {
-    fn interval(&mut self, secs: f64) -> anyhow::Result<(Vec<Rated>, System, Vec<u64>)> {
+    fn interval(&mut self, secs: f64) -> anyhow::Result<Drained> {
         let iv = self.s.drain(self.common.threads)?;
         let now = SysStat::read().ok();
         let mut sys = System::default();
+        let unfiltered = self.common.pids.is_empty() && self.common.comm.is_none();
+        sys.whole_system = unfiltered;
+        sys.idle_switches = if unfiltered {
+            iv.stats[probes_common::sched::STAT_IDLE_SWITCHES as usize]
+        } else {
+            0
+        };
+        sys.switches = iv.rows.iter().map(Row::switches).sum::<u64>() + sys.idle_switches;
         if let (Some(a), Some(b)) = (&self.sys_prev, &now) {
             sys.ctxt_per_s = Some(b.ctxt.saturating_sub(a.ctxt) as f64 / secs);
             sys.procs_running = b.procs_running;
@@ -149,7 +170,7 @@ impl Ctxsw {
         self.names.clear();
         for r in &iv.rows {
             if r.id == r.tgid && r.id != 0 {
-                self.names.insert(r.tgid, sanitize::text(&r.comm));
+                self.names.insert(r.tgid, r.comm.clone());
             }
         }
         let rated = iv
@@ -169,12 +190,16 @@ impl Ctxsw {
                 }
             })
             .collect();
-        Ok((rated, sys, iv.stats.to_vec()))
+        Ok(Drained {
+            rows: rated,
+            sys,
+            stats: iv.stats.to_vec(),
+        })
     }
 
     /// A preemptor's name: its own row's comm when it switched in this interval (it may have
     /// exited since), else /proc.
-    fn name_of(&self, tgid: u32) -> String {
+    fn name_of(&self, tgid: u32) -> Vec<u8> {
         match self.names.get(&tgid) {
             Some(c) => c.clone(),
             None => preemptor_name(tgid),
@@ -185,13 +210,15 @@ impl Ctxsw {
         r.preemptors
             .iter()
             .take(self.top_preemptors)
-            .map(|(p, n)| format!("{}({p})×{n}", self.name_of(*p)))
+            .map(|(p, n)| format!("{}({p})×{n}", sanitize::text(&self.name_of(*p))))
             .collect::<Vec<_>>()
             .join(" ")
     }
 }
 
-fn system_text(sys: &System, traced_per_s: f64) -> String {
+/// The system line, the same in the report and the live view.
+fn system_text(sys: &System, secs: f64) -> String {
+    let traced_per_s = sys.switches as f64 / secs;
     let steal: Vec<String> = sys
         .steal_pct
         .iter()
@@ -201,8 +228,16 @@ fn system_text(sys: &System, traced_per_s: f64) -> String {
             None => format!("cpu{i} -"),
         })
         .collect();
+    let idle = if sys.whole_system {
+        format!(
+            " ({:.0}/s away from the idle task)",
+            sys.idle_switches as f64 / secs
+        )
+    } else {
+        " (in scope)".to_string()
+    };
     format!(
-        "system: {traced_per_s:.0} switches/s traced, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
+        "system: {traced_per_s:.0} switches/s traced{idle}, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
         sys.ctxt_per_s
             .map(|c| format!("{c:.0}"))
             .unwrap_or_else(|| "?".into()),
@@ -282,7 +317,7 @@ const COLUMNS: [(&str, Align); 9] = [
 fn cells(t: &Ctxsw, r: &Rated) -> Vec<String> {
     vec![
         r.row.id.to_string(),
-        sanitize::text(&r.row.comm),
+        r.row.name_text(),
         format!("{:.1}", r.total_s()),
         format!("{:.1}", r.vol_s),
         format!("{:.1}", r.invol_s),
@@ -313,7 +348,11 @@ impl Collector for Ctxsw {
 
     fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
         let secs = w.secs();
-        let (mut rows, sys, st) = self.interval(secs)?;
+        let Drained {
+            mut rows,
+            sys,
+            stats: st,
+        } = self.interval(secs)?;
         sort_rows(&mut rows, SortBy::Total);
         let switches: u64 = rows.iter().map(|r| r.row.switches()).sum();
         let vol: u64 = rows.iter().map(|r| r.row.voluntary).sum();
@@ -329,17 +368,7 @@ impl Collector for Ctxsw {
             tools::scope(&self.common),
             w.stop.as_str(),
         );
-        // Switches away from the idle task belong to no process but to the system total, which
-        // then matches /proc/stat ctxt; with --pid/--comm only the selected tasks count.
-        let unfiltered = self.common.pids.is_empty() && self.common.comm.is_none();
-        let idle = if unfiltered {
-            st[probes_common::sched::STAT_IDLE_SWITCHES as usize]
-        } else {
-            0
-        };
-        report
-            .notes
-            .push(system_text(&sys, (switches + idle) as f64 / secs));
+        report.notes.push(system_text(&sys, secs));
         report.notes.extend(self.s.notes.iter().cloned());
         report.notes.extend(sched::stats_notes(&st));
         let mut cols = COLUMNS;
@@ -371,25 +400,25 @@ impl Collector for Ctxsw {
                 "tool": NAME,
                 "type": "summary",
                 "pid": if self.common.threads { r.row.tgid } else { r.row.id },
-                "comm": sanitize::json(&r.row.comm),
                 "voluntary": r.row.voluntary,
                 "involuntary": r.row.involuntary,
                 "migrations": r.row.migrations,
-                "switches_per_s": r.total_s().round() as u64,
-                "voluntary_per_s": r.vol_s.round() as u64,
-                "involuntary_per_s": r.invol_s.round() as u64,
-                "migrations_per_s": r.migr_s.round() as u64,
+                "switches_per_s": per_s(r.total_s()),
+                "voluntary_per_s": per_s(r.vol_s),
+                "involuntary_per_s": per_s(r.invol_s),
+                "migrations_per_s": per_s(r.migr_s),
                 "runq_count": r.waits,
                 "runq_total_ns": r.wait_total_ns,
                 "runq_p50_ns": r.p50_ns,
                 "runq_p99_ns": r.p99_ns,
-                "preempted_by": r.row.preemptors.iter().map(|(p, n)| json!({
-                    "pid": p, "comm": self.name_of(*p), "count": n,
-                })).collect::<Vec<_>>(),
+                "preempted_by": r.row.preemptors.iter().map(|(p, n)| {
+                    sanitize::json_with("comm", &self.name_of(*p), json!({"pid": p, "count": n}))
+                }).collect::<Vec<_>>(),
                 "interval_ns": w.elapsed.as_nanos() as u64,
                 "interval_end": end_text,
                 "interval_end_ns": end_ns,
             });
+            r.row.put_names(&mut line);
             if self.common.threads {
                 line["tid"] = json!(r.row.id);
             }
@@ -402,10 +431,10 @@ impl Collector for Ctxsw {
         report.json.push(json!({
             "tool": NAME,
             "type": "system",
-            "switches_per_s": ((switches + idle) as f64 / secs).round() as u64,
-            "switches": switches + idle,
-            "idle_switches": idle,
-            "proc_stat_ctxt_per_s": sys.ctxt_per_s.map(|c| c.round() as u64),
+            "switches_per_s": per_s(sys.switches as f64 / secs),
+            "switches": sys.switches,
+            "idle_switches": sys.idle_switches,
+            "proc_stat_ctxt_per_s": sys.ctxt_per_s.map(per_s),
             "procs_running": sys.procs_running,
             "steal_ppm": sys.steal_pct.iter().map(|s| s.map(|p| (p * 10_000.0).round() as u64)).collect::<Vec<_>>(),
             "interval_ns": w.elapsed.as_nanos() as u64,
@@ -416,11 +445,9 @@ impl Collector for Ctxsw {
     }
 }
 
-/// Set by the signal handler in the live view (SIGTERM, SIGHUP, SIGINT from another process).
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+/// A rate for JSON: a float to the thousandth (a rare event per interval is not 0).
+fn per_s(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
 }
 
 /// Restores the terminal however the live view ends (return, error or panic).
@@ -450,17 +477,16 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
         text::Line,
         widgets::{Cell, Paragraph, Row as TRow, Table as TTable},
     };
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
-        // SAFETY: installs an async-signal-safe handler (one atomic store).
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
     terminal::enable_raw_mode()?;
     let _guard = TermGuard;
     execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
     let mut term =
         ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
     let interval = t.common.interval.unwrap_or(Duration::from_secs(1));
-    let deadline = t.common.duration.map(|d| Instant::now() + d);
+    let deadline = t
+        .common
+        .duration
+        .and_then(|d| Instant::now().checked_add(d));
     let mut sort = SortBy::Total;
     let mut paused = false;
     let mut win_start = Instant::now();
@@ -540,19 +566,38 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
             })?;
             dirty = false;
         }
-        if STOP.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+        // SIGTERM, SIGHUP, or SIGINT from another process: caught since main started.
+        if engine::stop_signal().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         let next = win_start + interval;
         let wait = next
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(100));
-        if event::poll(wait)? {
+        // Input is waited for with poll(2), not crossterm: when the terminal goes away (a closed
+        // tmux pane, a dropped ssh session) no SIGHUP reaches a process in its shell's group,
+        // and crossterm's poll and read spin forever on the end-of-file, keeping the programs
+        // attached. poll(2) reports the hang-up.
+        let mut pfd = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a bounded timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
+        if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            break;
+        }
+        let mut quit = false;
+        // Every event the input holds: one read may bring several keys.
+        while n > 0 && event::poll(Duration::ZERO)? {
             if let Event::Key(k) = event::read()? {
                 if k.kind == KeyEventKind::Press {
                     match k.code {
-                        KeyCode::Char('q') | KeyCode::Esc => break,
-                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => break,
+                        KeyCode::Char('q') | KeyCode::Esc => quit = true,
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                            quit = true
+                        }
                         KeyCode::Char('s') | KeyCode::Tab | KeyCode::Right => sort = sort.next(),
                         KeyCode::Char('t') => sort = SortBy::Total,
                         KeyCode::Char('v') => sort = SortBy::Voluntary,
@@ -568,14 +613,20 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
                 dirty = true;
             }
         }
+        if quit {
+            break;
+        }
         if Instant::now() >= next {
             let secs = win_start.elapsed().as_secs_f64().max(1e-9);
             win_start = Instant::now();
             // Always drain, so a pause does not overflow the kernel's maps; only the display
             // stands still.
-            let (r, sys, st) = t.interval(secs)?;
+            let Drained {
+                rows: r,
+                sys,
+                stats: st,
+            } = t.interval(secs)?;
             if !paused {
-                let switches: u64 = r.iter().map(|x| x.row.switches()).sum();
                 rows = r;
                 header = format!(
                     "ctxsw --top: {} ({}), every {}; {}",
@@ -584,7 +635,7 @@ fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
                     humantime::format_duration(interval),
                     humantime::format_rfc3339_seconds(SystemTime::now()),
                 );
-                notes = vec![system_text(&sys, switches as f64 / secs)];
+                notes = vec![system_text(&sys, secs)];
                 notes.extend(sched::stats_notes(&st));
                 dirty = true;
             }

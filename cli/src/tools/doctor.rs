@@ -11,35 +11,50 @@
 //! `/sys/devices/system/node`, `/sys/kernel/mm/transparent_hugepage/{enabled,defrag}`,
 //! `/sys/kernel/security/lockdown`. Loads only the throw-away probe programs of `features`.
 
-use std::{collections::HashSet, fs};
+use std::{collections::HashSet, fs, path::Path};
 
-use aya::Btf;
-use aya_obj::btf::BtfKind;
 use serde_json::{json, Value};
 
 use crate::{
+    btf::Btf,
     error::UserError,
     features::{self, Probe},
     loader::AttachMode,
+    output::Sink,
+    procinfo::{self, SMALL_FILE},
     tools::{self, Hook},
     tracefs::{EventFormat, Tracefs},
 };
 
 pub const NAME: &str = "doctor";
 pub const HOOKS: &[Hook] = &[];
+pub const REQUIRES_BTF: bool = false;
+
+const EXAMPLES: &str = "  tracekit doctor                                  # what each tool will do on this kernel, and why
+  tracekit doctor --json --output doctor.ndjson    # the same as NDJSON, to compare nodes";
+
+const NEEDS: &str = "root, or CAP_BPF and CAP_PERFMON (its feature probes load programs); it \
+reads tracefs with CAP_DAC_READ_SEARCH and mounts it with CAP_SYS_ADMIN. Run without them it \
+says what is missing and exits 3.";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = crate::error::EXIT_CODES_HELP)]
+#[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
 pub struct Args {
     /// NDJSON output: a `system` line, one `hook` line per tool and hook, one `tool` line per
     /// tool, and a `summary` line.
     #[arg(long)]
     pub json: bool,
+
+    /// Write the report to FILE (as the tools do: replaced atomically when complete; a device
+    /// or FIFO is written directly).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
 }
 
 /// Kernel-wide facts that decide attach modes.
 #[derive(Clone, Debug)]
 pub struct Env {
+    /// Kernel BTF is present and parses (from `TRACEKIT_BTF` when set).
     pub btf: bool,
     pub raw_tp: Probe,
     pub fentry: Probe,
@@ -89,17 +104,21 @@ fn split_event(event: &str) -> (Option<&str>, &str) {
 
 fn try_mode(mode: AttachMode, hook: &Hook, env: &Env, f: &HookFacts) -> Result<String, String> {
     let (cat, name) = split_event(hook.event);
+    let raw = hook.raw.unwrap_or(name);
     match mode {
         AttachMode::TpBtf => {
             if !env.btf {
-                return Err("no kernel BTF (/sys/kernel/btf/vmlinux)".into());
+                return Err("no usable kernel BTF".into());
             }
             if !env.raw_tp.available {
                 return Err(format!("raw tracepoints unavailable: {}", env.raw_tp.why));
             }
             match f.btf_tp {
-                Some(true) => Ok(format!("kernel BTF has btf_trace_{name}")),
-                Some(false) => Err(format!("kernel BTF has no btf_trace_{name}")),
+                Some(true) if raw != name => Ok(format!(
+                    "kernel BTF has btf_trace_{raw} (one program on {raw} filters by syscall number)"
+                )),
+                Some(true) => Ok(format!("kernel BTF has btf_trace_{raw}")),
+                Some(false) => Err(format!("kernel BTF has no btf_trace_{raw}")),
                 None => Err("kernel BTF could not be read".into()),
             }
         }
@@ -107,14 +126,14 @@ fn try_mode(mode: AttachMode, hook: &Hook, env: &Env, f: &HookFacts) -> Result<S
             if !env.raw_tp.available {
                 return Err(format!("raw tracepoints unavailable: {}", env.raw_tp.why));
             }
-            if cat == Some("syscalls") {
+            if cat == Some("syscalls") && hook.raw.is_none() {
                 // Per-syscall events are built by ftrace on top of raw_syscalls:sys_enter/exit.
                 return Err("syscalls:* events are not raw tracepoints".into());
             }
             if f.format.is_ok() || f.btf_tp == Some(true) {
-                Ok(format!("raw tracepoint {name} exists"))
+                Ok(format!("raw tracepoint {raw} exists"))
             } else {
-                Err(format!("no tracepoint {name} in this kernel"))
+                Err(format!("no tracepoint {raw} in this kernel"))
             }
         }
         AttachMode::Tracepoint => {
@@ -313,6 +332,11 @@ pub fn cgroup_mode(mountinfo: &str) -> (&'static str, String) {
 struct System {
     kernel: String,
     root: bool,
+    /// Capabilities the tools need that this process lacks (empty as root).
+    missing_caps: Vec<procinfo::Cap>,
+    /// Where BTF is read from, and why it is unusable if it is.
+    btf_path: String,
+    btf_error: Option<String>,
     env: Env,
     tracefs_mounted_by_doctor: bool,
     cgroup: (&'static str, String),
@@ -322,7 +346,9 @@ struct System {
 }
 
 fn read_trim(p: &str) -> Option<String> {
-    fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    procinfo::read_text_capped(Path::new(p), SMALL_FILE)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn gather_system() -> (System, Option<Tracefs>) {
@@ -342,18 +368,31 @@ fn gather_system() -> (System, Option<Tracefs>) {
             node_ids(names.iter().map(String::as_str))
         })
         .unwrap_or_default();
-    let lockdown = match fs::read_to_string("/sys/kernel/security/lockdown") {
+    let lockdown = match procinfo::read_text_capped(
+        Path::new("/sys/kernel/security/lockdown"),
+        SMALL_FILE,
+    ) {
         Ok(t) => selected(&t).ok_or_else(|| format!("unexpected content {:?}", t.trim())),
         Err(e) => Err(format!(
             "/sys/kernel/security/lockdown unreadable ({e}): securityfs not mounted or no lockdown LSM"
         )),
     };
+    let btf_error = if features::btf_present() {
+        crate::btf::vmlinux().err().map(|e| e.to_string())
+    } else {
+        Some(format!(
+            "{} is missing (CONFIG_DEBUG_INFO_BTF, or point TRACEKIT_BTF at a BTF file for this kernel)",
+            crate::btf::vmlinux_path().display()
+        ))
+    };
     let sys = System {
         kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
         // SAFETY: plain syscall.
         root: unsafe { libc::geteuid() } == 0,
+        missing_caps: procinfo::missing_caps(procinfo::effective_caps(), procinfo::TOOL_CAPS),
+        btf_path: crate::btf::vmlinux_path().display().to_string(),
         env: Env {
-            btf: features::btf_present(),
+            btf: btf_error.is_none(),
             raw_tp: features::raw_tp_probe().clone(),
             fentry: features::fentry_probe().clone(),
             kprobes: features::kprobes_probe().clone(),
@@ -363,40 +402,39 @@ fn gather_system() -> (System, Option<Tracefs>) {
                 .map_err(Clone::clone),
         },
         tracefs_mounted_by_doctor: by_us,
-        cgroup: cgroup_mode(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()),
+        cgroup: cgroup_mode(
+            &procinfo::read_text_capped(Path::new("/proc/self/mountinfo"), procinfo::LARGE_FILE)
+                .unwrap_or_default(),
+        ),
         numa,
         thp: (
             read_trim("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|t| selected(&t)),
             read_trim("/sys/kernel/mm/transparent_hugepage/defrag").and_then(|t| selected(&t)),
         ),
         lockdown,
+        btf_error,
     };
     (sys, tracefs.ok())
 }
 
-/// Lazily loaded kernel symbol sources, shared by every hook.
+/// Kernel symbol sources, shared by every hook: the BTF the tools use (`TRACEKIT_BTF` when
+/// set; read once, also when it is unusable), and kallsyms when a hook needs it.
 struct Sources {
-    btf: Option<Option<Btf>>,
+    btf: Option<&'static Btf>,
     kallsyms: Option<Option<HashSet<String>>>,
 }
 
 impl Sources {
-    fn btf(&mut self) -> Option<&Btf> {
+    fn btf(&mut self) -> Option<&'static Btf> {
         self.btf
-            .get_or_insert_with(|| {
-                if features::btf_present() {
-                    Btf::from_sys_fs().ok()
-                } else {
-                    None
-                }
-            })
-            .as_ref()
     }
 
     fn kallsyms(&mut self) -> Option<&HashSet<String>> {
         self.kallsyms
             .get_or_insert_with(|| {
-                let text = fs::read_to_string("/proc/kallsyms").ok()?;
+                let text =
+                    procinfo::read_text_capped(Path::new("/proc/kallsyms"), procinfo::LARGE_FILE)
+                        .ok()?;
                 // `ffffffff81000000 T _stext [module]`
                 Some(
                     text.lines()
@@ -416,17 +454,15 @@ fn facts(hook: &Hook, tracefs: Option<&Tracefs>, src: &mut Sources) -> HookFacts
         (None, _) => Err(format!("{name} is a function, not a tracepoint")),
     };
     let wants = |m: AttachMode| hook.modes.contains(&m);
+    let raw = hook.raw.unwrap_or(name);
     let btf_tp = if wants(AttachMode::TpBtf) || wants(AttachMode::RawTp) {
-        src.btf().map(|b| {
-            b.id_by_type_name_kind(&format!("btf_trace_{name}"), BtfKind::Typedef)
-                .is_ok()
-        })
+        src.btf()
+            .map(|b| b.find_typedef(&format!("btf_trace_{raw}")).is_some())
     } else {
         None
     };
     let btf_func = if wants(AttachMode::Fentry) {
-        src.btf()
-            .map(|b| b.id_by_type_name_kind(name, BtfKind::Func).is_ok())
+        src.btf().map(|b| b.has_func(name))
     } else {
         None
     };
@@ -452,9 +488,15 @@ fn yes_no(p: &Probe) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // The report goes where a tool's would, checked before any probing.
+    let mut sink = Sink::open(args.output.as_deref(), false)?;
     let (sys, tracefs) = gather_system();
     let mut src = Sources {
-        btf: None,
+        btf: if sys.env.btf {
+            crate::btf::vmlinux().ok()
+        } else {
+            None
+        },
         kallsyms: None,
     };
     let mut out: Vec<Value> = Vec::new();
@@ -477,7 +519,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "tool": NAME, "type": "system",
         "kernel": sys.kernel,
         "root": sys.root,
+        "missing_capabilities": sys.missing_caps.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "btf": sys.env.btf,
+        "btf_path": sys.btf_path,
+        "btf_error": sys.btf_error,
         "tracefs": {
             "available": sys.env.tracefs.is_ok(),
             "path": sys.env.tracefs.as_ref().ok(),
@@ -495,22 +540,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "lockdown": sys.lockdown.as_ref().ok(),
         "lockdown_error": sys.lockdown.as_ref().err(),
     }));
+    let unprivileged = !sys.missing_caps.is_empty();
     text.push(format!(
         "tracekit doctor: Linux {}{}",
         sys.kernel,
         if sys.root {
-            ", running as root"
+            ", running as root".to_string()
+        } else if unprivileged {
+            format!(
+                ", NOT PERMITTED: lacking {}, no tool can run and the answers below are incomplete (probes cannot load, tracefs may be unreadable)",
+                procinfo::cap_list(&sys.missing_caps)
+            )
         } else {
-            ", NOT root: tools need root (or CAP_BPF + CAP_PERFMON), and tracefs formats may be unreadable"
+            ", not root but with CAP_BPF and CAP_PERFMON".to_string()
         }
     ));
     let rows = [
         (
             "BTF",
-            if sys.env.btf {
-                "yes (/sys/kernel/btf/vmlinux)".to_string()
-            } else {
-                "no: tp_btf and fentry unavailable".to_string()
+            match &sys.btf_error {
+                None => format!("yes ({})", sys.btf_path),
+                Some(e) => format!("no: {e}; tp_btf and fentry unavailable"),
             },
         ),
         ("tracefs", tracefs_text),
@@ -541,7 +591,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let mut cannot = Vec::new();
     let mut ntools = 0;
-    for (tool, hooks) in tools::all_hooks() {
+    for (tool, hooks, requires_btf) in tools::all_hooks() {
         if tool == NAME {
             continue;
         }
@@ -550,7 +600,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|h| resolve(h, &sys.env, &facts(h, tracefs.as_ref(), &mut src)))
             .collect();
-        let (ok, why) = tool_verdict(&verdicts);
+        let (ok, why) = if unprivileged {
+            (
+                false,
+                format!(
+                    "not permitted: tracekit lacks {}",
+                    procinfo::cap_list(&sys.missing_caps)
+                ),
+            )
+        } else if requires_btf && !sys.env.btf {
+            (
+                false,
+                format!(
+                    "needs the kernel's BTF for task_struct offsets whatever the attach mode: {}",
+                    sys.btf_error.as_deref().unwrap_or("unusable")
+                ),
+            )
+        } else {
+            tool_verdict(&verdicts)
+        };
         text.push(String::new());
         text.push(format!(
             "{tool}: {} ({why})",
@@ -604,16 +672,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "runnable": ntools - cannot.len(),
     }));
     text.push(String::new());
-    text.push(format!(
-        "{} of {ntools} tool(s) can run on this kernel.",
-        ntools - cannot.len()
-    ));
-    if args.json {
-        for v in &out {
-            println!("{v}");
-        }
+    if unprivileged {
+        text.push(format!(
+            "Not permitted: run doctor as root (or with {}) to see what this kernel allows.",
+            procinfo::cap_list(procinfo::TOOL_CAPS)
+        ));
     } else {
-        println!("{}", text.join("\n"));
+        text.push(format!(
+            "{} of {ntools} tool(s) can run on this kernel.",
+            ntools - cannot.len()
+        ));
+    }
+    let rendered = if args.json {
+        out.iter().map(|v| format!("{v}\n")).collect::<String>()
+    } else {
+        format!("{}\n", text.join("\n"))
+    };
+    // A reader that went away (`doctor | head -1`) ends nothing early: the verdict still
+    // decides the exit code.
+    match sink.write(&rendered) {
+        Err(e) if !e.is_broken_pipe() => return Err(e.into()),
+        _ => sink.finish()?,
+    }
+    if unprivileged {
+        return Err(UserError::Permission(format!(
+            "doctor cannot tell what this kernel allows without {} (missing: {}): run it as root",
+            procinfo::cap_list(procinfo::TOOL_CAPS),
+            procinfo::cap_list(&sys.missing_caps)
+        ))
+        .into());
     }
     if !cannot.is_empty() {
         return Err(UserError::ToolsUnavailable(format!(
@@ -658,6 +745,7 @@ mod tests {
 
     const SWITCH: Hook = Hook {
         event: "sched:sched_switch",
+        raw: None,
         fields: &["prev_pid", "next_pid", "prev_state"],
         modes: &[AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint],
         optional: false,
@@ -684,7 +772,7 @@ mod tests {
         assert_eq!(v.mode, Some(AttachMode::RawTp));
         assert_eq!(v.rejected[0].0, AttachMode::TpBtf);
         assert!(
-            v.rejected[0].1.contains("no kernel BTF"),
+            v.rejected[0].1.contains("no usable kernel BTF"),
             "{:?}",
             v.rejected
         );
@@ -701,6 +789,7 @@ mod tests {
     fn missing_field_rejects_the_classic_tracepoint() {
         let hook = Hook {
             event: "skb:kfree_skb",
+            raw: None,
             fields: &["skbaddr", "reason"],
             modes: &[AttachMode::Tracepoint],
             optional: false,
@@ -725,6 +814,7 @@ mod tests {
     fn function_hooks_need_the_feature_and_the_symbol() {
         let hook = Hook {
             event: "migrate_misplaced_folio",
+            raw: None,
             fields: &[],
             modes: &[AttachMode::Fentry, AttachMode::Kprobe],
             optional: true,
@@ -755,6 +845,7 @@ mod tests {
     fn syscall_events_are_not_raw_tracepoints() {
         let hook = Hook {
             event: "syscalls:sys_enter_fsync",
+            raw: None,
             fields: &["__syscall_nr"],
             modes: &[AttachMode::RawTp, AttachMode::Tracepoint],
             optional: true,
@@ -771,6 +862,33 @@ mod tests {
         let v = resolve(&hook, &env(true, true, true), &f);
         assert_eq!(v.mode, Some(AttachMode::Tracepoint));
         assert!(v.rejected[0].1.contains("not raw tracepoints"));
+    }
+
+    #[test]
+    fn syscall_events_reach_tp_btf_through_sys_enter() {
+        let hook = Hook {
+            event: "syscalls:sys_enter_fsync",
+            raw: Some("sys_enter"),
+            fields: &["__syscall_nr"],
+            modes: &[AttachMode::TpBtf, AttachMode::Tracepoint],
+            optional: true,
+        };
+        let f = |btf_tp| HookFacts {
+            format: Ok(fixture(
+                "sys_enter_fsync.x86_64",
+                "syscalls/sys_enter_fsync/format",
+            )),
+            btf_tp,
+            btf_func: None,
+            kallsyms: None,
+        };
+        let v = resolve(&hook, &env(true, false, false), &f(Some(true)));
+        assert_eq!(v.mode, Some(AttachMode::TpBtf));
+        assert!(v.why.contains("btf_trace_sys_enter"), "{}", v.why);
+        // Without BTF: the classic per-syscall event, its field found.
+        let v = resolve(&hook, &env(false, false, false), &f(None));
+        assert_eq!(v.mode, Some(AttachMode::Tracepoint));
+        assert_eq!(v.fields_found, vec!["__syscall_nr"]);
     }
 
     #[test]

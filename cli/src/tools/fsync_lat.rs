@@ -1,7 +1,10 @@
 //! `tracekit fsync-lat`: latency of the sync family per process and syscall, optionally per file.
 //!
-//! Events: `syscalls:sys_enter_{fsync,fdatasync,sync_file_range,msync,syncfs,sync}` (fields
-//! `__syscall_nr`, and the first argument `fd` or `start`) and `syscalls:sys_exit_*` (`ret`).
+//! Events: the enter and exit of `fsync`, `fdatasync`, `sync_file_range`, `msync`, `syncfs`,
+//! `sync`. Preferred: two BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints that
+//! filter by syscall number (fast to detach, see `probes-ebpf/src/fsync_lat.rs`); on kernels
+//! without BTF, the classic `syscalls:sys_enter_*` / `sys_exit_*` events (fields
+//! `__syscall_nr`, the first argument `fd` or `start`, and `ret`).
 
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
@@ -24,9 +27,11 @@ use crate::{
     loader::AttachMode,
     loader::{self, LoadSpec, Session},
     options::Common,
+    output::Sink,
     render::{fmt_ns, Align, Report, Table},
     sanitize,
     tools::{self, row_comm, Hook},
+    tracefs::Tracefs,
 };
 
 /// The sync family, with x86_64/aarch64 syscall numbers from libc.
@@ -40,12 +45,15 @@ const FAMILY: [(&str, i64); 6] = [
 ];
 
 pub const NAME: &str = "fsync-lat";
+pub const REQUIRES_BTF: bool = false;
+
+const BTF_OR_TP: &[AttachMode] = &[AttachMode::TpBtf, AttachMode::Tracepoint];
 
 macro_rules! sync_hooks {
     ($($name:literal),*) => {
         &[$(
-            Hook { event: concat!("syscalls:sys_enter_", $name), fields: &["__syscall_nr"], modes: &[AttachMode::Tracepoint], optional: true },
-            Hook { event: concat!("syscalls:sys_exit_", $name), fields: &["ret"], modes: &[AttachMode::Tracepoint], optional: true },
+            Hook { event: concat!("syscalls:sys_enter_", $name), raw: Some("sys_enter"), fields: &["__syscall_nr"], modes: BTF_OR_TP, optional: true },
+            Hook { event: concat!("syscalls:sys_exit_", $name), raw: Some("sys_exit"), fields: &["ret"], modes: BTF_OR_TP, optional: true },
         )*]
     };
 }
@@ -60,8 +68,18 @@ pub const HOOKS: &[Hook] = sync_hooks!(
     "sync"
 );
 
+const EXAMPLES: &str = "  tracekit fsync-lat --duration 10s                  # who waits in the sync family, how long
+  tracekit fsync-lat --duration 30s --by-file        # and on which files (is it the WAL?)
+  tracekit fsync-lat --duration 1m --interval 10s --json --output fsync.ndjson   # follow with tail -f";
+
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on kernels with BTF (CAP_SYS_ADMIN \
+stands in for both). Without BTF it falls back to classic tracepoints and then also needs \
+CAP_DAC_READ_SEARCH to read tracefs (mode 0700), and CAP_SYS_ADMIN to mount tracefs if it is not \
+mounted. With --by-file, the files of other users' processes are shown only with CAP_SYS_PTRACE \
+(else `[no access]`).";
+
 #[derive(clap::Args, Debug)]
-#[command(after_help = crate::error::EXIT_CODES_HELP)]
+#[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -86,7 +104,7 @@ struct FsyncLat {
     other: Array<MapData, FsyncVal>,
     files: Option<RingBuf<MapData>>,
     /// (id, fd) → path, resolved when the ring buffer reported the pair.
-    paths: StdHashMap<(u32, i32), String>,
+    paths: StdHashMap<(u32, i32), Vec<u8>>,
     names: StdHashMap<u32, &'static str>,
     traced: Vec<&'static str>,
     skipped: Vec<(&'static str, String)>,
@@ -96,11 +114,68 @@ struct FsyncLat {
     max_rows: usize,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = args.common;
-    let tracefs = tools::preflight(&common)?;
+/// Shared settings of both attach modes.
+fn base_spec(common: &Common, by_file: bool) -> LoadSpec {
+    LoadSpec::new()
+        .global("FS_NR_MSYNC", &(libc::SYS_msync as u32))
+        .global("FS_NR_SYNC", &(libc::SYS_sync as u32))
+        .global("FS_PER_THREAD", &u8::from(common.threads))
+        .global("FS_BY_FILE", &u8::from(by_file))
+        .max_entries("FSYNC_HIST", tools::key_cap(common))
+        .max_entries("FSYNC_START", tools::inflight_cap())
+}
 
-    // Which of the family this kernel can trace, and where their fields are.
+/// BTF tracepoints on `sys_enter` / `sys_exit`, filtering by syscall number: every syscall of
+/// the family on this architecture is traced. `Err` says why this kernel cannot.
+fn attach_btf(common: &Common, by_file: bool) -> Result<Session, String> {
+    if !crate::features::btf_present() {
+        return Err(format!(
+            "no kernel BTF ({})",
+            crate::btf::vmlinux_path().display()
+        ));
+    }
+    let btf = crate::btf::vmlinux().map_err(|e| e.to_string())?;
+    let reg = |m: &str| {
+        btf.member("pt_regs", m)
+            .map_err(|e| e.to_string())
+            .and_then(|m| {
+                if m.size == 8 {
+                    Ok(m.offset)
+                } else {
+                    Err(format!("pt_regs member is {} bytes", m.size))
+                }
+            })
+    };
+    // x86_64: the first syscall argument is in di; the number stays in orig_ax for the exit.
+    let (arg0, nr) = (reg("di")?, reg("orig_ax")?);
+    for (tp, n) in [("btf_trace_sys_enter", 3), ("btf_trace_sys_exit", 3)] {
+        match btf.proto_param_sizes(tp) {
+            Some(p) if p.len() == n && p[2] == 8 => {}
+            other => return Err(format!("unexpected {tp} prototype {other:?}")),
+        }
+    }
+    let mut nrs = [u32::MAX; 6];
+    for (slot, (_, n)) in nrs.iter_mut().zip(FAMILY) {
+        *slot = n as u32;
+    }
+    let spec = base_spec(common, by_file)
+        .global("FS_NRS", &nrs)
+        .global("FS_REGS_ARG0_OFF", &arg0)
+        .global("FS_REGS_NR_OFF", &nr);
+    let mut session =
+        Session::load(loader::FSYNC_LAT, common, spec).map_err(|e| format!("{e:#}"))?;
+    session.attach_tp_btf("tk_fsync_sys_enter", "sys_enter")?;
+    session.attach_tp_btf("tk_fsync_sys_exit", "sys_exit")?;
+    Ok(session)
+}
+
+/// An attached session, the syscalls it traces, and those skipped with the reason.
+type Attached = (Session, Vec<&'static str>, Vec<(&'static str, String)>);
+
+/// Classic tracepoints on the per-syscall events, for kernels without BTF: which of the family
+/// this kernel can trace, and where their fields are.
+fn attach_classic(common: &Common, by_file: bool) -> anyhow::Result<Attached> {
+    let tracefs = Tracefs::open()?;
     let mut traced = Vec::new();
     let mut skipped = Vec::new();
     let mut nr_off = None;
@@ -108,7 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut ret_off = None;
     for (name, _) in FAMILY {
         let (enter, exit) = (format!("sys_enter_{name}"), format!("sys_exit_{name}"));
-        if !tracefs.has_event("syscalls", &enter) || !tracefs.has_event("syscalls", &exit) {
+        if !tracefs.has_event("syscalls", &enter)? || !tracefs.has_event("syscalls", &exit)? {
             skipped.push((name, format!("no tracepoint syscalls:{enter}")));
             continue;
         }
@@ -141,30 +216,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if traced.is_empty() {
         return Err(UserError::KernelFeature(
-            "no sync-family syscall tracepoints (syscalls:sys_enter_fsync …): this kernel lacks CONFIG_FTRACE_SYSCALLS".into(),
+            "no sync-family syscall tracepoints (syscalls:sys_enter_fsync …) and no kernel BTF for the raw sys_enter tracepoint: this kernel lacks CONFIG_FTRACE_SYSCALLS".into(),
         )
         .into());
     }
-
-    let nr_off = nr_off.unwrap_or(8);
-    let ret_off = ret_off.unwrap_or(16);
-    let arg0_off = arg0_off.unwrap_or(16);
-    let spec = LoadSpec::new()
-        .global("FS_NR_OFF", &nr_off)
-        .global("FS_ARG0_OFF", &arg0_off)
-        .global("FS_RET_OFF", &ret_off)
-        .global("FS_NR_MSYNC", &(libc::SYS_msync as u32))
-        .global("FS_NR_SYNC", &(libc::SYS_sync as u32))
-        .global("FS_PER_THREAD", &u8::from(common.threads))
-        .global("FS_BY_FILE", &u8::from(args.by_file))
-        // Two generations live at once around an interval boundary.
-        .max_entries("FSYNC_HIST", tools::key_cap(&common) * 2)
-        .max_entries("FSYNC_START", tools::inflight_cap());
-    let mut session = Session::load(loader::FSYNC_LAT, &common, spec)?;
+    let spec = base_spec(common, by_file)
+        .global("FS_NR_OFF", &nr_off.unwrap_or(8))
+        .global("FS_ARG0_OFF", &arg0_off.unwrap_or(16))
+        .global("FS_RET_OFF", &ret_off.unwrap_or(16));
+    let mut session = Session::load(loader::FSYNC_LAT, common, spec)?;
     for name in &traced {
         session.attach_tracepoint("tk_fsync_enter", "syscalls", &format!("sys_enter_{name}"))?;
         session.attach_tracepoint("tk_fsync_exit", "syscalls", &format!("sys_exit_{name}"))?;
     }
+    Ok((session, traced, skipped))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = args.common;
+    let sink: Sink = tools::preflight(NAME, &common)?;
+    let (mut session, traced, skipped) = match attach_btf(&common, args.by_file) {
+        Ok(s) => (s, FAMILY.iter().map(|(n, _)| *n).collect(), Vec::new()),
+        Err(why) => {
+            tracing::info!("BTF tracepoints on sys_enter/sys_exit unavailable ({why}); using the classic syscalls:* tracepoints");
+            attach_classic(&common, args.by_file)?
+        }
+    };
     let take = |s: &mut Session, m: &str| {
         s.ebpf.take_map(m).ok_or_else(|| loader::LoadError::NoMap {
             object: s.object,
@@ -194,8 +271,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         top_files: args.top_files,
         max_rows: args.rows,
     };
-    engine::drive(&common, &mut tool)?;
+    engine::drive(&common, sink, &mut tool)?;
     Ok(())
+}
+
+/// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
+pub fn rate(count: u64, secs: f64) -> f64 {
+    (count as f64 / secs * 1000.0).round() / 1000.0
 }
 
 /// One report row: a process (or thread) and syscall.
@@ -419,11 +501,10 @@ impl Collector for FsyncLat {
                 "tool": "fsync-lat",
                 "type": "summary",
                 "pid": if self.common.threads { r.tgid } else { r.id },
-                "comm": sanitize::json(&r.comm),
                 "syscall": r.syscall,
                 "count": s.count,
                 "errors": r.errors,
-                "rate_per_s": (s.count as f64 / secs).round() as u64,
+                "rate_per_s": rate(s.count, secs),
                 "mean_ns": s.mean_ns,
                 "p50_ns": s.p50_ns,
                 "p90_ns": s.p90_ns,
@@ -437,6 +518,7 @@ impl Collector for FsyncLat {
                 "interval_end": end_text,
                 "interval_end_ns": end_ns,
             });
+            sanitize::put_json(&mut line, "comm", &r.comm);
             if self.common.threads {
                 line["tid"] = json!(r.id);
             }
@@ -467,6 +549,7 @@ impl Collector for FsyncLat {
                 "Top {} files per process by total sync time:",
                 self.top_files
             ));
+            let mut no_access = false;
             type FileRow = (i32, LatStats, u32, [u8; 16]);
             let mut per_id: BTreeMap<u32, Vec<FileRow>> = BTreeMap::new();
             for ((id, fd), (h, tgid, comm)) in &files {
@@ -491,6 +574,7 @@ impl Collector for FsyncLat {
                             self.paths.get(&(id, fd)).cloned().unwrap_or_default()
                         }
                     };
+                    no_access |= path == b"[no access]";
                     let comm = row_comm(id, tgid, self.common.threads, &kcomm);
                     ft.push(vec![
                         id.to_string(),
@@ -500,15 +584,13 @@ impl Collector for FsyncLat {
                         fmt_ns(s.p99_ns),
                         fmt_ns(s.max_ns),
                         fmt_ns(s.total_ns),
-                        format!("{path} (fd {fd})"),
+                        format!("{} (fd {fd})", sanitize::text(&path)),
                     ]);
-                    report.json.push(json!({
+                    let mut line = json!({
                         "tool": "fsync-lat",
                         "type": "file",
                         "pid": if self.common.threads { tgid } else { id },
-                        "comm": sanitize::json(&comm),
                         "fd": fd,
-                        "file": path,
                         "count": s.count,
                         "p50_ns": s.p50_ns,
                         "p99_ns": s.p99_ns,
@@ -516,10 +598,18 @@ impl Collector for FsyncLat {
                         "total_ns": s.total_ns,
                         "interval_end": end_text,
                         "interval_end_ns": end_ns,
-                    }));
+                    });
+                    sanitize::put_json(&mut line, "comm", &comm);
+                    sanitize::put_json(&mut line, "file", &path);
+                    report.json.push(line);
                 }
             }
             report.tables.push(ft);
+            if no_access {
+                report.footnotes.push(
+                    "[no access]: the file of another user's process; resolving it needs CAP_SYS_PTRACE.".into(),
+                );
+            }
             if w.interval {
                 self.paths.clear();
             }

@@ -34,6 +34,7 @@ use crate::{
     hist::{self, LatStats},
     loader::{self, AttachMode, LoadSpec, Session},
     options::Common,
+    output::Sink,
     render::{fmt_ns, Align, Report, Table},
     sanitize,
     tools::{self, row_comm, Hook},
@@ -42,98 +43,102 @@ use crate::{
 
 pub const NAME: &str = "memstall";
 
-const TP: &[AttachMode] = &[AttachMode::Tracepoint];
+pub const REQUIRES_BTF: bool = false;
+
+const BTF_OR_TP: &[AttachMode] = &[AttachMode::TpBtf, AttachMode::Tracepoint];
+
+macro_rules! hook {
+    ($event:literal, $fields:expr) => {
+        Hook {
+            event: $event,
+            raw: None,
+            fields: $fields,
+            modes: BTF_OR_TP,
+            optional: true,
+        }
+    };
+    ($event:literal, $raw:literal, $fields:expr) => {
+        Hook {
+            event: $event,
+            raw: Some($raw),
+            fields: $fields,
+            modes: BTF_OR_TP,
+            optional: true,
+        }
+    };
+}
 
 /// Every hook is optional: the tool traces whichever groups the kernel has and names the rest.
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        event: "compaction:mm_compaction_begin",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "compaction:mm_compaction_end",
-        fields: &["status"],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "vmscan:mm_vmscan_direct_reclaim_begin",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "vmscan:mm_vmscan_direct_reclaim_end",
-        fields: &["nr_reclaimed"],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "vmscan:mm_vmscan_memcg_reclaim_begin",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "vmscan:mm_vmscan_memcg_reclaim_end",
-        fields: &["nr_reclaimed"],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "syscalls:sys_enter_madvise",
-        fields: &["behavior"],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "syscalls:sys_exit_madvise",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "huge_memory:mm_khugepaged_scan_pmd",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "huge_memory:mm_collapse_huge_page_isolate",
-        fields: &[],
-        modes: TP,
-        optional: true,
-    },
-    Hook {
-        event: "huge_memory:mm_collapse_huge_page",
-        fields: &["status"],
-        modes: TP,
-        optional: true,
-    },
+    hook!("compaction:mm_compaction_begin", &[]),
+    hook!("compaction:mm_compaction_end", &["status"]),
+    hook!("vmscan:mm_vmscan_direct_reclaim_begin", &[]),
+    hook!("vmscan:mm_vmscan_direct_reclaim_end", &["nr_reclaimed"]),
+    hook!("vmscan:mm_vmscan_memcg_reclaim_begin", &[]),
+    hook!("vmscan:mm_vmscan_memcg_reclaim_end", &["nr_reclaimed"]),
+    hook!("syscalls:sys_enter_madvise", "sys_enter", &["behavior"]),
+    hook!("syscalls:sys_exit_madvise", "sys_exit", &["ret"]),
+    hook!("huge_memory:mm_khugepaged_scan_pmd", &[]),
+    hook!("huge_memory:mm_collapse_huge_page_isolate", &[]),
+    hook!("huge_memory:mm_collapse_huge_page", &["status"]),
 ];
 
-/// (program, category, event) per traced group; a group is attached whole or skipped whole.
-type Attach = (&'static str, &'static str, &'static str);
+/// One hook of a group: the classic-tracepoint program, the tp_btf program, the event's
+/// category and name, and the raw tracepoint the tp_btf program attaches to.
+struct Attach {
+    tp_prog: &'static str,
+    btf_prog: &'static str,
+    category: &'static str,
+    event: &'static str,
+    raw: &'static str,
+}
+
+const fn at(
+    tp_prog: &'static str,
+    btf_prog: &'static str,
+    category: &'static str,
+    event: &'static str,
+) -> Attach {
+    Attach {
+        tp_prog,
+        btf_prog,
+        category,
+        event,
+        raw: event,
+    }
+}
+
+/// The traced groups; a group is attached whole (all tp_btf, else all classic) or skipped.
 const GROUPS: &[(&str, &[Attach])] = &[
     (
         "compaction",
         &[
-            ("tk_ms_compact_begin", "compaction", "mm_compaction_begin"),
-            ("tk_ms_compact_end", "compaction", "mm_compaction_end"),
+            at(
+                "tk_ms_compact_begin",
+                "tk_ms_compact_begin_b",
+                "compaction",
+                "mm_compaction_begin",
+            ),
+            at(
+                "tk_ms_compact_end",
+                "tk_ms_compact_end_b",
+                "compaction",
+                "mm_compaction_end",
+            ),
         ],
     ),
     (
         "reclaim",
         &[
-            (
+            at(
                 "tk_ms_reclaim_begin",
+                "tk_ms_reclaim_begin_b",
                 "vmscan",
                 "mm_vmscan_direct_reclaim_begin",
             ),
-            (
+            at(
                 "tk_ms_reclaim_end",
+                "tk_ms_reclaim_end_b",
                 "vmscan",
                 "mm_vmscan_direct_reclaim_end",
             ),
@@ -142,37 +147,75 @@ const GROUPS: &[(&str, &[Attach])] = &[
     (
         "memcg_reclaim",
         &[
-            (
+            at(
                 "tk_ms_memcg_begin",
+                "tk_ms_memcg_begin_b",
                 "vmscan",
                 "mm_vmscan_memcg_reclaim_begin",
             ),
-            ("tk_ms_memcg_end", "vmscan", "mm_vmscan_memcg_reclaim_end"),
+            at(
+                "tk_ms_memcg_end",
+                "tk_ms_memcg_end_b",
+                "vmscan",
+                "mm_vmscan_memcg_reclaim_end",
+            ),
         ],
     ),
     (
         "thp_collapse",
         &[
-            ("tk_ms_thp_scan", "huge_memory", "mm_khugepaged_scan_pmd"),
-            (
+            at(
+                "tk_ms_thp_scan",
+                "tk_ms_thp_scan_b",
+                "huge_memory",
+                "mm_khugepaged_scan_pmd",
+            ),
+            at(
                 "tk_ms_thp_isolate",
+                "tk_ms_thp_isolate_b",
                 "huge_memory",
                 "mm_collapse_huge_page_isolate",
             ),
-            ("tk_ms_thp_collapse", "huge_memory", "mm_collapse_huge_page"),
+            at(
+                "tk_ms_thp_collapse",
+                "tk_ms_thp_collapse_b",
+                "huge_memory",
+                "mm_collapse_huge_page",
+            ),
         ],
     ),
     (
         "madvise_collapse_time",
         &[
-            ("tk_ms_madv_enter", "syscalls", "sys_enter_madvise"),
-            ("tk_ms_madv_exit", "syscalls", "sys_exit_madvise"),
+            Attach {
+                tp_prog: "tk_ms_madv_enter",
+                btf_prog: "tk_ms_madv_enter_b",
+                category: "syscalls",
+                event: "sys_enter_madvise",
+                raw: "sys_enter",
+            },
+            Attach {
+                tp_prog: "tk_ms_madv_exit",
+                btf_prog: "tk_ms_madv_exit_b",
+                category: "syscalls",
+                event: "sys_exit_madvise",
+                raw: "sys_exit",
+            },
         ],
     ),
 ];
 
+const EXAMPLES: &str = "  tracekit memstall --duration 10s                    # who stalls in compaction, reclaim, THP collapse
+  tracekit memstall --duration 1m --interval 10s      # one report (and verdict) per 10 s
+  tracekit memstall --duration 30s --comm postgres --json   # one program, as NDJSON";
+
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on kernels with BTF (CAP_SYS_ADMIN \
+stands in for both). Without BTF it falls back to classic tracepoints and then also needs \
+CAP_DAC_READ_SEARCH to read tracefs (mode 0700), and CAP_SYS_ADMIN to mount tracefs if it is not \
+mounted. THP_KB of other users' processes is shown only with CAP_SYS_PTRACE (else `-`).";
+
 #[derive(clap::Args, Debug)]
-#[command(after_help = crate::error::EXIT_CODES_HELP)]
+#[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -213,7 +256,9 @@ pub fn selected(text: &str) -> Option<String> {
 
 impl ThpSettings {
     pub fn read(dir: &Path) -> ThpSettings {
-        let get = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        let get = |f: &str| {
+            crate::procinfo::read_text_capped(&dir.join(f), crate::procinfo::SMALL_FILE).ok()
+        };
         let num = |f: &str| get(f).and_then(|s| s.trim().parse().ok());
         ThpSettings {
             enabled: get("enabled").and_then(|s| selected(&s)),
@@ -290,7 +335,10 @@ fn select_vm(all: &std::collections::HashMap<String, i64>) -> VmCounters {
 }
 
 fn read_vmstat() -> VmCounters {
-    procfs::vmstat().map(|m| select_vm(&m)).unwrap_or_default()
+    crate::procinfo::read_text_capped(Path::new("/proc/vmstat"), crate::procinfo::SMALL_FILE)
+        .ok()
+        .and_then(|t| parse_vmstat(&t).ok())
+        .unwrap_or_default()
 }
 
 /// `after - before` for keys present in both.
@@ -495,7 +543,7 @@ pub fn verdict(e: &Evidence) -> Vec<String> {
 /// What userspace learnt about a process while it lived.
 #[derive(Clone, Debug, Default)]
 struct ProcInfo {
-    cgroup: Option<String>,
+    cgroup: Option<Vec<u8>>,
     kthread: Option<bool>,
     anon_huge_kb: Option<u64>,
 }
@@ -537,51 +585,319 @@ struct Memstall {
     max_rows: usize,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = args.common;
-    let tracefs = tools::preflight(&common)?;
+/// How a group is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Btf,
+    Classic,
+}
 
-    let mut traced = Vec::new();
-    let mut skipped = Vec::new();
-    for (group, hooks) in GROUPS {
-        match hooks.iter().find(|(_, c, n)| !tracefs.has_event(c, n)) {
-            Some((_, c, n)) => skipped.push((*group, format!("no tracepoint {c}:{n}"))),
-            None => traced.push(*group),
+/// Globals and value names the programs need, from the kernel's BTF (BTF-mode groups) or the
+/// tracefs format files (classic groups).
+struct Offsets {
+    compact_status: u32,
+    compact_status_arg: u32,
+    reclaimed: u32,
+    reclaimed_classic: Option<u32>,
+    madv_behavior: u32,
+    madv_ret: u32,
+    collapse_status: u32,
+    collapse_status_arg: u32,
+    scan_succeed: u32,
+    regs_arg2: u32,
+    regs_nr: u32,
+    outcome_names: StdHashMap<usize, String>,
+}
+
+impl Offsets {
+    fn new() -> Offsets {
+        Offsets {
+            compact_status: 0,
+            compact_status_arg: 0,
+            reclaimed: 0,
+            reclaimed_classic: None,
+            madv_behavior: 0,
+            madv_ret: 0,
+            collapse_status: 0,
+            collapse_status_arg: 0,
+            scan_succeed: u32::MAX,
+            regs_arg2: 0,
+            regs_nr: 0,
+            outcome_names: StdHashMap::new(),
         }
     }
-    let has = |g: &str| traced.contains(&g);
-    if !["compaction", "reclaim", "memcg_reclaim", "thp_collapse"]
-        .iter()
-        .any(|g| has(g))
-    {
-        return Err(UserError::KernelFeature(
-            "no compaction, vmscan or huge_memory tracepoints on this kernel (CONFIG_COMPACTION, CONFIG_TRANSPARENT_HUGEPAGE and tracepoints missing)".into(),
-        )
-        .into());
+
+    /// Checks a group can attach as BTF tracepoints here and records what its programs need.
+    fn btf_group(&mut self, group: &str, hooks: &[Attach]) -> Result<(), String> {
+        if !crate::features::btf_present() {
+            return Err("no kernel BTF".into());
+        }
+        let btf = crate::btf::vmlinux().map_err(|e| e.to_string())?;
+        let proto = |tp: &str| {
+            btf.proto_param_sizes(&format!("btf_trace_{tp}"))
+                .ok_or_else(|| format!("kernel BTF has no btf_trace_{tp}"))
+        };
+        for h in hooks {
+            proto(h.raw)?;
+        }
+        // Positions in the tracepoint's arguments (the BTF prototype's first parameter is the
+        // probe's data pointer, hence the - 1), and the sizes the programs read them as.
+        let last_int = |tp: &str| -> Result<u32, String> {
+            let p = proto(tp)?;
+            match p.last() {
+                Some(4) if p.len() >= 2 && p.len() <= 8 => Ok(p.len() as u32 - 2),
+                _ => Err(format!(
+                    "btf_trace_{tp}: no int status as the last argument ({p:?})"
+                )),
+            }
+        };
+        match group {
+            "compaction" => {
+                self.compact_status_arg = last_int("mm_compaction_end")?;
+                for (name, v) in btf.enum_values("COMPACT_") {
+                    if v >= 0 {
+                        let slot = (v as usize).min(NOUTCOMES - 1);
+                        let short = name.trim_start_matches("COMPACT_").to_ascii_lowercase();
+                        self.outcome_names.entry(slot).or_insert(short);
+                    }
+                }
+            }
+            "reclaim" | "memcg_reclaim" => {
+                for h in hooks.iter().filter(|h| h.event.ends_with("_end")) {
+                    let p = proto(h.raw)?;
+                    if p != [8, 8] {
+                        return Err(format!(
+                            "btf_trace_{}: expected (nr_reclaimed), found {p:?}",
+                            h.raw
+                        ));
+                    }
+                }
+            }
+            "thp_collapse" => {
+                self.collapse_status_arg = last_int("mm_collapse_huge_page")?;
+                self.scan_succeed =
+                    btf.enum_value("SCAN_SUCCEED")
+                        .ok_or("kernel BTF has no SCAN_SUCCEED")? as u32;
+            }
+            "madvise_collapse_time" => {
+                for tp in ["sys_enter", "sys_exit"] {
+                    let p = proto(tp)?;
+                    if p.len() != 3 || p[2] != 8 {
+                        return Err(format!("unexpected btf_trace_{tp} prototype {p:?}"));
+                    }
+                }
+                let reg = |m: &str| match btf.member("pt_regs", m) {
+                    Ok(m) if m.size == 8 => Ok(m.offset),
+                    Ok(m) => Err(format!("pt_regs.{m:?} is not 8 bytes")),
+                    Err(e) => Err(e.to_string()),
+                };
+                // x86_64: the third syscall argument is in dx, the number stays in orig_ax.
+                self.regs_arg2 = reg("dx")?;
+                self.regs_nr = reg("orig_ax")?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
-    let offs = Offsets::read(&tracefs, &traced)?;
+    /// Records what a classic-tracepoint group needs from the format files.
+    fn classic_group(&mut self, t: &Tracefs, group: &str) -> anyhow::Result<()> {
+        match group {
+            "compaction" => {
+                let f = t.format("compaction", "mm_compaction_end")?;
+                self.compact_status = f.offset_of("status", &[4])?;
+                for (v, name) in f.symbols("status") {
+                    let slot = (v.max(0) as usize).min(NOUTCOMES - 1);
+                    self.outcome_names.entry(slot).or_insert(name);
+                }
+            }
+            "reclaim" | "memcg_reclaim" => {
+                // Both end programs read nr_reclaimed at one offset.
+                let event = if group == "reclaim" {
+                    "mm_vmscan_direct_reclaim_end"
+                } else {
+                    "mm_vmscan_memcg_reclaim_end"
+                };
+                let off = t.format("vmscan", event)?.offset_of("nr_reclaimed", &[8])?;
+                match self.reclaimed_classic {
+                    Some(prev) if prev != off => anyhow::bail!(
+                        "vmscan: nr_reclaimed at offset {off} in {event} but {prev} in the other reclaim end event; this layout is not supported"
+                    ),
+                    _ => {
+                        self.reclaimed_classic = Some(off);
+                        self.reclaimed = off;
+                    }
+                }
+            }
+            "madvise_collapse_time" => {
+                let f = t.format("syscalls", "sys_enter_madvise")?;
+                self.madv_behavior = f.offset_of("behavior", &[8])?;
+                let x = t.format("syscalls", "sys_exit_madvise")?;
+                self.madv_ret = x.offset_of("ret", &[8])?;
+            }
+            "thp_collapse" => {
+                let f = t.format("huge_memory", "mm_collapse_huge_page")?;
+                self.collapse_status = f.offset_of("status", &[4])?;
+                self.scan_succeed = f
+                    .symbols("status")
+                    .iter()
+                    .find(|(_, n)| n == "succeeded")
+                    .map(|(v, _)| *v as u32)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "huge_memory:mm_collapse_huge_page: no \"succeeded\" value in the status names of its format"
+                        )
+                    })?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Loads the object and attaches each group in its planned mode. `Err(Ok(group))`: a BTF group
+/// failed to attach (the caller retries it classic); `Err(Err(e))`: a real error.
+fn load_and_attach(
+    common: &Common,
+    plan: &[(&'static str, Mode)],
+    offs: &Offsets,
+) -> Result<Session, Result<&'static str, anyhow::Error>> {
     let spec = LoadSpec::new()
         .global("MS_COMPACT_STATUS_OFF", &offs.compact_status)
+        .global("MS_COMPACT_STATUS_ARG", &offs.compact_status_arg)
         .global("MS_RECLAIMED_OFF", &offs.reclaimed)
         .global("MS_MADV_BEHAVIOR_OFF", &offs.madv_behavior)
+        .global("MS_MADV_RET_OFF", &offs.madv_ret)
         .global("MS_COLLAPSE_STATUS_OFF", &offs.collapse_status)
+        .global("MS_COLLAPSE_STATUS_ARG", &offs.collapse_status_arg)
         .global("MS_SCAN_SUCCEED", &offs.scan_succeed)
+        .global("MS_NR_MADVISE", &(libc::SYS_madvise as u64))
+        .global("MS_REGS_ARG2_OFF", &offs.regs_arg2)
+        .global("MS_REGS_NR_OFF", &offs.regs_nr)
         .global("MS_PER_THREAD", &u8::from(common.threads))
-        .max_entries("MS_HIST", tools::key_cap(&common) * 2)
+        .max_entries("MS_HIST", tools::key_cap(common))
         .max_entries("MS_START", tools::inflight_cap());
+    let mut session = Session::load(loader::MEMSTALL, common, spec).map_err(Err)?;
+    for (group, mode) in plan {
+        let hooks = GROUPS
+            .iter()
+            .find(|(g, _)| g == group)
+            .map(|(_, h)| *h)
+            .unwrap_or(&[]);
+        match mode {
+            Mode::Btf => {
+                let mut done = Vec::new();
+                for h in hooks {
+                    match session.attach_tp_btf(h.btf_prog, h.raw) {
+                        Ok(id) => done.push((h, id)),
+                        Err(e) => {
+                            tracing::info!("memstall {group}: tp_btf {} refused ({e})", h.raw);
+                            for (h, id) in done {
+                                session.detach_tp_btf(h.btf_prog, h.raw, id);
+                            }
+                            return Err(Ok(group));
+                        }
+                    }
+                }
+            }
+            Mode::Classic => {
+                for h in hooks {
+                    session
+                        .attach_tracepoint(h.tp_prog, h.category, h.event)
+                        .map_err(|e| Err(e.into()))?;
+                }
+            }
+        }
+    }
+    Ok(session)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = args.common;
+    let sink = tools::preflight(NAME, &common)?;
+
+    // Each group as BTF tracepoints where this kernel allows, else classic tracepoints (which
+    // need tracefs, opened only then), else skipped with the reason.
+    let mut offs = Offsets::new();
+    let mut plan: Vec<(&'static str, Mode)> = Vec::new();
+    let mut skipped: Vec<(&'static str, String)> = Vec::new();
+    let mut tracefs: Option<Tracefs> = None;
+    let mut classic: Vec<&'static str> = Vec::new();
+    for (group, hooks) in GROUPS {
+        match offs.btf_group(group, hooks) {
+            Ok(()) => plan.push((group, Mode::Btf)),
+            Err(why) => {
+                tracing::info!("memstall {group}: no BTF tracepoints ({why})");
+                classic.push(group);
+            }
+        }
+    }
+    loop {
+        for group in std::mem::take(&mut classic) {
+            let t = match &tracefs {
+                Some(t) => t,
+                None => tracefs.insert(Tracefs::open()?),
+            };
+            let hooks = GROUPS
+                .iter()
+                .find(|(g, _)| *g == group)
+                .map(|(_, h)| *h)
+                .unwrap_or(&[]);
+            let mut missing = None;
+            for h in hooks {
+                if !t.has_event(h.category, h.event)? {
+                    missing = Some(format!("no tracepoint {}:{}", h.category, h.event));
+                    break;
+                }
+            }
+            match missing {
+                Some(why) => skipped.push((group, why)),
+                None => {
+                    offs.classic_group(t, group)?;
+                    plan.push((group, Mode::Classic));
+                }
+            }
+        }
+        if !plan
+            .iter()
+            .any(|(g, _)| ["compaction", "reclaim", "memcg_reclaim", "thp_collapse"].contains(g))
+        {
+            return Err(UserError::KernelFeature(
+                "no compaction, vmscan or huge_memory tracepoints on this kernel (CONFIG_COMPACTION, CONFIG_TRANSPARENT_HUGEPAGE and tracepoints missing)".into(),
+            )
+            .into());
+        }
+        match load_and_attach(&common, &plan, &offs) {
+            Ok(session) => {
+                return start(args.rows, common, sink, session, plan, skipped, offs);
+            }
+            Err(Ok(group)) => {
+                plan.retain(|(g, _)| *g != group);
+                classic.push(group);
+            }
+            Err(Err(e)) => return Err(e),
+        }
+    }
+}
+
+fn start(
+    rows: usize,
+    common: Common,
+    sink: Sink,
+    mut session: Session,
+    plan: Vec<(&'static str, Mode)>,
+    skipped: Vec<(&'static str, String)>,
+    offs: Offsets,
+) -> anyhow::Result<()> {
+    // Groups in their declared order.
+    let traced: Vec<&'static str> = GROUPS
+        .iter()
+        .map(|(g, _)| *g)
+        .filter(|g| plan.iter().any(|(p, _)| p == g))
+        .collect();
     let thp_dir = std::path::PathBuf::from(THP_DIR);
     let thp_start = ThpSettings::read(&thp_dir);
     let vm_start = read_vmstat();
-    let mut session = Session::load(loader::MEMSTALL, &common, spec)?;
-    for (group, hooks) in GROUPS {
-        if !has(group) {
-            continue;
-        }
-        for (prog, cat, ev) in *hooks {
-            session.attach_tracepoint(prog, cat, ev)?;
-        }
-    }
     let take = |s: &mut Session, m: &str| {
         s.ebpf.take_map(m).ok_or_else(|| {
             anyhow::Error::new(loader::LoadError::NoMap {
@@ -616,78 +932,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         vm_prev: vm_start.clone(),
         vm_start,
         common: common.clone(),
-        max_rows: args.rows,
+        max_rows: rows,
     };
-    engine::drive(&common, &mut tool)?;
+    engine::drive(&common, sink, &mut tool)?;
     Ok(())
-}
-
-/// Field offsets and value names from the format files of the traced groups.
-struct Offsets {
-    compact_status: u32,
-    reclaimed: u32,
-    madv_behavior: u32,
-    collapse_status: u32,
-    scan_succeed: u32,
-    outcome_names: StdHashMap<usize, String>,
-}
-
-impl Offsets {
-    fn read(t: &Tracefs, traced: &[&str]) -> anyhow::Result<Offsets> {
-        let mut o = Offsets {
-            compact_status: 0,
-            reclaimed: 0,
-            madv_behavior: 0,
-            collapse_status: 0,
-            scan_succeed: u32::MAX,
-            outcome_names: StdHashMap::new(),
-        };
-        if traced.contains(&"compaction") {
-            let f = t.format("compaction", "mm_compaction_end")?;
-            o.compact_status = f.offset_of("status", &[4])?;
-            for (v, name) in f.symbols("status") {
-                let slot = (v.max(0) as usize).min(NOUTCOMES - 1);
-                o.outcome_names.entry(slot).or_insert(name);
-            }
-        }
-        let direct = traced.contains(&"reclaim");
-        let memcg = traced.contains(&"memcg_reclaim");
-        if direct || memcg {
-            let d = t
-                .format("vmscan", "mm_vmscan_direct_reclaim_end")
-                .and_then(|f| f.offset_of("nr_reclaimed", &[8]));
-            let m = t
-                .format("vmscan", "mm_vmscan_memcg_reclaim_end")
-                .and_then(|f| f.offset_of("nr_reclaimed", &[8]));
-            if let (Ok(a), Ok(b)) = (&d, &m) {
-                if a != b {
-                    anyhow::bail!(
-                        "vmscan: nr_reclaimed at offset {a} in mm_vmscan_direct_reclaim_end but {b} in mm_vmscan_memcg_reclaim_end; this layout is not supported"
-                    );
-                }
-            }
-            o.reclaimed = if direct { d? } else { m? };
-        }
-        if traced.contains(&"madvise_collapse_time") {
-            let f = t.format("syscalls", "sys_enter_madvise")?;
-            o.madv_behavior = f.offset_of("behavior", &[8])?;
-        }
-        if traced.contains(&"thp_collapse") {
-            let f = t.format("huge_memory", "mm_collapse_huge_page")?;
-            o.collapse_status = f.offset_of("status", &[4])?;
-            o.scan_succeed = f
-                .symbols("status")
-                .iter()
-                .find(|(_, n)| n == "succeeded")
-                .map(|(v, _)| *v as u32)
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "huge_memory:mm_collapse_huge_page: no \"succeeded\" value in the status names of its format"
-                    )
-                })?;
-        }
-        Ok(o)
-    }
 }
 
 /// One report row: a process (or thread) and kind.
@@ -697,7 +945,7 @@ struct Row {
     kind: u32,
     comm: Vec<u8>,
     kthread: bool,
-    cgroup: Option<String>,
+    cgroup: Option<Vec<u8>>,
     cgroup_id: u64,
     anon_huge_kb: Option<u64>,
     val: MsVal,
@@ -962,10 +1210,10 @@ impl Collector for Memstall {
                 r.id.to_string(),
                 sanitize::text(&r.comm),
                 kind.to_string(),
-                if r.kind == KIND_THP_COLLAPSE {
-                    r.val.collapses.to_string()
-                } else {
+                if timed {
                     s.count.to_string()
+                } else {
+                    "-".into()
                 },
                 t(s.total_ns),
                 if timed { fmt_ns(per_s) } else { "-".into() },
@@ -975,7 +1223,10 @@ impl Collector for Memstall {
                 r.anon_huge_kb
                     .map(|k| k.to_string())
                     .unwrap_or_else(|| "-".into()),
-                r.cgroup.clone().unwrap_or_else(|| "?".into()),
+                r.cgroup
+                    .as_deref()
+                    .map(sanitize::text)
+                    .unwrap_or_else(|| "?".into()),
                 detail,
             ];
             let (table, shown) = if r.kthread {
@@ -1000,12 +1251,11 @@ impl Collector for Memstall {
                 "tool": NAME,
                 "type": "summary",
                 "pid": if threads { r.tgid } else { r.id },
-                "comm": sanitize::json(&r.comm),
                 "kind": kind,
                 "kthread": r.kthread,
-                "cgroup": r.cgroup,
+                "cgroup": null,
                 "cgroup_id": r.cgroup_id,
-                "count": if r.kind == KIND_THP_COLLAPSE { r.val.collapses } else { s.count },
+                "count": s.count,
                 "timed": timed,
                 "total_ns": null_unless(s.total_ns),
                 "stall_ns_per_s": null_unless(per_s),
@@ -1038,6 +1288,10 @@ impl Collector for Memstall {
                 }
                 _ => {}
             }
+            sanitize::put_json(&mut line, "comm", &r.comm);
+            if let Some(c) = &r.cgroup {
+                sanitize::put_json(&mut line, "cgroup", c);
+            }
             if threads {
                 line["tid"] = json!(r.id);
             }
@@ -1048,7 +1302,7 @@ impl Collector for Memstall {
                     comm: sanitize::text(&r.comm),
                     kind: r.kind,
                     kthread: r.kthread,
-                    cgroup: r.cgroup.clone(),
+                    cgroup: r.cgroup.as_deref().map(sanitize::text),
                     count: s.count,
                     total_ns: s.total_ns,
                     p99_ns: s.p99_ns,
@@ -1072,7 +1326,7 @@ impl Collector for Memstall {
             ));
         }
         report.footnotes.push(
-            "COUNT: timed stalls (compaction: one per zone compacted; thp_collapse: collapse attempts, timed by MADV_COLLAPSE calls). STALL/s: stall time per second of the window. THP_KB: AnonHugePages (KiB) from smaps_rollup, last read while the process lived.".into(),
+            "COUNT: timed stalls, which add up to the header's count (compaction: one per zone compacted; thp_collapse: MADV_COLLAPSE calls, with the collapse attempts in DETAIL; `-`: background work, not timed). STALL/s: stall time per second of the window. THP_KB: AnonHugePages (KiB) from smaps_rollup, last read while the process lived.".into(),
         );
         let verdict_lines = verdict(&Evidence {
             secs,

@@ -1,6 +1,6 @@
 //! The tool registry: adding a tool is one line in `registry!` plus its own module.
 
-use crate::{options::Common, procinfo, tracefs::Tracefs};
+use crate::{options::Common, output::Sink, procinfo};
 
 pub mod bench_floor;
 pub mod ctxsw;
@@ -25,9 +25,18 @@ macro_rules! registry {
             }
         }
 
-        /// Every tool's name and kernel hooks, for `doctor` and the docs.
-        pub fn all_hooks() -> Vec<(&'static str, &'static [Hook])> {
-            vec![$(($module::NAME, $module::HOOKS),)*]
+        /// Every listed tool's name, kernel hooks and whether it needs kernel BTF whatever the
+        /// attach mode, for `doctor` and the docs; tools hidden from `--help` (`bench-floor`)
+        /// are left out.
+        pub fn all_hooks() -> Vec<(&'static str, &'static [Hook], bool)> {
+            let cmd = <Tool as clap::Subcommand>::augment_subcommands(clap::Command::new("tracekit"));
+            let hidden = |name: &str| {
+                cmd.find_subcommand(name).is_some_and(|c| c.is_hide_set())
+            };
+            vec![$(($module::NAME, $module::HOOKS, $module::REQUIRES_BTF),)*]
+                .into_iter()
+                .filter(|(name, _, _)| !hidden(name))
+                .collect()
         }
     };
 }
@@ -55,6 +64,9 @@ registry! {
 pub struct Hook {
     /// `category:name` of the tracepoint (or the function, for kprobe/fentry hooks).
     pub event: &'static str,
+    /// The raw tracepoint the tp_btf and raw_tp modes attach to, when it is not the event's own
+    /// name (`sys_enter` for `syscalls:sys_enter_fsync`: one program filters by syscall number).
+    pub raw: Option<&'static str>,
     /// Fields read from the event's format (classic tracepoint mode).
     pub fields: &'static [&'static str],
     /// Attach modes the tool can use for it, cheapest first.
@@ -64,19 +76,38 @@ pub struct Hook {
 }
 
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
-/// privileges, then the target processes, then tracefs.
-pub fn preflight(common: &Common) -> anyhow::Result<Tracefs> {
-    procinfo::check_privileges()?;
+/// privileges, then the target processes, then the output (opened here, so a path that cannot
+/// be written costs no data). Tracefs is opened later, only by the tools that fall back to
+/// classic tracepoints.
+pub fn preflight(tool: &str, common: &Common) -> anyhow::Result<Sink> {
+    procinfo::check_privileges(tool)?;
     procinfo::check_pids(&common.pids)?;
-    Ok(Tracefs::open()?)
+    // BTF that exists but is unusable (a corrupt file, `TRACEKIT_BTF=/dev/zero`) is an error
+    // with its reason, not a silent fall-back; a missing one means a kernel without BTF.
+    if crate::features::btf_present() {
+        crate::btf::vmlinux()?;
+    }
+    Ok(Sink::open(
+        common.output.as_deref(),
+        common.interval.is_some(),
+    )?)
 }
 
-/// Cap on aggregation keys per generation: `--max-keys`, else a quarter of pid_max within
-/// [1024, 16384] (a node rarely runs more processes than that doing one kind of thing).
+/// Entries of an aggregation map: `--max-keys`, else half of pid_max within [2048, 32768]
+/// (a node rarely runs more processes than that doing one kind of thing; both generations of
+/// an interval boundary share it).
 pub fn key_cap(common: &Common) -> u32 {
     common
         .max_keys
-        .unwrap_or_else(|| (procinfo::pid_max() / 4).clamp(1024, 16384))
+        .unwrap_or_else(|| (procinfo::pid_max() / 2).clamp(2048, 32768))
+}
+
+/// What every tool's `--help` ends with: its examples, the privileges it needs, the exit codes.
+pub fn help_footer(examples: &str, needs: &str) -> String {
+    format!(
+        "Examples:\n{examples}\n\nPrivileges: {needs}\n\n{}",
+        crate::error::EXIT_CODES_HELP
+    )
 }
 
 /// Entries for per-thread in-flight maps: one per thread that can be inside the traced call at
@@ -114,7 +145,8 @@ pub fn meta_report(
     })
 }
 
-/// Text mode: one line on stderr saying what was attached and what was skipped and why.
+/// Text mode: one line on stderr saying what was attached, what was skipped and why, and how
+/// the run ends.
 pub fn announce<A: std::fmt::Display, B: std::fmt::Display>(
     what: &str,
     common: &Common,
@@ -130,8 +162,15 @@ pub fn announce<A: std::fmt::Display, B: std::fmt::Display>(
         let s: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
         format!("; skipped: {}", s.join(", "))
     };
-    eprintln!(
-        "Tracing {what} in {} ({}){skipped}. Ctrl-C to end.",
+    let end = match common.duration {
+        Some(d) => format!("Ending after {}.", humantime::format_duration(d)),
+        None => "Ctrl-C to end.".to_string(),
+    };
+    use std::io::Write;
+    // A closed stderr is no reason to stop tracing.
+    let _ = writeln!(
+        std::io::stderr(),
+        "Tracing {what} in {} ({}){skipped}. {end}",
         scope(common),
         session.programs_text()
     );
@@ -158,14 +197,17 @@ pub fn scope(common: &Common) -> String {
 /// that of whichever thread created the key), else what the kernel recorded.
 pub fn row_comm(id: u32, tgid: u32, threads: bool, kernel_comm: &[u8]) -> Vec<u8> {
     let live = if threads {
-        std::fs::read(format!("/proc/{tgid}/task/{id}/comm"))
-            .ok()
-            .map(|mut b| {
-                if b.last() == Some(&b'\n') {
-                    b.pop();
-                }
-                b
-            })
+        procinfo::read_capped(
+            std::path::Path::new(&format!("/proc/{tgid}/task/{id}/comm")),
+            procinfo::SMALL_FILE,
+        )
+        .ok()
+        .map(|mut b| {
+            if b.last() == Some(&b'\n') {
+                b.pop();
+            }
+            b
+        })
     } else {
         procinfo::comm(id)
     };

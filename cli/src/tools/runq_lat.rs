@@ -23,9 +23,15 @@ use crate::{
 
 pub const NAME: &str = "runq-lat";
 pub const HOOKS: &[Hook] = sched::HOOKS;
+pub const REQUIRES_BTF: bool = sched::REQUIRES_BTF;
+
+const EXAMPLES: &str =
+    "  tracekit runq-lat --duration 10s                  # who waits for a CPU, and how long
+  tracekit runq-lat --duration 10s --threads --hist   # per thread, with latency bars
+  tracekit runq-lat --duration 1m --interval 10s --json   # one NDJSON set per 10 s";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = crate::error::EXIT_CODES_HELP)]
+#[command(after_help = tools::help_footer(EXAMPLES, sched::NEEDS))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -40,6 +46,8 @@ const PROGRAMS: sched::Programs = sched::Programs {
     switch_raw: "tk_runq_switch_raw",
     free_btf: "tk_runq_free",
     free_raw: "tk_runq_free_raw",
+    exec_btf: "tk_runq_exec",
+    exec_raw: "tk_runq_exec_raw",
 };
 
 struct RunqLat {
@@ -50,21 +58,15 @@ struct RunqLat {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let common = args.common;
-    tools::preflight(&common)?;
+    let sink = tools::preflight(NAME, &common)?;
     let s = sched::open(loader::RUNQ_LAT, &PROGRAMS, &common, false)?;
-    if !common.json {
-        eprintln!(
-            "Tracing run-queue latency in {} ({}). Ctrl-C to end.",
-            tools::scope(&common),
-            s.session.programs_text(),
-        );
-    }
+    tools::announce::<&str, &str>("run-queue latency", &common, &s.session, &[]);
     let mut tool = RunqLat {
         s,
         common: common.clone(),
         max_rows: args.rows,
     };
-    engine::drive(&common, &mut tool)?;
+    engine::drive(&common, sink, &mut tool)?;
     Ok(())
 }
 
@@ -166,7 +168,7 @@ impl Collector for RunqLat {
             if pos < shown {
                 t.push(vec![
                     r.id.to_string(),
-                    sanitize::text(&r.comm),
+                    r.name_text(),
                     all.count.to_string(),
                     fmt_ns(all.p50_ns),
                     fmt_ns(all.p90_ns),
@@ -192,7 +194,6 @@ impl Collector for RunqLat {
                 "tool": NAME,
                 "type": "summary",
                 "pid": if self.common.threads { r.tgid } else { r.id },
-                "comm": sanitize::json(&r.comm),
                 "mean_ns": all.mean_ns,
                 "interval_ns": w.elapsed.as_nanos() as u64,
                 "interval_end": end_text,
@@ -201,6 +202,7 @@ impl Collector for RunqLat {
             stats_json("", all, &mut line);
             stats_json("wake_", wake, &mut line);
             stats_json("preempt_", pre, &mut line);
+            r.put_names(&mut line);
             if self.common.threads {
                 line["tid"] = json!(r.id);
             }

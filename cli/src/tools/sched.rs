@@ -24,17 +24,35 @@ use crate::{
 pub const HOOKS: &[Hook] = &[
     Hook {
         event: "sched:sched_switch",
+        raw: None,
         fields: &[],
         modes: &[AttachMode::TpBtf, AttachMode::RawTp],
         optional: false,
     },
     Hook {
         event: "sched:sched_process_free",
+        raw: None,
+        fields: &[],
+        modes: &[AttachMode::TpBtf, AttachMode::RawTp],
+        optional: true,
+    },
+    Hook {
+        event: "sched:sched_process_exec",
+        raw: None,
         fields: &[],
         modes: &[AttachMode::TpBtf, AttachMode::RawTp],
         optional: true,
     },
 ];
+
+/// Both tools read `task_struct` offsets from the kernel's BTF whatever the attach mode.
+pub const REQUIRES_BTF: bool = true;
+
+/// The privileges of both tools (`--help`).
+pub const NEEDS: &str =
+    "root, or exactly CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN stands in for both). \
+They never read tracefs: they need the kernel's BTF (/sys/kernel/btf/vmlinux, or TRACEKIT_BTF), \
+readable by anyone.";
 
 /// `task_struct` member offsets the programs read, from the running kernel's BTF.
 pub fn task_offsets(btf: &Btf) -> anyhow::Result<TaskOffsets> {
@@ -81,6 +99,8 @@ pub struct Programs {
     pub switch_raw: &'static str,
     pub free_btf: &'static str,
     pub free_raw: &'static str,
+    pub exec_btf: &'static str,
+    pub exec_raw: &'static str,
 }
 
 pub fn open(
@@ -97,7 +117,12 @@ pub fn open(
         ))
         .into());
     }
-    let btf = crate::btf::vmlinux()?;
+    let btf = crate::btf::vmlinux().map_err(|e| {
+        UserError::KernelFeature(format!(
+            "{} needs the kernel's BTF to find task_struct fields: {e}",
+            object.name
+        ))
+    })?;
     let offs = task_offsets(btf).map_err(|e| {
         UserError::KernelFeature(format!("{e}: this kernel's task_struct is not supported"))
     })?;
@@ -120,8 +145,8 @@ pub fn open(
         .global("SCHED_PREEMPTORS", &u8::from(preemptors))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
-        .max_entries("SCHED_AGG", tools::key_cap(common) * 2)
-        .max_entries("PREEMPTORS", tools::key_cap(common) * 2);
+        .max_entries("SCHED_AGG", tools::key_cap(common))
+        .max_entries("PREEMPTORS", tools::key_cap(common));
     let mut session = Session::load(object, common, spec)?;
     let mut notes = Vec::new();
     // The free hook first: once sched_switch runs, snapshots exist that must be cleaned up.
@@ -129,6 +154,13 @@ pub fn open(
         tracing::info!("sched_process_free: {e}");
         notes.push(format!(
             "sched:sched_process_free unavailable ({e}): a reused tid may inherit an exited task's baseline"
+        ));
+    }
+    // Before sched_switch too: an exec seen late would leave a row under the old name.
+    if let Err(e) = session.attach_raw(progs.exec_btf, progs.exec_raw, "sched_process_exec") {
+        tracing::info!("sched_process_exec: {e}");
+        notes.push(format!(
+            "sched:sched_process_exec unavailable ({e}): a process that exec'd may be shown under its name before the exec"
         ));
     }
     session.attach_raw(progs.switch_btf, progs.switch_raw, "sched_switch")?;
@@ -164,6 +196,8 @@ pub struct Row {
     pub id: u32,
     pub tgid: u32,
     pub comm: Vec<u8>,
+    /// The name before an exec during the interval (the row spans it), if any.
+    pub exec_from: Option<Vec<u8>>,
     pub voluntary: u64,
     pub involuntary: u64,
     pub migrations: u64,
@@ -217,10 +251,13 @@ impl SchedSession {
             .map(|(k, v)| {
                 let mut preemptors = by.remove(&k.id).unwrap_or_default();
                 preemptors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                let comm = row_comm(k.id, v.tgid, threads, &v.comm);
+                let from = crate::sanitize::comm_bytes(&v.exec_from);
                 Row {
                     id: k.id,
                     tgid: v.tgid,
-                    comm: row_comm(k.id, v.tgid, threads, &v.comm),
+                    exec_from: (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec()),
+                    comm,
                     voluntary: v.voluntary,
                     involuntary: v.involuntary,
                     migrations: v.migrations,
@@ -235,6 +272,7 @@ impl SchedSession {
                 id: 0,
                 tgid: 0,
                 comm: b"[other]".to_vec(),
+                exec_from: None,
                 voluntary: other.voluntary,
                 involuntary: other.involuntary,
                 migrations: other.migrations,
@@ -247,15 +285,34 @@ impl SchedSession {
     }
 }
 
-/// Name of a preemptor (a tgid) for display: its comm while it lives.
-pub fn preemptor_name(tgid: u32) -> String {
+impl Row {
+    /// The name for the text table: `python3 (was sh)` when the row spans an exec.
+    pub fn name_text(&self) -> String {
+        match &self.exec_from {
+            Some(old) => format!(
+                "{} (was {})",
+                crate::sanitize::text(&self.comm),
+                crate::sanitize::text(old)
+            ),
+            None => crate::sanitize::text(&self.comm),
+        }
+    }
+
+    /// `comm`, and `exec_from` when the row spans an exec, in tracekit's JSON representation.
+    pub fn put_names(&self, line: &mut serde_json::Value) {
+        crate::sanitize::put_json(line, "comm", &self.comm);
+        if let Some(old) = &self.exec_from {
+            crate::sanitize::put_json(line, "exec_from", old);
+        }
+    }
+}
+
+/// Name of a preemptor (a tgid): its comm while it lives.
+pub fn preemptor_name(tgid: u32) -> Vec<u8> {
     if tgid == 0 {
-        return "[idle]".into();
+        return b"[idle]".to_vec();
     }
-    match crate::procinfo::comm(tgid) {
-        Some(c) => crate::sanitize::text(&c),
-        None => "[exited]".into(),
-    }
+    crate::procinfo::comm(tgid).unwrap_or_else(|| b"[exited]".to_vec())
 }
 
 /// Header lines for what the programs could not record in an interval.

@@ -1,0 +1,250 @@
+//! Root property test over the command line itself: random combinations of tools, flags and
+//! hostile values. Every run ends with a documented exit code (0, 2, 3, 4 or 5; doctor may say
+//! 6), never 1, never a panic or an internal error, and leaves no program in the kernel.
+//! Reproduce a failure with `TK_FUZZ_SEED=<seed printed>`.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tracekit_tests::*;
+
+/// xorshift64*: deterministic, so a failing seed reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.next() as usize % v.len()]
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.next() % 100 < pct
+    }
+}
+
+fn tracekit_programs() -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_")))
+        .map(|p| p.id())
+        .collect()
+}
+
+/// One random command line: mostly well-formed (so that most runs reach the kernel and the
+/// hostile values meet the code that acts on them), sometimes malformed.
+fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let bad = |r: &mut Rng| r.chance(15);
+    // Well-formed but hostile: huge, tiny, the longest allowed.
+    let durations = [
+        "300ms",
+        "200ms",
+        "1ns",
+        "18446744073709551615s",
+        "300000000000y",
+        "10y",
+        "1h",
+    ];
+    let bad_durations = ["0s", "-1s", "10x", "", "5", "99999999999999999999999s"];
+    let pids = ["1", &me, tid, "4000000", "1,2"];
+    let bad_pids = ["0", "-5", "abc", "4194305", ""];
+    let comms = ["x", "tk-workload", "sh", "\u{1b}[2J\n", "a\\b"];
+    let bad_comms = ["", "a-very-long-process-name"];
+    let out_new = format!("{scratch}/out.ndjson");
+    let out_slash = format!("{scratch}/dir/");
+    let outputs = [
+        out_new.as_str(),
+        "/",
+        ".",
+        "/nonexistent/x",
+        "/dev/null",
+        scratch,
+        out_slash.as_str(),
+        "",
+    ];
+    let numbers = ["0", "1", "16", "1000000", "3"];
+    let bad_numbers = ["15", "1000001", "-1", "abc", "99999999999999999999"];
+    let tools = ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"];
+    let mut a = vec![if bad(r) {
+        r.pick(&["no-such-tool", "--json", "", "bench-floor"])
+            .to_string()
+    } else {
+        r.pick(&tools).to_string()
+    }];
+    let common = [
+        "--duration",
+        "--interval",
+        "--pid",
+        "--comm",
+        "--threads",
+        "--json",
+        "--output",
+        "--hist",
+        "--max-keys",
+    ];
+    let own: &[&str] = match a[0].as_str() {
+        "fsync-lat" => &["--rows", "--by-file", "--top-files"],
+        "memstall" | "runq-lat" => &["--rows"],
+        "ctxsw" => &["--rows", "--top", "--top-preemptors"],
+        _ => &[],
+    };
+    for _ in 0..(r.next() % 5) {
+        let flag = if bad(r) {
+            *r.pick(&["--bogus", "-d", "-p", "positional", "--top", "--by-file"])
+        } else if a[0] == "doctor" {
+            *r.pick(&["--json", "--output"])
+        } else if !own.is_empty() && r.chance(30) {
+            *r.pick(own)
+        } else {
+            *r.pick(&common)
+        };
+        let value = |r: &mut Rng, good: &[&str], badv: &[&str]| {
+            if bad(r) {
+                r.pick(badv).to_string()
+            } else {
+                r.pick(good).to_string()
+            }
+        };
+        match flag {
+            "--duration" | "--interval" | "-d" => {
+                a.push(flag.into());
+                a.push(value(r, &durations, &bad_durations));
+            }
+            "--pid" | "-p" => {
+                a.push(flag.into());
+                a.push(value(r, &pids, &bad_pids));
+            }
+            "--comm" => {
+                a.push(flag.into());
+                a.push(value(r, &comms, &bad_comms));
+            }
+            "--output" => {
+                a.push(flag.into());
+                a.push(r.pick(&outputs).to_string());
+            }
+            "--max-keys" | "--rows" | "--top-files" | "--top-preemptors" => {
+                a.push(flag.into());
+                a.push(value(r, &numbers, &bad_numbers));
+            }
+            "--top" => {
+                a.push(flag.into());
+                if r.chance(50) {
+                    a.push(value(r, &numbers, &bad_numbers));
+                }
+            }
+            other => a.push(other.into()),
+        }
+    }
+    // Most runs get a short duration so that they trace, report and end by themselves.
+    if r.chance(60) && a[0] != "doctor" && !a.iter().any(|x| x == "--duration" || x == "-d") {
+        a.extend(["--duration".into(), "300ms".into()]);
+    }
+    a
+}
+
+#[test]
+fn random_command_lines_end_with_documented_codes() {
+    require_root();
+    let seed: u64 = std::env::var("TK_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x7ac3_61a5_0b5e_ed01);
+    let cases: usize = std::env::var("TK_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(160);
+    eprintln!("cli fuzz: seed {seed}, {cases} cases");
+    let dir = scratch("cli-fuzz");
+    std::fs::create_dir_all(dir.join("dir")).unwrap();
+    // A thread of this process, for --pid.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        // SAFETY: plain syscall.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap().to_string();
+    let before = tracekit_programs();
+    let mut r = Rng(seed | 1);
+    let mut codes = std::collections::BTreeMap::new();
+    for case in 0..cases {
+        let args = argv(&mut r, dir.to_str().unwrap(), &tid);
+        let mut child = Command::new(tracekit_bin())
+            .args(&args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut interrupted = false;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if !interrupted && start.elapsed() > Duration::from_millis(800) {
+                // Runs without a duration end on Ctrl-C, like a user would end them.
+                // SAFETY: plain syscall on our child's pid.
+                unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+                interrupted = true;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "case {case} (seed {seed}) {args:?}: did not end after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let code = status.code();
+        let allowed: &[i32] = if args[0] == "doctor" {
+            &[0, 2, 3, 4, 5, 6]
+        } else {
+            &[0, 2, 3, 4, 5]
+        };
+        assert!(
+            code.is_some_and(|c| allowed.contains(&c)),
+            "case {case} (seed {seed}) {args:?}: exit {status}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("internal error"),
+            "case {case} (seed {seed}) {args:?}: {err}"
+        );
+        if code != Some(0) && args[0] != "doctor" && !args[0].is_empty() {
+            // A refusal is one line (clap's help for a bare command aside).
+            assert!(
+                err.trim_end().lines().count() == 1 || err.contains("Usage:"),
+                "case {case} (seed {seed}) {args:?}: {err}"
+            );
+        }
+        *codes.entry(code.unwrap()).or_insert(0) += 1;
+    }
+    done_tx.send(()).unwrap();
+    h.join().unwrap();
+    eprintln!("cli fuzz: exit codes {codes:?}");
+    assert!(
+        codes.get(&0).copied().unwrap_or(0) > 5,
+        "too few runs traced: {codes:?}"
+    );
+    let new: Vec<u32> = tracekit_programs()
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    let left = wait_unloaded(&new);
+    assert!(left.is_empty(), "programs {left:?} left after the fuzz run");
+    let _ = std::fs::remove_dir_all(dir);
+}
