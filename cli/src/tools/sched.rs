@@ -124,6 +124,7 @@ pub fn open(
         .max_entries("PREEMPTORS", tools::key_cap(common) * 2);
     let mut session = Session::load(object, common, spec)?;
     let mut notes = Vec::new();
+    session.prepare_tp_btf(&["sched_process_free", "sched_switch"]);
     // The free hook first: once sched_switch runs, snapshots exist that must be cleaned up.
     if let Err(e) = session.attach_raw(progs.free_btf, progs.free_raw, "sched_process_free") {
         tracing::info!("sched_process_free: {e}");
