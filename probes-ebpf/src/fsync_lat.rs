@@ -98,7 +98,12 @@ pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
     if ro(&FS_BY_FILE) != 0 && fd >= 0 {
         let key = key_for(tgid, tid, nr, fd);
         if FSYNC_HIST.get_ptr(key).is_none() {
-            let ev = FileEvent { tgid, tid, fd, id: key.id };
+            let ev = FileEvent {
+                tgid,
+                tid,
+                fd,
+                id: key.id,
+            };
             if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
                 stat(stats::RINGBUF_FULL);
             }

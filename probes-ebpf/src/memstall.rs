@@ -19,8 +19,7 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
