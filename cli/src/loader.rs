@@ -191,6 +191,9 @@ impl Session {
         let mut loader = loader_without_vmlinux_btf();
         tracing::debug!("EbpfLoader::new took {:?}", t.elapsed());
         loader.btf(None);
+        // Task-local storage maps (BTF-defined) have no typed wrapper in aya 0.14; the programs
+        // use them, userspace never reads them.
+        loader.allow_unsupported_maps();
         for (name, bytes) in &spec.globals {
             loader.override_global(name, bytes.as_slice(), true);
         }

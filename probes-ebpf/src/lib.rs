@@ -48,6 +48,12 @@ fn ro<T: Copy>(v: &T) -> T {
     unsafe { core::ptr::read_volatile(v) }
 }
 
+/// Whether `--pid` is in force (then `allowed` needs the real tgid).
+#[inline(always)]
+pub fn filtering_pids() -> bool {
+    ro(&FILTER_PIDS_ON) != 0
+}
+
 /// Whether the current task passes `--pid` / `--comm`.
 #[inline(always)]
 pub fn allowed(tgid: u32) -> bool {

@@ -28,6 +28,12 @@ pub const HOOKS: &[Hook] = &[
         modes: &[AttachMode::Tracepoint],
         optional: true,
     },
+    Hook {
+        event: "syscalls:sys_exit_fsync",
+        fields: &[],
+        modes: &[AttachMode::Tracepoint],
+        optional: true,
+    },
 ];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -38,6 +44,9 @@ pub enum FloorHook {
     SchedSwitchTp,
     /// `syscalls:sys_enter_fsync`, classic tracepoint.
     Fsync,
+    /// `syscalls:sys_enter_fsync` and `syscalls:sys_exit_fsync`, classic tracepoints: the
+    /// same hooks as `fsync-lat`, so kernel time per call compares like for like.
+    FsyncPair,
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,6 +75,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         FloorHook::Fsync => {
             tracefs.format("syscalls", "sys_enter_fsync")?;
             session.attach_tracepoint("tk_floor_tp", "syscalls", "sys_enter_fsync")?
+        }
+        FloorHook::FsyncPair => {
+            for ev in ["sys_enter_fsync", "sys_exit_fsync"] {
+                tracefs.format("syscalls", ev)?;
+                session.attach_tracepoint("tk_floor_tp", "syscalls", ev)?;
+            }
         }
     }
     let mut f = Floor { session, last: 0 };

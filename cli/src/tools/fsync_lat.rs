@@ -157,12 +157,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .global("FS_NR_SYNC", &(libc::SYS_sync as u32))
         .global("FS_PER_THREAD", &u8::from(common.threads))
         .global("FS_BY_FILE", &u8::from(args.by_file))
+        // Research switch (probes-ebpf/src/fsync_lat.rs MODE_*).
+        .global(
+            "FS_MODE",
+            &std::env::var("TRACEKIT_FS_MODE")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
         // Two generations live at once around an interval boundary.
         .max_entries("FSYNC_HIST", tools::key_cap(&common) * 2)
         .max_entries("FSYNC_START", tools::inflight_cap());
     let mut session = Session::load(loader::FSYNC_LAT, &common, spec)?;
     for name in &traced {
-        session.attach_tracepoint("tk_fsync_enter", "syscalls", &format!("sys_enter_{name}"))?;
+        // sys_enter_sync has no arguments: a program of its own that reads none (see
+        // probes-ebpf/src/fsync_lat.rs `field`).
+        let enter = if *name == "sync" {
+            "tk_fsync_enter_noarg"
+        } else {
+            "tk_fsync_enter"
+        };
+        session.attach_tracepoint(enter, "syscalls", &format!("sys_enter_{name}"))?;
         session.attach_tracepoint("tk_fsync_exit", "syscalls", &format!("sys_exit_{name}"))?;
     }
     let take = |s: &mut Session, m: &str| {
