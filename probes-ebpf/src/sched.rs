@@ -66,10 +66,15 @@ static SCHED_PREEMPTORS: u8 = 0;
 #[no_mangle]
 static SCHED_HAS_STATE: u8 = 1;
 
-/// Per-task counters at the previous switch-out, by tid. Preallocated (a lookup per switch),
-/// sized by userspace from pid_max; entries are removed at `sched_process_free`.
+/// Per-task counters at the previous switch-out, by tid, sized by userspace from pid_max;
+/// entries are removed at `sched_process_free`. Not preallocated: preallocating 32 Ki entries
+/// cost 1.1-5 ms of start-up (strace -T on BPF_MAP_CREATE), and only a task's first switch
+/// inserts (the per-switch lookup is the same code either way). Kernels before 6.1 allocate
+/// with kmalloc there; for tp_btf (BPF_PROG_TYPE_TRACING) that is allowed silently, for the
+/// raw_tp fallback 5.x kernels print a one-time "trace type BPF program uses run-time
+/// allocation" warning and PREEMPT_RT kernels refuse the program.
 #[map]
-static TASKS: HashMap<u32, TaskSnap> = HashMap::with_max_entries(16384, 0);
+static TASKS: HashMap<u32, TaskSnap> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
 /// Aggregates per process (or thread) and generation, sized by userspace (`--max-keys` × 2).
 #[map]

@@ -268,7 +268,16 @@ fn initramfs(tracekit: &Path, workload: &Path) -> Result<PathBuf> {
     fs::copy("/bin/busybox", tree.join("bin/busybox"))?;
     fs::copy(tracekit, tree.join("bin/tracekit"))?;
     fs::copy(workload, tree.join("bin/tk-workload"))?;
-    fs::write(tree.join("init"), INIT)?;
+    // Research switch (perf-research branch): pass TRACEKIT_FS_MODE through to the guest so
+    // fsync-lat's kernel-side variants can be checked on the 6.1 verifier.
+    let init = match env::var("TRACEKIT_FS_MODE") {
+        Ok(m) => INIT.replace(
+            "TKVM_GUEST=1",
+            &format!("TKVM_GUEST=1 TRACEKIT_FS_MODE={m}"),
+        ),
+        Err(_) => INIT.to_string(),
+    };
+    fs::write(tree.join("init"), init)?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(tree.join("init"), fs::Permissions::from_mode(0o755))?;
     let out = dir.join("initramfs.cpio");

@@ -157,13 +157,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .global("FS_NR_SYNC", &(libc::SYS_sync as u32))
         .global("FS_PER_THREAD", &u8::from(common.threads))
         .global("FS_BY_FILE", &u8::from(args.by_file))
-        // Research switch (probes-ebpf/src/fsync_lat.rs MODE_*).
+        // Research switch (probes-ebpf/src/fsync_lat.rs MODE_*). Default: direct context
+        // loads (2) with the hash in-flight map; 131 = task storage + direct + lazy pid.
         .global(
             "FS_MODE",
             &std::env::var("TRACEKIT_FS_MODE")
                 .ok()
                 .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or(0),
+                .unwrap_or(2),
         )
         // Two generations live at once around an interval boundary.
         .max_entries("FSYNC_HIST", tools::key_cap(&common) * 2)

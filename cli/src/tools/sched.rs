@@ -121,10 +121,10 @@ pub fn open(
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
         .max_entries("SCHED_AGG", tools::key_cap(common) * 2)
-        .max_entries("PREEMPTORS", tools::key_cap(common) * 2);
+        .max_entries("PREEMPTORS", tools::key_cap(common) * 2)
+        .tp_btf(&["sched_process_free", "sched_switch"]);
     let mut session = Session::load(object, common, spec)?;
     let mut notes = Vec::new();
-    session.prepare_tp_btf(&["sched_process_free", "sched_switch"]);
     // The free hook first: once sched_switch runs, snapshots exist that must be cleaned up.
     if let Err(e) = session.attach_raw(progs.free_btf, progs.free_raw, "sched_process_free") {
         tracing::info!("sched_process_free: {e}");
