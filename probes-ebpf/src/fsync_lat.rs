@@ -66,6 +66,10 @@ const MODE_ENTER_NOTIME: u32 = 64;
 /// Enter calls bpf_get_current_pid_tgid only when something needs it (`--pid`, `--by-file`,
 /// or the hash in-flight map keyed by tid).
 const MODE_LAZY_PID: u32 = 128;
+/// Measurement only: the lower bound of any latency tool on these hooks: enter takes a
+/// timestamp and stores it per thread, exit takes a timestamp and reads it back (no fields,
+/// no aggregation, no counters).
+const MODE_TIMESTAMPS_ONLY: u32 = 256;
 
 /// A task-local storage map (aya-ebpf 0.2.1 has none): BTF-defined, as the kernel requires
 /// for local storage (key and value BTF ids). Laid out like aya-ebpf's `btf_map_def!` maps.
@@ -229,6 +233,14 @@ fn enter<const ARGS: bool>(ctx: TracePointContext) -> u32 {
     if mode & MODE_ENTER_EMPTY != 0 {
         return 0;
     }
+    if mode & MODE_TIMESTAMPS_ONLY != 0 && mode & MODE_TASK_STORAGE != 0 {
+        let p = INFLIGHT.current(true);
+        if !p.is_null() {
+            // SAFETY: as below.
+            unsafe { (*p).ts_ns = bpf_ktime_get_ns() };
+        }
+        return 0;
+    }
     let nr = field::<i32, ARGS>(&ctx, ro(&FS_NR_OFF), -1);
     if nr < 0 {
         return 0;
@@ -283,6 +295,14 @@ pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if mode & MODE_TIMESTAMPS_ONLY != 0 && mode & MODE_TASK_STORAGE != 0 {
+        let p = INFLIGHT.current(false);
+        if !p.is_null() {
+            // SAFETY: as in the enter program.
+            unsafe { (*p).ts_ns = now.wrapping_sub((*p).ts_ns) };
+        }
+        return 0;
+    }
     let start = if mode & MODE_TASK_STORAGE != 0 {
         let p = INFLIGHT.current(false);
         if p.is_null() {

@@ -529,6 +529,18 @@ pub fn run(args: &[String]) -> Result<()> {
         // compares like for like (it used to be on sys_enter_fsync only: one run per call
         // against fsync-lat's two).
         Tracer { name: "floor: Aya counter, tracepoints sys_enter_fsync + sys_exit_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync-pair"]), ready: Ready::JsonMeta },
+        // The lower bound of any latency tool on these hooks: fsync-lat's programs reduced to a
+        // timestamp stored per thread at enter and read back at exit (research switch
+        // FS_MODE=257: task storage, no fields, no aggregation, no counters).
+        Tracer {
+            name: "reference: timestamp pair only (fsync-lat FS_MODE=257)".into(),
+            argv: {
+                let mut a = vec!["env".to_string(), "TRACEKIT_FS_MODE=257".to_string()];
+                a.extend(tkj("fsync-lat", &[]));
+                a
+            },
+            ready: Ready::JsonMeta,
+        },
         Tracer { name: "tracekit fsync-lat".into(), argv: tkj("fsync-lat", &[]), ready: Ready::JsonMeta },
         Tracer {
             name: "bpftrace fsync latency hist".into(),
