@@ -414,6 +414,10 @@ fn bpf_stats_pass(w: &Workload, t: &Tracer, wl: &Path, scratch: &Path) -> Result
     res
 }
 
+/// One program's figures over the rounds of the bpf_stats pass: attach mode, ns per run (rounds
+/// where it ran), run counts.
+type ProgRounds = (Value, Vec<f64>, Vec<f64>);
+
 fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<f64>> {
     let mut out = Vec::new();
     for i in 0..runs {
@@ -701,7 +705,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .filter(|t| matches!(t.ready, Ready::JsonMeta))
             .collect();
         // (tracer, program) -> (attach, [ns per run], [run count]); tracer -> [ns per call]
-        let mut runs: BTreeMap<(usize, String), (Value, Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        let mut runs: BTreeMap<(usize, String), ProgRounds> = BTreeMap::new();
         let mut calls_ns: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
         for _ in 0..rounds {
             for (i, t) in tracers.iter().enumerate() {
