@@ -2,6 +2,9 @@
 //! userspace. Everything here is `#[repr(C)]` plain data: the kernel writes it into maps, userspace
 //! reads the same bytes back.
 #![no_std]
+// `opaque` below: inline assembly on the BPF target is still an experimental arch in rustc (the
+// kernel-side build enables unstable features through RUSTC_BOOTSTRAP, see cli/build.rs).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 pub mod fsync;
 pub mod hist;

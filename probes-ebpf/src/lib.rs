@@ -16,7 +16,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use probes_common::{
-    hist::{bucket_index, LatHist, NBUCKETS},
+    hist::{bucket_index_flat, LatHist, NBUCKETS},
     stats::{Control, NSTATS},
     COMM_LEN,
 };
@@ -46,6 +46,12 @@ fn ro<T: Copy>(v: &T) -> T {
     // SAFETY: `v` points at a static; the volatile read keeps rustc from folding the initial
     // value, which userspace replaces before load.
     unsafe { core::ptr::read_volatile(v) }
+}
+
+/// Whether `--pid` is in force (then `allowed` needs the real tgid).
+#[inline(always)]
+pub fn filtering_pids() -> bool {
+    ro(&FILTER_PIDS_ON) != 0
 }
 
 /// Whether the current task passes `--pid` / `--comm`.
@@ -142,9 +148,11 @@ pub unsafe fn hist_record(h: *mut LatHist, v: u64) {
         // 6.1 verifier leaves unbounded ("math between map_value pointer and register with
         // unbounded min value"); 6.18 accepts it. A volatile round trip hides the proof, so
         // the comparison below is emitted on the value the pointer arithmetic uses.
-        let idx = core::ptr::read_volatile(&bucket_index(v));
-        if idx < NBUCKETS {
-            atomic_add(&raw mut (*h).buckets[idx], 1);
+        // bucket_index_flat has no branches (see there): one verifier path through here
+        // instead of dozens.
+        let idx = core::ptr::read_volatile(&bucket_index_flat(v));
+        if idx < NBUCKETS as u64 {
+            atomic_add(&raw mut (*h).buckets[idx as usize], 1);
         }
     }
 }

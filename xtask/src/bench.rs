@@ -453,6 +453,10 @@ fn bpf_stats_pass(w: &Workload, t: &Tracer, wl: &Path, scratch: &Path) -> Result
     res
 }
 
+/// One program's figures over the rounds of the bpf_stats pass: attach mode, ns per run (rounds
+/// where it ran), run counts.
+type ProgRounds = (Value, Vec<f64>, Vec<f64>);
+
 /// Per run: (exec to the last attach, the report's last write to the process's end), in ms.
 fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<(f64, Option<f64>)>> {
     let mut out = Vec::new();
@@ -565,7 +569,10 @@ pub fn run(args: &[String]) -> Result<()> {
         ready: Ready::Line("Attaching"),
     });
     let fsync: Vec<Tracer> = vec![
-        Tracer { name: "floor: Aya counter, tracepoint sys_enter_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync"]), ready: Ready::JsonMeta },
+        // The floor on the same hooks as fsync-lat (enter and exit), so per-call kernel time
+        // compares like for like (it used to be on sys_enter_fsync only: one run per call
+        // against fsync-lat's two).
+        Tracer { name: "floor: Aya counter, tracepoints sys_enter_fsync + sys_exit_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync-pair"]), ready: Ready::JsonMeta },
         Tracer { name: "floor: Aya counter, tp_btf sys_enter".into(), argv: tkj("bench-floor", &["--hook", "sys-enter"]), ready: Ready::JsonMeta },
         Tracer { name: "tracekit fsync-lat".into(), argv: tkj("fsync-lat", &[]), ready: Ready::JsonMeta },
         Tracer {
@@ -711,21 +718,67 @@ pub fn run(args: &[String]) -> Result<()> {
         report.push(json!({"workload": w.name(), "rows": rows}));
     }
 
-    // Where the kernel time goes, per program (separate pass).
+    // Where the kernel time goes, per program (separate pass): every tracer once per round,
+    // interleaved like the main pass, medians over the rounds (one run each was mostly noise:
+    // the same program measured 147 and 460 ns per run a minute apart here).
     let mut prog_stats = Vec::new();
+    let mut per_call = Vec::new();
     let pipe = Workload::Pipe {
         loops,
         pinned: true,
     };
-    for (w, tracers) in [(&pipe, &cases[0].1), (&cases[3].0, &cases[3].1)] {
-        for t in tracers
+    let fsync_calls = match &cases[3].0 {
+        Workload::Fsync { n } => *n as f64,
+        _ => f64::NAN,
+    };
+    for (w, tracers, calls) in [
+        (&pipe, &cases[0].1, None),
+        (&cases[3].0, &cases[3].1, Some(fsync_calls)),
+    ] {
+        let tracers: Vec<&Tracer> = tracers
             .iter()
             .filter(|t| matches!(t.ready, Ready::JsonMeta))
-        {
-            match bpf_stats_pass(w, t, &wl, &scratch) {
-                Ok(v) => prog_stats.extend(v),
-                Err(e) => eprintln!("bench: bpf stats for {}: {e:#}", t.name),
+            .collect();
+        // (tracer, program) -> (attach, [ns per run], [run count]); tracer -> [ns per call]
+        let mut runs: BTreeMap<(usize, String), ProgRounds> = BTreeMap::new();
+        let mut calls_ns: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for _ in 0..rounds {
+            for (i, t) in tracers.iter().enumerate() {
+                match bpf_stats_pass(w, t, &wl, &scratch) {
+                    Ok(v) => {
+                        let mut total = 0.0;
+                        for p in v {
+                            let e = runs
+                                .entry((i, p["program"].as_str().unwrap_or("").to_string()))
+                                .or_insert_with(|| (p["attach"].clone(), vec![], vec![]));
+                            let cnt = p["run_cnt"].as_f64().unwrap_or(0.0);
+                            if cnt > 0.0 {
+                                e.1.push(p["ns_per_run"].as_f64().unwrap_or(0.0));
+                            }
+                            e.2.push(cnt);
+                            total += p["run_time_ns"].as_f64().unwrap_or(0.0);
+                        }
+                        if let Some(n) = calls {
+                            calls_ns.entry(i).or_default().push(total / n);
+                        }
+                    }
+                    Err(e) => eprintln!("bench: bpf stats for {}: {e:#}", t.name),
+                }
             }
+        }
+        for ((i, prog), (attach, ns, cnt)) in runs {
+            prog_stats.push(json!({
+                "tracer": tracers[i].name, "program": prog, "attach": attach,
+                "run_cnt": median(&cnt), "ns_per_run": if ns.is_empty() { 0.0 } else { median(&ns) },
+                "rounds": ns.len(),
+            }));
+        }
+        for (i, v) in calls_ns {
+            let (lo, hi) = spread(&v);
+            per_call.push(json!({
+                "tracer": tracers[i].name, "ns_per_call": median(&v), "min": lo, "max": hi,
+                "rounds": v.len(),
+            }));
         }
     }
 
@@ -752,8 +805,15 @@ pub fn run(args: &[String]) -> Result<()> {
             "tracepoint:sched:sched_switch { @[comm] = count(); } interval:ms:300 { exit(); }",
         ]),
     ));
-    for (name, argv) in &st_cases {
-        let runs = startup_ms(argv, rounds)?;
+    // Interleaved like everything else (A B C … A B C …): run one after the other, a burst of
+    // load from elsewhere landed on one tool's runs and skewed the ratio to runqlat.
+    let mut st_runs: Vec<Vec<(f64, Option<f64>)>> = vec![Vec::new(); st_cases.len()];
+    for _ in 0..rounds.max(7) {
+        for (i, (_, argv)) in st_cases.iter().enumerate() {
+            st_runs[i].extend(startup_ms(argv, 1)?);
+        }
+    }
+    for ((name, _), runs) in st_cases.iter().zip(&st_runs) {
         let v: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let x: Vec<f64> = runs.iter().filter_map(|r| r.1).collect();
         let (lo, hi) = spread(&v);
@@ -774,6 +834,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "workloads": report,
         "startup": startup,
         "bpf_stats": prog_stats,
+        "bpf_per_call": per_call,
     });
     let docs = root().join("docs");
     std::fs::create_dir_all(&docs)?;
@@ -872,28 +933,66 @@ pub fn markdown(doc: &Value) -> String {
         }
         m.push('\n');
     }
-    m.push_str("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass)\n\n| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n");
+    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\n| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n", doc["rounds"]));
     for p in doc["bpf_stats"].as_array().into_iter().flatten() {
         m.push_str(&format!(
             "| {} | {} | {} | {} | {} |\n",
             p["tracer"].as_str().unwrap_or(""),
             p["program"].as_str().unwrap_or(""),
             p["attach"].as_str().unwrap_or(""),
-            p["run_cnt"],
+            fmt_opt(&p["run_cnt"], 0),
             fmt_opt(&p["ns_per_run"], 0)
         ));
     }
     m.push('\n');
+    let calls: Vec<&Value> = doc["bpf_per_call"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    if !calls.is_empty() {
+        m.push_str("Kernel time per fsync call, all of a tracer's programs (enter + exit), same hooks, median over the rounds:\n\n| tracer | ns per call | spread | × floor |\n|---|---|---|---|\n");
+        let floor = calls
+            .iter()
+            .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
+            .and_then(|c| c["ns_per_call"].as_f64());
+        for c in &calls {
+            let ratio = match (c["ns_per_call"].as_f64(), floor) {
+                (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
+                _ => "–".into(),
+            };
+            m.push_str(&format!(
+                "| {} | {} | {}–{} | {} |\n",
+                c["tracer"].as_str().unwrap_or(""),
+                fmt_opt(&c["ns_per_call"], 0),
+                fmt_opt(&c["min"], 0),
+                fmt_opt(&c["max"], 0),
+                ratio
+            ));
+        }
+        m.push('\n');
+    }
     m.push_str(
-        "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | exit median | spread |\n|---|---|---|---|---|\n",
+        "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
     );
+    let runqlat = doc["startup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["tool"] == "libbpf-tools runqlat")
+        .and_then(|s| s["median_ms"].as_f64());
     for s in doc["startup"].as_array().into_iter().flatten() {
+        let ratio = match (s["median_ms"].as_f64(), runqlat) {
+            (Some(a), Some(r)) if r > 0.0 => format!("{:.2}", a / r),
+            _ => "–".into(),
+        };
         m.push_str(&format!(
-            "| {} | {} ms | {}–{} ms | {} ms | {}–{} ms |\n",
+            "| {} | {} ms | {}–{} ms | {} | {} ms | {}–{} ms |\n",
             s["tool"].as_str().unwrap_or(""),
             fmt_opt(&s["median_ms"], 1),
             fmt_opt(&s["min_ms"], 1),
             fmt_opt(&s["max_ms"], 1),
+            ratio,
             fmt_opt(&s["exit_median_ms"], 1),
             fmt_opt(&s["exit_min_ms"], 1),
             fmt_opt(&s["exit_max_ms"], 1)
@@ -983,7 +1082,7 @@ mod tests {
         );
         assert!(m.contains("| x | N/A: needs kprobes |"));
         assert!(
-            m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | 2.5 ms | 2.0–3.0 ms |"),
+            m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | – | 2.5 ms | 2.0–3.0 ms |"),
             "{m}"
         );
     }

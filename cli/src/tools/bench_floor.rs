@@ -38,6 +38,13 @@ pub const HOOKS: &[Hook] = &[
         modes: &[AttachMode::TpBtf],
         optional: true,
     },
+    Hook {
+        event: "syscalls:sys_exit_fsync",
+        fields: &[],
+        modes: &[AttachMode::Tracepoint],
+        raw: None,
+        optional: true,
+    },
 ];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -50,6 +57,9 @@ pub enum FloorHook {
     Fsync,
     /// The raw `sys_enter` tracepoint, tp_btf: what every syscall pays under `fsync-lat`.
     SysEnter,
+    /// `syscalls:sys_enter_fsync` and `syscalls:sys_exit_fsync`, classic tracepoints: the
+    /// same hooks as `fsync-lat`, so kernel time per call compares like for like.
+    FsyncPair,
 }
 
 #[derive(clap::Args, Debug)]
@@ -83,6 +93,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             session
                 .attach_tp_btf("tk_floor_sys", "sys_enter")
                 .map_err(|e| crate::error::UserError::KernelFeature(e.to_string()))?;
+        FloorHook::FsyncPair => {
+            for ev in ["sys_enter_fsync", "sys_exit_fsync"] {
+                crate::tracefs::Tracefs::open()?.format("syscalls", ev)?;
+                session.attach_tracepoint("tk_floor_tp", "syscalls", ev)?;
+            }
         }
     }
     let mut f = Floor { session, last: 0 };

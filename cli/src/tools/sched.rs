@@ -146,7 +146,8 @@ pub fn open(
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
         .max_entries("SCHED_AGG", tools::key_cap(common))
-        .max_entries("PREEMPTORS", tools::key_cap(common));
+        .max_entries("PREEMPTORS", tools::key_cap(common))
+        .tp_btf(&["sched_process_free", "sched_switch", "sched_process_exec"]);
     let mut session = Session::load(object, common, spec)?;
     let mut notes = Vec::new();
     // The free hook first: once sched_switch runs, snapshots exist that must be cleaned up.
