@@ -93,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             session
                 .attach_tp_btf("tk_floor_sys", "sys_enter")
                 .map_err(|e| crate::error::UserError::KernelFeature(e.to_string()))?;
+        }
         FloorHook::FsyncPair => {
             for ev in ["sys_enter_fsync", "sys_exit_fsync"] {
                 crate::tracefs::Tracefs::open()?.format("syscalls", ev)?;
