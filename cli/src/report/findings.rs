@@ -1,0 +1,357 @@
+//! Findings: what a tool concludes, in one type every tool, `triage` and the exporter share.
+//!
+//! A finding names a subject (a process, cgroup, device, CPU, node, socket), the cause in words
+//! with the evidence as named numbers from this window, the fix, and the command to run next.
+//! Its score ranks it against findings of other tools: time lost per second of wall time where
+//! it is a stall (a process that spent 9.4 s of 10 s in fsync scores 940 ms/s), a rate where it
+//! is not (drops per second).
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+/// What kind of culprit a finding is about (the `cause` key of triage's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    Fsync,
+    CtxswStorm,
+    RunqDelay,
+    ThpCompaction,
+    ThpCollapse,
+    Reclaim,
+    MemcgLimit,
+    OomKill,
+    IoQueue,
+    IoLatency,
+    IoScheduler,
+    NetDrops,
+    NetBacklog,
+    SoftirqImbalance,
+    NumaMisplaced,
+    NumaMigration,
+    CpuSteal,
+    ConntrackFull,
+    Pressure,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Fsync => "fsync",
+            Cause::CtxswStorm => "ctxsw-storm",
+            Cause::RunqDelay => "runq-delay",
+            Cause::ThpCompaction => "thp-compaction",
+            Cause::ThpCollapse => "thp-collapse",
+            Cause::Reclaim => "reclaim",
+            Cause::MemcgLimit => "memcg-limit",
+            Cause::OomKill => "oom-kill",
+            Cause::IoQueue => "io-queue",
+            Cause::IoLatency => "io-latency",
+            Cause::IoScheduler => "io-scheduler",
+            Cause::NetDrops => "net-drops",
+            Cause::NetBacklog => "net-backlog",
+            Cause::SoftirqImbalance => "softirq-imbalance",
+            Cause::NumaMisplaced => "numa-misplaced",
+            Cause::NumaMigration => "numa-migration",
+            Cause::CpuSteal => "cpu-steal",
+            Cause::ConntrackFull => "conntrack-full",
+            Cause::Pressure => "pressure",
+        }
+    }
+}
+
+/// Who or what a finding is about.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Subject {
+    /// `process`, `thread`, `cgroup`, `container`, `device`, `cpu`, `node`, `socket`, `system`.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Display name, already sanitised for text (comm, `vda`, `cpu0`, `udp :5140`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+impl Subject {
+    pub fn process(pid: u32, comm: impl Into<String>) -> Subject {
+        Subject {
+            kind: "process",
+            pid: Some(pid),
+            name: Some(comm.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn named(kind: &'static str, name: impl Into<String>) -> Subject {
+        Subject {
+            kind,
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_cgroup(mut self, cgroup: Option<String>) -> Subject {
+        self.cgroup = cgroup;
+        self
+    }
+
+    /// `postgres (pid 4711)`, `vda`, `CPU 0`.
+    pub fn text(&self) -> String {
+        let name = self.name.as_deref().unwrap_or("?");
+        match (self.pid, self.tid) {
+            (_, Some(t)) => format!("{name} (tid {t})"),
+            (Some(p), None) => format!("{name} (pid {p})"),
+            _ => name.to_string(),
+        }
+    }
+}
+
+/// How much a finding matters, in a unit that ranks across tools.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Score {
+    /// Time the subject lost per second of wall time (ns/s; 1e9 = all of its time).
+    NsPerS(u64),
+    /// Events per second (drops, migrations) where time lost is not measurable.
+    RatePerS(f64),
+}
+
+impl Score {
+    /// Ordering key: every time score ranks above every rate score; larger first.
+    fn key(&self) -> (u8, f64) {
+        match *self {
+            Score::NsPerS(v) => (1, v as f64),
+            Score::RatePerS(v) => (0, v),
+        }
+    }
+}
+
+/// A number in the evidence, kept exact: integers stay integers in JSON.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    U(u64),
+    I(i64),
+    F(f64),
+}
+
+impl From<u64> for Num {
+    fn from(v: u64) -> Num {
+        Num::U(v)
+    }
+}
+impl From<u32> for Num {
+    fn from(v: u32) -> Num {
+        Num::U(v.into())
+    }
+}
+impl From<i64> for Num {
+    fn from(v: i64) -> Num {
+        Num::I(v)
+    }
+}
+impl From<f64> for Num {
+    fn from(v: f64) -> Num {
+        Num::F(v)
+    }
+}
+impl From<usize> for Num {
+    fn from(v: usize) -> Num {
+        Num::U(v as u64)
+    }
+}
+
+impl Num {
+    fn json(self) -> Value {
+        match self {
+            Num::U(v) => v.into(),
+            Num::I(v) => v.into(),
+            Num::F(v) => json!(v),
+        }
+    }
+}
+
+/// One verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// The tool that concluded it.
+    pub tool: &'static str,
+    pub cause: Cause,
+    /// The victim (who lost time), or the thing at fault when nobody in particular waited.
+    pub subject: Subject,
+    /// Someone else who caused it (the noisy neighbour), when known.
+    pub culprit: Option<Subject>,
+    pub score: Score,
+    /// The verdict in one or two sentences, citing its numbers.
+    pub summary: String,
+    /// The numbers it rests on, by name (units in the names: `_ns`, `_per_s`, `_ppm`).
+    pub evidence: Vec<(&'static str, Num)>,
+    /// What to do about it.
+    pub advice: String,
+    /// The command to look closer (`tracekit memstall --pid 4711 --duration 30s`).
+    pub next: Option<String>,
+}
+
+/// Below this a stall is not worth a finding: 5 ms per second (0.5 % of the time).
+pub const MIN_NS_PER_S: u64 = 5_000_000;
+
+impl Finding {
+    pub fn evidence(mut self, name: &'static str, v: impl Into<Num>) -> Finding {
+        self.evidence.push((name, v.into()));
+        self
+    }
+
+    /// The NDJSON line (without the common keys the engine adds: `tool`, `type`, interval).
+    pub fn json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("cause".into(), self.cause.as_str().into());
+        m.insert(
+            "subject".into(),
+            serde_json::to_value(&self.subject).unwrap_or_default(),
+        );
+        if let Some(p) = self.subject.pid {
+            m.insert("pid".into(), p.into());
+        }
+        if let Some(n) = &self.subject.name {
+            m.insert("comm".into(), n.clone().into());
+        }
+        if let Some(c) = &self.subject.cgroup {
+            m.insert("cgroup".into(), c.clone().into());
+        }
+        match self.score {
+            Score::NsPerS(v) => m.insert("score_ns_per_s".into(), v.into()),
+            Score::RatePerS(v) => m.insert("rate_per_s".into(), json!(v)),
+        };
+        if let Some(c) = &self.culprit {
+            if let Some(p) = c.pid {
+                m.insert("culprit_pid".into(), p.into());
+            }
+            if let Some(n) = &c.name {
+                m.insert("culprit_comm".into(), n.clone().into());
+            }
+            m.insert(
+                "culprit".into(),
+                serde_json::to_value(c).unwrap_or_default(),
+            );
+        }
+        let ev: Map<String, Value> = self
+            .evidence
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.json()))
+            .collect();
+        m.insert("evidence".into(), Value::Object(ev));
+        m.insert("summary".into(), self.summary.clone().into());
+        m.insert("advice".into(), self.advice.clone().into());
+        if let Some(n) = &self.next {
+            m.insert("next".into(), n.clone().into());
+        }
+        Value::Object(m)
+    }
+
+    /// Text: the summary, the fix and the next command, wrapped under a bullet.
+    pub fn text(&self, bullet: &str) -> String {
+        let mut s = format!("{bullet}{}", self.summary);
+        if !self.advice.is_empty() {
+            s.push_str(&format!(
+                "\n{}Fix: {}",
+                " ".repeat(bullet.chars().count()),
+                self.advice
+            ));
+        }
+        if let Some(n) = &self.next {
+            s.push_str(&format!(
+                "\n{}Next: {n}",
+                " ".repeat(bullet.chars().count())
+            ));
+        }
+        s
+    }
+}
+
+/// Most harmful first: time lost per second above rates, then larger first; ties by tool,
+/// cause and subject so the order is stable.
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        let (ka, kb) = (a.score.key(), b.score.key());
+        kb.0.cmp(&ka.0)
+            .then(kb.1.total_cmp(&ka.1))
+            .then(a.tool.cmp(b.tool))
+            .then(a.cause.cmp(&b.cause))
+            .then(a.subject.pid.cmp(&b.subject.pid))
+            .then(a.subject.name.cmp(&b.subject.name))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(cause: Cause, score: Score, pid: u32) -> Finding {
+        Finding {
+            tool: "t",
+            cause,
+            subject: Subject::process(pid, "p"),
+            culprit: None,
+            score,
+            summary: "s".into(),
+            evidence: vec![],
+            advice: String::new(),
+            next: None,
+        }
+    }
+
+    #[test]
+    fn ranks_time_before_rates_then_by_size() {
+        let mut v = vec![
+            f(Cause::NetDrops, Score::RatePerS(1e6), 1),
+            f(Cause::Fsync, Score::NsPerS(10_000_000), 2),
+            f(Cause::RunqDelay, Score::NsPerS(900_000_000), 3),
+            f(Cause::NetDrops, Score::RatePerS(5.0), 4),
+        ];
+        rank(&mut v);
+        let pids: Vec<u32> = v.iter().map(|x| x.subject.pid.unwrap()).collect();
+        assert_eq!(pids, [3, 2, 1, 4]);
+    }
+
+    #[test]
+    fn json_keys_are_flat_integers_and_named() {
+        let mut x = f(Cause::RunqDelay, Score::NsPerS(123), 7)
+            .evidence("waits", 5u64)
+            .evidence("share_ppm", 250_000u64)
+            .evidence("ratio", 0.5);
+        x.culprit = Some(Subject::process(9, "hog"));
+        x.next = Some("tracekit runq-lat --pid 7".into());
+        let j = x.json();
+        assert_eq!(j["cause"], "runq-delay");
+        assert_eq!(j["pid"], 7);
+        assert_eq!(j["score_ns_per_s"], 123);
+        assert_eq!(j["culprit_pid"], 9);
+        assert_eq!(j["culprit_comm"], "hog");
+        assert_eq!(j["evidence"]["waits"], 5);
+        assert!(j["evidence"]["waits"].is_u64());
+        assert_eq!(j["evidence"]["ratio"], 0.5);
+        assert_eq!(j["next"], "tracekit runq-lat --pid 7");
+        assert_eq!(j["subject"]["kind"], "process");
+        let r = f(Cause::NetDrops, Score::RatePerS(2.5), 1).json();
+        assert_eq!(r["rate_per_s"], 2.5);
+        assert!(r.get("score_ns_per_s").is_none());
+    }
+
+    #[test]
+    fn text_has_fix_and_next_indented() {
+        let mut x = f(Cause::Fsync, Score::NsPerS(1), 1);
+        x.summary = "postgres waited".into();
+        x.advice = "batch commits".into();
+        x.next = Some("tracekit fsync-lat --by-file".into());
+        assert_eq!(
+            x.text("1. "),
+            "1. postgres waited\n   Fix: batch commits\n   Next: tracekit fsync-lat --by-file"
+        );
+        assert_eq!(Subject::named("device", "vda").text(), "vda");
+        assert_eq!(Subject::process(4, "x").text(), "x (pid 4)");
+    }
+}

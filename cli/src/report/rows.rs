@@ -1,0 +1,143 @@
+//! Typed rows: a tool declares each kind of row once, as a `Serialize` struct plus a column spec,
+//! and gets both the text table and the NDJSON lines from it — no row is built twice. The keys
+//! every line carries (`tool`, `type`, interval) are added by the engine, in one place.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::render::{Align, Table};
+
+/// What a cell may need besides its row.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// Length of the window in seconds (for rates).
+    pub secs: f64,
+}
+
+/// One text column: its header, alignment and how a row becomes its cell.
+pub struct Column<R> {
+    pub head: &'static str,
+    pub align: Align,
+    pub cell: fn(&R, &Ctx) -> String,
+}
+
+impl<R> Column<R> {
+    pub const fn right(head: &'static str, cell: fn(&R, &Ctx) -> String) -> Column<R> {
+        Column {
+            head,
+            align: Align::Right,
+            cell,
+        }
+    }
+
+    pub const fn left(head: &'static str, cell: fn(&R, &Ctx) -> String) -> Column<R> {
+        Column {
+            head,
+            align: Align::Left,
+            cell,
+        }
+    }
+}
+
+/// Rows of one kind, rendered: the text table (first `limit` rows) and every row as JSON.
+#[derive(Debug, Default)]
+pub struct Section {
+    /// The JSON `"type"` of these rows (`summary`, `device`, `cpu`, …).
+    pub kind: &'static str,
+    pub table: Table,
+    pub json: Vec<Value>,
+    /// Rows left out of the text table by the limit (JSON has them all).
+    pub hidden: usize,
+}
+
+impl Section {
+    /// Renders `rows` (already in display order) with `columns`; `limit` 0 shows every row.
+    pub fn build<R: Serialize>(
+        kind: &'static str,
+        rows: &[R],
+        columns: &[Column<R>],
+        ctx: &Ctx,
+        limit: usize,
+    ) -> Section {
+        let heads: Vec<(&str, Align)> = columns.iter().map(|c| (c.head, c.align)).collect();
+        let mut table = Table::new(&heads);
+        let shown = if limit == 0 {
+            rows.len()
+        } else {
+            limit.min(rows.len())
+        };
+        for r in &rows[..shown] {
+            table.push(columns.iter().map(|c| (c.cell)(r, ctx)).collect());
+        }
+        let json = rows
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+            .collect();
+        Section {
+            kind,
+            table,
+            json,
+            hidden: rows.len() - shown,
+        }
+    }
+
+    pub fn caption(mut self, c: impl Into<String>) -> Section {
+        self.table.caption = Some(c.into());
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct R {
+        pid: u32,
+        comm: String,
+        count: u64,
+    }
+
+    const COLS: &[Column<R>] = &[
+        Column::right("PID", |r, _| r.pid.to_string()),
+        Column::left("COMM", |r, _| r.comm.clone()),
+        Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
+    ];
+
+    #[test]
+    fn one_spec_gives_table_and_json() {
+        let rows = vec![
+            R {
+                pid: 1,
+                comm: "a".into(),
+                count: 10,
+            },
+            R {
+                pid: 22,
+                comm: "bb".into(),
+                count: 5,
+            },
+            R {
+                pid: 333,
+                comm: "c".into(),
+                count: 1,
+            },
+        ];
+        let s = Section::build("summary", &rows, COLS, &Ctx { secs: 2.0 }, 2);
+        assert_eq!(s.hidden, 1);
+        assert_eq!(s.json.len(), 3);
+        assert_eq!(s.json[2]["pid"], 333);
+        assert_eq!(s.kind, "summary");
+        assert_eq!(
+            s.table.render(),
+            "PID  COMM  RATE/s\n  1  a        5.0\n 22  bb       2.5\n"
+        );
+        let all = Section::build("summary", &rows, COLS, &Ctx { secs: 1.0 }, 0);
+        assert_eq!(all.hidden, 0);
+        assert_eq!(all.table.rows.len(), 3);
+    }
+}
