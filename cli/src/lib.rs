@@ -10,6 +10,7 @@ pub mod error;
 pub mod features;
 pub mod hist;
 pub mod host;
+pub mod kernel;
 pub mod loader;
 pub mod options;
 pub mod output;

@@ -1,0 +1,515 @@
+//! One hook specification per tool, and one attach policy that both the loader and `doctor`
+//! follow, so `doctor` predicts exactly what a tool will do on this kernel.
+//!
+//! A [`Hook`] names the kernel event (a tracepoint `category:name`, or a kernel function for
+//! fentry/kprobe), the tracepoint fields the classic program reads, and the program to use for
+//! each attach mode the tool ships, cheapest first. [`choose`] takes the first mode this kernel
+//! allows and says why each cheaper one was rejected.
+
+use std::{cell::OnceCell, collections::HashSet};
+
+use crate::{
+    btf,
+    features::{self, Probe},
+    tracefs::{EventFormat, Tracefs},
+};
+
+/// How a program attaches, cheapest first in the usual order of preference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttachMode {
+    /// BTF-typed raw tracepoint: direct loads from typed arguments, no helper calls.
+    TpBtf,
+    /// Raw tracepoint: untyped arguments read with `bpf_probe_read_kernel`.
+    RawTp,
+    /// Classic tracepoint: fields at offsets from the event's tracefs `format`.
+    Tracepoint,
+    /// fentry on a kernel function (BPF trampoline; needs BTF and trampoline support).
+    Fentry,
+    /// fexit on a kernel function (sees the return value and the arguments).
+    Fexit,
+    /// kprobe on a kernel function (`CONFIG_KPROBES`).
+    Kprobe,
+    /// kretprobe on a kernel function.
+    Kretprobe,
+    /// A perf event (software CPU clock sampling), for profilers.
+    PerfEvent,
+}
+
+impl AttachMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::TpBtf => "tp_btf",
+            AttachMode::RawTp => "raw_tp",
+            AttachMode::Tracepoint => "tracepoint",
+            AttachMode::Fentry => "fentry",
+            AttachMode::Fexit => "fexit",
+            AttachMode::Kprobe => "kprobe",
+            AttachMode::Kretprobe => "kretprobe",
+            AttachMode::PerfEvent => "perf_event",
+        }
+    }
+}
+
+/// One kernel hook of a tool.
+#[derive(Clone, Copy, Debug)]
+pub struct Hook {
+    /// `category:name` of a tracepoint, or a kernel function name for fentry/kprobe modes.
+    pub event: &'static str,
+    /// Fields read from the event's format (classic tracepoint mode).
+    pub fields: &'static [&'static str],
+    /// The program for each attach mode the tool ships, cheapest first.
+    pub programs: &'static [(AttachMode, &'static str)],
+    /// The tool still runs without this hook (it reports what is missing).
+    pub optional: bool,
+    /// Hooks with the same non-empty group attach together or not at all (a begin/end pair).
+    pub group: &'static str,
+}
+
+impl Hook {
+    /// `(category, name)` of a tracepoint event; `None` for a bare function name.
+    pub fn tracepoint_name(&self) -> Option<(&'static str, &'static str)> {
+        self.event.split_once(':')
+    }
+
+    /// The function or tracepoint name without its category.
+    pub fn name(&self) -> &'static str {
+        self.tracepoint_name().map_or(self.event, |(_, n)| n)
+    }
+
+    pub fn modes(&self) -> impl Iterator<Item = AttachMode> + '_ {
+        self.programs.iter().map(|(m, _)| *m)
+    }
+}
+
+/// Kernel-wide facts that decide attach modes. Probes run on first use and are cached, so a
+/// tool whose hooks are all classic tracepoints never loads a probe program.
+pub struct Env {
+    btf: OnceCell<bool>,
+    raw_tp: OnceCell<Probe>,
+    fentry: OnceCell<Probe>,
+    kprobes: OnceCell<Probe>,
+    /// The mounted tracefs, or why there is none.
+    pub tracefs: Result<Tracefs, String>,
+}
+
+impl Env {
+    /// Probes this kernel on demand.
+    pub fn detect(tracefs: Result<Tracefs, String>) -> Env {
+        Env {
+            btf: OnceCell::new(),
+            raw_tp: OnceCell::new(),
+            fentry: OnceCell::new(),
+            kprobes: OnceCell::new(),
+            tracefs,
+        }
+    }
+
+    /// Fixed answers (tests, and replaying another kernel's doctor report).
+    pub fn fixed(
+        btf: bool,
+        raw_tp: Probe,
+        fentry: Probe,
+        kprobes: Probe,
+        tracefs: Result<Tracefs, String>,
+    ) -> Env {
+        let e = Env::detect(tracefs);
+        let _ = e.btf.set(btf);
+        let _ = e.raw_tp.set(raw_tp);
+        let _ = e.fentry.set(fentry);
+        let _ = e.kprobes.set(kprobes);
+        e
+    }
+
+    pub fn btf(&self) -> bool {
+        *self.btf.get_or_init(features::btf_present)
+    }
+    pub fn raw_tp(&self) -> &Probe {
+        self.raw_tp.get_or_init(|| features::raw_tp_probe().clone())
+    }
+    pub fn fentry(&self) -> &Probe {
+        self.fentry.get_or_init(|| features::fentry_probe().clone())
+    }
+    pub fn kprobes(&self) -> &Probe {
+        self.kprobes
+            .get_or_init(|| features::kprobes_probe().clone())
+    }
+}
+
+/// Where the policy looks kernel symbols up, loaded on first use and shared by every hook.
+#[derive(Default)]
+pub struct Symbols {
+    kallsyms: OnceCell<Option<HashSet<String>>>,
+}
+
+impl Symbols {
+    fn btf(&self) -> Option<&'static btf::Btf> {
+        btf::vmlinux().ok()
+    }
+
+    fn kallsyms(&self) -> Option<&HashSet<String>> {
+        self.kallsyms
+            .get_or_init(|| crate::host::kallsyms::functions().ok())
+            .as_ref()
+    }
+}
+
+/// What the kernel shows about one hook's event, computed only as far as the policy asks.
+pub struct Facts<'a> {
+    hook: &'a Hook,
+    env: &'a Env,
+    symbols: &'a Symbols,
+    format: OnceCell<Result<EventFormat, String>>,
+}
+
+impl<'a> Facts<'a> {
+    pub fn new(hook: &'a Hook, env: &'a Env, symbols: &'a Symbols) -> Facts<'a> {
+        Facts {
+            hook,
+            env,
+            symbols,
+            format: OnceCell::new(),
+        }
+    }
+
+    /// Prefilled format (tests; tools that already parsed it).
+    pub fn with_format(self, f: Result<EventFormat, String>) -> Facts<'a> {
+        let _ = self.format.set(f);
+        self
+    }
+
+    /// The classic tracepoint's format, or why there is none.
+    pub fn format(&self) -> &Result<EventFormat, String> {
+        self.format
+            .get_or_init(|| match (self.hook.tracepoint_name(), &self.env.tracefs) {
+                (Some((c, n)), Ok(t)) => t.format(c, n).map_err(|e| e.to_string()),
+                (Some(_), Err(e)) => Err(format!("tracefs unavailable: {e}")),
+                (None, _) => Err(format!(
+                    "{} is a function, not a tracepoint",
+                    self.hook.event
+                )),
+            })
+    }
+
+    /// `btf_trace_<name>` is in the kernel's BTF (`None`: BTF unreadable).
+    fn btf_tp(&self) -> Option<bool> {
+        let b = self.symbols.btf()?;
+        Some(
+            b.find_typedef(&format!("btf_trace_{}", self.hook.name()))
+                .is_some(),
+        )
+    }
+
+    fn btf_func(&self) -> Option<bool> {
+        Some(self.symbols.btf()?.find_func(self.hook.name()).is_some())
+    }
+
+    fn kallsyms(&self) -> Option<bool> {
+        Some(self.symbols.kallsyms()?.contains(self.hook.name()))
+    }
+}
+
+/// The policy's answer for one hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub event: &'static str,
+    pub optional: bool,
+    /// The mode and program to use, if any works.
+    pub mode: Option<(AttachMode, &'static str)>,
+    /// Why this mode (or why none).
+    pub why: String,
+    /// Cheaper modes the hook ships that this kernel does not allow, with the reason.
+    pub rejected: Vec<(AttachMode, String)>,
+}
+
+fn try_mode(mode: AttachMode, f: &Facts) -> Result<String, String> {
+    let (hook, env) = (f.hook, f.env);
+    let name = hook.name();
+    let is_tp = hook.tracepoint_name().is_some();
+    match mode {
+        AttachMode::TpBtf | AttachMode::RawTp => {
+            if !is_tp {
+                return Err(format!("{name} is a function, not a tracepoint"));
+            }
+            if hook.event.starts_with("syscalls:") {
+                // Per-syscall events are built by ftrace on top of raw_syscalls:sys_enter/exit.
+                return Err("syscalls:* events are not raw tracepoints".into());
+            }
+            if !env.raw_tp().available {
+                return Err(format!("raw tracepoints unavailable: {}", env.raw_tp().why));
+            }
+            if mode == AttachMode::TpBtf && !env.btf() {
+                return Err("no kernel BTF (/sys/kernel/btf/vmlinux)".into());
+            }
+            match (mode, f.btf_tp()) {
+                (AttachMode::TpBtf, Some(true)) => Ok(format!("kernel BTF has btf_trace_{name}")),
+                (AttachMode::TpBtf, Some(false)) => {
+                    Err(format!("kernel BTF has no btf_trace_{name}"))
+                }
+                (AttachMode::TpBtf, None) => Err("kernel BTF could not be read".into()),
+                (_, Some(true)) => Ok(format!("raw tracepoint {name} exists")),
+                _ if f.format().is_ok() => Ok(format!("raw tracepoint {name} exists")),
+                _ => Err(format!("no tracepoint {name} in this kernel")),
+            }
+        }
+        AttachMode::Tracepoint => {
+            let fmt = f.format().as_ref().map_err(Clone::clone)?;
+            let missing: Vec<&str> = hook
+                .fields
+                .iter()
+                .copied()
+                .filter(|x| fmt.field(x).is_err())
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!("format lacks field(s) {}", missing.join(", ")));
+            }
+            Ok(if hook.fields.is_empty() {
+                "tracefs has the event".to_string()
+            } else {
+                format!("tracefs format has {}", hook.fields.join(", "))
+            })
+        }
+        AttachMode::Fentry | AttachMode::Fexit => {
+            if !env.fentry().available {
+                return Err(format!("fentry unavailable: {}", env.fentry().why));
+            }
+            match f.btf_func() {
+                Some(true) => Ok(format!("kernel BTF has function {name}")),
+                Some(false) => Err(format!(
+                    "no function {name} in kernel BTF (renamed, or inlined on this kernel)"
+                )),
+                None => Err("kernel BTF could not be read".into()),
+            }
+        }
+        AttachMode::Kprobe | AttachMode::Kretprobe => {
+            if !env.kprobes().available {
+                return Err(format!("kprobes unavailable: {}", env.kprobes().why));
+            }
+            match f.kallsyms() {
+                Some(true) => Ok(format!("{name} is in /proc/kallsyms")),
+                Some(false) => Err(format!(
+                    "{name} is not in /proc/kallsyms (renamed, or inlined on this kernel)"
+                )),
+                None => Err("/proc/kallsyms could not be read".into()),
+            }
+        }
+        AttachMode::PerfEvent => Ok("perf events are always available to root".into()),
+    }
+}
+
+/// The first of the hook's modes this kernel allows, with the reasons for the ones before it.
+pub fn choose(f: &Facts) -> Choice {
+    let hook = f.hook;
+    let mut rejected = Vec::new();
+    for &(m, program) in hook.programs {
+        match try_mode(m, f) {
+            Ok(why) => {
+                return Choice {
+                    event: hook.event,
+                    optional: hook.optional,
+                    mode: Some((m, program)),
+                    why,
+                    rejected,
+                }
+            }
+            Err(why) => rejected.push((m, why)),
+        }
+    }
+    let why = if hook.programs.is_empty() {
+        "the hook declares no attach mode".to_string()
+    } else {
+        "no attach mode works on this kernel".to_string()
+    };
+    Choice {
+        event: hook.event,
+        optional: hook.optional,
+        mode: None,
+        why,
+        rejected,
+    }
+}
+
+/// The choices for every hook of a tool, groups applied: when one hook of a group cannot
+/// attach, the whole group is skipped (with that reason).
+pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
+    let mut out: Vec<Choice> = hooks
+        .iter()
+        .map(|h| choose(&Facts::new(h, env, symbols)))
+        .collect();
+    for i in 0..hooks.len() {
+        let g = hooks[i].group;
+        if g.is_empty() || out[i].mode.is_some() {
+            continue;
+        }
+        let reason = format!("group {g} incomplete: {} cannot attach", hooks[i].event);
+        for (j, h) in hooks.iter().enumerate() {
+            if h.group == g && out[j].mode.is_some() {
+                out[j].mode = None;
+                out[j].why = reason.clone();
+            }
+        }
+    }
+    out
+}
+
+/// Whether a tool can run: every required hook attaches, and when all are optional, at least
+/// one does; with a one-line reason.
+pub fn tool_verdict(choices: &[Choice]) -> (bool, String) {
+    let failed: Vec<&Choice> = choices
+        .iter()
+        .filter(|c| !c.optional && c.mode.is_none())
+        .collect();
+    let usable = choices.iter().filter(|c| c.mode.is_some()).count();
+    if let Some(c) = failed.first() {
+        let last = c.rejected.last().map(|(_, w)| w.as_str()).unwrap_or(&c.why);
+        let more = if failed.len() > 1 {
+            format!(", and {} more", failed.len() - 1)
+        } else {
+            String::new()
+        };
+        return (
+            false,
+            format!("required hook {} cannot attach ({last}){more}", c.event),
+        );
+    }
+    if usable == 0 {
+        return (
+            false,
+            format!("none of its {} optional hooks can attach", choices.len()),
+        );
+    }
+    let skipped: Vec<&str> = choices
+        .iter()
+        .filter(|c| c.mode.is_none())
+        .map(|c| c.event)
+        .collect();
+    let mut why = format!("{usable} of {} hooks attach", choices.len());
+    if !skipped.is_empty() {
+        why.push_str(&format!("; skipped (optional): {}", skipped.join(", ")));
+    }
+    (true, why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracefs::parse_format;
+
+    fn probe(ok: bool) -> Probe {
+        Probe {
+            available: ok,
+            why: if ok { "yes".into() } else { "no: test".into() },
+        }
+    }
+
+    const SWITCH: Hook = Hook {
+        event: "sched:sched_switch",
+        fields: &["prev_pid"],
+        programs: &[
+            (AttachMode::TpBtf, "tk_switch"),
+            (AttachMode::RawTp, "tk_switch_raw"),
+        ],
+        optional: false,
+        group: "",
+    };
+
+    const FN: Hook = Hook {
+        event: "vfs_fsync_range",
+        fields: &[],
+        programs: &[(AttachMode::Fentry, "tk_f"), (AttachMode::Kprobe, "tk_k")],
+        optional: true,
+        group: "",
+    };
+
+    fn fmt() -> EventFormat {
+        parse_format(
+            "name: sched_switch\nID: 1\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n\nprint fmt: \"\"\n",
+            "test",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn raw_tp_when_btf_is_absent_and_why() {
+        let env = Env::fixed(
+            false,
+            probe(true),
+            probe(false),
+            probe(false),
+            Err("x".into()),
+        );
+        let sy = Symbols::default();
+        let c = choose(&Facts::new(&SWITCH, &env, &sy).with_format(Ok(fmt())));
+        assert_eq!(c.mode, Some((AttachMode::RawTp, "tk_switch_raw")));
+        assert_eq!(c.rejected.len(), 1);
+        assert!(c.rejected[0].1.contains("no kernel BTF"), "{c:?}");
+    }
+
+    #[test]
+    fn no_mode_for_a_function_without_fentry_or_kprobes() {
+        let env = Env::fixed(
+            true,
+            probe(true),
+            probe(false),
+            probe(false),
+            Err("x".into()),
+        );
+        let sy = Symbols::default();
+        let c = choose(&Facts::new(&FN, &env, &sy));
+        assert_eq!(c.mode, None);
+        assert_eq!(c.rejected.len(), 2);
+        assert!(c.rejected[0].1.starts_with("fentry unavailable"), "{c:?}");
+        assert!(c.rejected[1].1.starts_with("kprobes unavailable"), "{c:?}");
+        let (ok, why) = tool_verdict(&[c.clone()]);
+        assert!(!ok && why.contains("none of its 1 optional hooks"), "{why}");
+    }
+
+    #[test]
+    fn missing_fields_reject_the_classic_mode_and_groups_fall_together() {
+        const A: Hook = Hook {
+            event: "x:a",
+            fields: &["nope"],
+            programs: &[(AttachMode::Tracepoint, "tk_a")],
+            optional: true,
+            group: "pair",
+        };
+        const B: Hook = Hook {
+            event: "x:b",
+            fields: &[],
+            programs: &[(AttachMode::Tracepoint, "tk_b")],
+            optional: true,
+            group: "pair",
+        };
+        let env = Env::fixed(
+            false,
+            probe(false),
+            probe(false),
+            probe(false),
+            Err("x".into()),
+        );
+        let sy = Symbols::default();
+        let a = choose(&Facts::new(&A, &env, &sy).with_format(Ok(fmt())));
+        assert!(a.rejected[0].1.contains("lacks field(s) nope"), "{a:?}");
+        // Without tracefs, B is rejected for its format too: both skipped.
+        let all = choose_all(&[A, B], &env, &sy);
+        assert!(all.iter().all(|c| c.mode.is_none()));
+        let (ok, _) = tool_verdict(&all);
+        assert!(!ok);
+    }
+
+    #[test]
+    fn required_hook_failing_names_it() {
+        let c = Choice {
+            event: "sched:sched_switch",
+            optional: false,
+            mode: None,
+            why: "no attach mode works on this kernel".into(),
+            rejected: vec![(AttachMode::RawTp, "raw tracepoints unavailable".into())],
+        };
+        let (ok, why) = tool_verdict(&[c]);
+        assert!(!ok);
+        assert_eq!(
+            why,
+            "required hook sched:sched_switch cannot attach (raw tracepoints unavailable)"
+        );
+    }
+}
