@@ -12,6 +12,7 @@ use std::{
 };
 
 pub mod disks;
+pub mod facts;
 pub mod kallsyms;
 pub mod mountinfo;
 pub mod net;

@@ -1,0 +1,165 @@
+//! What tracekit learns about a process while it lives, learnt once and kept for the run:
+//! name, process title, kernel thread or not, memory cgroup. Kernel programs announce new keys
+//! (a ring-buffer record when a key is first created), userspace learns the process's facts at
+//! once — before a short-lived process exits — and reports use them after it is gone.
+//!
+//! Entries are trimmed at each window's end: a process not seen in the last two windows whose
+//! `/proc` entry is gone is forgotten, so a node churning through processes keeps memory flat.
+
+use std::collections::HashMap;
+
+use super::proc_path;
+
+/// Facts about one process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcFacts {
+    /// `comm` from `/proc/<pid>/comm` when first learnt.
+    pub comm: Vec<u8>,
+    /// The process title as the process set it (`/proc/<pid>/cmdline`, NULs as spaces):
+    /// `postgres: walwriter`, `nginx: worker process`. Empty for kernel threads.
+    pub cmdline: Vec<u8>,
+    /// A kernel thread (`PF_KTHREAD`): background work, nobody's stall.
+    pub kthread: bool,
+    /// Memory cgroup path (v1 memory controller, else v2), as `/proc/<pid>/cgroup` shows it.
+    pub cgroup: Option<String>,
+}
+
+const PF_KTHREAD: u64 = 0x0020_0000;
+/// Longest process title kept (titles are for display; some are kilobytes of arguments).
+const CMDLINE_MAX: usize = 256;
+
+impl ProcFacts {
+    /// Reads what /proc says about `pid`; `None` when the process is gone.
+    pub fn read(pid: u32) -> Option<ProcFacts> {
+        let dir = proc_path(&pid.to_string());
+        let mut comm = std::fs::read(dir.join("comm")).ok()?;
+        if comm.last() == Some(&b'\n') {
+            comm.pop();
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        Some(ProcFacts {
+            comm,
+            cmdline: std::fs::read(dir.join("cmdline"))
+                .map(|b| title(&b))
+                .unwrap_or_default(),
+            kthread: stat_flags(&stat).is_some_and(|f| f & PF_KTHREAD != 0),
+            cgroup: std::fs::read_to_string(dir.join("cgroup"))
+                .ok()
+                .and_then(|t| crate::cgroup::memory_path(&t)),
+        })
+    }
+}
+
+/// A cmdline as one title: arguments joined by spaces, trailing NULs dropped, capped.
+pub fn title(cmdline: &[u8]) -> Vec<u8> {
+    let mut t: Vec<u8> = cmdline
+        .iter()
+        .take(CMDLINE_MAX)
+        .map(|&b| if b == 0 { b' ' } else { b })
+        .collect();
+    while t.last() == Some(&b' ') {
+        t.pop();
+    }
+    t
+}
+
+/// The `flags` field (9th) of `/proc/<pid>/stat`, after the parenthesised comm (which may itself
+/// hold spaces and parentheses).
+fn stat_flags(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(6)?.parse().ok()
+}
+
+struct Entry {
+    facts: Option<ProcFacts>,
+    seen: u64,
+}
+
+/// Facts per process, learnt on announcement or first use.
+#[derive(Default)]
+pub struct FactsCache {
+    map: HashMap<u32, Entry>,
+    window: u64,
+}
+
+impl FactsCache {
+    pub fn new() -> FactsCache {
+        FactsCache::default()
+    }
+
+    /// Learns `pid` now if it is new (call on announcements, while the process lives).
+    pub fn learn(&mut self, pid: u32) {
+        let w = self.window;
+        self.map
+            .entry(pid)
+            .and_modify(|e| e.seen = w)
+            .or_insert_with(|| Entry {
+                facts: ProcFacts::read(pid),
+                seen: w,
+            });
+    }
+
+    /// Facts of `pid`, learning them now if never learnt (the process may be gone: `None`).
+    pub fn get(&mut self, pid: u32) -> Option<&ProcFacts> {
+        self.learn(pid);
+        self.map.get(&pid).and_then(|e| e.facts.as_ref())
+    }
+
+    /// Facts already learnt, without touching /proc.
+    pub fn known(&self, pid: u32) -> Option<&ProcFacts> {
+        self.map.get(&pid).and_then(|e| e.facts.as_ref())
+    }
+
+    /// Ends a window: forgets processes unseen for two windows that no longer exist.
+    pub fn end_window(&mut self) {
+        self.window += 1;
+        let w = self.window;
+        self.map
+            .retain(|pid, e| e.seen + 2 > w || proc_path(&pid.to_string()).exists());
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_and_stat_flags() {
+        assert_eq!(title(b"postgres: walwriter   \0\0"), b"postgres: walwriter");
+        assert_eq!(title(b"nginx\0-g\0daemon off;\0"), b"nginx -g daemon off;");
+        assert_eq!(title(&[b'a'; 1000]).len(), CMDLINE_MAX);
+        let stat = "42 (we) ird) S 1 42 42 0 -1 2097216 0 0";
+        assert_eq!(stat_flags(stat), Some(2_097_216));
+        assert_eq!(stat_flags("garbage"), None);
+    }
+
+    #[test]
+    fn learns_live_processes_and_forgets_dead_ones() {
+        let me = std::process::id();
+        let mut c = FactsCache::new();
+        let f = c.get(me).unwrap().clone();
+        assert!(!f.kthread);
+        assert!(!f.comm.is_empty());
+        assert!(!f.cmdline.is_empty());
+        let kthreadd = ProcFacts::read(2).unwrap();
+        assert!(kthreadd.kthread, "{kthreadd:?}");
+        // A pid that does not exist: remembered as unknown, then trimmed.
+        let dead = 4_194_000;
+        assert!(c.get(dead).is_none());
+        assert_eq!(c.len(), 2);
+        for _ in 0..3 {
+            c.learn(me);
+            c.end_window();
+        }
+        assert_eq!(c.len(), 1, "the dead pid is forgotten, the live one kept");
+        assert!(c.known(me).is_some());
+    }
+}
