@@ -338,9 +338,7 @@ impl Btf {
 
     /// Type id of the function named `name` (`BTF_KIND_FUNC`: what fentry attaches to).
     pub fn find_func(&self, name: &str) -> Option<u32> {
-        (1..=self.types.len() as u32).find(|&id| {
-            matches!(self.ty(id), Some((n, KIND_FUNC, _, _, _, _)) if self.str_at(n) == name.as_bytes())
-        })
+        Some(self.find_kind(KIND_FUNC, &[name], false)[0]).filter(|&id| id != 0)
     }
 
     /// An aya `Btf` that is enough to load a tp_btf program on `btf_trace_<tp>` for each `tps`.
