@@ -77,13 +77,13 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         if let Some(u) = cause.downcast_ref::<UserError>() {
             return u.exit();
         }
-        if let Some(t) = cause.downcast_ref::<crate::tracefs::TracefsError>() {
+        if let Some(t) = cause.downcast_ref::<crate::kernel::tracefs::TracefsError>() {
             return t.exit();
         }
-        if let Some(b) = cause.downcast_ref::<crate::btf::BtfError>() {
+        if let Some(b) = cause.downcast_ref::<crate::kernel::btf::BtfError>() {
             return b.exit();
         }
-        if let Some(o) = cause.downcast_ref::<crate::output::OutputError>() {
+        if let Some(o) = cause.downcast_ref::<crate::report::output::OutputError>() {
             return o.exit();
         }
     }
@@ -105,7 +105,7 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
         line.push_str(&t);
     }
-    crate::sanitize::text(line.as_bytes())
+    crate::report::sanitize::text(line.as_bytes())
 }
 
 #[cfg(test)]
@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn one_line_names_each_cause_once() {
         let io = std::io::Error::from_raw_os_error(libc::ENOENT);
-        let inner = crate::output::OutputError::Io {
+        let inner = crate::report::output::OutputError::Io {
             path: "/x/y".into(),
             source: io,
         };

@@ -1,23 +1,17 @@
 //! tracekit: eBPF tracing for the slow node whose dashboards look normal.
 //!
-//! The shared engine (tracefs, feature probes, loading, the run loop, histograms, rendering,
-//! output) lives here once; each tool in [`tools`] only declares its hooks and its report.
+//! Layers, each importing only those below it:
+//! - [`error`]: the exit codes and the one error type every layer folds into;
+//! - [`host`]: what `/proc` and `/sys` say (parsers tested on fixtures, no BPF);
+//! - [`kernel`]: tracefs, BTF, feature probes, the attach policy, loading, generation maps;
+//! - [`report`]: typed rows, findings, histograms, sanitising, rendering, output sinks;
+//! - [`engine`]: collectors, scope, the run loop that drives several at once, the live view;
+//! - [`tools`]: one file per tool and the registry.
 
-pub mod btf;
-pub mod cgroup;
 pub mod engine;
 pub mod error;
-pub mod features;
-pub mod hist;
 pub mod host;
 pub mod kernel;
-pub mod loader;
 pub mod options;
-pub mod output;
-pub mod procinfo;
-pub mod render;
 pub mod report;
-pub mod sanitize;
-pub mod sysstat;
 pub mod tools;
-pub mod tracefs;

@@ -55,7 +55,7 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         say(format_args!(
             "tracekit: internal error: {}{at} (a bug: please report it)",
-            tracekit::sanitize::text(msg.as_bytes())
+            tracekit::report::sanitize::text(msg.as_bytes())
         ));
     }));
     let cli = match Cli::try_parse() {

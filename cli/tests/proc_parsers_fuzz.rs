@@ -6,7 +6,10 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use tracekit::{cgroup, sysstat::SysStat, tools::memstall::parse_vmstat};
+use tracekit::{
+    host::{cgroup, sysstat::SysStat},
+    tools::memstall::parse_vmstat,
+};
 
 fn corpus(dir: &str) -> Vec<Vec<u8>> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::proc_path;
+use super::{proc_path, read_capped, SMALL_FILE};
 
 /// Facts about one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -20,8 +20,9 @@ pub struct ProcFacts {
     pub cmdline: Vec<u8>,
     /// A kernel thread (`PF_KTHREAD`): background work, nobody's stall.
     pub kthread: bool,
-    /// Memory cgroup path (v1 memory controller, else v2), as `/proc/<pid>/cgroup` shows it.
-    pub cgroup: Option<String>,
+    /// Memory cgroup path (v1 memory controller, else v2), as `/proc/<pid>/cgroup` shows it
+    /// (bytes: cgroup names are chosen by whoever creates them).
+    pub cgroup: Option<Vec<u8>>,
 }
 
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -32,20 +33,18 @@ impl ProcFacts {
     /// Reads what /proc says about `pid`; `None` when the process is gone.
     pub fn read(pid: u32) -> Option<ProcFacts> {
         let dir = proc_path(&pid.to_string());
-        let mut comm = std::fs::read(dir.join("comm")).ok()?;
+        let read = |f: &str| read_capped(&dir.join(f), SMALL_FILE).ok();
+        let mut comm = read("comm")?;
         if comm.last() == Some(&b'\n') {
             comm.pop();
         }
-        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let stat = read("stat").unwrap_or_default();
         Some(ProcFacts {
             comm,
-            cmdline: std::fs::read(dir.join("cmdline"))
-                .map(|b| title(&b))
-                .unwrap_or_default(),
-            kthread: stat_flags(&stat).is_some_and(|f| f & PF_KTHREAD != 0),
-            cgroup: std::fs::read_to_string(dir.join("cgroup"))
-                .ok()
-                .and_then(|t| crate::cgroup::memory_path(&t)),
+            cmdline: read("cmdline").map(|b| title(&b)).unwrap_or_default(),
+            kthread: stat_flags(&String::from_utf8_lossy(&stat))
+                .is_some_and(|f| f & PF_KTHREAD != 0),
+            cgroup: read("cgroup").and_then(|t| super::cgroup::memory_path(&t)),
         })
     }
 }

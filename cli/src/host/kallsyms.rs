@@ -5,8 +5,6 @@ use std::collections::HashSet;
 
 use super::{proc_path, read_capped, HostError};
 
-const LIMIT: u64 = 64 << 20;
-
 /// Function names (text symbols, `t`/`T`), without module suffixes.
 pub fn parse_functions(text: &str) -> HashSet<String> {
     text.lines()
@@ -20,7 +18,7 @@ pub fn parse_functions(text: &str) -> HashSet<String> {
 }
 
 pub fn functions() -> Result<HashSet<String>, HostError> {
-    let b = read_capped(&proc_path("kallsyms"), LIMIT)?;
+    let b = read_capped(&proc_path("kallsyms"), super::LARGE_FILE)?;
     Ok(parse_functions(&String::from_utf8_lossy(&b)))
 }
 

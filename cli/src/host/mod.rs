@@ -11,30 +11,41 @@ use std::{
     path::{Path, PathBuf},
 };
 
+pub mod cgroup;
 pub mod disks;
 pub mod facts;
 pub mod kallsyms;
 pub mod mountinfo;
 pub mod net;
 pub mod numa;
+pub mod proc;
+pub mod sysstat;
 pub mod thp;
 pub mod vmstat;
 
 /// What went wrong reading or parsing a host file; every message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
-    #[error("cannot read {path}: {source}")]
+    #[error("reading {path}: {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is larger than {limit} bytes; refusing to read it whole")]
+    #[error("{path} is larger than {limit} bytes")]
     TooLarge { path: PathBuf, limit: u64 },
     #[error("{path}: {msg}")]
     Parse { path: PathBuf, msg: String },
 }
 
 impl HostError {
+    /// The I/O error kind, for callers that map "permission denied" or "not found".
+    pub fn kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            HostError::Read { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+
     pub fn parse(path: impl Into<PathBuf>, msg: impl Into<String>) -> HostError {
         HostError::Parse {
             path: path.into(),
@@ -43,13 +54,16 @@ impl HostError {
     }
 }
 
-/// Default cap for text files under /proc and /sys: the largest seen in practice
-/// (`/proc/kallsyms` is ~10 MiB on distribution kernels, read through [`read_capped`] with its own
-/// limit) are far below it.
-pub const TEXT_LIMIT: u64 = 4 << 20;
+/// Limits for files read whole: small ones (comm, a sysfs value, a format file, most of /proc),
+/// large ones (mountinfo on a node with thousands of mounts, kallsyms, /proc/interrupts on a
+/// machine with hundreds of CPUs).
+pub const SMALL_FILE: u64 = 1 << 20;
+pub const LARGE_FILE: u64 = 64 << 20;
 
-/// Reads `path` whole, failing with [`HostError::TooLarge`] beyond `limit` bytes instead of
-/// growing without bound (procfs files report size 0, so the size is checked while reading).
+/// Reads a whole file, refusing more than `limit` bytes (procfs files report size 0, so the size
+/// is checked while reading). Every file tracekit reads whole goes through here: some paths come
+/// from the environment (`TRACEKIT_BTF`, `TRACEKIT_TRACEFS`, `TRACEKIT_PROC`) and may name
+/// `/dev/zero` or a FIFO, which must not grow tracekit's memory without bound.
 pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
     let io = |source| HostError::Read {
         path: path.to_path_buf(),
@@ -57,7 +71,9 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
     };
     let f = std::fs::File::open(path).map_err(io)?;
     let mut buf = Vec::new();
-    f.take(limit + 1).read_to_end(&mut buf).map_err(io)?;
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(io)?;
     if buf.len() as u64 > limit {
         return Err(HostError::TooLarge {
             path: path.to_path_buf(),
@@ -67,15 +83,23 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
     Ok(buf)
 }
 
-/// [`read_capped`] at [`TEXT_LIMIT`], as UTF-8 (lossy: kernel text files are ASCII, and a
-/// stray byte must not make a whole file unreadable).
+/// [`read_capped`] as text (invalid UTF-8 replaced: kernel text files are ASCII, and a stray
+/// byte must not make a whole file unreadable).
+pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, HostError> {
+    read_capped(path, limit).map(|b| match String::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// [`read_text_capped`] at [`LARGE_FILE`]: /proc and /sys text whose size grows with the machine.
 pub fn read_text(path: &Path) -> Result<String, HostError> {
-    read_capped(path, TEXT_LIMIT).map(|b| String::from_utf8_lossy(&b).into_owned())
+    read_text_capped(path, LARGE_FILE)
 }
 
 /// A sysfs/procfs value on one line, trimmed; `None` when absent or unreadable.
 pub fn read_trim(path: &Path) -> Option<String> {
-    read_capped(path, 64 << 10)
+    read_capped(path, SMALL_FILE)
         .ok()
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())
 }
@@ -155,10 +179,10 @@ mod tests {
         let e = read_capped(Path::new("/dev/zero"), 1 << 16).unwrap_err();
         assert!(matches!(e, HostError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("/dev/zero"), "{e}");
-        assert!(read_capped(Path::new("/proc/self/status"), TEXT_LIMIT).is_ok());
+        assert!(read_capped(Path::new("/proc/self/status"), SMALL_FILE).is_ok());
         let e = read_capped(Path::new("/nonexistent/x"), 10).unwrap_err();
         assert!(
-            e.to_string().starts_with("cannot read /nonexistent/x"),
+            e.to_string().starts_with("reading /nonexistent/x"),
             "{e}"
         );
     }

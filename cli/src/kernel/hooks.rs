@@ -9,9 +9,9 @@
 use std::{cell::OnceCell, collections::HashSet};
 
 use crate::{
-    btf,
-    features::{self, Probe},
-    tracefs::{EventFormat, Tracefs},
+    kernel::btf,
+    kernel::features::{self, Probe},
+    kernel::tracefs::{EventFormat, Tracefs},
 };
 
 /// How a program attaches, cheapest first in the usual order of preference.
@@ -392,7 +392,7 @@ pub fn tool_verdict(choices: &[Choice]) -> (bool, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracefs::parse_format;
+    use crate::kernel::tracefs::parse_format;
 
     fn probe(ok: bool) -> Probe {
         Probe {

@@ -14,7 +14,7 @@ use aya::{
     Pod,
 };
 
-use crate::loader::{LoadError, Session};
+use crate::kernel::loader::{LoadError, Session};
 
 /// Values that can be summed across keys (per-CPU copies, threads of a process, fds of a file).
 pub trait Merge {

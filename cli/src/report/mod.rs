@@ -1,5 +1,9 @@
-//! Everything between collected numbers and the user: typed rows, findings, and (after the
-//! collector kit lands whole) rendering, output sinks, histograms and sanitising.
+//! Everything between collected numbers and the user: histograms, typed rows, findings,
+//! sanitising of names that come from outside, rendering, and the sinks reports go to.
 
 pub mod findings;
+pub mod hist;
+pub mod output;
+pub mod render;
 pub mod rows;
+pub mod sanitize;

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::render::{Align, Table};
+use crate::report::render::{Align, Table};
 
 /// What a cell may need besides its row.
 #[derive(Clone, Copy, Debug)]

@@ -7,9 +7,9 @@ use serde_json::json;
 
 use crate::{
     engine::{self, Collector, Window},
-    loader::{self, AttachMode, LoadSpec, Session},
+    kernel::loader::{self, AttachMode, LoadSpec, Session},
     options::Common,
-    render::Report,
+    report::render::Report,
     tools::{self, Hook},
 };
 
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             session.attach_tracepoint("tk_floor_tp", "sched", "sched_switch")?
         }
         FloorHook::Fsync => {
-            crate::tracefs::Tracefs::open()?.format("syscalls", "sys_enter_fsync")?;
+            crate::kernel::tracefs::Tracefs::open()?.format("syscalls", "sys_enter_fsync")?;
             session.attach_tracepoint("tk_floor_tp", "syscalls", "sys_enter_fsync")?
         }
         FloorHook::SysEnter => {
@@ -96,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         FloorHook::FsyncPair => {
             for ev in ["sys_enter_fsync", "sys_exit_fsync"] {
-                crate::tracefs::Tracefs::open()?.format("syscalls", ev)?;
+                crate::kernel::tracefs::Tracefs::open()?.format("syscalls", ev)?;
                 session.attach_tracepoint("tk_floor_tp", "syscalls", ev)?;
             }
         }

@@ -15,11 +15,12 @@ use serde_json::json;
 
 use crate::{
     engine::{self, Collector, Window},
-    hist, loader,
+    host::sysstat::SysStat,
+    kernel::loader,
     options::Common,
-    render::{fmt_ns, Align, Report, Table},
-    sanitize,
-    sysstat::SysStat,
+    report::hist,
+    report::render::{fmt_ns, Align, Report, Table},
+    report::sanitize,
     tools::{
         self,
         sched::{self, preemptor_name, Row, SchedSession},

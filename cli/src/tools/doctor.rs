@@ -16,14 +16,14 @@ use std::{collections::HashSet, fs, path::Path};
 use serde_json::{json, Value};
 
 use crate::{
-    btf::Btf,
     error::UserError,
-    features::{self, Probe},
-    loader::AttachMode,
-    output::Sink,
-    procinfo::{self, SMALL_FILE},
+    host::{proc, SMALL_FILE},
+    kernel::btf::Btf,
+    kernel::features::{self, Probe},
+    kernel::loader::AttachMode,
+    kernel::tracefs::{EventFormat, Tracefs},
+    report::output::Sink,
     tools::{self, Hook},
-    tracefs::{EventFormat, Tracefs},
 };
 
 pub const NAME: &str = "doctor";
@@ -333,7 +333,7 @@ struct System {
     kernel: String,
     root: bool,
     /// Capabilities the tools need that this process lacks (empty as root).
-    missing_caps: Vec<procinfo::Cap>,
+    missing_caps: Vec<proc::Cap>,
     /// Where BTF is read from, and why it is unusable if it is.
     btf_path: String,
     btf_error: Option<String>,
@@ -346,7 +346,7 @@ struct System {
 }
 
 fn read_trim(p: &str) -> Option<String> {
-    procinfo::read_text_capped(Path::new(p), SMALL_FILE)
+    crate::host::read_text_capped(Path::new(p), SMALL_FILE)
         .ok()
         .map(|s| s.trim().to_string())
 }
@@ -368,7 +368,7 @@ fn gather_system() -> (System, Option<Tracefs>) {
             node_ids(names.iter().map(String::as_str))
         })
         .unwrap_or_default();
-    let lockdown = match procinfo::read_text_capped(
+    let lockdown = match crate::host::read_text_capped(
         Path::new("/sys/kernel/security/lockdown"),
         SMALL_FILE,
     ) {
@@ -378,19 +378,19 @@ fn gather_system() -> (System, Option<Tracefs>) {
         )),
     };
     let btf_error = if features::btf_present() {
-        crate::btf::vmlinux().err().map(|e| e.to_string())
+        crate::kernel::btf::vmlinux().err().map(|e| e.to_string())
     } else {
         Some(format!(
             "{} is missing (CONFIG_DEBUG_INFO_BTF, or point TRACEKIT_BTF at a BTF file for this kernel)",
-            crate::btf::vmlinux_path().display()
+            crate::kernel::btf::vmlinux_path().display()
         ))
     };
     let sys = System {
         kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
         // SAFETY: plain syscall.
         root: unsafe { libc::geteuid() } == 0,
-        missing_caps: procinfo::missing_caps(procinfo::effective_caps(), procinfo::TOOL_CAPS),
-        btf_path: crate::btf::vmlinux_path().display().to_string(),
+        missing_caps: proc::missing_caps(proc::effective_caps(), proc::TOOL_CAPS),
+        btf_path: crate::kernel::btf::vmlinux_path().display().to_string(),
         env: Env {
             btf: btf_error.is_none(),
             raw_tp: features::raw_tp_probe().clone(),
@@ -403,8 +403,11 @@ fn gather_system() -> (System, Option<Tracefs>) {
         },
         tracefs_mounted_by_doctor: by_us,
         cgroup: cgroup_mode(
-            &procinfo::read_text_capped(Path::new("/proc/self/mountinfo"), procinfo::LARGE_FILE)
-                .unwrap_or_default(),
+            &crate::host::read_text_capped(
+                Path::new("/proc/self/mountinfo"),
+                crate::host::LARGE_FILE,
+            )
+            .unwrap_or_default(),
         ),
         numa,
         thp: (
@@ -432,9 +435,11 @@ impl Sources {
     fn kallsyms(&mut self) -> Option<&HashSet<String>> {
         self.kallsyms
             .get_or_insert_with(|| {
-                let text =
-                    procinfo::read_text_capped(Path::new("/proc/kallsyms"), procinfo::LARGE_FILE)
-                        .ok()?;
+                let text = crate::host::read_text_capped(
+                    Path::new("/proc/kallsyms"),
+                    crate::host::LARGE_FILE,
+                )
+                .ok()?;
                 // `ffffffff81000000 T _stext [module]`
                 Some(
                     text.lines()
@@ -493,7 +498,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (sys, tracefs) = gather_system();
     let mut src = Sources {
         btf: if sys.env.btf {
-            crate::btf::vmlinux().ok()
+            crate::kernel::btf::vmlinux().ok()
         } else {
             None
         },
@@ -549,7 +554,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else if unprivileged {
             format!(
                 ", NOT PERMITTED: lacking {}, no tool can run and the answers below are incomplete (probes cannot load, tracefs may be unreadable)",
-                procinfo::cap_list(&sys.missing_caps)
+                proc::cap_list(&sys.missing_caps)
             )
         } else {
             ", not root but with CAP_BPF and CAP_PERFMON".to_string()
@@ -605,7 +610,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 false,
                 format!(
                     "not permitted: tracekit lacks {}",
-                    procinfo::cap_list(&sys.missing_caps)
+                    proc::cap_list(&sys.missing_caps)
                 ),
             )
         } else if requires_btf && !sys.env.btf {
@@ -675,7 +680,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if unprivileged {
         text.push(format!(
             "Not permitted: run doctor as root (or with {}) to see what this kernel allows.",
-            procinfo::cap_list(procinfo::TOOL_CAPS)
+            proc::cap_list(proc::TOOL_CAPS)
         ));
     } else {
         text.push(format!(
@@ -697,8 +702,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if unprivileged {
         return Err(UserError::Permission(format!(
             "doctor cannot tell what this kernel allows without {} (missing: {}): run it as root",
-            procinfo::cap_list(procinfo::TOOL_CAPS),
-            procinfo::cap_list(&sys.missing_caps)
+            proc::cap_list(proc::TOOL_CAPS),
+            proc::cap_list(&sys.missing_caps)
         ))
         .into());
     }
@@ -716,7 +721,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracefs::parse_format;
+    use crate::kernel::tracefs::parse_format;
     use std::path::Path;
 
     fn probe(ok: bool) -> Probe {

@@ -23,15 +23,15 @@ use serde_json::json;
 use crate::{
     engine::{self, Collector, Window},
     error::UserError,
-    hist::{self, LatStats},
-    loader::AttachMode,
-    loader::{self, LoadSpec, Session},
+    kernel::loader::AttachMode,
+    kernel::loader::{self, LoadSpec, Session},
+    kernel::tracefs::Tracefs,
     options::Common,
-    output::Sink,
-    render::{fmt_ns, Align, Report, Table},
-    sanitize,
+    report::hist::{self, LatStats},
+    report::output::Sink,
+    report::render::{fmt_ns, Align, Report, Table},
+    report::sanitize,
     tools::{self, row_comm, Hook},
-    tracefs::Tracefs,
 };
 
 /// The sync family, with x86_64/aarch64 syscall numbers from libc.
@@ -128,13 +128,13 @@ fn base_spec(common: &Common, by_file: bool) -> LoadSpec {
 /// BTF tracepoints on `sys_enter` / `sys_exit`, filtering by syscall number: every syscall of
 /// the family on this architecture is traced. `Err` says why this kernel cannot.
 fn attach_btf(common: &Common, by_file: bool) -> Result<Session, String> {
-    if !crate::features::btf_present() {
+    if !crate::kernel::features::btf_present() {
         return Err(format!(
             "no kernel BTF ({})",
-            crate::btf::vmlinux_path().display()
+            crate::kernel::btf::vmlinux_path().display()
         ));
     }
-    let btf = crate::btf::vmlinux().map_err(|e| e.to_string())?;
+    let btf = crate::kernel::btf::vmlinux().map_err(|e| e.to_string())?;
     let reg = |m: &str| {
         btf.member("pt_regs", m)
             .map_err(|e| e.to_string())
@@ -294,7 +294,7 @@ impl FsyncLat {
     fn resolve(&mut self, id: u32, tgid: u32, tid: u32, fd: i32) {
         self.paths
             .entry((id, fd))
-            .or_insert_with(|| crate::procinfo::fd_path(tgid, tid, fd));
+            .or_insert_with(|| crate::host::proc::fd_path(tgid, tid, fd));
     }
 }
 

@@ -28,17 +28,17 @@ use procfs::FromBufRead;
 use serde_json::json;
 
 use crate::{
-    cgroup,
     engine::{self, Collector, Window},
     error::UserError,
-    hist::{self, LatStats},
-    loader::{self, AttachMode, LoadSpec, Session},
+    host::cgroup,
+    kernel::loader::{self, AttachMode, LoadSpec, Session},
+    kernel::tracefs::Tracefs,
     options::Common,
-    output::Sink,
-    render::{fmt_ns, Align, Report, Table},
-    sanitize,
+    report::hist::{self, LatStats},
+    report::output::Sink,
+    report::render::{fmt_ns, Align, Report, Table},
+    report::sanitize,
     tools::{self, row_comm, Hook},
-    tracefs::Tracefs,
 };
 
 pub const NAME: &str = "memstall";
@@ -256,9 +256,8 @@ pub fn selected(text: &str) -> Option<String> {
 
 impl ThpSettings {
     pub fn read(dir: &Path) -> ThpSettings {
-        let get = |f: &str| {
-            crate::procinfo::read_text_capped(&dir.join(f), crate::procinfo::SMALL_FILE).ok()
-        };
+        let get =
+            |f: &str| crate::host::read_text_capped(&dir.join(f), crate::host::SMALL_FILE).ok();
         let num = |f: &str| get(f).and_then(|s| s.trim().parse().ok());
         ThpSettings {
             enabled: get("enabled").and_then(|s| selected(&s)),
@@ -335,7 +334,7 @@ fn select_vm(all: &std::collections::HashMap<String, i64>) -> VmCounters {
 }
 
 fn read_vmstat() -> VmCounters {
-    crate::procinfo::read_text_capped(Path::new("/proc/vmstat"), crate::procinfo::SMALL_FILE)
+    crate::host::read_text_capped(Path::new("/proc/vmstat"), crate::host::SMALL_FILE)
         .ok()
         .and_then(|t| parse_vmstat(&t).ok())
         .unwrap_or_default()
@@ -629,10 +628,10 @@ impl Offsets {
 
     /// Checks a group can attach as BTF tracepoints here and records what its programs need.
     fn btf_group(&mut self, group: &str, hooks: &[Attach]) -> Result<(), String> {
-        if !crate::features::btf_present() {
+        if !crate::kernel::features::btf_present() {
             return Err("no kernel BTF".into());
         }
-        let btf = crate::btf::vmlinux().map_err(|e| e.to_string())?;
+        let btf = crate::kernel::btf::vmlinux().map_err(|e| e.to_string())?;
         let proto = |tp: &str| {
             btf.proto_param_sizes(&format!("btf_trace_{tp}"))
                 .ok_or_else(|| format!("kernel BTF has no btf_trace_{tp}"))
@@ -1362,7 +1361,7 @@ impl Collector for Memstall {
         ));
         if w.interval {
             // Keep what is known about live processes; forget the exited.
-            self.procs.retain(|pid, _| crate::procinfo::exists(*pid));
+            self.procs.retain(|pid, _| crate::host::proc::exists(*pid));
         }
         Ok(report)
     }

@@ -1,6 +1,6 @@
 //! The tool registry: adding a tool is one line in `registry!` plus its own module.
 
-use crate::{options::Common, output::Sink, procinfo};
+use crate::{host::proc, options::Common, report::output::Sink};
 
 pub mod bench_floor;
 pub mod ctxsw;
@@ -70,7 +70,7 @@ pub struct Hook {
     /// Fields read from the event's format (classic tracepoint mode).
     pub fields: &'static [&'static str],
     /// Attach modes the tool can use for it, cheapest first.
-    pub modes: &'static [crate::loader::AttachMode],
+    pub modes: &'static [crate::kernel::loader::AttachMode],
     /// The tool still runs without this hook (it reports what is missing).
     pub optional: bool,
 }
@@ -80,12 +80,12 @@ pub struct Hook {
 /// be written costs no data). Tracefs is opened later, only by the tools that fall back to
 /// classic tracepoints.
 pub fn preflight(tool: &str, common: &Common) -> anyhow::Result<Sink> {
-    procinfo::check_privileges(tool)?;
-    procinfo::check_pids(&common.pids)?;
+    proc::check_privileges(tool)?;
+    proc::check_pids(&common.pids)?;
     // BTF that exists but is unusable (a corrupt file, `TRACEKIT_BTF=/dev/zero`) is an error
     // with its reason, not a silent fall-back; a missing one means a kernel without BTF.
-    if crate::features::btf_present() {
-        crate::btf::vmlinux()?;
+    if crate::kernel::features::btf_present() {
+        crate::kernel::btf::vmlinux()?;
     }
     Ok(Sink::open(
         common.output.as_deref(),
@@ -99,7 +99,7 @@ pub fn preflight(tool: &str, common: &Common) -> anyhow::Result<Sink> {
 pub fn key_cap(common: &Common) -> u32 {
     common
         .max_keys
-        .unwrap_or_else(|| (procinfo::pid_max() / 2).clamp(2048, 32768))
+        .unwrap_or_else(|| (proc::pid_max() / 2).clamp(2048, 32768))
 }
 
 /// What every tool's `--help` ends with: its examples, the privileges it needs, the exit codes.
@@ -113,7 +113,7 @@ pub fn help_footer(examples: &str, needs: &str) -> String {
 /// Entries for per-thread in-flight maps: one per thread that can be inside the traced call at
 /// once, bounded by pid_max.
 pub fn inflight_cap() -> u32 {
-    procinfo::pid_max().clamp(1024, 16384)
+    proc::pid_max().clamp(1024, 16384)
 }
 
 /// The `"type":"meta"` line every tool prints in `--json` mode once attached (tests and scripts
@@ -121,9 +121,9 @@ pub fn inflight_cap() -> u32 {
 pub fn meta_report(
     tool: &str,
     common: &Common,
-    session: &crate::loader::Session,
+    session: &crate::kernel::loader::Session,
     extra: serde_json::Value,
-) -> Option<crate::render::Report> {
+) -> Option<crate::report::render::Report> {
     if !common.json {
         return None;
     }
@@ -139,7 +139,7 @@ pub fn meta_report(
             v[k] = x;
         }
     }
-    Some(crate::render::Report {
+    Some(crate::report::render::Report {
         json: vec![v],
         ..Default::default()
     })
@@ -150,7 +150,7 @@ pub fn meta_report(
 pub fn announce<A: std::fmt::Display, B: std::fmt::Display>(
     what: &str,
     common: &Common,
-    session: &crate::loader::Session,
+    session: &crate::kernel::loader::Session,
     skipped: &[(A, B)],
 ) {
     if common.json {
@@ -184,7 +184,10 @@ pub fn scope(common: &Common) -> String {
         parts.push(format!("pid {}", p.join(",")));
     }
     if let Some(c) = &common.comm {
-        parts.push(format!("comm {}", crate::sanitize::text(c.as_bytes())));
+        parts.push(format!(
+            "comm {}",
+            crate::report::sanitize::text(c.as_bytes())
+        ));
     }
     if parts.is_empty() {
         "all processes".to_string()
@@ -197,9 +200,9 @@ pub fn scope(common: &Common) -> String {
 /// that of whichever thread created the key), else what the kernel recorded.
 pub fn row_comm(id: u32, tgid: u32, threads: bool, kernel_comm: &[u8]) -> Vec<u8> {
     let live = if threads {
-        procinfo::read_capped(
+        crate::host::read_capped(
             std::path::Path::new(&format!("/proc/{tgid}/task/{id}/comm")),
-            procinfo::SMALL_FILE,
+            crate::host::SMALL_FILE,
         )
         .ok()
         .map(|mut b| {
@@ -209,7 +212,7 @@ pub fn row_comm(id: u32, tgid: u32, threads: bool, kernel_comm: &[u8]) -> Vec<u8
             b
         })
     } else {
-        procinfo::comm(id)
+        proc::comm(id)
     };
-    live.unwrap_or_else(|| crate::sanitize::comm_bytes(kernel_comm).to_vec())
+    live.unwrap_or_else(|| crate::report::sanitize::comm_bytes(kernel_comm).to_vec())
 }

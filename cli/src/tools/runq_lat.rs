@@ -9,11 +9,11 @@ use serde_json::json;
 
 use crate::{
     engine::{self, Collector, Window},
-    hist::{self, LatStats},
-    loader,
+    kernel::loader,
     options::Common,
-    render::{fmt_ns, Align, Report, Table},
-    sanitize,
+    report::hist::{self, LatStats},
+    report::render::{fmt_ns, Align, Report, Table},
+    report::sanitize,
     tools::{
         self,
         sched::{self, SchedSession},

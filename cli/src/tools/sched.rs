@@ -13,9 +13,9 @@ use probes_common::{
 };
 
 use crate::{
-    btf::Btf,
     error::UserError,
-    loader::{self, AttachMode, LoadSpec, Object, Session},
+    kernel::btf::Btf,
+    kernel::loader::{self, AttachMode, LoadSpec, Object, Session},
     options::Common,
     tools::{self, row_comm, Hook},
 };
@@ -81,7 +81,7 @@ pub fn task_offsets(btf: &Btf) -> anyhow::Result<TaskOffsets> {
 /// (a thread beyond that falls back to classifying its switches from the tracepoint and is
 /// counted as `start_map_full`).
 pub fn task_cap() -> u32 {
-    crate::procinfo::pid_max().clamp(4096, 65536)
+    crate::host::proc::pid_max().clamp(4096, 65536)
 }
 
 pub struct SchedSession {
@@ -109,15 +109,15 @@ pub fn open(
     common: &Common,
     preemptors: bool,
 ) -> anyhow::Result<SchedSession> {
-    if !crate::features::btf_present() {
+    if !crate::kernel::features::btf_present() {
         return Err(UserError::KernelFeature(format!(
             "{} needs the kernel's BTF ({} is missing: CONFIG_DEBUG_INFO_BTF, or point TRACEKIT_BTF at a BTF file for this kernel) to find task_struct fields",
             object.name,
-            crate::btf::vmlinux_path().display()
+            crate::kernel::btf::vmlinux_path().display()
         ))
         .into());
     }
-    let btf = crate::btf::vmlinux().map_err(|e| {
+    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
         UserError::KernelFeature(format!(
             "{} needs the kernel's BTF to find task_struct fields: {e}",
             object.name
@@ -253,7 +253,7 @@ impl SchedSession {
                 let mut preemptors = by.remove(&k.id).unwrap_or_default();
                 preemptors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 let comm = row_comm(k.id, v.tgid, threads, &v.comm);
-                let from = crate::sanitize::comm_bytes(&v.exec_from);
+                let from = crate::report::sanitize::comm_bytes(&v.exec_from);
                 Row {
                     id: k.id,
                     tgid: v.tgid,
@@ -292,18 +292,18 @@ impl Row {
         match &self.exec_from {
             Some(old) => format!(
                 "{} (was {})",
-                crate::sanitize::text(&self.comm),
-                crate::sanitize::text(old)
+                crate::report::sanitize::text(&self.comm),
+                crate::report::sanitize::text(old)
             ),
-            None => crate::sanitize::text(&self.comm),
+            None => crate::report::sanitize::text(&self.comm),
         }
     }
 
     /// `comm`, and `exec_from` when the row spans an exec, in tracekit's JSON representation.
     pub fn put_names(&self, line: &mut serde_json::Value) {
-        crate::sanitize::put_json(line, "comm", &self.comm);
+        crate::report::sanitize::put_json(line, "comm", &self.comm);
         if let Some(old) = &self.exec_from {
-            crate::sanitize::put_json(line, "exec_from", old);
+            crate::report::sanitize::put_json(line, "exec_from", old);
         }
     }
 }
@@ -313,7 +313,7 @@ pub fn preemptor_name(tgid: u32) -> Vec<u8> {
     if tgid == 0 {
         return b"[idle]".to_vec();
     }
-    crate::procinfo::comm(tgid).unwrap_or_else(|| b"[exited]".to_vec())
+    crate::host::proc::comm(tgid).unwrap_or_else(|| b"[exited]".to_vec())
 }
 
 /// Header lines for what the programs could not record in an interval.

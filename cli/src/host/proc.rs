@@ -2,72 +2,15 @@
 //! Uses the `procfs` crate where it keeps bytes faithful; `comm` is read raw because procfs
 //! returns it lossily as a String and names are compared and escaped byte for byte.
 
-use std::{
-    fs,
-    io::Read,
-    path::{Path, PathBuf},
-};
+use std::{fs, path::Path};
+
+use super::{read_capped, read_text_capped, SMALL_FILE};
 
 use crate::error::UserError;
 
 pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
-
-/// Why a whole-file read failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("reading {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is larger than {limit} bytes")]
-    TooLarge { path: PathBuf, limit: u64 },
-}
-
-impl ReadError {
-    pub fn kind(&self) -> Option<std::io::ErrorKind> {
-        match self {
-            ReadError::Io { source, .. } => Some(source.kind()),
-            ReadError::TooLarge { .. } => None,
-        }
-    }
-}
-
-/// Reads a whole file, refusing more than `limit` bytes. Every file tracekit reads whole goes
-/// through here: some paths come from the environment (`TRACEKIT_BTF`, `TRACEKIT_TRACEFS`) and
-/// may name `/dev/zero` or a FIFO, which must not grow tracekit's memory without bound.
-pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let io = |source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let f = fs::File::open(path).map_err(io)?;
-    let mut data = Vec::new();
-    f.take(limit.saturating_add(1))
-        .read_to_end(&mut data)
-        .map_err(io)?;
-    if data.len() as u64 > limit {
-        return Err(ReadError::TooLarge {
-            path: path.to_path_buf(),
-            limit,
-        });
-    }
-    Ok(data)
-}
-
-/// [`read_capped`] as text (invalid UTF-8 replaced).
-pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, ReadError> {
-    read_capped(path, limit).map(|b| {
-        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    })
-}
-
-/// Limits for the kernel's own files: small ones (comm, a sysfs value, a format file) and large
-/// ones (mountinfo on a node with thousands of mounts, kallsyms).
-pub const SMALL_FILE: u64 = 1 << 20;
-pub const LARGE_FILE: u64 = 64 << 20;
 
 /// The thread group of task `tid` (`Tgid:` in `/proc/<tid>/status`): `tid` itself for a
 /// process, its process's pid for a thread.
@@ -244,7 +187,7 @@ mod tests {
     #[test]
     fn capped_reads_stop_at_the_limit() {
         let e = read_capped(Path::new("/dev/zero"), 4096).unwrap_err();
-        assert!(matches!(e, ReadError::TooLarge { limit: 4096, .. }), "{e}");
+        assert!(matches!(e, crate::host::HostError::TooLarge { limit: 4096, .. }), "{e}");
         assert!(e.to_string().contains("/dev/zero"), "{e}");
         let ok = read_capped(Path::new("/proc/self/comm"), SMALL_FILE).unwrap();
         assert!(!ok.is_empty());

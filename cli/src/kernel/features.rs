@@ -22,7 +22,7 @@ impl Probe {
 /// computed.
 pub fn btf_present() -> bool {
     static C: OnceLock<bool> = OnceLock::new();
-    *C.get_or_init(|| crate::btf::vmlinux_path().exists())
+    *C.get_or_init(|| crate::kernel::btf::vmlinux_path().exists())
 }
 
 /// The kprobe PMU exists (CONFIG_KPROBES).

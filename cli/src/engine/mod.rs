@@ -23,8 +23,8 @@ use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
     options::Common,
-    output::Sink,
-    render::{self, Report},
+    report::output::Sink,
+    report::render::{self, Report},
 };
 
 /// Why the run ended.
@@ -170,7 +170,7 @@ pub fn stats_line(
             v[*name] = (*value).into();
         }
     }
-    let (rss, hwm) = crate::procinfo::self_rss_kib();
+    let (rss, hwm) = crate::host::proc::self_rss_kib();
     v["rss_kib"] = rss.into();
     v["rss_peak_kib"] = hwm.into();
     if let serde_json::Value::Object(m) = extra {

@@ -380,7 +380,7 @@ fn remove_stale_temps(dir: &Path, name: &str) {
         else {
             continue;
         };
-        if pid == std::process::id() || crate::procinfo::exists(pid) {
+        if pid == std::process::id() || crate::host::proc::exists(pid) {
             continue;
         }
         match e.metadata() {

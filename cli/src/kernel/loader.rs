@@ -212,15 +212,16 @@ impl Session {
             loader.map_max_entries(name, *n);
         }
         // After EbpfLoader::new: its unshare(CLONE_NEWNS) needs a single-threaded process.
-        let stub_thread = (!spec.tp_btf.is_empty() && crate::features::btf_present()).then(|| {
-            let tps = spec.tp_btf.clone();
-            std::thread::spawn(move || {
-                crate::btf::vmlinux()
-                    .ok()
-                    .and_then(|b| b.tp_btf_stub(&tps))
-                    .map(|stub| (tps.iter().map(|s| s.to_string()).collect(), stub))
-            })
-        });
+        let stub_thread =
+            (!spec.tp_btf.is_empty() && crate::kernel::features::btf_present()).then(|| {
+                let tps = spec.tp_btf.clone();
+                std::thread::spawn(move || {
+                    crate::kernel::btf::vmlinux()
+                        .ok()
+                        .and_then(|b| b.tp_btf_stub(&tps))
+                        .map(|stub| (tps.iter().map(|s| s.to_string()).collect(), stub))
+                })
+            });
         let loaded = loader.load(object.bytes);
         let tp_stub = stub_thread.and_then(|t| t.join().ok()).flatten();
         let mut ebpf = loaded.map_err(|source| {
@@ -327,19 +328,19 @@ impl Session {
         program: &str,
         tp: &str,
     ) -> Result<BtfTracePointLinkId, String> {
-        if !crate::features::btf_present() {
+        if !crate::kernel::features::btf_present() {
             return Err(format!(
                 "no kernel BTF ({})",
-                crate::btf::vmlinux_path().display()
+                crate::kernel::btf::vmlinux_path().display()
             ));
         }
         // A stub holding just this tracepoint's typedef id, from the shared fast BTF reader
-        // (see crate::btf::Btf::tp_btf_stub), instead of aya's full parse.
+        // (see crate::kernel::btf::Btf::tp_btf_stub), instead of aya's full parse.
         let own;
         let btf = match &self.tp_stub {
             Some((tps, stub)) if tps.iter().any(|t| t == tp) => stub,
             _ => {
-                own = crate::btf::vmlinux()
+                own = crate::kernel::btf::vmlinux()
                     .map_err(|e| e.to_string())?
                     .tp_btf_stub(&[tp])
                     .ok_or_else(|| format!("kernel BTF has no btf_trace_{tp}"))?;
@@ -375,10 +376,13 @@ impl Session {
     /// holds a placeholder for every vmlinux type id below the highest typedef, so building and
     /// parsing it costs ~0.5 ms; one for the set instead of one per tracepoint.
     pub fn prepare_tp_btf(&mut self, tps: &[&str]) {
-        if !crate::features::btf_present() {
+        if !crate::kernel::features::btf_present() {
             return;
         }
-        if let Some(stub) = crate::btf::vmlinux().ok().and_then(|b| b.tp_btf_stub(tps)) {
+        if let Some(stub) = crate::kernel::btf::vmlinux()
+            .ok()
+            .and_then(|b| b.tp_btf_stub(tps))
+        {
             self.tp_stub = Some((tps.iter().map(|s| s.to_string()).collect(), stub));
         }
     }

@@ -24,11 +24,9 @@ pub struct SysStatError(String);
 
 impl SysStat {
     pub fn read() -> Result<SysStat, SysStatError> {
-        let text = crate::procinfo::read_capped(
-            std::path::Path::new("/proc/stat"),
-            crate::procinfo::LARGE_FILE,
-        )
-        .map_err(|e| SysStatError(e.to_string()))?;
+        let text =
+            crate::host::read_capped(std::path::Path::new("/proc/stat"), crate::host::LARGE_FILE)
+                .map_err(|e| SysStatError(e.to_string()))?;
         SysStat::parse(text.as_slice())
     }
 

@@ -254,9 +254,9 @@ const DEFAULT_MOUNT: &str = "/sys/kernel/tracing";
 impl Tracefs {
     /// Where tracefs is mounted, from `/proc/self/mountinfo` (also under debugfs).
     pub fn find() -> Option<PathBuf> {
-        let info = crate::procinfo::read_text_capped(
+        let info = crate::host::read_text_capped(
             Path::new("/proc/self/mountinfo"),
-            crate::procinfo::LARGE_FILE,
+            crate::host::LARGE_FILE,
         )
         .ok()?;
         find_in_mountinfo(&info)
@@ -324,23 +324,22 @@ impl Tracefs {
 
     pub fn format(&self, category: &str, name: &str) -> Result<EventFormat, TracefsError> {
         let path = self.event_dir(category, name).join("format");
-        let text =
-            crate::procinfo::read_text_capped(&path, crate::procinfo::SMALL_FILE).map_err(|e| {
-                match e.kind() {
-                    Some(ErrorKind::NotFound) => TracefsError::MissingEvent {
-                        category: category.to_string(),
-                        name: name.to_string(),
-                        path: path.clone(),
-                    },
-                    Some(ErrorKind::PermissionDenied) => {
-                        TracefsError::Permission { path: path.clone() }
-                    }
-                    _ => TracefsError::Io {
-                        path: path.clone(),
-                        source: std::io::Error::other(e.to_string()),
-                    },
+        let text = crate::host::read_text_capped(&path, crate::host::SMALL_FILE).map_err(|e| {
+            match e.kind() {
+                Some(ErrorKind::NotFound) => TracefsError::MissingEvent {
+                    category: category.to_string(),
+                    name: name.to_string(),
+                    path: path.clone(),
+                },
+                Some(ErrorKind::PermissionDenied) => {
+                    TracefsError::Permission { path: path.clone() }
                 }
-            })?;
+                _ => TracefsError::Io {
+                    path: path.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            }
+        })?;
         parse_format(&text, &path.to_string_lossy())
     }
 }

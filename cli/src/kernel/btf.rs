@@ -204,12 +204,13 @@ impl Btf {
         }
         let data = match meta.is_file().then(|| Data::map(&file)).flatten() {
             Some(d) => d,
-            None => Data::Heap(
-                crate::procinfo::read_capped(path, MAX_BTF_BYTES).map_err(|e| match e {
-                    crate::procinfo::ReadError::TooLarge { .. } => too_large(),
-                    crate::procinfo::ReadError::Io { source, .. } => io(source),
-                })?,
-            ),
+            None => Data::Heap(crate::host::read_capped(path, MAX_BTF_BYTES).map_err(
+                |e| match e {
+                    crate::host::HostError::TooLarge { .. } => too_large(),
+                    crate::host::HostError::Read { source, .. } => io(source),
+                    other => io(std::io::Error::other(other.to_string())),
+                },
+            )?),
         };
         Btf::from_data(data, &path.display().to_string())
     }

@@ -24,12 +24,9 @@ pub struct Layout {
 impl Layout {
     /// The running system's layout, from `/proc/self/mountinfo`.
     pub fn detect() -> Layout {
-        crate::procinfo::read_text_capped(
-            Path::new("/proc/self/mountinfo"),
-            crate::procinfo::LARGE_FILE,
-        )
-        .map(|s| Layout::from_mountinfo(&s))
-        .unwrap_or_default()
+        crate::host::read_text_capped(Path::new("/proc/self/mountinfo"), crate::host::LARGE_FILE)
+            .map(|s| Layout::from_mountinfo(&s))
+            .unwrap_or_default()
     }
 
     pub fn from_mountinfo(info: &str) -> Layout {
@@ -85,9 +82,9 @@ pub fn memory_path(proc_cgroup: &[u8]) -> Option<Vec<u8>> {
 /// The memory cgroup of a live process.
 pub fn memory_path_of(pid: u32) -> Option<Vec<u8>> {
     memory_path(
-        &crate::procinfo::read_capped(
+        &crate::host::read_capped(
             Path::new(&format!("/proc/{pid}/cgroup")),
-            crate::procinfo::SMALL_FILE,
+            crate::host::SMALL_FILE,
         )
         .ok()?,
     )
