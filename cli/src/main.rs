@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracekit::{
-    error::{exit_for, one_line, Exit, EXIT_CODES_HELP},
+    error::{one_line, Exit, EXIT_CODES_HELP},
     tools::Tool,
 };
 
@@ -90,9 +90,11 @@ fn main() -> ExitCode {
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cli.tool.run())) {
         Ok(Ok(())) => Exit::Ok.into(),
+        // The reader of the report went away (`| head`): a quiet, successful end.
+        Ok(Err(err)) if err.is_broken_pipe() => Exit::Ok.into(),
         Ok(Err(err)) => {
             say(format_args!("tracekit: error: {}", one_line(&err)));
-            exit_for(&err).into()
+            err.exit().into()
         }
         Err(_) => Exit::Failure.into(),
     }

@@ -97,13 +97,24 @@ pub fn parse_comm(s: &str) -> Result<String, String> {
 }
 
 impl Common {
-    /// The `--comm` value as the kernel stores it.
-    pub fn comm_bytes(&self) -> Option<[u8; 16]> {
-        self.comm.as_ref().map(|c| {
-            let mut b = [0u8; 16];
-            b[..c.len()].copy_from_slice(c.as_bytes());
-            b
-        })
+    /// What to trace, for the engine and the tools.
+    pub fn scope(&self) -> crate::engine::Scope {
+        crate::engine::Scope {
+            pids: self.pids.clone(),
+            comm: self.comm.clone(),
+            threads: self.threads,
+            max_keys: self.max_keys,
+        }
+    }
+
+    /// How to run and render.
+    pub fn run_opts(&self) -> crate::engine::RunOpts {
+        crate::engine::RunOpts {
+            duration: self.duration,
+            interval: self.interval,
+            json: self.json,
+            hist: self.hist,
+        }
     }
 }
 
@@ -149,6 +160,6 @@ mod tests {
             comm: Some("abc".into()),
             ..Default::default()
         };
-        assert_eq!(&c.comm_bytes().unwrap()[..4], b"abc\0");
+        assert_eq!(&c.scope().comm_bytes().unwrap()[..4], b"abc\0");
     }
 }

@@ -1,6 +1,11 @@
-//! Machinery shared by every tool's kernel programs: filters, per-CPU stats, the interval
-//! generation, and atomic histogram updates. Each tool is a `[[bin]]` (see `Cargo.toml`) that
-//! includes this library, so its object holds only the maps it uses.
+//! Machinery shared by every tool's kernel programs (the kernel half of the collector kit):
+//! filters, per-CPU stats, the interval generation, atomic histogram updates, the get-or-insert
+//! aggregation [`slot`] with its `[other]` fallback, in-flight begin/end maps, and announcing
+//! new keys on a ring buffer.
+//!
+//! Each tool is one object, `src/bin/<tool>.rs`, that links this library. Every map declared
+//! here lands in every object (bpf-linker keeps exported statics), so only the three maps every
+//! tool uses live here; helpers take the tool's own maps as arguments.
 #![no_std]
 // The BPF target has no `Atomic*::fetch_add` in core (no compare-and-swap in the v1 ISA), but
 // the intrinsic lowers to BPF_XADD, which every BPF-capable kernel has.
@@ -13,11 +18,11 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_get_current_comm,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use probes_common::{
     hist::{bucket_index_flat, LatHist, NBUCKETS},
-    stats::{Control, NSTATS},
+    stats::{self, Control, NSTATS},
     COMM_LEN,
 };
 
@@ -41,8 +46,9 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NSTATS, 0);
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 
+/// Reads a read-only global that userspace patches before load (field offsets, flags).
 #[inline(always)]
-fn ro<T: Copy>(v: &T) -> T {
+pub fn ro<T: Copy>(v: &T) -> T {
     // SAFETY: `v` points at a static; the volatile read keeps rustc from folding the initial
     // value, which userspace replaces before load.
     unsafe { core::ptr::read_volatile(v) }
@@ -168,6 +174,80 @@ pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, init: &V) -> Option<*mu
     // winner's value below.
     let _ = map.insert(key, init, BPF_NOEXIST as u64);
     map.get_ptr_mut(key)
+}
+
+/// Where a key's aggregate lives for this event.
+pub struct Slot<V> {
+    pub ptr: *mut V,
+    /// The key was created by this call (announce it, if the tool learns about new keys).
+    pub created: bool,
+}
+
+/// The aggregate of `key` in `map`: found; or created from this CPU's `scratch` value after
+/// `init` filled its identity fields (counters in the scratch value are never written, so they
+/// stay zero); or, when `map` is full, the `[other]` row `other[gen]`, counted as
+/// `KEY_MAP_FULL`, so totals still add up. `None` only if `other` has no slot `gen`.
+///
+/// Every path ends in one pointer, so the caller's update is verified once (the verifier walks
+/// the code after a branch once per path: keep path-specific constants out of it).
+#[inline(always)]
+pub fn slot<K, V>(
+    map: &HashMap<K, V>,
+    other: &Array<V>,
+    scratch: &PerCpuArray<V>,
+    key: &K,
+    gen: u32,
+    init: impl FnOnce(*mut V),
+) -> Option<Slot<V>> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some(Slot {
+            ptr: p,
+            created: false,
+        });
+    }
+    if let Some(s) = scratch.get_ptr_mut(0) {
+        init(s);
+        // SAFETY: this CPU's scratch slot, valid for this program run.
+        if let Some(p) = get_or_insert(map, key, unsafe { &*s }) {
+            return Some(Slot {
+                ptr: p,
+                created: true,
+            });
+        }
+    }
+    stat(stats::KEY_MAP_FULL);
+    other.get_ptr_mut(gen).map(|p| Slot {
+        ptr: p,
+        created: false,
+    })
+}
+
+/// Remembers the begin of something under `key` until its end (`take`); a full map is counted
+/// as `START_MAP_FULL` (that call's end then finds nothing and is not recorded).
+#[inline(always)]
+pub fn begin<K, V>(map: &HashMap<K, V>, key: &K, v: &V) {
+    if map.insert(key, v, 0).is_err() {
+        stat(stats::START_MAP_FULL);
+    }
+}
+
+/// The begin stored under `key`, removed; `None` when it was filtered out or happened before
+/// tracing started.
+#[inline(always)]
+pub fn take<K, V: Copy>(map: &HashMap<K, V>, key: &K) -> Option<V> {
+    // SAFETY: the value is copied out before the delete below.
+    let v = unsafe { map.get(key) }.copied()?;
+    let _ = map.remove(key);
+    Some(v)
+}
+
+/// Streams `ev` to userspace (low-rate records only: new keys, rare events); a full ring buffer
+/// is counted as `RINGBUF_FULL`.
+#[inline(always)]
+pub fn announce<T: 'static>(rb: &RingBuf, ev: &T) {
+    if rb.output::<T>(ev, 0).is_err() {
+        stat(stats::RINGBUF_FULL);
+    }
 }
 
 #[cfg(not(test))]

@@ -1,4 +1,5 @@
-//! The run loop every tool shares: intervals, duration, signals, output, and the final summary.
+//! The run loop every tool shares: one loop driving one or several collectors (a tool, or all
+//! of them under `triage`), with one clock, one set of windows, signals and output.
 //!
 //! The loop ends when `--duration` elapses or on SIGINT, SIGTERM or SIGHUP; in every case the
 //! last window is still collected and printed (as runqlat and bpftrace do on Ctrl-C), the output
@@ -18,14 +19,17 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use anyhow::Context as _;
 use tokio::io::{unix::AsyncFd, Interest};
 
-use crate::{
-    options::Common,
-    report::output::Sink,
-    report::render::{self, Report},
-};
+use crate::error::{Context as _, Error, Result};
+
+pub mod collector;
+pub mod emit;
+pub mod scope;
+
+pub use collector::{Collector, Meta, Output, Stats};
+pub use emit::{Emitter, Stream};
+pub use scope::{RunOpts, Scope};
 
 /// Why the run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,64 +151,12 @@ impl Window {
     }
 }
 
-/// The `"type":"stats"` JSON line closing every window: the window, why it ended, the kernel
-/// counters of what could not be recorded (named as in `probes_common::stats`), tracekit's own
-/// memory, plus the tool's `extra` keys.
-pub fn stats_line(
-    tool: &str,
-    w: &Window,
-    stats: &[u64; probes_common::stats::NSTATS as usize],
-    extra: serde_json::Value,
-) -> serde_json::Value {
-    let (end, end_ns) = w.end_json();
-    let mut v = serde_json::json!({
-        "tool": tool,
-        "type": "stats",
-        "interval_ns": w.elapsed.as_nanos() as u64,
-        "interval_end": end,
-        "interval_end_ns": end_ns,
-        "stop": w.stop.as_str(),
-    });
-    for (name, value) in probes_common::stats::NAMES.iter().zip(stats) {
-        if !name.starts_with("reserved") {
-            v[*name] = (*value).into();
-        }
-    }
-    let (rss, hwm) = crate::host::proc::self_rss_kib();
-    v["rss_kib"] = rss.into();
-    v["rss_peak_kib"] = hwm.into();
-    if let serde_json::Value::Object(m) = extra {
-        for (k, x) in m {
-            v[k] = x;
-        }
-    }
-    v
-}
-
-/// What a tool provides to the loop.
-pub trait Collector {
-    /// A file descriptor (ring buffer) to watch for streamed events, if the tool streams any.
-    fn event_fd(&self) -> Option<RawFd> {
-        None
-    }
-    /// Called when `event_fd` is readable.
-    fn on_events(&mut self) -> anyhow::Result<()> {
-        Ok(())
-    }
-    /// Everything recorded in `window`, as a report.
-    fn collect(&mut self, window: &Window) -> anyhow::Result<Report>;
-    /// Lines printed once after attaching (JSON: a meta object), before any window.
-    fn preamble(&self) -> Option<Report> {
-        None
-    }
-}
-
 /// Test hook for the reliability suite: `TRACEKIT_FAULT=panic` or `=error` makes the run fail
 /// right after attaching, to prove that no exit path leaves programs in the kernel.
-fn fault_injection() -> anyhow::Result<()> {
+fn fault_injection() -> Result<()> {
     match std::env::var("TRACEKIT_FAULT").as_deref() {
         Ok("panic") => panic!("fault injected by TRACEKIT_FAULT=panic"),
-        Ok("error") => anyhow::bail!("fault injected by TRACEKIT_FAULT=error"),
+        Ok("error") => Err(Error::other("fault injected by TRACEKIT_FAULT=error")),
         _ => Ok(()),
     }
 }
@@ -220,66 +172,111 @@ impl std::os::fd::AsRawFd for Fd {
 /// no timer ever holds an instant the clock cannot represent.
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 
-/// Runs `collector` until the duration elapses, a signal arrives or the reader goes away,
-/// writing each window's report to `sink` (stdout or `--output`, opened before attaching).
-pub fn drive(common: &Common, sink: Sink, collector: &mut dyn Collector) -> anyhow::Result<Stop> {
+/// How long programs may still be writing the generation that was just flipped away from: they
+/// run for microseconds, so 2 ms is ample (one wait for every collector of the run).
+const FLIP_SETTLE: Duration = Duration::from_millis(2);
+
+/// Runs `collectors` until the duration elapses, a signal arrives or the emitter's reader goes
+/// away, handing each window's outputs to `emit`.
+pub fn run(
+    collectors: &mut [Box<dyn Collector>],
+    opts: &RunOpts,
+    emit: &mut dyn Emitter,
+) -> Result<Stop> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-        .context("starting the event loop")?;
-    rt.block_on(drive_async(common, sink, collector))
+        .map_err(|source| Error::Io {
+            what: "starting the event loop".into(),
+            source,
+        })?;
+    rt.block_on(run_async(collectors, opts, emit))
 }
 
-async fn drive_async(
-    common: &Common,
-    mut sink: Sink,
-    collector: &mut dyn Collector,
-) -> anyhow::Result<Stop> {
-    // Ok(false): the reader went away.
-    let emit = |sink: &mut Sink, r: &Report| -> anyhow::Result<bool> {
-        let s = if common.json {
-            render::json(r)
-        } else {
-            render::text(r, common.hist)
-        };
-        match sink.write(&s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
+/// One readiness future per collector event fd, and which collector it belongs to.
+fn register(collectors: &[Box<dyn Collector>]) -> Result<Vec<(usize, AsyncFd<Fd>)>> {
+    let mut out = Vec::new();
+    for (i, c) in collectors.iter().enumerate() {
+        for fd in c.event_fds() {
+            // SAFETY: the fd belongs to a map the collector owns, and the collectors outlive
+            // the run loop and so the AsyncFd registration.
+            let afd = unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) }
+                .map_err(|e| Error::Io {
+                    what: format!("watching the ring buffer of {}", c.name()),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            out.push((i, afd));
         }
-    };
+    }
+    Ok(out)
+}
+
+/// The first ring buffer with records, by collector index.
+async fn any_readable(fds: &[(usize, AsyncFd<Fd>)]) -> usize {
+    if fds.is_empty() {
+        return std::future::pending().await;
+    }
+    let futs = fds.iter().map(|(i, fd)| {
+        Box::pin(async move {
+            match fd.readable().await {
+                Ok(mut g) => {
+                    g.clear_ready();
+                    *i
+                }
+                Err(_) => std::future::pending().await,
+            }
+        })
+    });
+    futures_select_all(futs).await
+}
+
+/// `select_all` over boxed futures without pulling in the futures crate: polls each in turn.
+async fn futures_select_all<F>(futs: impl Iterator<Item = std::pin::Pin<Box<F>>>) -> usize
+where
+    F: std::future::Future<Output = usize>,
+{
+    let mut futs: Vec<_> = futs.collect();
+    std::future::poll_fn(move |cx| {
+        for f in futs.iter_mut() {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                return std::task::Poll::Ready(v);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+async fn run_async(
+    collectors: &mut [Box<dyn Collector>],
+    opts: &RunOpts,
+    emit: &mut dyn Emitter,
+) -> Result<Stop> {
     let wake = match SIGNALS.get() {
         // SAFETY: the pipe's read end lives in a static for the life of the process.
         Some(s) => Some(
             unsafe { AsyncFd::register_with_interest(Fd(s.wake.as_raw_fd()), Interest::READABLE) }
-                .map_err(|e| anyhow::anyhow!("watching for signals: {e}"))?,
+                .map_err(|e| Error::Io {
+                    what: "watching for signals".into(),
+                    source: std::io::Error::other(e.to_string()),
+                })?,
         ),
         None => None,
     };
-    let events = match collector.event_fd() {
-        // SAFETY: the fd belongs to a map the collector owns, and the collector outlives this
-        // function and so the AsyncFd registration.
-        Some(fd) => Some(
-            unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) }
-                .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?,
-        ),
-        None => None,
-    };
-
-    if let Some(p) = collector.preamble() {
-        if !emit(&mut sink, &p)? {
-            return Ok(Stop::ReaderGone);
-        }
+    let events = register(collectors)?;
+    let metas: Vec<Meta> = collectors.iter().map(|c| c.meta()).collect();
+    if !emit.begin(&metas, opts)? {
+        return Ok(Stop::ReaderGone);
     }
     fault_injection()?;
 
     let run_start = Instant::now();
-    let deadline = common.duration.and_then(|d| run_start.checked_add(d));
+    let deadline = opts.duration.and_then(|d| run_start.checked_add(d));
     let mut win_start = (Instant::now(), SystemTime::now());
     let mut index = 0u32;
     loop {
-        let next_tick = common.interval.and_then(|i| win_start.0.checked_add(i));
+        let next_tick = opts.interval.and_then(|i| win_start.0.checked_add(i));
         let wake_at = match (next_tick, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -290,18 +287,6 @@ async fn drive_async(
                 None => MAX_SLEEP,
             };
             tokio::time::sleep(step).await
-        };
-        let readable = async {
-            match &events {
-                Some(fd) => match fd.readable().await {
-                    Ok(mut g) => {
-                        g.clear_ready();
-                        true
-                    }
-                    Err(_) => std::future::pending().await,
-                },
-                None => std::future::pending().await,
-            }
         };
         let signalled = async {
             match &wake {
@@ -331,9 +316,12 @@ async fn drive_async(
                         continue;
                     }
                 }
-                true = readable => {
-                    collector.on_events()?;
+                i = any_readable(&events) => {
+                    collectors[i].on_events()?;
                     continue;
+                }
+                quit = emit.input() => {
+                    if quit { Stop::Signal("q") } else { continue }
                 }
                 _ = signalled => match stop_signal() {
                     Some(sig) => Stop::Signal(sig),
@@ -341,9 +329,12 @@ async fn drive_async(
                 },
             }
         };
-        if events.is_some() {
-            collector.on_events()?;
+        // Every collector starts its next generation, then one settle wait for all.
+        for c in collectors.iter_mut() {
+            c.flip()
+                .with_context(|| format!("starting a new window of {}", c.name()))?;
         }
+        std::thread::sleep(FLIP_SETTLE);
         let now = (Instant::now(), SystemTime::now());
         let window = Window {
             index,
@@ -351,18 +342,84 @@ async fn drive_async(
             end: now.1,
             elapsed: now.0 - win_start.0,
             last: stop != Stop::Running,
-            interval: common.interval.is_some(),
+            interval: opts.interval.is_some(),
             stop,
         };
-        let report = collector.collect(&window)?;
-        if !emit(&mut sink, &report)? {
+        let mut outs = Vec::with_capacity(collectors.len());
+        for c in collectors.iter_mut() {
+            c.on_events()?;
+            outs.push(c.collect(&window)?);
+        }
+        if !emit.window(&window, &outs)? {
             return Ok(Stop::ReaderGone);
         }
         if stop != Stop::Running {
-            sink.finish()?;
+            emit.finish()?;
             return Ok(stop);
         }
         index += 1;
         win_start = now;
+    }
+}
+
+/// Gives the process's last references to its BPF programs and links to a short-lived child,
+/// so tracekit itself exits at once.
+///
+/// Closing a classic tracepoint's (or kprobe's) perf event waits for an RCU grace period under
+/// the kernel-wide `event_mutex` (`perf_trace_destroy` -> `tracepoint_synchronize_unregister`),
+/// 35–90 ms per event here: twelve hooks took ~0.9 s to detach, in this process or from many
+/// threads alike. Whoever drops the last reference pays, so the child holds copies of every
+/// descriptor, waits until this process is gone (EOF on a pipe whose write end only this process
+/// holds), and only then closes them, detaching everything within about a second. Nothing
+/// outlives that: if the child is killed, the kernel closes its descriptors the same way. Only
+/// done when there is something slow to close, and only from a single-threaded process (fork
+/// copies one thread).
+pub fn detach_in_background(slow_links: usize) {
+    if slow_links < 2 || crate::host::proc::threads() != Some(1) {
+        return;
+    }
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: the process is single-threaded (checked above), so the child is a full copy; it
+    // then only makes async-signal-safe syscalls and _exits.
+    match unsafe { libc::fork() } {
+        0 => {
+            // SAFETY: plain syscalls in the child on descriptors it owns. The name says what
+            // the process is in ps; closing 0-2 first lets readers of tracekit's output see EOF
+            // at once; read() returns 0 once the parent (the only other holder of `wr`) exits.
+            unsafe {
+                libc::prctl(libc::PR_SET_NAME, c"tracekit-detach".as_ptr());
+                libc::close(0);
+                libc::close(1);
+                libc::close(2);
+                libc::close(wr);
+                let mut b = 0u8;
+                while libc::read(rd, (&raw mut b).cast(), 1) < 0
+                    && *libc::__errno_location() == libc::EINTR
+                {}
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                libc::_exit(0);
+            }
+        }
+        -1 => {
+            tracing::debug!(
+                "fork for background detach failed: {}",
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: closing the pipe this function made.
+            unsafe {
+                libc::close(rd);
+                libc::close(wr);
+            }
+        }
+        _ => {
+            // The write end stays open until this process exits.
+            // SAFETY: closing the read end this function made; the child has its own copy.
+            unsafe { libc::close(rd) };
+        }
     }
 }

@@ -35,6 +35,14 @@ pub enum HostError {
     TooLarge { path: PathBuf, limit: u64 },
     #[error("{path}: {msg}")]
     Parse { path: PathBuf, msg: String },
+    #[error("no process with pid {0} (it may have exited)")]
+    NoSuchProcess(u32),
+    /// A `--pid` that is a thread: the message names the process id to use.
+    #[error("{0}")]
+    NotAProcess(String),
+    /// tracekit lacks a capability; the message names it.
+    #[error("{0}")]
+    Privilege(String),
 }
 
 impl HostError {
@@ -181,10 +189,7 @@ mod tests {
         assert!(e.to_string().contains("/dev/zero"), "{e}");
         assert!(read_capped(Path::new("/proc/self/status"), SMALL_FILE).is_ok());
         let e = read_capped(Path::new("/nonexistent/x"), 10).unwrap_err();
-        assert!(
-            e.to_string().starts_with("reading /nonexistent/x"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("reading /nonexistent/x"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::{fs, path::Path};
 
 use super::{read_capped, read_text_capped, SMALL_FILE};
 
-use crate::error::UserError;
+use super::HostError;
 
 pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -23,14 +23,14 @@ pub fn tgid_of(tid: u32) -> Option<u32> {
 
 /// Every `--pid` must name a running process, not one of its threads (the filter matches
 /// processes; a thread id would silently match nothing).
-pub fn check_pids(pids: &[u32]) -> Result<(), UserError> {
+pub fn check_pids(pids: &[u32]) -> Result<(), HostError> {
     for &p in pids {
         if !exists(p) {
-            return Err(UserError::NoSuchProcess(p));
+            return Err(HostError::NoSuchProcess(p));
         }
         if let Some(tgid) = tgid_of(p) {
             if tgid != p {
-                return Err(UserError::Usage(format!(
+                return Err(HostError::NotAProcess(format!(
                     "--pid {p} is a thread of process {tgid}: use --pid {tgid} (with --threads to see each thread)"
                 )));
             }
@@ -125,12 +125,12 @@ pub fn cap_list(caps: &[Cap]) -> String {
 
 /// Checked before touching the kernel, so the user gets one line naming what is missing
 /// instead of an EPERM from deep inside a load.
-pub fn check_privileges(tool: &str) -> Result<(), UserError> {
+pub fn check_privileges(tool: &str) -> Result<(), HostError> {
     let missing = missing_caps(effective_caps(), TOOL_CAPS);
     if missing.is_empty() {
         return Ok(());
     }
-    Err(UserError::Permission(format!(
+    Err(HostError::Privilege(format!(
         "tracekit {tool} needs root, or the capabilities {} (missing: {}); run it with sudo, or see `tracekit {tool} --help` for the exact set",
         cap_list(TOOL_CAPS),
         cap_list(&missing)
@@ -139,6 +139,14 @@ pub fn check_privileges(tool: &str) -> Result<(), UserError> {
 
 pub fn has_bpf_privileges(capeff: u64) -> bool {
     missing_caps(capeff, TOOL_CAPS).is_empty()
+}
+
+/// Threads of this process (`Threads:` in `/proc/self/status`).
+pub fn threads() -> Option<u32> {
+    let text = read_text_capped(Path::new("/proc/self/status"), SMALL_FILE).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// tracekit's own resident set and its peak (VmRSS, VmHWM), in KiB; zeros if unreadable.
@@ -187,7 +195,10 @@ mod tests {
     #[test]
     fn capped_reads_stop_at_the_limit() {
         let e = read_capped(Path::new("/dev/zero"), 4096).unwrap_err();
-        assert!(matches!(e, crate::host::HostError::TooLarge { limit: 4096, .. }), "{e}");
+        assert!(
+            matches!(e, crate::host::HostError::TooLarge { limit: 4096, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("/dev/zero"), "{e}");
         let ok = read_capped(Path::new("/proc/self/comm"), SMALL_FILE).unwrap();
         assert!(!ok.is_empty());
@@ -211,7 +222,10 @@ mod tests {
             e.to_string().contains(&format!("thread of process {me}")),
             "{e}"
         );
-        assert_eq!(e.exit(), crate::error::Exit::Usage);
+        assert_eq!(
+            crate::error::Error::from(e).exit(),
+            crate::error::Exit::Usage
+        );
         done_tx.send(()).unwrap();
         h.join().unwrap();
     }
@@ -224,7 +238,7 @@ mod tests {
         assert!(check_pids(&[me]).is_ok());
         assert!(matches!(
             check_pids(&[me, 4_000_000]),
-            Err(UserError::NoSuchProcess(4_000_000))
+            Err(HostError::NoSuchProcess(4_000_000))
         ));
     }
 

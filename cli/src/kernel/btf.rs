@@ -91,21 +91,6 @@ pub fn vmlinux_path() -> std::path::PathBuf {
 /// `TRACEKIT_BTF` may name anything, `/dev/zero` included.
 pub const MAX_BTF_BYTES: u64 = 64 << 20;
 
-impl BtfError {
-    /// A file that is not usable BTF is a missing kernel feature (exit 4); failing to read it
-    /// is too, unless the reason is a permission (exit 3).
-    pub fn exit(&self) -> crate::error::Exit {
-        match self {
-            BtfError::Io { source, .. }
-                if source.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                crate::error::Exit::Permission
-            }
-            _ => crate::error::Exit::KernelFeature,
-        }
-    }
-}
-
 /// The BTF bytes: a private read-only mapping of the file where the kernel allows it
 /// (/sys/kernel/btf/vmlinux is mmap-able since Linux 6.16: no copy at all), else a heap copy.
 enum Data {
@@ -352,12 +337,25 @@ impl Btf {
     pub fn tp_btf_stub(&self, tps: &[&str]) -> Option<aya::Btf> {
         let names: Vec<String> = tps.iter().map(|tp| format!("btf_trace_{tp}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let ids = self.find_kind(KIND_TYPEDEF, &refs, false);
-        // Id 1 is the stub's placeholder int (in vmlinux it is never a typedef).
+        self.stub(KIND_TYPEDEF, &refs)
+    }
+
+    /// The same kind of stub for fentry/fexit programs on the kernel functions `funcs`: aya's
+    /// `FEntry::load` only looks the `FUNC` up by name for its id.
+    pub fn func_stub(&self, funcs: &[&str]) -> Option<aya::Btf> {
+        self.stub(KIND_FUNC, funcs)
+    }
+
+    /// A blob in which the types of `kind` named `names` sit at their real vmlinux ids, pointing
+    /// at a placeholder `int` (id 1); every other id is an anonymous pointer to it. `None` when
+    /// a name is missing.
+    fn stub(&self, kind: u32, names: &[&str]) -> Option<aya::Btf> {
+        let ids = self.find_kind(kind, names, false);
+        // Id 1 is the stub's placeholder int (in vmlinux it is never a typedef or a function).
         if ids.iter().any(|&id| id <= 1) {
             return None;
         }
-        let wanted: Vec<(u32, String)> = ids.into_iter().zip(names).collect();
+        let wanted: Vec<(u32, &str)> = ids.into_iter().zip(names.iter().copied()).collect();
         let max = wanted.iter().map(|w| w.0).max()?;
         let mut strings = vec![0u8];
         let mut name_off = std::collections::HashMap::new();
@@ -370,13 +368,14 @@ impl Btf {
         let put = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_ne_bytes());
         for id in 1..=max {
             match name_off.get(&id) {
-                // typedef -> type 1 (the placeholder int): only its name and kind matter.
+                // -> type 1 (the placeholder int): only the name, kind and id matter (a FUNC's
+                // vlen is its linkage: global).
                 Some(off) => {
                     put(&mut types, *off);
-                    put(&mut types, KIND_TYPEDEF << 24);
+                    put(&mut types, kind << 24 | u32::from(kind == KIND_FUNC));
                     put(&mut types, 1);
                 }
-                // Type 1 is the placeholder int the typedefs point at; every other id is an
+                // Type 1 is the placeholder int the named types point at; every other id is an
                 // anonymous pointer to it (12 bytes, the smallest record aya accepts).
                 None if id == 1 => {
                     put(&mut types, 0);

@@ -55,14 +55,44 @@ impl AttachMode {
 pub struct Hook {
     /// `category:name` of a tracepoint, or a kernel function name for fentry/kprobe modes.
     pub event: &'static str,
+    /// The raw tracepoint the tp_btf and raw_tp modes attach to, when it is not the event's own
+    /// name (`sys_enter` for `syscalls:sys_enter_fsync`: one program filters by syscall number),
+    /// or the kernel function fentry/kprobe modes attach to (`__x64_sys_fsync`).
+    pub raw: Option<&'static str>,
     /// Fields read from the event's format (classic tracepoint mode).
     pub fields: &'static [&'static str],
     /// The program for each attach mode the tool ships, cheapest first.
     pub programs: &'static [(AttachMode, &'static str)],
     /// The tool still runs without this hook (it reports what is missing).
     pub optional: bool,
-    /// Hooks with the same non-empty group attach together or not at all (a begin/end pair).
+    /// Hooks with the same non-empty group attach in one mode (a begin/end pair; the six
+    /// sync syscalls): the first mode in which every required hook of the group and at least
+    /// one hook attach; optional hooks that cannot attach that way are skipped.
     pub group: &'static str,
+}
+
+impl Hook {
+    /// A hook with every field defaulted but the event (for `const` tables:
+    /// `Hook { programs: &[...], ..Hook::event("sched:sched_switch") }`).
+    pub const fn event(event: &'static str) -> Hook {
+        Hook {
+            event,
+            raw: None,
+            fields: &[],
+            programs: &[],
+            optional: false,
+            group: "",
+        }
+    }
+
+    /// Where a program in `mode` attaches: the tracepoint event, the raw tracepoint, or the
+    /// kernel function.
+    pub fn attach_target(&self, mode: AttachMode) -> &'static str {
+        match mode {
+            AttachMode::Tracepoint => self.event,
+            _ => self.raw.unwrap_or_else(|| self.name()),
+        }
+    }
 }
 
 impl Hook {
@@ -88,20 +118,42 @@ pub struct Env {
     raw_tp: OnceCell<Probe>,
     fentry: OnceCell<Probe>,
     kprobes: OnceCell<Probe>,
-    /// The mounted tracefs, or why there is none.
-    pub tracefs: Result<Tracefs, String>,
+    /// The mounted tracefs (mounted on first need, as `mount -t tracefs` would), or why there
+    /// is none.
+    tracefs: OnceCell<Result<Tracefs, String>>,
+    /// Tracefs could not be read for lack of a capability (so a tool that needed it exits 3).
+    tracefs_permission: std::cell::Cell<bool>,
 }
 
 impl Env {
-    /// Probes this kernel on demand.
-    pub fn detect(tracefs: Result<Tracefs, String>) -> Env {
+    /// Probes this kernel on demand (tracefs too: found or mounted on first need).
+    pub fn detect() -> Env {
         Env {
             btf: OnceCell::new(),
             raw_tp: OnceCell::new(),
             fentry: OnceCell::new(),
             kprobes: OnceCell::new(),
-            tracefs,
+            tracefs: OnceCell::new(),
+            tracefs_permission: std::cell::Cell::new(false),
         }
+    }
+
+    /// The mounted tracefs, or why there is none.
+    pub fn tracefs(&self) -> &Result<Tracefs, String> {
+        self.tracefs.get_or_init(|| {
+            Tracefs::open().map_err(|e| {
+                use super::tracefs::TracefsError as T;
+                if matches!(e, T::Permission { .. } | T::MountPermission { .. }) {
+                    self.tracefs_permission.set(true);
+                }
+                e.to_string()
+            })
+        })
+    }
+
+    /// Whether tracefs was unusable for lack of a capability.
+    pub fn tracefs_denied(&self) -> bool {
+        self.tracefs_permission.get()
     }
 
     /// Fixed answers (tests, and replaying another kernel's doctor report).
@@ -112,7 +164,8 @@ impl Env {
         kprobes: Probe,
         tracefs: Result<Tracefs, String>,
     ) -> Env {
-        let e = Env::detect(tracefs);
+        let e = Env::detect();
+        let _ = e.tracefs.set(tracefs);
         let _ = e.btf.set(btf);
         let _ = e.raw_tp.set(raw_tp);
         let _ = e.fentry.set(fentry);
@@ -180,8 +233,13 @@ impl<'a> Facts<'a> {
     /// The classic tracepoint's format, or why there is none.
     pub fn format(&self) -> &Result<EventFormat, String> {
         self.format
-            .get_or_init(|| match (self.hook.tracepoint_name(), &self.env.tracefs) {
-                (Some((c, n)), Ok(t)) => t.format(c, n).map_err(|e| e.to_string()),
+            .get_or_init(|| match (self.hook.tracepoint_name(), self.env.tracefs()) {
+                (Some((c, n)), Ok(t)) => t.format(c, n).map_err(|e| {
+                    if matches!(e, super::tracefs::TracefsError::Permission { .. }) {
+                        self.env.tracefs_permission.set(true);
+                    }
+                    e.to_string()
+                }),
                 (Some(_), Err(e)) => Err(format!("tracefs unavailable: {e}")),
                 (None, _) => Err(format!(
                     "{} is a function, not a tracepoint",
@@ -200,11 +258,20 @@ impl<'a> Facts<'a> {
     }
 
     fn btf_func(&self) -> Option<bool> {
-        Some(self.symbols.btf()?.find_func(self.hook.name()).is_some())
+        Some(
+            self.symbols
+                .btf()?
+                .find_func(self.hook.attach_target(AttachMode::Fentry))
+                .is_some(),
+        )
     }
 
     fn kallsyms(&self) -> Option<bool> {
-        Some(self.symbols.kallsyms()?.contains(self.hook.name()))
+        Some(
+            self.symbols
+                .kallsyms()?
+                .contains(self.hook.attach_target(AttachMode::Kprobe)),
+        )
     }
 }
 
@@ -223,14 +290,14 @@ pub struct Choice {
 
 fn try_mode(mode: AttachMode, f: &Facts) -> Result<String, String> {
     let (hook, env) = (f.hook, f.env);
-    let name = hook.name();
+    let name = hook.attach_target(mode);
     let is_tp = hook.tracepoint_name().is_some();
     match mode {
         AttachMode::TpBtf | AttachMode::RawTp => {
             if !is_tp {
                 return Err(format!("{name} is a function, not a tracepoint"));
             }
-            if hook.event.starts_with("syscalls:") {
+            if hook.event.starts_with("syscalls:") && hook.raw.is_none() {
                 // Per-syscall events are built by ftrace on top of raw_syscalls:sys_enter/exit.
                 return Err("syscalls:* events are not raw tracepoints".into());
             }
@@ -247,7 +314,9 @@ fn try_mode(mode: AttachMode, f: &Facts) -> Result<String, String> {
                 }
                 (AttachMode::TpBtf, None) => Err("kernel BTF could not be read".into()),
                 (_, Some(true)) => Ok(format!("raw tracepoint {name} exists")),
-                _ if f.format().is_ok() => Ok(format!("raw tracepoint {name} exists")),
+                _ if hook.raw.is_none() && f.format().is_ok() => {
+                    Ok(format!("raw tracepoint {name} exists"))
+                }
                 _ => Err(format!("no tracepoint {name} in this kernel")),
             }
         }
@@ -328,27 +397,86 @@ pub fn choose(f: &Facts) -> Choice {
     }
 }
 
-/// The choices for every hook of a tool, groups applied: when one hook of a group cannot
-/// attach, the whole group is skipped (with that reason).
+/// The choices for every hook of a tool, groups applied: hooks of one group attach in one mode,
+/// the first of their (shared) modes in which every required hook of the group and at least one
+/// hook can attach.
 pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
     let mut out: Vec<Choice> = hooks
         .iter()
         .map(|h| choose(&Facts::new(h, env, symbols)))
         .collect();
-    for i in 0..hooks.len() {
-        let g = hooks[i].group;
-        if g.is_empty() || out[i].mode.is_some() {
+    let mut done: Vec<&str> = Vec::new();
+    for h in hooks {
+        let g = h.group;
+        if g.is_empty() || done.contains(&g) {
             continue;
         }
-        let reason = format!("group {g} incomplete: {} cannot attach", hooks[i].event);
-        for (j, h) in hooks.iter().enumerate() {
-            if h.group == g && out[j].mode.is_some() {
-                out[j].mode = None;
-                out[j].why = reason.clone();
+        done.push(g);
+        let members: Vec<usize> = (0..hooks.len()).filter(|&i| hooks[i].group == g).collect();
+        let modes: Vec<AttachMode> = hooks[members[0]].modes().collect();
+        let facts: Vec<Facts> = members
+            .iter()
+            .map(|&i| Facts::new(&hooks[i], env, symbols))
+            .collect();
+        let mut chosen = None;
+        for m in &modes {
+            let ok: Vec<bool> = facts.iter().map(|f| try_mode(*m, f).is_ok()).collect();
+            let required_ok = members
+                .iter()
+                .zip(&ok)
+                .all(|(&i, &o)| o || hooks[i].optional);
+            if required_ok && ok.iter().any(|&o| o) {
+                chosen = Some((*m, ok));
+                break;
+            }
+        }
+        for (k, &i) in members.iter().enumerate() {
+            let c = &mut out[i];
+            match &chosen {
+                Some((m, ok)) if ok[k] => {
+                    let program = hooks[i]
+                        .programs
+                        .iter()
+                        .find(|(pm, _)| pm == m)
+                        .map(|(_, p)| *p)
+                        .unwrap_or("");
+                    if c.mode != Some((*m, program)) {
+                        c.rejected = hooks[i]
+                            .programs
+                            .iter()
+                            .take_while(|(pm, _)| pm != m)
+                            .map(|(pm, _)| (*pm, group_reason(*pm, &facts[k], g)))
+                            .collect();
+                        c.why = format!("group {g} attaches as {}", m.as_str());
+                        c.mode = Some((*m, program));
+                    }
+                }
+                Some((m, _)) => {
+                    c.mode = None;
+                    c.why = format!(
+                        "group {g} attaches as {}, which this hook cannot ({})",
+                        m.as_str(),
+                        try_mode(*m, &facts[k]).err().unwrap_or_default()
+                    );
+                }
+                None => {
+                    c.mode = None;
+                    c.why = format!("no attach mode works for every required hook of group {g}");
+                }
             }
         }
     }
     out
+}
+
+fn group_reason(mode: AttachMode, f: &Facts, group: &str) -> String {
+    match try_mode(mode, f) {
+        Err(e) => e,
+        Ok(_) => format!(
+            "another hook of group {group} cannot attach as {}",
+            mode.as_str()
+        ),
+    }
 }
 
 /// Whether a tool can run: every required hook attaches, and when all are optional, at least
@@ -403,6 +531,7 @@ mod tests {
 
     const SWITCH: Hook = Hook {
         event: "sched:sched_switch",
+        raw: None,
         fields: &["prev_pid"],
         programs: &[
             (AttachMode::TpBtf, "tk_switch"),
@@ -414,6 +543,7 @@ mod tests {
 
     const FN: Hook = Hook {
         event: "vfs_fsync_range",
+        raw: None,
         fields: &[],
         programs: &[(AttachMode::Fentry, "tk_f"), (AttachMode::Kprobe, "tk_k")],
         optional: true,
@@ -467,6 +597,7 @@ mod tests {
     fn missing_fields_reject_the_classic_mode_and_groups_fall_together() {
         const A: Hook = Hook {
             event: "x:a",
+            raw: None,
             fields: &["nope"],
             programs: &[(AttachMode::Tracepoint, "tk_a")],
             optional: true,
@@ -474,6 +605,7 @@ mod tests {
         };
         const B: Hook = Hook {
             event: "x:b",
+            raw: None,
             fields: &[],
             programs: &[(AttachMode::Tracepoint, "tk_b")],
             optional: true,

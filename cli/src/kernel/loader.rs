@@ -1,5 +1,5 @@
-//! Loading a tool's kernel object, attaching its programs with the cheapest mode the kernel
-//! allows, and reading back its shared maps (stats, interval generation).
+//! Loading a tool's kernel object, attaching its programs the way the attach policy
+//! ([`super::hooks`]) chose, and reading back its shared maps (stats, interval generation).
 //!
 //! Nothing is pinned: every program, link and map lives on a file descriptor of this process,
 //! so the kernel frees them on any exit, SIGKILL included.
@@ -7,36 +7,47 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{
-        tp_btf::BtfTracePointLinkId, BtfTracePoint, ProgramError, RawTracePoint, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, ProgramError, RawTracePoint, TracePoint,
     },
     Ebpf, EbpfLoader,
 };
 use probes_common::stats::{Control, NSTATS};
 
-use crate::{error::UserError, options::Common};
+pub use super::hooks::AttachMode;
+use super::hooks::{choose_all, Choice, Env, Hook, Symbols};
 
-/// A tool's embedded kernel object (built from `probes-ebpf` by `cli/build.rs`).
+/// A tool's embedded kernel object (built from `probes-ebpf/src/bin/<name>.rs` by
+/// `cli/build.rs`).
 #[derive(Clone, Copy, Debug)]
 pub struct Object {
     pub name: &'static str,
     pub bytes: &'static [u8],
 }
 
-macro_rules! embed {
-    ($konst:ident, $name:literal) => {
-        pub const $konst: Object = Object {
+/// The kernel object `probes-ebpf/src/bin/<name>.rs`, embedded in the binary:
+/// `const OBJECT: Object = tracekit::object!("fsync_lat");`
+#[macro_export]
+macro_rules! object {
+    ($name:literal) => {
+        $crate::kernel::loader::Object {
             name: $name,
             bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/", $name)),
-        };
+        }
     };
 }
-embed!(FSYNC_LAT, "fsync_lat");
-embed!(FLOOR, "floor");
-embed!(MEMSTALL, "memstall");
-embed!(CTXSW, "ctxsw");
-embed!(RUNQ_LAT, "runq_lat");
+
+/// What every program filters on (read-only globals and the `FILTER_PIDS` map of
+/// `probes-ebpf/src/lib.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Filter<'a> {
+    /// Process ids (tgids) to trace; empty: all.
+    pub pids: &'a [u32],
+    /// `comm` to trace, as the kernel stores it.
+    pub comm: Option<[u8; 16]>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -65,34 +76,23 @@ pub enum LoadError {
         map: String,
         source: aya::maps::MapError,
     },
+    #[error(
+        "the kernel refused to load {object} (EPERM): run as root, or with CAP_BPF and CAP_PERFMON"
+    )]
+    Permission { object: &'static str },
+    #[error("no attach mode for {event}: {why}")]
+    NoMode {
+        event: String,
+        why: String,
+        /// Tracefs was unreadable for lack of a capability (exit 3, not 4).
+        permission: bool,
+    },
 }
 
-/// How a program is attached; cheapest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum AttachMode {
-    /// BTF-typed raw tracepoint (`tp_btf`, 5.5+): no perf-event layer, typed arguments.
-    TpBtf,
-    /// Raw tracepoint (4.17+): no perf-event layer, raw arguments.
-    RawTp,
-    /// Classic tracepoint through perf events: the record is built before the program runs.
-    Tracepoint,
-    /// fentry/fexit on a kernel function (BTF trampolines): cheap, but absent on some kernels
-    /// (`features::fentry`) and tied to a function name that may change.
-    Fentry,
-    /// kprobe/kretprobe on a kernel function (`features::kprobes`): the costliest, the most widely
-    /// available where CONFIG_KPROBES is on.
-    Kprobe,
-}
-
-impl AttachMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachMode::TpBtf => "tp_btf",
-            AttachMode::RawTp => "raw_tp",
-            AttachMode::Tracepoint => "tracepoint",
-            AttachMode::Fentry => "fentry",
-            AttachMode::Kprobe => "kprobe",
-        }
+impl LoadError {
+    /// The kernel said EPERM: a missing capability, not a bug.
+    pub fn is_permission(&self) -> bool {
+        matches!(self, LoadError::Permission { .. })
     }
 }
 
@@ -148,9 +148,17 @@ pub struct Session {
     pub object: &'static str,
     pub ebpf: Ebpf,
     pub attached: Vec<Attached>,
+    /// Hooks the policy skipped (optional ones this kernel cannot attach), with the reason.
+    pub skipped: Vec<(&'static str, String)>,
+    /// The policy's choice for every hook, as `doctor` would print it.
+    pub choices: Vec<Choice>,
+    /// (program, raw target) already attached: several hooks may share one raw tracepoint.
+    links: Vec<(&'static str, String)>,
     stats_prev: [u64; NSTATS as usize],
-    /// A tp_btf stub covering several tracepoints (see `prepare_tp_btf`).
-    tp_stub: Option<(Vec<String>, aya::Btf)>,
+    /// A BTF stub covering the tp_btf tracepoints and fentry functions this object may use,
+    /// built once (see `btf::Btf::tp_btf_stub`).
+    tp_stub: Option<aya::Btf>,
+    fn_stub: Option<aya::Btf>,
 }
 
 fn map_err(map: &str) -> impl FnOnce(aya::maps::MapError) -> LoadError + '_ {
@@ -189,15 +197,14 @@ fn prog_load_err(program: &str, e: ProgramError) -> LoadError {
 }
 
 impl Session {
-    /// Loads `object` with the shared filter globals from `common` plus the tool's own settings
-    /// from `configure` (globals, map sizes). BTF is not parsed for relocations: Rust BPF code
-    /// has none, and skipping it saves a second parse of /sys/kernel/btf/vmlinux at start-up.
-    pub fn load(object: Object, common: &Common, spec: LoadSpec) -> anyhow::Result<Session> {
-        let comm = common.comm_bytes();
+    /// Loads `object` with the shared filter globals plus the tool's own settings (globals, map
+    /// sizes). BTF is not parsed for relocations: Rust BPF code has none, and skipping it saves
+    /// a second parse of /sys/kernel/btf/vmlinux at start-up.
+    pub fn load(object: Object, filter: Filter, spec: LoadSpec) -> Result<Session, LoadError> {
         let spec = spec
-            .global("FILTER_PIDS_ON", &u8::from(!common.pids.is_empty()))
-            .global("FILTER_COMM_ON", &u8::from(comm.is_some()))
-            .global("FILTER_COMM", &comm.unwrap_or([0; 16]));
+            .global("FILTER_PIDS_ON", &u8::from(!filter.pids.is_empty()))
+            .global("FILTER_COMM_ON", &u8::from(filter.comm.is_some()))
+            .global("FILTER_COMM", &filter.comm.unwrap_or([0; 16]));
         let t = std::time::Instant::now();
         let mut loader = loader_without_vmlinux_btf();
         tracing::debug!("EbpfLoader::new took {:?}", t.elapsed());
@@ -211,42 +218,35 @@ impl Session {
         for (name, n) in &spec.max_entries {
             loader.map_max_entries(name, *n);
         }
-        // After EbpfLoader::new: its unshare(CLONE_NEWNS) needs a single-threaded process.
-        let stub_thread =
-            (!spec.tp_btf.is_empty() && crate::kernel::features::btf_present()).then(|| {
-                let tps = spec.tp_btf.clone();
-                std::thread::spawn(move || {
-                    crate::kernel::btf::vmlinux()
-                        .ok()
-                        .and_then(|b| b.tp_btf_stub(&tps))
-                        .map(|stub| (tps.iter().map(|s| s.to_string()).collect(), stub))
-                })
-            });
+        // After EbpfLoader::new: its unshare(CLONE_NEWNS) needs a single-threaded process. The
+        // stub is built while aya creates the maps and probes features (~0.5 ms hidden).
+        let stub_thread = (!spec.tp_btf.is_empty() && super::features::btf_present()).then(|| {
+            let tps = spec.tp_btf.clone();
+            std::thread::spawn(move || super::btf::vmlinux().ok().and_then(|b| b.tp_btf_stub(&tps)))
+        });
         let loaded = loader.load(object.bytes);
         let tp_stub = stub_thread.and_then(|t| t.join().ok()).flatten();
         let mut ebpf = loaded.map_err(|source| {
             if is_eperm(&source) {
-                anyhow::Error::new(UserError::Permission(format!(
-                    "the kernel refused to load {} (EPERM): run as root, or with CAP_BPF and CAP_PERFMON",
-                    object.name
-                )))
+                LoadError::Permission {
+                    object: object.name,
+                }
             } else {
                 LoadError::Object {
                     object: object.name,
                     source,
                 }
-                .into()
             }
         })?;
         tracing::debug!("load of {} done at {:?}", object.name, t.elapsed());
-        if !common.pids.is_empty() {
+        if !filter.pids.is_empty() {
             let mut m: HashMap<_, u32, u8> =
                 HashMap::try_from(ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
                     object: object.name,
                     map: "FILTER_PIDS".into(),
                 })?)
                 .map_err(map_err("FILTER_PIDS"))?;
-            for p in &common.pids {
+            for p in filter.pids {
                 m.insert(p, 1, 0).map_err(map_err("FILTER_PIDS"))?;
             }
         }
@@ -254,16 +254,13 @@ impl Session {
             object: object.name,
             ebpf,
             attached: Vec::new(),
+            skipped: Vec::new(),
+            choices: Vec::new(),
+            links: Vec::new(),
             stats_prev: [0; NSTATS as usize],
             tp_stub,
+            fn_stub: None,
         })
-    }
-
-    fn unrecord(&mut self, program: &str, target: &str) {
-        if let Some(a) = self.attached.iter_mut().find(|a| a.program == program) {
-            a.targets.retain(|t| t != target);
-        }
-        self.attached.retain(|a| !a.targets.is_empty());
     }
 
     fn record(&mut self, program: &str, mode: AttachMode, target: String) {
@@ -285,15 +282,186 @@ impl Session {
         });
     }
 
-    /// Attaches classic-tracepoint program `program` to `category:name` (loading it on first
-    /// use; one program may serve several events).
-    pub fn attach_tracepoint(
+    /// Attaches every hook as `plan` (from [`plan`]) chose; hooks without a mode are listed in
+    /// [`Session::skipped`] with the reason.
+    pub fn attach_planned(&mut self, hooks: &[Hook], plan: &[Choice]) -> Result<(), LoadError> {
+        for (hook, choice) in hooks.iter().zip(plan) {
+            match choice.mode {
+                Some((mode, program)) => self.attach_hook(hook, mode, program)?,
+                None => self.skipped.push((
+                    hook.event,
+                    choice
+                        .rejected
+                        .last()
+                        .map(|(_, w)| w.clone())
+                        .unwrap_or(choice.why.clone()),
+                )),
+            }
+        }
+        self.choices.extend(plan.iter().cloned());
+        Ok(())
+    }
+
+    /// Attaches one hook with `program` in `mode`.
+    pub fn attach_hook(
         &mut self,
-        program: &str,
-        category: &str,
-        name: &str,
+        hook: &Hook,
+        mode: AttachMode,
+        program: &'static str,
     ) -> Result<(), LoadError> {
-        let p: &mut TracePoint = self
+        let target = hook.attach_target(mode).to_string();
+        if self
+            .links
+            .iter()
+            .any(|(p, t)| *p == program && *t == target)
+        {
+            // Another hook already attached this program there (one raw `sys_enter` program
+            // serving several syscall events).
+            self.record(program, mode, hook.event.to_string());
+            return Ok(());
+        }
+        let attach_err = |source: ProgramError| LoadError::Attach {
+            program: program.into(),
+            target: target.clone(),
+            source: Box::new(source),
+        };
+        let object = self.object;
+        let no_prog = || LoadError::NoProgram {
+            object,
+            program: program.into(),
+        };
+        match mode {
+            AttachMode::Tracepoint => {
+                let (category, name) = hook.tracepoint_name().ok_or_else(|| LoadError::NoMode {
+                    event: hook.event.into(),
+                    why: "not a tracepoint".into(),
+                    permission: false,
+                })?;
+                let p: &mut TracePoint = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or_else(no_prog)?
+                    .try_into()
+                    .map_err(|e| prog_load_err(program, e))?;
+                if p.fd().is_err() {
+                    p.load().map_err(|e| prog_load_err(program, e))?;
+                }
+                p.attach(category, name).map_err(attach_err)?;
+            }
+            AttachMode::TpBtf => {
+                let own;
+                let btf = match &self.tp_stub {
+                    Some(stub) if stub_has(stub, &format!("btf_trace_{target}")) => stub,
+                    _ => {
+                        own = super::btf::vmlinux()
+                            .ok()
+                            .and_then(|b| b.tp_btf_stub(&[&target]))
+                            .ok_or_else(|| LoadError::NoMode {
+                                event: hook.event.into(),
+                                why: format!("kernel BTF has no btf_trace_{target}"),
+                                permission: false,
+                            })?;
+                        &own
+                    }
+                };
+                let p: &mut BtfTracePoint = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or_else(no_prog)?
+                    .try_into()
+                    .map_err(|e| prog_load_err(program, e))?;
+                if p.fd().is_err() {
+                    p.load(&target, btf)
+                        .map_err(|e| prog_load_err(program, e))?;
+                }
+                p.attach().map_err(attach_err)?;
+            }
+            AttachMode::RawTp => {
+                let p: &mut RawTracePoint = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or_else(no_prog)?
+                    .try_into()
+                    .map_err(|e| prog_load_err(program, e))?;
+                if p.fd().is_err() {
+                    p.load().map_err(|e| prog_load_err(program, e))?;
+                }
+                p.attach(&target).map_err(attach_err)?;
+            }
+            AttachMode::Fentry | AttachMode::Fexit => {
+                if self.fn_stub.is_none() {
+                    self.fn_stub = super::btf::vmlinux()
+                        .ok()
+                        .and_then(|b| b.func_stub(&[&target]));
+                }
+                let btf = self.fn_stub.as_ref().filter(|s| stub_has(s, &target));
+                let own;
+                let btf = match btf {
+                    Some(b) => b,
+                    None => {
+                        own = super::btf::vmlinux()
+                            .ok()
+                            .and_then(|b| b.func_stub(&[&target]))
+                            .ok_or_else(|| LoadError::NoMode {
+                                event: hook.event.into(),
+                                why: format!("kernel BTF has no function {target}"),
+                                permission: false,
+                            })?;
+                        &own
+                    }
+                };
+                let prog = self.ebpf.program_mut(program).ok_or_else(no_prog)?;
+                if mode == AttachMode::Fentry {
+                    let p: &mut FEntry = prog.try_into().map_err(|e| prog_load_err(program, e))?;
+                    if p.fd().is_err() {
+                        p.load(&target, btf)
+                            .map_err(|e| prog_load_err(program, e))?;
+                    }
+                    p.attach().map_err(attach_err)?;
+                } else {
+                    let p: &mut FExit = prog.try_into().map_err(|e| prog_load_err(program, e))?;
+                    if p.fd().is_err() {
+                        p.load(&target, btf)
+                            .map_err(|e| prog_load_err(program, e))?;
+                    }
+                    p.attach().map_err(attach_err)?;
+                }
+            }
+            AttachMode::Kprobe | AttachMode::Kretprobe => {
+                let p: &mut KProbe = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or_else(no_prog)?
+                    .try_into()
+                    .map_err(|e| prog_load_err(program, e))?;
+                if p.fd().is_err() {
+                    p.load().map_err(|e| prog_load_err(program, e))?;
+                }
+                p.attach(&target, 0).map_err(attach_err)?;
+            }
+            AttachMode::PerfEvent => {
+                return Err(LoadError::NoMode {
+                    event: hook.event.into(),
+                    why: "perf events attach per CPU with a frequency: use attach_cpu_clock".into(),
+                    permission: false,
+                })
+            }
+        }
+        self.links.push((program, target));
+        self.record(program, mode, hook.event.to_string());
+        Ok(())
+    }
+
+    /// Attaches perf-event `program` to the software CPU clock of every online CPU, sampling
+    /// `freq` times a second (`PERF_COUNT_SW_CPU_CLOCK`: present in virtual machines that lack
+    /// a hardware PMU).
+    pub fn attach_cpu_clock(&mut self, program: &'static str, freq: u64) -> Result<(), LoadError> {
+        let cpus = aya::util::online_cpus().map_err(|(_, e)| LoadError::Attach {
+            program: program.into(),
+            target: "online CPUs".into(),
+            source: Box::new(ProgramError::IOError(e)),
+        })?;
+        let p: &mut PerfEvent = self
             .ebpf
             .program_mut(program)
             .ok_or_else(|| LoadError::NoProgram {
@@ -305,119 +473,36 @@ impl Session {
         if p.fd().is_err() {
             p.load().map_err(|e| prog_load_err(program, e))?;
         }
-        p.attach(category, name)
+        for cpu in cpus {
+            p.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(freq),
+                false,
+            )
             .map_err(|source| LoadError::Attach {
                 program: program.into(),
-                target: format!("{category}:{name}"),
+                target: format!("cpu-clock on CPU {cpu}"),
                 source: Box::new(source),
             })?;
-        self.record(
-            program,
-            AttachMode::Tracepoint,
-            format!("{category}:{name}"),
-        );
+        }
+        self.record(program, AttachMode::PerfEvent, "cpu-clock".into());
         Ok(())
     }
 
-    /// Attaches `program` as a BTF tracepoint (tp_btf) on raw tracepoint `tp`. `Err` says why
-    /// this kernel cannot (no BTF, no `btf_trace_<tp>`, the verifier refused); the caller then
-    /// falls back. A tp_btf link detaches without waiting for an RCU grace period, unlike a
-    /// classic tracepoint's perf event (see `probes-ebpf/src/fsync_lat.rs`).
-    pub fn attach_tp_btf(
-        &mut self,
-        program: &str,
-        tp: &str,
-    ) -> Result<BtfTracePointLinkId, String> {
-        if !crate::kernel::features::btf_present() {
-            return Err(format!(
-                "no kernel BTF ({})",
-                crate::kernel::btf::vmlinux_path().display()
-            ));
-        }
-        // A stub holding just this tracepoint's typedef id, from the shared fast BTF reader
-        // (see crate::kernel::btf::Btf::tp_btf_stub), instead of aya's full parse.
-        let own;
-        let btf = match &self.tp_stub {
-            Some((tps, stub)) if tps.iter().any(|t| t == tp) => stub,
-            _ => {
-                own = crate::kernel::btf::vmlinux()
-                    .map_err(|e| e.to_string())?
-                    .tp_btf_stub(&[tp])
-                    .ok_or_else(|| format!("kernel BTF has no btf_trace_{tp}"))?;
-                &own
-            }
-        };
-        let p: &mut BtfTracePoint = self
-            .ebpf
-            .program_mut(program)
-            .ok_or_else(|| format!("{} has no program {program}", self.object))?
-            .try_into()
-            .map_err(|e: ProgramError| e.to_string())?;
-        if p.fd().is_err() {
-            p.load(tp, btf)
-                .map_err(|e| prog_load_err(program, e).to_string())?;
-        }
-        let id = p.attach().map_err(|e| e.to_string())?;
-        self.record(program, AttachMode::TpBtf, tp.to_string());
-        Ok(id)
-    }
-
-    /// Undoes [`Session::attach_tp_btf`] (when the rest of a group cannot attach that way).
-    pub fn detach_tp_btf(&mut self, program: &str, tp: &str, id: BtfTracePointLinkId) {
-        if let Some(p) = self.ebpf.program_mut(program) {
-            if let Ok(p) = <&mut BtfTracePoint>::try_from(p) {
-                let _ = p.detach(id);
-            }
-        }
-        self.unrecord(program, tp);
-    }
-
-    /// Builds one tp_btf stub for all of `tps` ahead of `attach_raw` calls for them: the stub
-    /// holds a placeholder for every vmlinux type id below the highest typedef, so building and
-    /// parsing it costs ~0.5 ms; one for the set instead of one per tracepoint.
-    pub fn prepare_tp_btf(&mut self, tps: &[&str]) {
-        if !crate::kernel::features::btf_present() {
-            return;
-        }
-        if let Some(stub) = crate::kernel::btf::vmlinux()
-            .ok()
-            .and_then(|b| b.tp_btf_stub(tps))
-        {
-            self.tp_stub = Some((tps.iter().map(|s| s.to_string()).collect(), stub));
-        }
-    }
-
-    /// Attaches to raw tracepoint `tp`, preferring `btf_program` (tp_btf) and falling back to
-    /// `raw_program` (raw_tp) when the kernel has no BTF or refuses tp_btf. Returns the mode used.
-    pub fn attach_raw(
-        &mut self,
-        btf_program: &str,
-        raw_program: &str,
-        tp: &str,
-    ) -> Result<AttachMode, LoadError> {
-        match self.attach_tp_btf(btf_program, tp) {
-            Ok(_) => return Ok(AttachMode::TpBtf),
-            Err(e) => tracing::info!("tp_btf {tp} unavailable ({e}); falling back to raw_tp"),
-        }
-        let p: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(raw_program)
-            .ok_or_else(|| LoadError::NoProgram {
-                object: self.object,
-                program: raw_program.into(),
-            })?
-            .try_into()
-            .map_err(|e| prog_load_err(raw_program, e))?;
-        if p.fd().is_err() {
-            p.load().map_err(|e| prog_load_err(raw_program, e))?;
-        }
-        p.attach(tp).map_err(|source| LoadError::Attach {
-            program: raw_program.into(),
-            target: tp.to_string(),
-            source: Box::new(source),
-        })?;
-        self.record(raw_program, AttachMode::RawTp, tp.to_string());
-        Ok(AttachMode::RawTp)
+    /// Links whose close waits for an RCU grace period (classic tracepoints, kprobes): see
+    /// [`crate::kernel::loader::detach_in_background`].
+    pub fn slow_links(&self) -> usize {
+        self.attached
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a.mode,
+                    AttachMode::Tracepoint | AttachMode::Kprobe | AttachMode::Kretprobe
+                )
+            })
+            .map(|a| a.targets.len())
+            .sum()
     }
 
     /// Per-CPU stats summed over CPUs, as deltas since the previous call.
@@ -504,29 +589,24 @@ impl Session {
     }
 }
 
-/// Drains every key of generation `gen` from `map`: returns (key, value) pairs and deletes them.
-pub fn drain_generation<K, V>(
-    map: &mut HashMap<MapData, K, V>,
-    gen: u32,
-    key_gen: impl Fn(&K) -> u32,
-) -> Result<Vec<(K, V)>, aya::maps::MapError>
-where
-    K: aya::Pod,
-    V: aya::Pod,
-{
-    let keys: Vec<K> = map
-        .keys()
-        .filter_map(Result::ok)
-        .filter(|k| key_gen(k) == gen)
-        .collect();
-    let mut out = Vec::with_capacity(keys.len());
-    for k in keys {
-        if let Ok(v) = map.get(&k, 0) {
-            out.push((k, v));
-        }
-        let _ = map.remove(&k);
+/// How every hook of a tool will attach on this kernel (the policy `doctor` reports, decided
+/// before loading, so a tool sets the globals of the chosen mode): an error naming the first
+/// required hook that cannot attach at all.
+pub fn plan(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Result<Vec<Choice>, LoadError> {
+    let choices = choose_all(hooks, env, symbols);
+    if let Some(c) = choices.iter().find(|c| !c.optional && c.mode.is_none()) {
+        let why = c
+            .rejected
+            .last()
+            .map(|(_, w)| w.clone())
+            .unwrap_or(c.why.clone());
+        return Err(LoadError::NoMode {
+            event: c.event.to_string(),
+            why,
+            permission: env.tracefs_denied(),
+        });
     }
-    Ok(out)
+    Ok(choices)
 }
 
 /// An `EbpfLoader` without parsing `/sys/kernel/btf/vmlinux`.
@@ -575,4 +655,10 @@ fn is_eperm(e: &aya::EbpfError) -> bool {
         src = s.source();
     }
     false
+}
+
+fn stub_has(stub: &aya::Btf, name: &str) -> bool {
+    use aya_obj::btf::BtfKind;
+    stub.id_by_type_name_kind(name, BtfKind::Typedef).is_ok()
+        || stub.id_by_type_name_kind(name, BtfKind::Func).is_ok()
 }

@@ -8,8 +8,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::error::Exit;
-
 #[derive(Debug, thiserror::Error)]
 pub enum TracefsError {
     #[error("tracefs is not mounted and mounting it at {path} failed ({source}); mount it with `mount -t tracefs nodev /sys/kernel/tracing`")]
@@ -51,18 +49,6 @@ pub enum TracefsError {
         size: u32,
         expected: String,
     },
-}
-
-impl TracefsError {
-    pub fn exit(&self) -> Exit {
-        match self {
-            TracefsError::Permission { .. } | TracefsError::MountPermission { .. } => {
-                Exit::Permission
-            }
-            TracefsError::Io { .. } | TracefsError::Parse { .. } => Exit::Failure,
-            _ => Exit::KernelFeature,
-        }
-    }
 }
 
 /// One field of a tracepoint record.

@@ -25,8 +25,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::error::Exit;
-
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
     /// The `--output` target cannot be used: found before the run.
@@ -46,16 +44,6 @@ pub enum OutputError {
 }
 
 impl OutputError {
-    pub fn exit(&self) -> Exit {
-        match self {
-            OutputError::Target { .. } | OutputError::Symlink { .. } | OutputError::Open { .. } => {
-                Exit::Usage
-            }
-            OutputError::Io { .. } => Exit::Failure,
-            OutputError::BrokenPipe { .. } => Exit::Ok,
-        }
-    }
-
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, OutputError::BrokenPipe { .. })
     }
@@ -496,7 +484,10 @@ mod tests {
         for p in [d.as_path(), Path::new("."), Path::new("/")] {
             let e = Sink::open(Some(p), false).err().unwrap();
             assert!(e.to_string().contains("directory"), "{e}");
-            assert_eq!(e.exit(), Exit::Usage);
+            assert_eq!(
+                crate::error::Error::from(e).exit(),
+                crate::error::Exit::Usage
+            );
         }
         let slash = PathBuf::from(format!("{}/new/", d.display()));
         let e = Sink::open(Some(&slash), false).err().unwrap();
@@ -516,7 +507,10 @@ mod tests {
             .is_char_device());
         let mut full = Sink::open(Some(Path::new("/dev/full")), false).unwrap();
         let e = full.write("x").unwrap_err();
-        assert_eq!(e.exit(), Exit::Failure);
+        assert_eq!(
+            crate::error::Error::from(e).exit(),
+            crate::error::Exit::Failure
+        );
         assert_eq!(e.to_string().matches("No space left").count(), 1, "{e}");
     }
 

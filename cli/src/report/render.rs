@@ -1,25 +1,57 @@
-//! Rendering shared by every tool: aligned text tables, bpftrace-style bar histograms, NDJSON.
-//! Tools build a [`Report`]; they never format output themselves.
+//! Rendering shared by every tool: aligned text tables, bpftrace-style bar histograms, findings,
+//! NDJSON. Tools build an [`Output`]; they never format output themselves.
 
 use std::fmt::Write as _;
 
-use probes_common::hist::{bucket_low, log2_floor, LatHist};
-use serde_json::Value;
+use probes_common::{
+    hist::{bucket_low, log2_floor, LatHist},
+    stats::{NAMES, NSTATS},
+};
+use serde_json::{Map, Value};
 
-/// What one collection window produced.
+use super::{findings::Finding, rows::Section};
+
+/// What one collection window of one tool produced.
 #[derive(Debug, Default)]
-pub struct Report {
+pub struct Output {
     /// First line: what was traced, for how long, and what was missed.
     pub title: String,
-    /// Further header lines (skipped hooks, notes).
+    /// Further header lines (what was missed, skipped hooks).
     pub notes: Vec<String>,
-    pub tables: Vec<Table>,
+    /// Typed rows: text tables and NDJSON lines.
+    pub sections: Vec<Section>,
     /// `--hist`: (label, histogram) pairs.
     pub hists: Vec<(String, LatHist)>,
-    /// Lines after the tables (legends, verdicts).
+    /// Verdicts: who, what, how much, the evidence, the fix, the next command.
+    pub findings: Vec<Finding>,
+    /// Lines after the tables (legends).
     pub footnotes: Vec<String>,
-    /// NDJSON lines for `--json`.
-    pub json: Vec<Value>,
+    /// JSON lines of other types (`system`, `vmstat`), each with its own `"type"`.
+    pub extra_json: Vec<Value>,
+    /// The `"type":"stats"` line: the kernel's counters of what could not be recorded (named as
+    /// in `probes_common::stats`), plus tool-specific keys (`missed`, `count`, …).
+    pub stats: Option<Stats>,
+}
+
+/// What the programs could not record in a window, and other per-window run facts.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub counters: [u64; NSTATS as usize],
+    pub extra: Map<String, Value>,
+}
+
+impl Stats {
+    pub fn new(counters: [u64; NSTATS as usize]) -> Stats {
+        Stats {
+            counters,
+            extra: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, v: impl Into<Value>) -> Stats {
+        self.extra.insert(key.to_string(), v.into());
+        self
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,45 +221,104 @@ pub fn bars(h: &LatHist) -> String {
     out
 }
 
-/// Text rendering of a report.
-pub fn text(report: &Report, with_hist: bool) -> String {
-    let mut out = String::new();
-    if !report.title.is_empty() {
-        out.push_str(&report.title);
-        out.push('\n');
+/// Text rendering of one tool's window.
+pub fn text(out: &Output, with_hist: bool) -> String {
+    let mut s = String::new();
+    if !out.title.is_empty() {
+        s.push_str(&out.title);
+        s.push('\n');
     }
-    for n in &report.notes {
-        out.push_str(n);
-        out.push('\n');
+    for n in &out.notes {
+        s.push_str(n);
+        s.push('\n');
     }
+    let mut hidden = Vec::new();
     // A table without rows would be a bare header: the notes say what was not seen instead.
-    for t in report.tables.iter().filter(|t| !t.rows.is_empty()) {
-        out.push('\n');
-        out.push_str(&t.render());
+    for sec in out.sections.iter().filter(|x| !x.table.rows.is_empty()) {
+        s.push('\n');
+        s.push_str(&sec.table.render());
+        if sec.hidden > 0 {
+            hidden.push(format!(
+                "{} more {} row(s) not shown (--rows 0 shows all; JSON has every row)",
+                sec.hidden, sec.kind
+            ));
+        }
     }
     if with_hist {
-        for (label, h) in &report.hists {
-            let _ = write!(out, "\n@{label} (ns):\n{}", bars(h));
+        for (label, h) in &out.hists {
+            let _ = write!(s, "\n@{label} (ns):\n{}", bars(h));
         }
     }
-    if !report.footnotes.is_empty() {
-        out.push('\n');
-        for f in &report.footnotes {
-            out.push_str(f);
-            out.push('\n');
+    if !out.findings.is_empty() {
+        s.push_str("\nFindings:\n");
+        for (i, f) in out.findings.iter().enumerate() {
+            s.push_str(&f.text(&format!("{}. ", i + 1)));
+            s.push('\n');
         }
     }
-    out
+    if !out.footnotes.is_empty() || !hidden.is_empty() {
+        s.push('\n');
+        for f in hidden.iter().chain(&out.footnotes) {
+            s.push_str(f);
+            s.push('\n');
+        }
+    }
+    s
 }
 
-/// NDJSON rendering: one compact object per line.
-pub fn json(report: &Report) -> String {
-    let mut out = String::new();
-    for v in &report.json {
-        out.push_str(&v.to_string());
-        out.push('\n');
+/// Sets `key` in a JSON object unless the tool set it already.
+fn put_default(v: &mut Value, key: &str, x: &Value) {
+    if let Value::Object(m) = v {
+        m.entry(key.to_string()).or_insert_with(|| x.clone());
     }
-    out
+}
+
+/// Every NDJSON line of one tool's window, with the keys every line carries (`tool`, `type`,
+/// and the window's `common` keys such as `interval_ns`) added in this one place.
+pub fn json_lines(out: &Output, tool: &str, common: &Map<String, Value>) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let mut add = |mut v: Value, kind: &str| {
+        put_default(&mut v, "tool", &Value::from(tool));
+        put_default(&mut v, "type", &Value::from(kind));
+        for (k, x) in common {
+            put_default(&mut v, k, x);
+        }
+        lines.push(v);
+    };
+    for sec in &out.sections {
+        for row in &sec.json {
+            add(row.clone(), sec.kind);
+        }
+    }
+    for v in &out.extra_json {
+        add(v.clone(), "extra");
+    }
+    for f in &out.findings {
+        add(f.json(), "finding");
+    }
+    if let Some(st) = &out.stats {
+        let mut m = Map::new();
+        for (name, value) in NAMES.iter().zip(st.counters.iter()) {
+            if !name.starts_with("reserved") {
+                m.insert(name.to_string(), (*value).into());
+            }
+        }
+        for (k, x) in &st.extra {
+            m.insert(k.clone(), x.clone());
+        }
+        add(Value::Object(m), "stats");
+    }
+    lines
+}
+
+/// NDJSON text of [`json_lines`].
+pub fn json(out: &Output, tool: &str, common: &Map<String, Value>) -> String {
+    let mut s = String::new();
+    for v in json_lines(out, tool, common) {
+        s.push_str(&v.to_string());
+        s.push('\n');
+    }
+    s
 }
 
 #[cfg(test)]
@@ -252,7 +343,7 @@ mod tests {
         assert_eq!(actual, want, "golden file {} differs", path.display());
     }
 
-    fn sample() -> Report {
+    fn sample() -> Output {
         let mut t = Table::new(&[
             ("PID", Align::Right),
             ("COMM", Align::Left),
@@ -278,15 +369,18 @@ mod tests {
         for v in [900, 1_500, 1_600, 3_000, 3_100, 3_200, 70_000] {
             h.record(v);
         }
-        Report {
+        Output {
             title: "fsync-lat: traced fsync for 10.00s; 1203 calls, 0 missed".into(),
             notes: vec!["skipped: none".into()],
-            tables: vec![t],
+            sections: vec![Section {
+                kind: "summary",
+                table: t,
+                json: vec![json!({"pid": 42, "comm": "postgres\u{1b}", "p99_ns": 1830000})],
+                hidden: 0,
+            }],
             hists: vec![("fsync[42 postgres]".into(), h)],
             footnotes: vec!["! CV > 1: skewed, trust p50 over the mean".into()],
-            json: vec![
-                json!({"tool": "fsync-lat", "pid": 42, "comm": "postgres\u{1b}", "p99_ns": 1830000}),
-            ],
+            ..Default::default()
         }
     }
 
@@ -297,7 +391,7 @@ mod tests {
 
     #[test]
     fn json_report_matches_golden() {
-        let j = json(&sample());
+        let j = json(&sample(), "fsync-lat", &Map::new());
         golden("report.ndjson", &j);
         for line in j.lines() {
             let v: Value = serde_json::from_str(line).unwrap();
@@ -307,13 +401,39 @@ mod tests {
 
     #[test]
     fn empty_tables_are_not_printed() {
-        let r = Report {
+        let r = Output {
             title: "t".into(),
             notes: vec!["no sync-family calls seen".into()],
-            tables: vec![Table::new(&[("PID", Align::Right), ("COMM", Align::Left)])],
+            sections: vec![Section {
+                kind: "summary",
+                table: Table::new(&[("PID", Align::Right), ("COMM", Align::Left)]),
+                json: vec![],
+                hidden: 0,
+            }],
             ..Default::default()
         };
         assert_eq!(text(&r, false), "t\nno sync-family calls seen\n");
+    }
+
+    #[test]
+    fn every_line_carries_tool_type_and_window_keys() {
+        let mut o = sample();
+        o.stats = Some(Stats::new([1, 2, 3, 4, 5, 0, 0, 0]).with("missed", 3u64));
+        o.extra_json.push(json!({"type": "system", "switches": 5}));
+        let mut common = Map::new();
+        common.insert("interval_ns".into(), 10u64.into());
+        let lines = json_lines(&o, "t", &common);
+        assert_eq!(lines.len(), 3);
+        for l in &lines {
+            assert_eq!(l["tool"], "t");
+            assert_eq!(l["interval_ns"], 10);
+        }
+        assert_eq!(lines[0]["type"], "summary");
+        assert_eq!(lines[1]["type"], "system");
+        assert_eq!(lines[2]["type"], "stats");
+        assert_eq!(lines[2]["events"], 1);
+        assert_eq!(lines[2]["missed"], 3);
+        assert!(lines[2].get("reserved5").is_none());
     }
 
     #[test]

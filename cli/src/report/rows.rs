@@ -21,6 +21,14 @@ pub struct Column<R> {
     pub cell: fn(&R, &Ctx) -> String,
 }
 
+// By hand: a derive would require `R: Clone`, but a column only holds a fn pointer.
+impl<R> Clone for Column<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for Column<R> {}
+
 impl<R> Column<R> {
     pub const fn right(head: &'static str, cell: fn(&R, &Ctx) -> String) -> Column<R> {
         Column {

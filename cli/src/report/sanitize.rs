@@ -52,6 +52,19 @@ pub fn put_json(obj: &mut serde_json::Value, key: &str, bytes: &[u8]) {
     }
 }
 
+/// The two fields of a name in a typed row: the string (lossy where the bytes are not UTF-8)
+/// and, only then, the exact bytes (serialise the second with
+/// `#[serde(skip_serializing_if = "Option::is_none")]` as `<name>_bytes`).
+pub fn name_fields(bytes: &[u8]) -> (String, Option<Vec<u8>>) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_string(), None),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            Some(bytes.to_vec()),
+        ),
+    }
+}
+
 /// The object `rest` with `key` set to `bytes` by [`put_json`].
 pub fn json_with(key: &str, bytes: &[u8], rest: serde_json::Value) -> serde_json::Value {
     let mut v = match rest {

@@ -1,53 +1,59 @@
-//! `tracekit bench-floor --hook sched_switch|fsync`: attaches the floor program (a per-CPU
-//! counter bump) to the hook a benchmark workload exercises, so `cargo xtask bench` can measure
-//! the cost of the hook itself beside each tool. Hidden from `--help`.
+//! `tracekit bench-floor --hook …`: attaches the floor program (a per-CPU counter bump) to the
+//! hook a benchmark workload exercises, so `cargo xtask bench` can measure the cost of the hook
+//! itself beside each tool. Hidden from `--help`, `doctor` and the README.
 
 use aya::maps::PerCpuArray;
-use serde_json::json;
 
 use crate::{
-    engine::{self, Collector, Window},
-    kernel::loader::{self, AttachMode, LoadSpec, Session},
+    engine::{Collector, Meta, Output, Stats, Window},
+    error::{Context as _, Error, Result},
+    kernel::{
+        hooks::{AttachMode, Hook},
+        loader::{LoadSpec, Object, Session},
+    },
     options::Common,
-    report::render::Report,
-    tools::{self, Hook},
+    tools::{self, OpenCtx, ToolInfo},
 };
 
-pub const NAME: &str = "bench-floor";
-pub const REQUIRES_BTF: bool = false;
-/// Either hook is enough: each run uses the one its workload exercises.
-pub const HOOKS: &[Hook] = &[
-    Hook {
-        event: "sched:sched_switch",
-        raw: None,
-        fields: &[],
-        modes: &[AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint],
-        optional: true,
-    },
-    Hook {
-        event: "syscalls:sys_enter_fsync",
-        raw: None,
-        fields: &[],
-        modes: &[AttachMode::Tracepoint],
-        optional: true,
-    },
-    Hook {
-        event: "raw_syscalls:sys_enter",
-        raw: Some("sys_enter"),
-        fields: &[],
-        modes: &[AttachMode::TpBtf],
-        optional: true,
-    },
-    Hook {
-        event: "syscalls:sys_exit_fsync",
-        fields: &[],
-        modes: &[AttachMode::Tracepoint],
-        raw: None,
-        optional: true,
-    },
-];
+pub const INFO: ToolInfo = ToolInfo {
+    name: "bench-floor",
+    summary: "Benchmark control: the cheapest program on a hook.",
+    hooks: HOOKS,
+    triage: false,
+    hidden: true,
+};
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+const OBJECT: Object = crate::object!("floor");
+
+const SWITCH: Hook = Hook {
+    programs: &[
+        (AttachMode::TpBtf, "tk_floor_btf"),
+        (AttachMode::RawTp, "tk_floor_raw"),
+    ],
+    ..Hook::event("sched:sched_switch")
+};
+const SWITCH_TP: Hook = Hook {
+    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+    ..Hook::event("sched:sched_switch")
+};
+const FSYNC_ENTER: Hook = Hook {
+    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+    ..Hook::event("syscalls:sys_enter_fsync")
+};
+const FSYNC_EXIT: Hook = Hook {
+    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+    ..Hook::event("syscalls:sys_exit_fsync")
+};
+const SYS_ENTER: Hook = Hook {
+    raw: Some("sys_enter"),
+    programs: &[(AttachMode::TpBtf, "tk_floor_sys")],
+    ..Hook::event("raw_syscalls:sys_enter")
+};
+
+/// Every hook a floor run may use (each run uses the ones its workload exercises).
+pub const HOOKS: &[Hook] = &[SWITCH, FSYNC_ENTER, FSYNC_EXIT, SYS_ENTER];
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FloorHook {
     /// `sched_switch`, tp_btf (raw_tp if tp_btf is refused).
     SchedSwitch,
@@ -55,7 +61,8 @@ pub enum FloorHook {
     SchedSwitchTp,
     /// `syscalls:sys_enter_fsync`, classic tracepoint.
     Fsync,
-    /// The raw `sys_enter` tracepoint, tp_btf: what every syscall pays under `fsync-lat`.
+    /// The raw `sys_enter` tracepoint, tp_btf: what every syscall pays under a tool hooked
+    /// there.
     SysEnter,
     /// `syscalls:sys_enter_fsync` and `syscalls:sys_exit_fsync`, classic tracepoints: the
     /// same hooks as `fsync-lat`, so kernel time per call compares like for like.
@@ -66,64 +73,70 @@ pub enum FloorHook {
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, default_value = "sched-switch")]
     pub hook: FloorHook,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
+}
+
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    let hooks: &[Hook] = match args.hook {
+        FloorHook::SchedSwitch => &[SWITCH],
+        FloorHook::SchedSwitchTp => &[SWITCH_TP],
+        FloorHook::Fsync => &[FSYNC_ENTER],
+        FloorHook::SysEnter => &[SYS_ENTER],
+        FloorHook::FsyncPair => &[FSYNC_ENTER, FSYNC_EXIT],
+    };
+    let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
+    let mut session = Session::load(OBJECT, ctx.scope.filter(), LoadSpec::new())?;
+    session.attach_planned(hooks, &plan)?;
+    if session.attached.is_empty() {
+        return Err(Error::KernelFeature(format!(
+            "bench-floor: {:?} cannot attach on this kernel",
+            args.hook
+        )));
+    }
+    Ok(Box::new(Floor {
+        session,
+        scope: ctx.scope.clone(),
+        last: 0,
+    }))
 }
 
 struct Floor {
     session: Session,
+    scope: crate::engine::Scope,
     last: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let sink = tools::preflight(NAME, &args.common)?;
-    let mut session = Session::load(loader::FLOOR, &args.common, LoadSpec::new())?;
-    match args.hook {
-        FloorHook::SchedSwitch => {
-            session.attach_raw("tk_floor_btf", "tk_floor_raw", "sched_switch")?;
-        }
-        FloorHook::SchedSwitchTp => {
-            session.attach_tracepoint("tk_floor_tp", "sched", "sched_switch")?
-        }
-        FloorHook::Fsync => {
-            crate::kernel::tracefs::Tracefs::open()?.format("syscalls", "sys_enter_fsync")?;
-            session.attach_tracepoint("tk_floor_tp", "syscalls", "sys_enter_fsync")?
-        }
-        FloorHook::SysEnter => {
-            session
-                .attach_tp_btf("tk_floor_sys", "sys_enter")
-                .map_err(|e| crate::error::UserError::KernelFeature(e.to_string()))?;
-        }
-        FloorHook::FsyncPair => {
-            for ev in ["sys_enter_fsync", "sys_exit_fsync"] {
-                crate::kernel::tracefs::Tracefs::open()?.format("syscalls", ev)?;
-                session.attach_tracepoint("tk_floor_tp", "syscalls", ev)?;
-            }
-        }
-    }
-    let mut f = Floor { session, last: 0 };
-    engine::drive(&args.common, sink, &mut f)?;
-    Ok(())
-}
-
 impl Collector for Floor {
-    fn preamble(&self) -> Option<Report> {
-        Some(Report {
-            json: vec![
-                json!({"tool": NAME, "type": "meta", "programs": self.session.programs_json()}),
-            ],
-            ..Default::default()
-        })
+    fn name(&self) -> &'static str {
+        INFO.name
     }
 
-    fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
+    fn meta(&self) -> Meta {
+        Meta::of(INFO.name, "the floor counter", &self.scope, &self.session)
+    }
+
+    fn flip(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn slow_links(&self) -> usize {
+        self.session.slow_links()
+    }
+
+    fn collect(&mut self, w: &Window) -> Result<Output> {
         let m: PerCpuArray<_, u64> = PerCpuArray::try_from(
             self.session
                 .ebpf
                 .map("FLOOR_COUNT")
-                .ok_or_else(|| anyhow::anyhow!("FLOOR_COUNT missing"))?,
-        )?;
-        let total: u64 = m.get(&0, 0)?.iter().sum();
+                .ok_or_else(|| Error::other("FLOOR_COUNT missing from the floor object"))?,
+        )
+        .context("FLOOR_COUNT")?;
+        let total: u64 = m.get(&0, 0).context("reading FLOOR_COUNT")?.iter().sum();
         let events = total - self.last;
         self.last = total;
         let mode = self
@@ -132,15 +145,13 @@ impl Collector for Floor {
             .first()
             .map(|a| a.mode)
             .unwrap_or(AttachMode::Tracepoint);
-        Ok(Report {
+        Ok(Output {
             title: format!(
                 "bench-floor: {events} events in {:.2}s ({})",
                 w.secs(),
                 mode.as_str()
             ),
-            json: vec![
-                json!({"tool": NAME, "type": "stats", "events": events, "interval_ns": w.elapsed.as_nanos() as u64}),
-            ],
+            stats: Some(Stats::default().with("events", events)),
             ..Default::default()
         })
     }

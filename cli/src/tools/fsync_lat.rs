@@ -1,38 +1,54 @@
 //! `tracekit fsync-lat`: latency of the sync family per process and syscall, optionally per file.
 //!
 //! Events: the enter and exit of `fsync`, `fdatasync`, `sync_file_range`, `msync`, `syncfs`,
-//! `sync`. Preferred: two BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints that
-//! filter by syscall number (fast to detach, see `probes-ebpf/src/fsync_lat.rs`); on kernels
-//! without BTF, the classic `syscalls:sys_enter_*` / `sys_exit_*` events (fields
-//! `__syscall_nr`, the first argument `fd` or `start`, and `ret`).
+//! `sync`. Preferred: the classic `syscalls:sys_enter_*` / `sys_exit_*` events (fields
+//! `__syscall_nr`, the first argument `fd` or `start`, and `ret`), which fire only for these
+//! syscalls. Fallback where tracefs cannot be read (CAP_BPF + CAP_PERFMON only, no
+//! CAP_DAC_READ_SEARCH): BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints that
+//! filter by syscall number — they cost every syscall of the node ~50 ns each way, which is why
+//! they come second. Kernel side: `probes-ebpf/src/bin/fsync_lat.rs`.
 
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
     os::fd::{AsRawFd, RawFd},
 };
 
-use anyhow::Context as _;
-use aya::maps::{Array, HashMap, MapData, RingBuf};
+use aya::maps::{MapData, RingBuf};
 use probes_common::{
     fsync::{FileEvent, FsyncKey, FsyncVal},
     hist::LatHist,
     stats,
 };
-use serde_json::json;
+use serde::Serialize;
 
 use crate::{
-    engine::{self, Collector, Window},
-    error::UserError,
-    kernel::loader::AttachMode,
-    kernel::loader::{self, LoadSpec, Session},
-    kernel::tracefs::Tracefs,
+    engine::{Collector, Meta, Output, Stats, Window},
+    error::{Context as _, Error, Result},
+    kernel::{
+        hooks::{AttachMode, Hook},
+        loader::{self, LoadSpec, Object, Session},
+        maps::GenMap,
+    },
     options::Common,
-    report::hist::{self, LatStats},
-    report::output::Sink,
-    report::render::{fmt_ns, Align, Report, Table},
-    report::sanitize,
-    tools::{self, row_comm, Hook},
+    report::{
+        findings::{Cause, Finding, Score, Subject},
+        hist::{self, LatStats},
+        render::fmt_ns,
+        rows::{Column, Ctx, Section},
+        sanitize,
+    },
+    tools::{self, row_comm, OpenCtx, ToolInfo},
 };
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "fsync-lat",
+    summary: "Who waits in `fsync`, `fdatasync`, `sync_file_range`, `msync`, `syncfs`, `sync`, how long (count, rate, mean, p50/p90/p99/p99.9, max, stddev, CV, total, share of the time), and with `--by-file`, on which files (\"is it the WAL?\"); findings name the process that loses the most time and say what to do.",
+    hooks: HOOKS,
+    triage: true,
+    hidden: false,
+};
+
+const OBJECT: Object = crate::object!("fsync_lat");
 
 /// The sync family, with x86_64/aarch64 syscall numbers from libc.
 const FAMILY: [(&str, i64); 6] = [
@@ -44,21 +60,26 @@ const FAMILY: [(&str, i64); 6] = [
     ("sync", libc::SYS_sync),
 ];
 
-pub const NAME: &str = "fsync-lat";
-pub const REQUIRES_BTF: bool = false;
-
-const BTF_OR_TP: &[AttachMode] = &[AttachMode::TpBtf, AttachMode::Tracepoint];
+const ENTER: &[(AttachMode, &str)] = &[
+    (AttachMode::Tracepoint, "tk_fsync_enter"),
+    (AttachMode::TpBtf, "tk_fsync_sys_enter"),
+];
+const EXIT: &[(AttachMode, &str)] = &[
+    (AttachMode::Tracepoint, "tk_fsync_exit"),
+    (AttachMode::TpBtf, "tk_fsync_sys_exit"),
+];
 
 macro_rules! sync_hooks {
     ($($name:literal),*) => {
         &[$(
-            Hook { event: concat!("syscalls:sys_enter_", $name), raw: Some("sys_enter"), fields: &["__syscall_nr"], modes: BTF_OR_TP, optional: true },
-            Hook { event: concat!("syscalls:sys_exit_", $name), raw: Some("sys_exit"), fields: &["ret"], modes: BTF_OR_TP, optional: true },
+            Hook { event: concat!("syscalls:sys_enter_", $name), raw: Some("sys_enter"), fields: &["__syscall_nr"], programs: ENTER, optional: true, group: "sync" },
+            Hook { event: concat!("syscalls:sys_exit_", $name), raw: Some("sys_exit"), fields: &["ret"], programs: EXIT, optional: true, group: "sync" },
         )*]
     };
 }
 
-/// Each syscall is optional: the tool traces whichever of the family the kernel has.
+/// Each syscall is optional (the tool traces whichever of the family the kernel has); all use
+/// one attach mode.
 pub const HOOKS: &[Hook] = sync_hooks!(
     "fsync",
     "fdatasync",
@@ -72,11 +93,11 @@ const EXAMPLES: &str = "  tracekit fsync-lat --duration 10s                  # w
   tracekit fsync-lat --duration 30s --by-file        # and on which files (is it the WAL?)
   tracekit fsync-lat --duration 1m --interval 10s --json --output fsync.ndjson   # follow with tail -f";
 
-const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on kernels with BTF (CAP_SYS_ADMIN \
-stands in for both). Without BTF it falls back to classic tracepoints and then also needs \
-CAP_DAC_READ_SEARCH to read tracefs (mode 0700), and CAP_SYS_ADMIN to mount tracefs if it is not \
-mounted. With --by-file, the files of other users' processes are shown only with CAP_SYS_PTRACE \
-(else `[no access]`).";
+const NEEDS: &str = "root, or CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (tracefs is mode 0700; \
+CAP_SYS_ADMIN stands in for the first two, and is needed to mount tracefs if it is not mounted). \
+With only CAP_BPF and CAP_PERFMON on a kernel with BTF it still runs, on the raw sys_enter/sys_exit \
+tracepoints, which cost every syscall of the node ~100 ns while it runs. With --by-file, the files \
+of other users' processes are shown only with CAP_SYS_PTRACE (else `[no access]`).";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
@@ -98,97 +119,106 @@ pub struct Args {
     pub top_files: usize,
 }
 
-struct FsyncLat {
-    session: Session,
-    hist: HashMap<MapData, FsyncKey, FsyncVal>,
-    other: Array<MapData, FsyncVal>,
-    files: Option<RingBuf<MapData>>,
-    /// (id, fd) → path, resolved when the ring buffer reported the pair.
-    paths: StdHashMap<(u32, i32), Vec<u8>>,
-    names: StdHashMap<u32, &'static str>,
-    traced: Vec<&'static str>,
-    skipped: Vec<(&'static str, String)>,
-    common: Common,
-    by_file: bool,
-    top_files: usize,
-    max_rows: usize,
+pub fn run(args: Args) -> Result<()> {
+    tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
 }
 
-/// Shared settings of both attach modes.
-fn base_spec(common: &Common, by_file: bool) -> LoadSpec {
-    LoadSpec::new()
+const ZERO: FsyncVal = FsyncVal {
+    comm: [0; 16],
+    tgid: 0,
+    _pad: 0,
+    errors: 0,
+    hist: LatHist::ZERO,
+};
+
+/// Loads and attaches fsync-lat's programs as the attach policy chose on this kernel.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    let mode_of = |event: String| {
+        HOOKS
+            .iter()
+            .zip(&plan)
+            .find(|(h, _)| h.event == event)
+            .and_then(|(_, c)| c.mode)
+            .map(|m| m.0)
+    };
+    let traced: Vec<(&'static str, i64)> = FAMILY
+        .iter()
+        .copied()
+        .filter(|(n, _)| {
+            mode_of(format!("syscalls:sys_enter_{n}")).is_some()
+                && mode_of(format!("syscalls:sys_exit_{n}")).is_some()
+        })
+        .collect();
+    let Some(mode) = traced
+        .first()
+        .and_then(|(n, _)| mode_of(format!("syscalls:sys_enter_{n}")))
+    else {
+        return Err(Error::KernelFeature(
+            "no sync-family syscall tracepoints (syscalls:sys_enter_fsync …) and no kernel BTF for the raw sys_enter tracepoint: this kernel lacks CONFIG_FTRACE_SYSCALLS".into(),
+        ));
+    };
+    let scope = &ctx.scope;
+    let mut spec = LoadSpec::new()
         .global("FS_NR_MSYNC", &(libc::SYS_msync as u32))
         .global("FS_NR_SYNC", &(libc::SYS_sync as u32))
-        .global("FS_PER_THREAD", &u8::from(common.threads))
-        .global("FS_BY_FILE", &u8::from(by_file))
-        .max_entries("FSYNC_HIST", tools::key_cap(common))
-        .max_entries("FSYNC_START", tools::inflight_cap())
-}
-
-/// BTF tracepoints on `sys_enter` / `sys_exit`, filtering by syscall number: every syscall of
-/// the family on this architecture is traced. `Err` says why this kernel cannot.
-fn attach_btf(common: &Common, by_file: bool) -> Result<Session, String> {
-    if !crate::kernel::features::btf_present() {
-        return Err(format!(
-            "no kernel BTF ({})",
-            crate::kernel::btf::vmlinux_path().display()
-        ));
-    }
-    let btf = crate::kernel::btf::vmlinux().map_err(|e| e.to_string())?;
-    let reg = |m: &str| {
-        btf.member("pt_regs", m)
-            .map_err(|e| e.to_string())
-            .and_then(|m| {
-                if m.size == 8 {
-                    Ok(m.offset)
-                } else {
-                    Err(format!("pt_regs member is {} bytes", m.size))
-                }
-            })
+        .global("FS_PER_THREAD", &u8::from(scope.threads))
+        .global("FS_BY_FILE", &u8::from(args.by_file))
+        .max_entries("FSYNC_HIST", scope.key_cap())
+        .max_entries("FSYNC_START", scope.inflight_cap());
+    spec = match mode {
+        AttachMode::TpBtf => btf_globals(spec, &traced)?,
+        _ => classic_globals(spec, ctx, &traced)?,
     };
-    // x86_64: the first syscall argument is in di; the number stays in orig_ax for the exit.
-    let (arg0, nr) = (reg("di")?, reg("orig_ax")?);
-    for (tp, n) in [("btf_trace_sys_enter", 3), ("btf_trace_sys_exit", 3)] {
-        match btf.proto_param_sizes(tp) {
-            Some(p) if p.len() == n && p[2] == 8 => {}
-            other => return Err(format!("unexpected {tp} prototype {other:?}")),
-        }
-    }
-    let mut nrs = [u32::MAX; 6];
-    for (slot, (_, n)) in nrs.iter_mut().zip(FAMILY) {
-        *slot = n as u32;
-    }
-    let spec = base_spec(common, by_file)
-        .global("FS_NRS", &nrs)
-        .global("FS_REGS_ARG0_OFF", &arg0)
-        .global("FS_REGS_NR_OFF", &nr);
-    let mut session =
-        Session::load(loader::FSYNC_LAT, common, spec).map_err(|e| format!("{e:#}"))?;
-    session.attach_tp_btf("tk_fsync_sys_enter", "sys_enter")?;
-    session.attach_tp_btf("tk_fsync_sys_exit", "sys_exit")?;
-    Ok(session)
+    let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+    session.attach_planned(HOOKS, &plan)?;
+    let hist = GenMap::take(
+        &mut session,
+        "FSYNC_HIST",
+        Some("FSYNC_OTHER"),
+        |k: &FsyncKey| k.gen,
+        ZERO,
+    )?;
+    let files = if args.by_file {
+        let m = session
+            .ebpf
+            .take_map("FSYNC_FILES")
+            .ok_or(loader::LoadError::NoMap {
+                object: OBJECT.name,
+                map: "FSYNC_FILES".into(),
+            })?;
+        Some(RingBuf::try_from(m).context("FSYNC_FILES")?)
+    } else {
+        None
+    };
+    Ok(Box::new(FsyncLat {
+        session,
+        hist,
+        files,
+        paths: StdHashMap::new(),
+        names: FAMILY.iter().map(|(n, nr)| (*nr as u32, *n)).collect(),
+        traced: traced.iter().map(|(n, _)| *n).collect(),
+        scope: scope.clone(),
+        by_file: args.by_file,
+        top_files: args.top_files,
+        max_rows: args.rows,
+        gen: 0,
+    }))
 }
 
-/// An attached session, the syscalls it traces, and those skipped with the reason.
-type Attached = (Session, Vec<&'static str>, Vec<(&'static str, String)>);
-
-/// Classic tracepoints on the per-syscall events, for kernels without BTF: which of the family
-/// this kernel can trace, and where their fields are.
-fn attach_classic(common: &Common, by_file: bool) -> anyhow::Result<Attached> {
-    let tracefs = Tracefs::open()?;
-    let mut traced = Vec::new();
-    let mut skipped = Vec::new();
-    let mut nr_off = None;
-    let mut arg0_off = None;
-    let mut ret_off = None;
-    for (name, _) in FAMILY {
-        let (enter, exit) = (format!("sys_enter_{name}"), format!("sys_exit_{name}"));
-        if !tracefs.has_event("syscalls", &enter)? || !tracefs.has_event("syscalls", &exit)? {
-            skipped.push((name, format!("no tracepoint syscalls:{enter}")));
-            continue;
-        }
+/// Classic tracepoints: where the fields are in each traced event's format (they must agree:
+/// one program serves all six events).
+fn classic_globals(spec: LoadSpec, ctx: &OpenCtx, traced: &[(&str, i64)]) -> Result<LoadSpec> {
+    let tracefs = ctx
+        .env
+        .tracefs()
+        .as_ref()
+        .map_err(|e| Error::KernelFeature(e.clone()))?;
+    let (mut nr_off, mut arg0_off, mut ret_off) = (None, None, None);
+    for (name, _) in traced {
+        let enter = format!("sys_enter_{name}");
         let ef = tracefs.format("syscalls", &enter)?;
-        let xf = tracefs.format("syscalls", &exit)?;
+        let xf = tracefs.format("syscalls", &format!("sys_exit_{name}"))?;
         let nr = ef.offset_of("__syscall_nr", &[4])?;
         let ret = xf.offset_of("ret", &[4, 8])?;
         // The first argument's slot; only its low 32 bits (the fd) are read.
@@ -202,77 +232,73 @@ fn attach_classic(common: &Common, by_file: bool) -> anyhow::Result<Attached> {
             (&mut ret_off, Some(ret), "ret"),
             (&mut arg0_off, arg0, "first argument"),
         ] {
-            if let Some(v) = v {
-                match slot {
-                    None => *slot = Some(v),
-                    Some(prev) if *prev != v => anyhow::bail!(
+            match (slot.as_ref(), v) {
+                (None, Some(v)) => *slot = Some(v),
+                (Some(prev), Some(v)) if *prev != v => {
+                    return Err(Error::KernelFeature(format!(
                         "syscalls:{enter}: {what} at offset {v}, other sync syscalls have it at {prev}; this layout is not supported"
-                    ),
-                    _ => {}
+                    )))
                 }
+                _ => {}
             }
         }
-        traced.push(name);
     }
-    if traced.is_empty() {
-        return Err(UserError::KernelFeature(
-            "no sync-family syscall tracepoints (syscalls:sys_enter_fsync …) and no kernel BTF for the raw sys_enter tracepoint: this kernel lacks CONFIG_FTRACE_SYSCALLS".into(),
-        )
-        .into());
-    }
-    let spec = base_spec(common, by_file)
+    Ok(spec
         .global("FS_NR_OFF", &nr_off.unwrap_or(8))
         .global("FS_ARG0_OFF", &arg0_off.unwrap_or(16))
-        .global("FS_RET_OFF", &ret_off.unwrap_or(16));
-    let mut session = Session::load(loader::FSYNC_LAT, common, spec)?;
-    for name in &traced {
-        session.attach_tracepoint("tk_fsync_enter", "syscalls", &format!("sys_enter_{name}"))?;
-        session.attach_tracepoint("tk_fsync_exit", "syscalls", &format!("sys_exit_{name}"))?;
-    }
-    Ok((session, traced, skipped))
+        .global("FS_RET_OFF", &ret_off.unwrap_or(16)))
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = args.common;
-    let sink: Sink = tools::preflight(NAME, &common)?;
-    let (mut session, traced, skipped) = match attach_btf(&common, args.by_file) {
-        Ok(s) => (s, FAMILY.iter().map(|(n, _)| *n).collect(), Vec::new()),
-        Err(why) => {
-            tracing::info!("BTF tracepoints on sys_enter/sys_exit unavailable ({why}); using the classic syscalls:* tracepoints");
-            attach_classic(&common, args.by_file)?
+/// BTF tracepoints on `sys_enter` / `sys_exit`: the syscall numbers to keep, and where the
+/// first argument and the syscall number are in `struct pt_regs` (x86_64: `di`, and `orig_ax`,
+/// which keeps the number for the exit path).
+fn btf_globals(spec: LoadSpec, traced: &[(&str, i64)]) -> Result<LoadSpec> {
+    let btf = crate::kernel::btf::vmlinux()?;
+    let reg = |m: &str| -> Result<u32> {
+        let mem = btf.member("pt_regs", m)?;
+        if mem.size != 8 {
+            return Err(Error::KernelFeature(format!(
+                "kernel BTF: pt_regs.{m} is {} bytes, expected 8",
+                mem.size
+            )));
         }
+        Ok(mem.offset)
     };
-    let take = |s: &mut Session, m: &str| {
-        s.ebpf.take_map(m).ok_or_else(|| loader::LoadError::NoMap {
-            object: s.object,
-            map: m.into(),
-        })
-    };
-    let hist = HashMap::try_from(take(&mut session, "FSYNC_HIST")?).context("FSYNC_HIST")?;
-    let other = Array::try_from(take(&mut session, "FSYNC_OTHER")?).context("FSYNC_OTHER")?;
-    let files = if args.by_file {
-        Some(RingBuf::try_from(take(&mut session, "FSYNC_FILES")?).context("FSYNC_FILES")?)
-    } else {
-        None
-    };
-    let names = FAMILY.iter().map(|(n, nr)| (*nr as u32, *n)).collect();
-    tools::announce(&traced.join(", "), &common, &session, &skipped);
-    let mut tool = FsyncLat {
-        session,
-        hist,
-        other,
-        files,
-        paths: StdHashMap::new(),
-        names,
-        traced,
-        skipped,
-        common: common.clone(),
-        by_file: args.by_file,
-        top_files: args.top_files,
-        max_rows: args.rows,
-    };
-    engine::drive(&common, sink, &mut tool)?;
-    Ok(())
+    let (arg0, nr) = (reg("di")?, reg("orig_ax")?);
+    for tp in ["btf_trace_sys_enter", "btf_trace_sys_exit"] {
+        match btf.proto_param_sizes(tp) {
+            Some(p) if p.len() == 3 && p[2] == 8 => {}
+            other => {
+                return Err(Error::KernelFeature(format!(
+                    "kernel BTF: unexpected {tp} prototype {other:?}"
+                )))
+            }
+        }
+    }
+    let mut nrs = [u32::MAX; 6];
+    for (slot, (_, n)) in nrs.iter_mut().zip(traced) {
+        *slot = *n as u32;
+    }
+    Ok(spec
+        .global("FS_NRS", &nrs)
+        .global("FS_REGS_ARG0_OFF", &arg0)
+        .global("FS_REGS_NR_OFF", &nr))
+}
+
+struct FsyncLat {
+    session: Session,
+    hist: GenMap<FsyncKey, FsyncVal>,
+    files: Option<RingBuf<MapData>>,
+    /// (id, fd) → path, resolved when the ring buffer reported the pair.
+    paths: StdHashMap<(u32, i32), Vec<u8>>,
+    names: StdHashMap<u32, &'static str>,
+    traced: Vec<&'static str>,
+    scope: crate::engine::Scope,
+    by_file: bool,
+    top_files: usize,
+    max_rows: usize,
+    /// The generation just flipped away from (the one to drain).
+    gen: u32,
 }
 
 /// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
@@ -280,14 +306,113 @@ pub fn rate(count: u64, secs: f64) -> f64 {
     (count as f64 / secs * 1000.0).round() / 1000.0
 }
 
-/// One report row: a process (or thread) and syscall.
-struct Row {
-    id: u32,
-    tgid: u32,
-    comm: Vec<u8>,
+/// One process (or thread) and syscall in one window.
+#[derive(Serialize)]
+struct SummaryRow {
+    pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
+    comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<Vec<u8>>,
     syscall: String,
+    count: u64,
     errors: u64,
+    rate_per_s: f64,
+    mean_ns: u64,
+    p50_ns: u64,
+    p90_ns: u64,
+    p99_ns: u64,
+    p999_ns: u64,
+    max_ns: u64,
+    stddev_ns: u64,
+    cv_pct: u64,
+    total_ns: u64,
+    /// Share of the window spent in these calls, parts per million (summed over threads).
+    time_ppm: u64,
+    #[serde(skip)]
+    id: u32,
+    #[serde(skip)]
+    cv: f64,
+    #[serde(skip)]
+    comm_raw: Vec<u8>,
+    #[serde(skip)]
     hist: LatHist,
+}
+
+const SUMMARY: &[Column<SummaryRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("SYSCALL", |r, _| r.syscall.clone()),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
+    Column::right("ERR", |r, _| r.errors.to_string()),
+    Column::right("MEAN", |r, _| fmt_ns(r.mean_ns)),
+    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
+    Column::right("P90", |r, _| fmt_ns(r.p90_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
+    Column::right("STDDEV", |r, _| fmt_ns(r.stddev_ns)),
+    Column::right("CV", |r, _| {
+        if r.cv > 1.0 {
+            format!("{:.2}!", r.cv)
+        } else {
+            format!("{:.2}", r.cv)
+        }
+    }),
+    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::right("%TIME", |r, _| {
+        format!("{:.1}", r.time_ppm as f64 / 10_000.0)
+    }),
+];
+
+/// One file of a process in one window (`--by-file`).
+#[derive(Serialize)]
+struct FileRow {
+    pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
+    comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<Vec<u8>>,
+    fd: i32,
+    file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_bytes: Option<Vec<u8>>,
+    count: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+    total_ns: u64,
+    #[serde(skip)]
+    id: u32,
+    #[serde(skip)]
+    comm_raw: Vec<u8>,
+    #[serde(skip)]
+    file_raw: Vec<u8>,
+}
+
+const FILES: &[Column<FileRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
+    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::left("FILE", |r, _| {
+        format!("{} (fd {})", sanitize::text(&r.file_raw), r.fd)
+    }),
+];
+
+/// The column set, with the id column named for what it holds.
+fn columns<R>(cols: &[Column<R>], threads: bool) -> Vec<Column<R>> {
+    let mut v: Vec<Column<R>> = cols.to_vec();
+    if threads {
+        v[0].head = "TID";
+    }
+    v
 }
 
 impl FsyncLat {
@@ -296,14 +421,68 @@ impl FsyncLat {
             .entry((id, fd))
             .or_insert_with(|| crate::host::proc::fd_path(tgid, tid, fd));
     }
+
+    fn summary_row(
+        &self,
+        id: u32,
+        tgid: u32,
+        comm: Vec<u8>,
+        syscall: String,
+        errors: u64,
+        h: &LatHist,
+        secs: f64,
+    ) -> SummaryRow {
+        let s: LatStats = hist::stats(h);
+        let (name, bytes) = sanitize::name_fields(&comm);
+        let threads = self.scope.threads;
+        SummaryRow {
+            pid: if threads { tgid } else { id },
+            tid: threads.then_some(id),
+            comm: name,
+            comm_bytes: bytes,
+            syscall,
+            count: s.count,
+            errors,
+            rate_per_s: rate(s.count, secs),
+            mean_ns: s.mean_ns,
+            p50_ns: s.p50_ns,
+            p90_ns: s.p90_ns,
+            p99_ns: s.p99_ns,
+            p999_ns: s.p999_ns,
+            max_ns: s.max_ns,
+            stddev_ns: s.stddev_ns,
+            cv_pct: (s.cv * 100.0).round() as u64,
+            total_ns: s.total_ns,
+            time_ppm: (s.total_ns as f64 / secs / 1e3).round() as u64,
+            id,
+            cv: s.cv,
+            comm_raw: comm,
+            hist: *h,
+        }
+    }
 }
 
 impl Collector for FsyncLat {
-    fn event_fd(&self) -> Option<RawFd> {
-        self.files.as_ref().map(|f| f.as_raw_fd())
+    fn name(&self) -> &'static str {
+        INFO.name
     }
 
-    fn on_events(&mut self) -> anyhow::Result<()> {
+    fn meta(&self) -> Meta {
+        Meta::of(
+            INFO.name,
+            self.traced.join(", "),
+            &self.scope,
+            &self.session,
+        )
+        .with("traced", self.traced.clone())
+        .with("by_file", self.by_file)
+    }
+
+    fn event_fds(&self) -> Vec<RawFd> {
+        self.files.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn on_events(&mut self) -> Result<()> {
         let mut evs = Vec::new();
         if let Some(rb) = self.files.as_mut() {
             while let Some(item) = rb.next() {
@@ -324,289 +503,129 @@ impl Collector for FsyncLat {
         Ok(())
     }
 
-    fn preamble(&self) -> Option<Report> {
-        let skipped: Vec<_> = self
-            .skipped
-            .iter()
-            .map(|(n, r)| json!({"syscall": n, "reason": r}))
-            .collect();
-        tools::meta_report(
-            NAME,
-            &self.common,
-            &self.session,
-            json!({"traced": self.traced, "skipped": skipped}),
-        )
+    fn flip(&mut self) -> Result<()> {
+        self.gen = self.session.flip_generation()?;
+        Ok(())
     }
 
-    fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
-        let gen = self.session.flip_generation()?;
-        let drained = loader::drain_generation(&mut self.hist, gen, |k| k.gen)
-            .context("reading FSYNC_HIST")?;
-        let other = self.other.get(&gen, 0).context("reading FSYNC_OTHER")?;
-        // The kernel writes the other generation now, so the reset races with nothing.
-        let zero = FsyncVal {
-            comm: [0; 16],
-            tgid: 0,
-            _pad: 0,
-            errors: 0,
-            hist: LatHist::ZERO,
-        };
-        self.other
-            .set(gen, zero, 0)
-            .context("resetting FSYNC_OTHER")?;
+    fn slow_links(&self) -> usize {
+        self.session.slow_links()
+    }
+
+    fn collect(&mut self, w: &Window) -> Result<Output> {
+        let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
+        let secs = w.secs();
+        let threads = self.scope.threads;
 
         // Rows per (id, syscall), merging fds; files per (id, fd).
-        let names = &self.names;
-        let mut rows: BTreeMap<(u32, u32), Row> = BTreeMap::new();
-        let mut files: BTreeMap<(u32, i32), (LatHist, u32, [u8; 16])> = BTreeMap::new();
-        for (k, v) in &drained {
-            let row = rows.entry((k.id, k.nr)).or_insert_with(|| Row {
-                id: k.id,
-                tgid: v.tgid,
-                comm: v.comm.to_vec(),
-                syscall: names
-                    .get(&k.nr)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| format!("syscall_{}", k.nr)),
-                errors: 0,
-                hist: LatHist::ZERO,
-            });
-            row.errors += v.errors;
-            row.hist.merge(&v.hist);
+        type Acc = (u32, [u8; 16], u64, LatHist);
+        let mut per_call: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
+        let mut per_file: BTreeMap<(u32, i32), (u32, [u8; 16], LatHist)> = BTreeMap::new();
+        for (k, v) in &drained.rows {
+            let e = per_call
+                .entry((k.id, k.nr))
+                .or_insert((v.tgid, v.comm, 0, LatHist::ZERO));
+            e.2 += v.errors;
+            e.3.merge(&v.hist);
             if k.fd >= 0 {
-                let f = files
+                per_file
                     .entry((k.id, k.fd))
-                    .or_insert((LatHist::ZERO, v.tgid, v.comm));
-                f.0.merge(&v.hist);
+                    .or_insert((v.tgid, v.comm, LatHist::ZERO))
+                    .2
+                    .merge(&v.hist);
             }
         }
-        let threads = self.common.threads;
-        let mut rows: Vec<Row> = rows
-            .into_values()
-            .map(|mut r| {
-                r.comm = row_comm(r.id, r.tgid, threads, &r.comm);
-                r
+        let mut rows: Vec<SummaryRow> = per_call
+            .into_iter()
+            .map(|((id, nr), (tgid, comm, errors, h))| {
+                let name = self
+                    .names
+                    .get(&nr)
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| format!("syscall_{nr}"));
+                let comm = row_comm(id, tgid, threads, &comm);
+                self.summary_row(id, tgid, comm, name, errors, &h, secs)
             })
             .collect();
-        if other.hist.count > 0 {
-            rows.push(Row {
-                id: 0,
-                tgid: 0,
-                comm: b"[other]".to_vec(),
-                syscall: "all".into(),
-                errors: other.errors,
-                hist: other.hist,
-            });
+        if drained.other.hist.count > 0 {
+            let o = drained.other;
+            rows.push(self.summary_row(
+                0,
+                0,
+                b"[other]".to_vec(),
+                "all".into(),
+                o.errors,
+                &o.hist,
+                secs,
+            ));
         }
-        let stats: Vec<LatStats> = rows.iter().map(|r| hist::stats(&r.hist)).collect();
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by(|&a, &b| {
-            stats[b]
-                .total_ns
-                .cmp(&stats[a].total_ns)
-                .then(rows[a].id.cmp(&rows[b].id))
-        });
+        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
 
-        let secs = w.secs();
-        let calls: u64 = stats.iter().map(|s| s.count).sum();
+        let calls: u64 = rows.iter().map(|r| r.count).sum();
         let missed = st[stats::START_MAP_FULL as usize] + st[stats::RINGBUF_FULL as usize];
-        let mut report = Report::default();
+        let over_cap = st[stats::KEY_MAP_FULL as usize];
+        let mut out = Output::default();
         let when = if w.interval {
-            let (end, _) = w.end_json();
-            format!("interval {} ending {end}, ", w.index + 1)
+            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
         } else {
             String::new()
         };
-        let over_cap = st[stats::KEY_MAP_FULL as usize];
-        report.title = format!(
+        out.title = format!(
             "fsync-lat: {calls} calls of {} in {}; {when}{secs:.2}s ({}); missed {missed}",
             self.traced.join(", "),
-            tools::scope(&self.common),
+            self.scope.describe(),
             w.stop.as_str(),
         );
         if missed > 0 || over_cap > 0 {
-            report.notes.push(format!(
+            out.notes.push(format!(
                 "missed: in-flight map full {}, ring buffer full {}; {over_cap} call(s) over the --max-keys cap are counted in the [other] row",
                 st[stats::START_MAP_FULL as usize],
                 st[stats::RINGBUF_FULL as usize],
             ));
         }
-        for (n, r) in &self.skipped {
-            report.notes.push(format!("skipped {n}: {r}"));
-        }
-        let id_col = if self.common.threads { "TID" } else { "PID" };
-        let mut t = Table::new(&[
-            (id_col, Align::Right),
-            ("COMM", Align::Left),
-            ("SYSCALL", Align::Left),
-            ("COUNT", Align::Right),
-            ("RATE/s", Align::Right),
-            ("ERR", Align::Right),
-            ("MEAN", Align::Right),
-            ("P50", Align::Right),
-            ("P90", Align::Right),
-            ("P99", Align::Right),
-            ("P99.9", Align::Right),
-            ("MAX", Align::Right),
-            ("STDDEV", Align::Right),
-            ("CV", Align::Right),
-            ("TOTAL", Align::Right),
-        ]);
-        let (end_text, end_ns) = w.end_json();
-        let mut flagged = false;
-        let shown = if self.max_rows == 0 {
-            order.len()
-        } else {
-            self.max_rows.min(order.len())
-        };
-        for (pos, &i) in order.iter().enumerate() {
-            let (r, s) = (&rows[i], &stats[i]);
-            if pos == shown {
-                report.footnotes.push(format!(
-                    "{} more row(s) with less total time not shown (--rows 0 shows all)",
-                    order.len() - shown
-                ));
-            }
-            let cv = if s.cv > 1.0 {
-                flagged = true;
-                format!("{:.2}!", s.cv)
-            } else {
-                format!("{:.2}", s.cv)
-            };
-            if pos < shown {
-                t.push(vec![
-                    r.id.to_string(),
-                    sanitize::text(&r.comm),
-                    r.syscall.clone(),
-                    s.count.to_string(),
-                    format!("{:.1}", s.count as f64 / secs),
-                    r.errors.to_string(),
-                    fmt_ns(s.mean_ns),
-                    fmt_ns(s.p50_ns),
-                    fmt_ns(s.p90_ns),
-                    fmt_ns(s.p99_ns),
-                    fmt_ns(s.p999_ns),
-                    fmt_ns(s.max_ns),
-                    fmt_ns(s.stddev_ns),
-                    cv,
-                    fmt_ns(s.total_ns),
-                ]);
-                report.hists.push((
-                    format!("{}[{} {}]", r.syscall, r.id, sanitize::text(&r.comm)),
-                    r.hist,
-                ));
-            }
-            let mut line = json!({
-                "tool": "fsync-lat",
-                "type": "summary",
-                "pid": if self.common.threads { r.tgid } else { r.id },
-                "syscall": r.syscall,
-                "count": s.count,
-                "errors": r.errors,
-                "rate_per_s": rate(s.count, secs),
-                "mean_ns": s.mean_ns,
-                "p50_ns": s.p50_ns,
-                "p90_ns": s.p90_ns,
-                "p99_ns": s.p99_ns,
-                "p999_ns": s.p999_ns,
-                "max_ns": s.max_ns,
-                "stddev_ns": s.stddev_ns,
-                "cv_pct": (s.cv * 100.0).round() as u64,
-                "total_ns": s.total_ns,
-                "interval_ns": w.elapsed.as_nanos() as u64,
-                "interval_end": end_text,
-                "interval_end_ns": end_ns,
-            });
-            sanitize::put_json(&mut line, "comm", &r.comm);
-            if self.common.threads {
-                line["tid"] = json!(r.id);
-            }
-            report.json.push(line);
+        for (n, r) in &self.session.skipped {
+            out.notes.push(format!("skipped {n}: {r}"));
         }
         if rows.is_empty() {
-            report.notes.push("no sync-family calls seen".into());
+            out.notes.push("no sync-family calls seen".into());
         }
-        report.tables.push(t);
-        if flagged {
-            report.footnotes.push(
+        let ctx = Ctx { secs };
+        let shown = if self.max_rows == 0 {
+            rows.len()
+        } else {
+            self.max_rows
+        };
+        for r in rows.iter().take(shown) {
+            out.hists.push((
+                format!("{}[{} {}]", r.syscall, r.id, sanitize::text(&r.comm_raw)),
+                r.hist,
+            ));
+        }
+        if rows.iter().any(|r| r.cv > 1.0) {
+            out.footnotes.push(
                 "! CV > 1: the latency is skewed, so the mean misleads; trust P50 and P99.".into(),
             );
         }
-
+        out.findings = self.findings(&rows, secs);
+        out.sections.push(Section::build(
+            "summary",
+            &rows,
+            &columns(SUMMARY, threads),
+            &ctx,
+            self.max_rows,
+        ));
         if self.by_file {
-            let mut ft = Table::new(&[
-                (id_col, Align::Right),
-                ("COMM", Align::Left),
-                ("COUNT", Align::Right),
-                ("P50", Align::Right),
-                ("P99", Align::Right),
-                ("MAX", Align::Right),
-                ("TOTAL", Align::Right),
-                ("FILE", Align::Left),
-            ]);
-            ft.caption = Some(format!(
-                "Top {} files per process by total sync time:",
-                self.top_files
-            ));
-            let mut no_access = false;
-            type FileRow = (i32, LatStats, u32, [u8; 16]);
-            let mut per_id: BTreeMap<u32, Vec<FileRow>> = BTreeMap::new();
-            for ((id, fd), (h, tgid, comm)) in &files {
-                per_id
-                    .entry(*id)
-                    .or_default()
-                    .push((*fd, hist::stats(h), *tgid, *comm));
-            }
-            let mut ids: Vec<(u32, u64)> = per_id
-                .iter()
-                .map(|(id, v)| (*id, v.iter().map(|x| x.1.total_ns).sum()))
-                .collect();
-            ids.sort_by_key(|x| std::cmp::Reverse(x.1));
-            for (id, _) in ids {
-                let mut v = per_id.remove(&id).unwrap_or_default();
-                v.sort_by_key(|x| std::cmp::Reverse(x.1.total_ns));
-                for (fd, s, tgid, kcomm) in v.into_iter().take(self.top_files) {
-                    let path = match self.paths.get(&(id, fd)) {
-                        Some(p) => p.clone(),
-                        None => {
-                            self.resolve(id, tgid, id, fd);
-                            self.paths.get(&(id, fd)).cloned().unwrap_or_default()
-                        }
-                    };
-                    no_access |= path == b"[no access]";
-                    let comm = row_comm(id, tgid, self.common.threads, &kcomm);
-                    ft.push(vec![
-                        id.to_string(),
-                        sanitize::text(&comm),
-                        s.count.to_string(),
-                        fmt_ns(s.p50_ns),
-                        fmt_ns(s.p99_ns),
-                        fmt_ns(s.max_ns),
-                        fmt_ns(s.total_ns),
-                        format!("{} (fd {fd})", sanitize::text(&path)),
-                    ]);
-                    let mut line = json!({
-                        "tool": "fsync-lat",
-                        "type": "file",
-                        "pid": if self.common.threads { tgid } else { id },
-                        "fd": fd,
-                        "count": s.count,
-                        "p50_ns": s.p50_ns,
-                        "p99_ns": s.p99_ns,
-                        "max_ns": s.max_ns,
-                        "total_ns": s.total_ns,
-                        "interval_end": end_text,
-                        "interval_end_ns": end_ns,
-                    });
-                    sanitize::put_json(&mut line, "comm", &comm);
-                    sanitize::put_json(&mut line, "file", &path);
-                    report.json.push(line);
-                }
-            }
-            report.tables.push(ft);
+            let files = self.file_rows(per_file);
+            let no_access = files.iter().any(|f| f.file_raw == b"[no access]");
+            out.sections.push(
+                Section::build("file", &files, &columns(FILES, threads), &ctx, 0).caption(format!(
+                    "Top {} files per process by total sync time:",
+                    self.top_files
+                )),
+            );
             if no_access {
-                report.footnotes.push(
+                out.footnotes.push(
                     "[no access]: the file of another user's process; resolving it needs CAP_SYS_PTRACE.".into(),
                 );
             }
@@ -614,13 +633,159 @@ impl Collector for FsyncLat {
                 self.paths.clear();
             }
         }
+        out.footnotes.push(
+            "%TIME: share of the window spent in these calls (summed over the process's threads)."
+                .into(),
+        );
+        out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
+        Ok(out)
+    }
+}
 
-        report.json.push(engine::stats_line(
-            NAME,
-            w,
-            &st,
-            json!({"calls": calls, "missed": missed}),
-        ));
-        Ok(report)
+impl FsyncLat {
+    /// The top files of each process, most total time first.
+    fn file_rows(
+        &mut self,
+        per_file: BTreeMap<(u32, i32), (u32, [u8; 16], LatHist)>,
+    ) -> Vec<FileRow> {
+        let threads = self.scope.threads;
+        let mut per_id: BTreeMap<u32, Vec<(i32, LatStats, u32, [u8; 16])>> = BTreeMap::new();
+        for ((id, fd), (tgid, comm, h)) in &per_file {
+            per_id
+                .entry(*id)
+                .or_default()
+                .push((*fd, hist::stats(h), *tgid, *comm));
+        }
+        let mut ids: Vec<(u32, u64)> = per_id
+            .iter()
+            .map(|(id, v)| (*id, v.iter().map(|x| x.1.total_ns).sum()))
+            .collect();
+        ids.sort_by_key(|x| std::cmp::Reverse(x.1));
+        let mut out = Vec::new();
+        for (id, _) in ids {
+            let mut v = per_id.remove(&id).unwrap_or_default();
+            v.sort_by_key(|x| std::cmp::Reverse(x.1.total_ns));
+            for (fd, s, tgid, kcomm) in v.into_iter().take(self.top_files) {
+                self.resolve(id, tgid, id, fd);
+                let path = self.paths.get(&(id, fd)).cloned().unwrap_or_default();
+                let comm = row_comm(id, tgid, threads, &kcomm);
+                let (c, cb) = sanitize::name_fields(&comm);
+                let (f, fb) = sanitize::name_fields(&path);
+                out.push(FileRow {
+                    pid: if threads { tgid } else { id },
+                    tid: threads.then_some(id),
+                    comm: c,
+                    comm_bytes: cb,
+                    fd,
+                    file: f,
+                    file_bytes: fb,
+                    count: s.count,
+                    p50_ns: s.p50_ns,
+                    p99_ns: s.p99_ns,
+                    max_ns: s.max_ns,
+                    total_ns: s.total_ns,
+                    id,
+                    comm_raw: comm,
+                    file_raw: path,
+                });
+            }
+        }
+        out
+    }
+
+    /// One finding per process that lost a share of the window worth acting on, most first.
+    fn findings(&self, rows: &[SummaryRow], secs: f64) -> Vec<Finding> {
+        let me = std::process::id();
+        let mut per_pid: BTreeMap<u32, Vec<&SummaryRow>> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.id != 0 && r.pid != me) {
+            per_pid.entry(r.pid).or_default().push(r);
+        }
+        let mut out = Vec::new();
+        for (pid, rs) in per_pid {
+            let total: u64 = rs.iter().map(|r| r.total_ns).sum();
+            let count: u64 = rs.iter().map(|r| r.count).sum();
+            let ns_per_s = (total as f64 / secs) as u64;
+            if ns_per_s < MIN_FSYNC_NS_PER_S {
+                continue;
+            }
+            let top = rs
+                .iter()
+                .max_by_key(|r| r.total_ns)
+                .copied()
+                .unwrap_or(rs[0]);
+            let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
+            let comm = sanitize::text(&top.comm_raw);
+            let file = self
+                .paths
+                .iter()
+                .filter(|((id, _), _)| *id == top.id)
+                .map(|(_, p)| sanitize::text(p))
+                .next();
+            let on = file.map(|f| format!(" on {f}")).unwrap_or_default();
+            let rate_s = count as f64 / secs;
+            let (advice, next) = if top.p50_ns < 2_000_000 && rate_s >= 50.0 {
+                (
+                    "many short syncs: batch them (group commit, e.g. PostgreSQL commit_delay or synchronous_commit=off for data that may be lost, fewer fsync calls in the application), or give the file a device with a power-safe write cache",
+                    format!("tracekit fsync-lat --pid {pid} --by-file --duration 30s"),
+                )
+            } else {
+                (
+                    "each sync is slow: the storage under the file is the bottleneck; look at queue time versus device time and at the other writers sharing the device",
+                    "tracekit io-lat --duration 10s".to_string(),
+                )
+            };
+            out.push(Finding {
+                tool: INFO.name,
+                cause: Cause::Fsync,
+                subject: Subject::process(pid, comm.clone()),
+                culprit: None,
+                score: Score::NsPerS(ns_per_s),
+                summary: format!(
+                    "{comm} (pid {pid}) spent {} of {} in {} ({:.1} % of the time): {count} calls, p50 {}, p99 {}, max {}{on}.",
+                    fmt_ns(total),
+                    fmt_ns((secs * 1e9) as u64),
+                    syscalls.join("/"),
+                    total as f64 / secs / 1e7,
+                    fmt_ns(top.p50_ns),
+                    fmt_ns(top.p99_ns),
+                    fmt_ns(top.max_ns),
+                ),
+                evidence: vec![],
+                advice: advice.into(),
+                next: Some(next),
+            }
+            .evidence("total_ns", total)
+            .evidence("calls", count)
+            .evidence("p50_ns", top.p50_ns)
+            .evidence("p99_ns", top.p99_ns)
+            .evidence("max_ns", top.max_ns)
+            .evidence("window_ns", (secs * 1e9) as u64));
+        }
+        crate::report::findings::rank(&mut out);
+        out
+    }
+}
+
+/// Below this a process's sync time is not worth a finding: 2 % of the window.
+const MIN_FSYNC_NS_PER_S: u64 = 20_000_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_fractional() {
+        assert_eq!(rate(1, 2.0), 0.5);
+        assert_eq!(rate(3, 1.5), 2.0);
+    }
+
+    #[test]
+    fn hooks_share_one_group_and_both_modes() {
+        assert_eq!(HOOKS.len(), 12);
+        for h in HOOKS {
+            assert_eq!(h.group, "sync");
+            assert!(h.optional);
+            assert_eq!(h.programs[0].0, AttachMode::Tracepoint, "{}", h.event);
+        }
     }
 }

@@ -31,7 +31,7 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, stat,
+    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, ro, stat,
 };
 
 #[no_mangle]
@@ -78,12 +78,6 @@ static FSYNC_SCRATCH: PerCpuArray<FsyncVal> = PerCpuArray::with_max_entries(1, 0
 /// New (process, fd) pairs with `--by-file`; low rate (once per pair and interval).
 #[map]
 static FSYNC_FILES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
-
-#[inline(always)]
-fn ro<T: Copy>(v: &T) -> T {
-    // SAFETY: see probes_ebpf::ro; globals are patched by userspace before load.
-    unsafe { core::ptr::read_volatile(v) }
-}
 
 #[inline(always)]
 fn key_for(tgid: u32, tid: u32, nr: u32, fd: i32) -> FsyncKey {

@@ -1,5 +1,5 @@
-//! Shared kernel code of `ctxsw` and `runq-lat` (included by both objects with `#[path]`, so
-//! each object gets its own copy of these maps and nothing else).
+//! `sched` kernel programs, the one object behind both `ctxsw` and `runq-lat` (they differ
+//! only in userspace, and in `SCHED_PREEMPTORS`: ctxsw also records who preempted whom).
 //!
 //! Hooks: `sched:sched_switch` (tp_btf, else raw_tp), `sched:sched_process_free` (to forget
 //! a task's snapshot once its tid can be reused) and `sched:sched_process_exec` (rare: renames
@@ -29,11 +29,15 @@
 //! Fields read from `struct task_struct` (offsets from /sys/kernel/btf/vmlinux, `TaskOffsets`):
 //! `pid`, `tgid`, `nvcsw`, `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`, `start_time`.
 
+#![no_std]
+#![no_main]
+
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::map,
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use probes_common::{
     hist::LatHist,
@@ -43,7 +47,7 @@ use probes_common::{
     },
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, stat};
+use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, ro, stat};
 
 #[no_mangle]
 static SCHED_OFFS: TaskOffsets = TaskOffsets {
@@ -111,12 +115,6 @@ static SCHED_SCRATCH: PerCpuArray<SchedVal> = PerCpuArray::with_max_entries(1, 0
 /// Involuntary switches by (victim, preemptor), ctxsw only.
 #[map]
 static PREEMPTORS: HashMap<PreemptKey, u64> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
-
-#[inline(always)]
-fn ro<T: Copy>(v: &T) -> T {
-    // SAFETY: see probes_ebpf::ro; globals are patched by userspace before load.
-    unsafe { core::ptr::read_volatile(v) }
-}
 
 /// How task fields are read: direct loads (tp_btf, where the verifier knows the pointer's BTF
 /// type and checks each load against the struct layout) or `bpf_probe_read_kernel` (raw_tp).
@@ -388,4 +386,52 @@ fn first_switch<R: Reader>(
 pub fn on_free<R: Reader>(task: *const u8) {
     let tid = R::i32(task, ro(&SCHED_OFFS).pid) as u32;
     let _ = TASKS.remove(tid);
+}
+
+// Entry points: tp_btf where the kernel has BTF for the tracepoint, raw_tp otherwise.
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_sched_switch(ctx: BtfTracePointContext) -> i32 {
+    on_switch::<Direct>(
+        ctx.arg::<u64>(0) & 1 != 0,
+        ctx.arg(1),
+        ctx.arg(2),
+        prev_state(|| ctx.arg::<u64>(3)),
+    );
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn tk_sched_switch_raw(ctx: RawTracePointContext) -> i32 {
+    on_switch::<Probe>(
+        ctx.arg::<u64>(0) & 1 != 0,
+        ctx.arg(1),
+        ctx.arg(2),
+        prev_state(|| ctx.arg::<u64>(3)),
+    );
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_free")]
+pub fn tk_sched_free(ctx: BtfTracePointContext) -> i32 {
+    on_free::<Direct>(ctx.arg(0));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn tk_sched_free_raw(ctx: RawTracePointContext) -> i32 {
+    on_free::<Probe>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn tk_sched_exec(_ctx: BtfTracePointContext) -> i32 {
+    on_exec();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn tk_sched_exec_raw(_ctx: RawTracePointContext) -> i32 {
+    on_exec();
+    0
 }

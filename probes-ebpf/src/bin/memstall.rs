@@ -43,7 +43,7 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, stat,
+    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, ro, stat,
 };
 
 /// `mm_compaction_end.status` offset.
@@ -102,12 +102,6 @@ static MS_SCRATCH: PerCpuArray<MsVal> = PerCpuArray::with_max_entries(1, 0);
 /// New keys, so userspace resolves cgroup and name while the process lives; low rate.
 #[map]
 static MS_NEW: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
-
-#[inline(always)]
-fn ro<T: Copy>(v: &T) -> T {
-    // SAFETY: see probes_ebpf::ro; globals are patched by userspace before load.
-    unsafe { core::ptr::read_volatile(v) }
-}
 
 #[inline(always)]
 fn ids() -> (u32, u32) {

@@ -1,0 +1,88 @@
+//! What a tool gives the engine: a [`Collector`] (opened, loaded and attached by the tool), its
+//! [`Meta`] (what was attached and skipped, once), and an [`Output`] per window.
+
+use std::os::fd::RawFd;
+
+use serde_json::{Map, Value};
+
+pub use crate::report::render::{Output, Stats};
+use crate::{error::Result, kernel::loader::Session};
+
+use super::Window;
+
+/// One tool's collection, driven by the engine. A tool's `open` checks it can run, loads and
+/// attaches (returning why not when it cannot); the engine then drives any number of
+/// collectors in one loop.
+pub trait Collector {
+    /// The tool's name (`fsync-lat`), the `"tool"` key of its JSON lines.
+    fn name(&self) -> &'static str;
+    /// What was attached and skipped; asked once, before the first window.
+    fn meta(&self) -> Meta;
+    /// Ring buffers to watch for streamed records (announcements of new keys).
+    fn event_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// Called when one of [`Collector::event_fds`] is readable, and before each collection.
+    fn on_events(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Ends the window in the kernel: the programs switch to the other generation. The engine
+    /// flips every collector, waits once for programs still writing the old generation, then
+    /// collects each.
+    fn flip(&mut self) -> Result<()>;
+    /// Everything recorded in `window`.
+    fn collect(&mut self, window: &Window) -> Result<Output>;
+    /// Links whose detach is slow (see [`super::detach_in_background`]).
+    fn slow_links(&self) -> usize {
+        0
+    }
+}
+
+/// What a collector attached, once, for the text announcement and the JSON `meta` line.
+#[derive(Clone, Debug, Default)]
+pub struct Meta {
+    pub tool: &'static str,
+    /// What is traced, for "Tracing {what} in {scope} …".
+    pub what: String,
+    /// `all processes`, `pid 42`, …
+    pub scope: String,
+    pub per_thread: bool,
+    /// The attached programs (JSON array of name, id, attach mode, targets).
+    pub programs: Value,
+    /// `2 tracepoint hooks, 1 tp_btf hook`.
+    pub programs_text: String,
+    /// Hooks or groups skipped on this kernel, with the reason.
+    pub skipped: Vec<(String, String)>,
+    /// Tool-specific keys of the meta line.
+    pub extra: Map<String, Value>,
+}
+
+impl Meta {
+    /// The common part from a session.
+    pub fn of(
+        tool: &'static str,
+        what: impl Into<String>,
+        scope: &super::Scope,
+        s: &Session,
+    ) -> Meta {
+        Meta {
+            tool,
+            what: what.into(),
+            scope: scope.describe(),
+            per_thread: scope.threads,
+            programs: s.programs_json(),
+            programs_text: s.programs_text(),
+            skipped: s
+                .skipped
+                .iter()
+                .map(|(e, w)| (e.to_string(), w.clone()))
+                .collect(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, v: impl Into<Value>) -> Meta {
+        self.extra.insert(key.to_string(), v.into());
+        self
+    }
+}

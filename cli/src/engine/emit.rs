@@ -1,0 +1,151 @@
+//! Where windows go: the [`Emitter`] the run loop hands each window to. [`Stream`] writes text
+//! or NDJSON to stdout or `--output`; the live view (`--top`), `triage`'s ranking and the
+//! Prometheus exporter are other emitters of the same loop.
+
+use std::{future::Future, pin::Pin};
+
+use serde_json::{json, Map, Value};
+
+use super::{collector::Meta, scope::RunOpts, Window};
+use crate::{
+    error::Result,
+    report::{
+        output::Sink,
+        render::{self, Output},
+    },
+};
+
+/// Receives what the run loop produces.
+pub trait Emitter {
+    /// Once, after every collector attached. `Ok(false)`: the reader went away, end the run.
+    fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool>;
+    /// Each window's outputs, one per collector in `begin`'s order.
+    fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool>;
+    /// After the last window.
+    fn finish(&mut self) -> Result<()>;
+    /// Resolves to `true` when the user asked to quit (a key in the live view), `false` when
+    /// the loop should just look again; emitters without input never resolve.
+    fn input(&mut self) -> Pin<Box<dyn Future<Output = bool> + '_>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The keys every JSON line of a window carries.
+pub fn window_keys(w: &Window) -> Map<String, Value> {
+    let (end, end_ns) = w.end_json();
+    let mut m = Map::new();
+    m.insert("interval_ns".into(), (w.elapsed.as_nanos() as u64).into());
+    m.insert("interval_end".into(), end.into());
+    m.insert("interval_end_ns".into(), end_ns.into());
+    m
+}
+
+/// The `"type":"meta"` line of a collector (tests and scripts wait for it).
+pub fn meta_json(m: &Meta) -> Value {
+    let mut v = json!({
+        "tool": m.tool,
+        "type": "meta",
+        "scope": m.scope,
+        "per_thread": m.per_thread,
+        "programs": m.programs,
+        "skipped": m.skipped.iter().map(|(h, r)| json!({"hook": h, "reason": r})).collect::<Vec<_>>(),
+    });
+    for (k, x) in &m.extra {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// The text announcement on stderr: what is traced where, what was skipped, how it ends.
+pub fn announcement(m: &Meta, opts: &RunOpts) -> String {
+    let skipped = if m.skipped.is_empty() {
+        String::new()
+    } else {
+        let s: Vec<String> = m
+            .skipped
+            .iter()
+            .map(|(n, r)| format!("{n} ({r})"))
+            .collect();
+        format!("; skipped: {}", s.join(", "))
+    };
+    let end = match opts.duration {
+        Some(d) => format!("Ending after {}.", humantime::format_duration(d)),
+        None => "Ctrl-C to end.".to_string(),
+    };
+    format!(
+        "Tracing {} in {} ({}){skipped}. {end}",
+        m.what, m.scope, m.programs_text
+    )
+}
+
+/// Text or NDJSON to stdout or `--output`.
+pub struct Stream {
+    sink: Sink,
+    json: bool,
+    hist: bool,
+    tools: Vec<&'static str>,
+}
+
+impl Stream {
+    pub fn new(sink: Sink, opts: &RunOpts) -> Stream {
+        Stream {
+            sink,
+            json: opts.json,
+            hist: opts.hist,
+            tools: Vec::new(),
+        }
+    }
+
+    /// `Ok(false)` when the reader went away.
+    fn put(&mut self, s: &str) -> Result<bool> {
+        match self.sink.write(s) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_broken_pipe() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Emitter for Stream {
+    fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool> {
+        self.tools = metas.iter().map(|m| m.tool).collect();
+        if self.json {
+            let mut s = String::new();
+            for m in metas {
+                s.push_str(&meta_json(m).to_string());
+                s.push('\n');
+            }
+            return self.put(&s);
+        }
+        use std::io::Write;
+        for m in metas {
+            // A closed stderr is no reason to stop tracing.
+            let _ = writeln!(std::io::stderr(), "{}", announcement(m, opts));
+        }
+        Ok(true)
+    }
+
+    fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool> {
+        let keys = window_keys(w);
+        let mut s = String::new();
+        for (i, o) in outs.iter().enumerate() {
+            if self.json {
+                s.push_str(&render::json(
+                    o,
+                    self.tools.get(i).copied().unwrap_or("?"),
+                    &keys,
+                ));
+            } else {
+                if i > 0 {
+                    s.push('\n');
+                }
+                s.push_str(&render::text(o, self.hist));
+            }
+        }
+        self.put(&s)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.finish()?)
+    }
+}
