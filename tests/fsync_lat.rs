@@ -297,3 +297,111 @@ fn rate_is_fractional() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The workloads `tk-workload` runs for these tests and for the VM check (tests/workload/build.rs finds
+// them), and the check each guest kernel of `cargo xtask vm-test` runs.
+
+/// `fsync PATH N M`, `fsync-procs PATH N`.
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["fsync", path, n, m] => fsync_workload(path, n.parse().ok()?, m.parse().ok()?),
+        ["fsync-procs", path, n] => fsync_procs(path, n.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}
+
+/// N fsyncs then M fdatasyncs on PATH, each timed.
+fn fsync_workload(path: &str, n: usize, m: usize) {
+    let mut f = open_trunc(path);
+    let fs = timed_sync(&mut f, "fsync", n);
+    let fds = timed_sync(&mut f, "fdatasync", m);
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "fsync_ns": fs, "fdatasync_ns": fds})
+    );
+}
+
+/// N short-lived processes, one after another, each doing one fsync on PATH and exiting.
+fn fsync_procs(path: &str, n: usize) {
+    let mut pids = Vec::with_capacity(n);
+    for _ in 0..n {
+        // SAFETY: fork in a single-threaded process; the child only makes syscalls and _exits.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            0 => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path);
+                let rc = match f {
+                    // SAFETY: plain syscall on an fd we own.
+                    Ok(f) => unsafe { libc::fsync(std::os::fd::AsRawFd::as_raw_fd(&f)) },
+                    Err(_) => -1,
+                };
+                // SAFETY: leaves the child without running the parent's destructors.
+                unsafe { libc::_exit(if rc == 0 { 0 } else { 1 }) };
+            }
+            p if p > 0 => {
+                let mut status = 0;
+                // SAFETY: waits for our own child.
+                unsafe { libc::waitpid(p, &mut status, 0) };
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child failed"
+                );
+                pids.push(p);
+            }
+            _ => panic!("fork failed"),
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "children": pids.len(), "pids": pids})
+    );
+}
+
+/// fsync-lat: exact counts N and M for the workload's pid (the root test's workload, smaller).
+pub fn vm_check() -> Result<String, String> {
+    const N: u64 = 40;
+    const M: u64 = 20;
+    let (lines, w, modes) = tracekit_tests::vm::traced(
+        &["fsync-lat"],
+        &["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()],
+    )?;
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")? as u32;
+    let rows = rows_for(&lines, "fsync-lat", pid);
+    let mut got = Vec::new();
+    for (syscall, key, n) in [("fsync", "fsync_ns", N), ("fdatasync", "fdatasync_ns", M)] {
+        let row = rows
+            .iter()
+            .find(|r| r["syscall"] == syscall)
+            .ok_or_else(|| format!("no {syscall} row for pid {pid}"))?;
+        if row["count"] != n || row["errors"] != 0 {
+            return Err(format!(
+                "{syscall}: count {} errors {}, expected {n} and 0",
+                row["count"], row["errors"]
+            ));
+        }
+        // The kernel times inside the syscall, the workload around it.
+        let own: u64 = w[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_u64)
+            .sum();
+        let total = row["total_ns"].as_u64().unwrap_or(u64::MAX);
+        if total > own {
+            return Err(format!(
+                "{syscall}: total {total} ns exceeds the workload's own {own} ns"
+            ));
+        }
+        got.push(format!("{syscall} {n}/{n}"));
+    }
+    Ok(format!(
+        "{} exact for pid {pid}; {modes}; programs unloaded",
+        got.join(", ")
+    ))
+}

@@ -115,6 +115,27 @@ pub fn visible() -> impl Iterator<Item = &'static ToolInfo> {
     TOOLS.iter().chain(COMMANDS).filter(|t| !t.hidden)
 }
 
+/// The README's tool table, generated from the registry (`README.md` holds it between the
+/// `tools:begin` and `tools:end` markers; a unit test fails when it is stale, and
+/// `UPDATE_README=1 cargo test -p tracekit readme` rewrites it).
+pub fn readme_table() -> String {
+    let mut s = String::from("| tool | what it answers |\n|---|---|\n");
+    for t in COMMANDS
+        .iter()
+        .filter(|t| !t.hidden && t.name == "triage")
+        .chain(COMMANDS.iter().filter(|t| !t.hidden && t.name == "doctor"))
+        .chain(TOOLS.iter().filter(|t| !t.hidden))
+        .chain(
+            COMMANDS
+                .iter()
+                .filter(|t| !t.hidden && t.name != "triage" && t.name != "doctor"),
+        )
+    {
+        s.push_str(&format!("| `tracekit {}` | {} |\n", t.name, t.summary));
+    }
+    s
+}
+
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
 /// privileges, then the target processes, then the output (opened here, so a path that cannot
 /// be written costs no data), then BTF that exists but is unusable (a corrupt file,
@@ -194,5 +215,25 @@ mod tests {
             assert_eq!(sub.unwrap().is_hide_set(), t.hidden, "{}", t.name);
         }
         assert!(default_args::<fsync_lat::Args>().is_ok());
+    }
+
+    #[test]
+    fn readme_tool_table_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = ("<!-- tools:begin -->\n", "<!-- tools:end -->");
+        let a = readme.find(begin).expect("README has a tools:begin marker") + begin.len();
+        let b = readme.find(end).expect("README has a tools:end marker");
+        let want = readme_table();
+        if std::env::var_os("UPDATE_README").is_some() {
+            let new = format!("{}{want}{}", &readme[..a], &readme[b..]);
+            std::fs::write(&path, new).unwrap();
+            return;
+        }
+        assert_eq!(
+            &readme[a..b],
+            want,
+            "README's tool table is stale: run UPDATE_README=1 cargo test -p tracekit readme"
+        );
     }
 }
