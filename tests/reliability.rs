@@ -553,7 +553,7 @@ fn inherited_ignored_sighup_is_respected() {
 fn detaching_takes_milliseconds() {
     require_root();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+    for tool in tools() {
         let mut best = Duration::MAX;
         // The best of three: the machine is shared with other test runs.
         for _ in 0..3 {
@@ -602,7 +602,7 @@ fn btf_from_the_environment_is_bounded_and_checked() {
     let dir = scratch("btf-env");
     let garbage = dir.join("garbage");
     std::fs::write(&garbage, b"this is not BTF\n").unwrap();
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+    for tool in tools() {
         for (btf, why) in [
             ("/dev/zero", "larger than"),
             (garbage.to_str().unwrap(), "not BTF"),

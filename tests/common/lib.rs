@@ -368,3 +368,18 @@ pub fn timed_sync(f: &mut std::fs::File, kind: &str, count: usize) -> Vec<u64> {
         })
         .collect()
 }
+
+/// The registry's visible collectors (`fsync-lat`, `ctxsw`, …): what "every tool" means in the
+/// shared tests, so a new tool is covered without a line here.
+pub fn tools() -> Vec<&'static str> {
+    tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| !t.hidden)
+        .map(|t| t.name)
+        .collect()
+}
+
+/// [`tools`] and the visible commands (`doctor`, …).
+pub fn tools_and_commands() -> Vec<&'static str> {
+    tracekit::tools::visible().map(|t| t.name).collect()
+}

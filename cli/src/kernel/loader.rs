@@ -594,6 +594,24 @@ impl Session {
 /// required hook that cannot attach at all.
 pub fn plan(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Result<Vec<Choice>, LoadError> {
     let choices = choose_all(hooks, env, symbols);
+    if !choices.is_empty() && choices.iter().all(|c| c.mode.is_none()) {
+        // Nothing at all can attach: say why for the first hook, mode by mode.
+        let c = &choices[0];
+        let why: Vec<String> = c
+            .rejected
+            .iter()
+            .map(|(m, w)| format!("{}: {w}", m.as_str()))
+            .collect();
+        return Err(LoadError::NoMode {
+            event: c.event.to_string(),
+            why: if why.is_empty() {
+                c.why.clone()
+            } else {
+                why.join("; ")
+            },
+            permission: env.tracefs_denied(),
+        });
+    }
     if let Some(c) = choices.iter().find(|c| !c.optional && c.mode.is_none()) {
         let why = c
             .rejected
