@@ -40,12 +40,13 @@ const LEGACY: &[(&str, Check)] = &[
     ("memstall", memstall),
 ];
 
-/// Every check: the tools' own, then the legacy ones.
+/// Every check: the tools' own, then the legacy ones of tools in the registry.
 fn checks() -> Vec<(&'static str, Check)> {
+    let registered = |n: &str| tracekit::tools::TOOLS.iter().any(|t| t.name == n);
     crate::VM_CHECKS
         .iter()
         .copied()
-        .chain(LEGACY.iter().copied())
+        .chain(LEGACY.iter().copied().filter(|(n, _)| registered(n)))
         .collect()
 }
 
