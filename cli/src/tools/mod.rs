@@ -16,6 +16,7 @@ use crate::{
 
 pub mod bench_floor;
 pub mod fsync_lat;
+pub mod triage;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -98,7 +99,10 @@ registry! {
         #[command(hide = true)]
         BenchFloor => bench_floor,
     }
-    commands {}
+    commands {
+        /// Run first on a sick node: every collector at once, findings ranked by harm.
+        Triage => triage,
+    }
 }
 
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s

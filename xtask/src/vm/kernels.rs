@@ -408,7 +408,10 @@ const GUEST_MODULES: &[&str] = &["drivers/block/loop.ko"];
 /// .ko files), downloading the package again if they were not extracted with the image.
 pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
     let dir = image.with_extension("modules");
-    if GUEST_MODULES.iter().all(|m| dir.join(module_name(m)).exists()) {
+    if GUEST_MODULES
+        .iter()
+        .all(|m| dir.join(module_name(m)).exists())
+    {
         return Some(dir);
     }
     let res = (|| -> Result<()> {
@@ -417,7 +420,10 @@ pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
         let pkg = image
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".vmlinuz").or_else(|| n.strip_suffix(".vmlinux")))
+            .and_then(|n| {
+                n.strip_suffix(".vmlinuz")
+                    .or_else(|| n.strip_suffix(".vmlinux"))
+            })
             .context("image name is not <package>.vmlinu[xz]")?
             .to_string();
         let apt = PrivateApt::new(spec)?;
@@ -451,8 +457,7 @@ pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
             fs::create_dir_all(&tmp)?;
             for m in GUEST_MODULES {
                 let name = module_name(m);
-                let found = find_file(&dl, name)
-                    .with_context(|| format!("{pkg} has no {name}"))?;
+                let found = find_file(&dl, name).with_context(|| format!("{pkg} has no {name}"))?;
                 let dest = tmp.join(name);
                 let f = found.to_string_lossy();
                 let sh = if f.ends_with(".xz") {
@@ -476,7 +481,10 @@ pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
     match res {
         Ok(()) => Some(dir),
         Err(e) => {
-            eprintln!("xtask: {}: no guest modules ({e:#}); the guest has no loop device", spec.name);
+            eprintln!(
+                "xtask: {}: no guest modules ({e:#}); the guest has no loop device",
+                spec.name
+            );
             None
         }
     }
@@ -495,7 +503,10 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
             if let Some(f) = find_file(&p, name) {
                 return Some(f);
             }
-        } else if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(name)) {
+        } else if p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(name))
+        {
             return Some(p);
         }
     }
