@@ -42,6 +42,10 @@ pub struct FileOffsets {
     pub inode_sb: u32,
     pub sb_dev: u32,
     pub inode_generation: u32,
+    /// `file.f_path.dentry` and `dentry.d_name.name`: the file's own name, read when a key is
+    /// announced, for files closed before userspace could look at the fd.
+    pub file_dentry: u32,
+    pub dentry_name: u32,
     pub _pad: u32,
 }
 
@@ -57,6 +61,9 @@ pub struct FsyncStart {
     pub igen: u32,
     pub ino: u64,
 }
+
+/// Bytes of a file's own name carried by a [`FileEvent`] (NUL-terminated when shorter).
+pub const NAME_LEN: usize = 48;
 
 /// Aggregated value per key.
 #[repr(C)]
@@ -76,7 +83,7 @@ pub struct FsyncVal {
 /// fd is open, so userspace can resolve `/proc/<tgid>/fd/<fd>` (and check it is the same file
 /// by device and inode) before it is closed.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileEvent {
     pub tgid: u32,
     pub tid: u32,
@@ -85,6 +92,8 @@ pub struct FileEvent {
     pub dev: u32,
     pub igen: u32,
     pub ino: u64,
+    /// The file's last path component as the kernel knew it at the call.
+    pub name: [u8; NAME_LEN],
 }
 
 crate::impl_pod!(FsyncKey, FsyncStart, FsyncVal, FileEvent, FileOffsets);
@@ -97,9 +106,9 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<FsyncKey>(), 32);
-        assert_eq!(size_of::<FileOffsets>(), 40);
+        assert_eq!(size_of::<FileOffsets>(), 48);
         assert_eq!(size_of::<FsyncStart>(), 32);
         assert_eq!(size_of::<FsyncVal>(), 32 + size_of::<LatHist>());
-        assert_eq!(size_of::<FileEvent>(), 32);
+        assert_eq!(size_of::<FileEvent>(), 32 + NAME_LEN);
     }
 }

@@ -279,6 +279,8 @@ fn file_offsets() -> Result<FileOffsets> {
         inode_sb: at("inode", "i_sb")?,
         sb_dev: at("super_block", "s_dev")?,
         inode_generation: at("inode", "i_generation")?,
+        file_dentry: at("file", "f_path.dentry")?,
+        dentry_name: at("dentry", "d_name.name")?,
         _pad: 0,
     })
 }
@@ -418,7 +420,8 @@ struct FileRow {
     /// repeat.
     inode_generation: u32,
     /// `open`, `deleted` (unlinked while open), `renamed` (its name now names another file, or
-    /// nothing), or `unknown` (closed before it could be named).
+    /// nothing), `closed` (closed before its directory could be read: `…/name` from the kernel),
+    /// or `unknown`.
     file_state: &'static str,
     file: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -467,7 +470,18 @@ impl FsyncLat {
         }
         self.paths
             .entry((e.id, e.dev, e.ino, e.igen))
-            .or_insert_with(|| FileName::resolve(e.tgid, e.tid, e.fd, e.dev, e.ino));
+            .or_insert_with(|| {
+                let mut n = FileName::resolve(e.tgid, e.tid, e.fd, e.dev, e.ino);
+                if n.state == "unknown" {
+                    // Closed before we looked: the kernel's own name for it, without directory.
+                    let own = sanitize::comm_bytes(&e.name);
+                    if !own.is_empty() {
+                        n.path = [b"\xe2\x80\xa6/".as_slice(), own].concat();
+                        n.state = "closed";
+                    }
+                }
+                n
+            });
     }
 
     fn summary_row(
@@ -687,18 +701,17 @@ impl Collector for FsyncLat {
 
 impl FsyncLat {
     /// The top files of each process, most total time first.
-    fn file_rows(
-        &mut self,
-        per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)>,
-    ) -> Vec<FileRow> {
+    fn file_rows(&mut self, per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)>) -> Vec<FileRow> {
         let threads = self.scope.threads;
         type PerId = Vec<((u32, u64, u32), LatStats, u32, [u8; 16])>;
         let mut per_id: BTreeMap<u32, PerId> = BTreeMap::new();
         for ((id, dev, ino, igen), (tgid, comm, h)) in &per_file {
-            per_id
-                .entry(*id)
-                .or_default()
-                .push(((*dev, *ino, *igen), hist::stats(h), *tgid, *comm));
+            per_id.entry(*id).or_default().push((
+                (*dev, *ino, *igen),
+                hist::stats(h),
+                *tgid,
+                *comm,
+            ));
         }
         let mut ids: Vec<(u32, u64)> = per_id
             .iter()
@@ -880,13 +893,14 @@ impl FileName {
                 state,
             }
         };
-        if same(&crate::host::proc_path(&format!("{tgid}/task/{tid}/fd/{fd}"))) {
+        if same(&crate::host::proc_path(&format!(
+            "{tgid}/task/{tid}/fd/{fd}"
+        ))) {
             return named(fd);
         }
         if let Ok(rd) = std::fs::read_dir(crate::host::proc_path(&format!("{tgid}/fd"))) {
             for e in rd.filter_map(Result::ok) {
-                let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok())
-                else {
+                let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                     continue;
                 };
                 if same(&e.path()) {

@@ -23,7 +23,7 @@ use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -72,6 +72,8 @@ static FS_FILE_OFFS: FileOffsets = FileOffsets {
     inode_sb: 0,
     sb_dev: 0,
     inode_generation: 0,
+    file_dentry: 0,
+    dentry_name: 0,
     _pad: 0,
 };
 
@@ -109,12 +111,14 @@ fn key_for(tgid: u32, tid: u32, nr: u32, f: FileId) -> FsyncKey {
     }
 }
 
-/// A file as the kernel knows it: device, inode number, inode generation.
+/// A file as the kernel knows it: device, inode number, inode generation, and where its
+/// `struct file` is (to read its name when the key is announced).
 #[derive(Clone, Copy, Default)]
 struct FileId {
     dev: u32,
     igen: u32,
     ino: u64,
+    file: u64,
 }
 
 /// Reads a kernel pointer-sized or smaller value at `base + off`; 0 when unreadable.
@@ -154,6 +158,7 @@ fn file_id(fd: i32) -> FileId {
         dev: read(sb, o.sb_dev),
         igen: read(inode, o.inode_generation),
         ino,
+        file,
     }
 }
 
@@ -189,17 +194,33 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
     if ro(&FS_BY_FILE) != 0 && file.ino != 0 {
         let key = key_for(tgid, tid, nr, file);
         if FSYNC_HIST.get_ptr(key).is_none() {
-            let ev = FileEvent {
-                tgid,
-                tid,
-                fd,
-                id: key.id,
-                dev: file.dev,
-                igen: file.igen,
-                ino: file.ino,
-            };
-            if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
-                stat(stats::RINGBUF_FULL);
+            // Built in place: the event is larger than is wise for the 512-byte BPF stack.
+            match FSYNC_FILES.reserve::<FileEvent>(0) {
+                Some(mut slot) => {
+                    let o = ro(&FS_FILE_OFFS);
+                    let dentry: u64 = read(file.file, o.file_dentry);
+                    let name: u64 = read(dentry, o.dentry_name);
+                    // SAFETY: writing the fields of a reserved ring-buffer slot we own.
+                    unsafe {
+                        let ev = slot.as_mut_ptr();
+                        (*ev).tgid = tgid;
+                        (*ev).tid = tid;
+                        (*ev).fd = fd;
+                        (*ev).id = key.id;
+                        (*ev).dev = file.dev;
+                        (*ev).igen = file.igen;
+                        (*ev).ino = file.ino;
+                        (*ev).name = [0; probes_common::fsync::NAME_LEN];
+                        if name != 0 {
+                            let _ = bpf_probe_read_kernel_str_bytes(
+                                name as *const u8,
+                                &mut (*ev).name,
+                            );
+                        }
+                    }
+                    slot.submit(0);
+                }
+                None => stat(stats::RINGBUF_FULL),
             }
         }
     }
@@ -272,6 +293,7 @@ fn on_exit(ret: i64) {
             dev: start.dev,
             igen: start.igen,
             ino: start.ino,
+            file: 0,
         },
     );
     let val = match FSYNC_HIST.get_ptr_mut(key) {
