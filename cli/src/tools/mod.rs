@@ -15,6 +15,7 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod doctor;
 pub mod fsync_lat;
 
 /// What the registry knows of a tool or command.
@@ -98,7 +99,10 @@ registry! {
         #[command(hide = true)]
         BenchFloor => bench_floor,
     }
-    commands {}
+    commands {
+        /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
+        Doctor => doctor,
+    }
 }
 
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s
