@@ -15,6 +15,7 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod doctor;
 pub mod fsync_lat;
 pub mod triage;
 
@@ -102,6 +103,8 @@ registry! {
     commands {
         /// Run first on a sick node: every collector at once, findings ranked by harm.
         Triage => triage,
+        /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
+        Doctor => doctor,
     }
 }
 
