@@ -46,6 +46,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: HOOKS,
     triage: true,
     hidden: false,
+    needs_btf: false,
 };
 
 const OBJECT: Object = crate::object!("fsync_lat");

@@ -33,6 +33,9 @@ pub struct ToolInfo {
     pub triage: bool,
     /// Hidden from `--help`, `doctor` and the README (benchmark controls).
     pub hidden: bool,
+    /// Needs the kernel's BTF whatever the attach mode (struct offsets it reads, such as
+    /// `task_struct`'s): on a kernel without BTF, doctor says it cannot run.
+    pub needs_btf: bool,
 }
 
 /// What opening a collector needs: the scope, and the kernel facts shared by every collector

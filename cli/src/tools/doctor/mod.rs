@@ -42,6 +42,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: &[],
     triage: false,
     hidden: false,
+    needs_btf: false,
 };
 
 const EXAMPLES: &str = "  tracekit doctor                                  # what each tool will do on this kernel, and why
@@ -236,7 +237,7 @@ pub struct ToolReport {
 
 /// Whether a tool can run: the start-up checks every tool makes first (privileges, a BTF file
 /// that exists but does not parse), then the attach policy's verdict on its hooks.
-pub fn verdict(sys: &System, choices: &[Choice]) -> (bool, String) {
+pub fn verdict(sys: &System, tool: &ToolInfo, choices: &[Choice]) -> (bool, String) {
     if sys.unprivileged() {
         return (
             false,
@@ -248,6 +249,15 @@ pub fn verdict(sys: &System, choices: &[Choice]) -> (bool, String) {
     }
     if let Some(r) = &sys.preflight_refusal {
         return (false, r.clone());
+    }
+    if tool.needs_btf && !crate::kernel::features::btf_present() {
+        return (
+            false,
+            format!(
+                "needs the kernel's BTF ({}) for struct offsets, whatever the attach mode",
+                crate::kernel::btf::vmlinux_path().display()
+            ),
+        );
     }
     hooks::tool_verdict(choices)
 }
@@ -263,7 +273,7 @@ pub fn examine(tool: &ToolInfo, sys: &System, env: &Env, symbols: &Symbols) -> T
         .map(|(h, (c, f))| HookRow::new(tool.name, h, c, f))
         .collect();
     let choices: Vec<Choice> = picks.into_iter().map(|(c, _)| c).collect();
-    let (can_run, why) = verdict(sys, &choices);
+    let (can_run, why) = verdict(sys, tool, &choices);
     ToolReport {
         tool: ToolRow {
             name: tool.name,
@@ -355,7 +365,7 @@ impl Report {
         let outs = self.outputs();
         if json {
             outs.iter()
-                .map(|o| render::json(o, INFO.name, &Map::new()))
+                .map(|o| render::json(o, INFO.name, &Map::new(), &Map::new()))
                 .collect()
         } else {
             outs.iter()

@@ -153,6 +153,7 @@ const fn fake(name: &'static str, hooks: &'static [Hook]) -> ToolInfo {
         hooks,
         triage: false,
         hidden: false,
+        needs_btf: false,
     }
 }
 

@@ -26,6 +26,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: &[],
     triage: false,
     hidden: false,
+    needs_btf: false,
 };
 
 const EXAMPLES: &str = "  tracekit triage                                   # 15 s, ranked findings
