@@ -573,6 +573,10 @@ impl Collector for FsyncLat {
         self.session.slow_links()
     }
 
+    fn session(&mut self) -> Option<&mut Session> {
+        Some(&mut self.session)
+    }
+
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;

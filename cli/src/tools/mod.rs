@@ -48,7 +48,8 @@ pub struct OpenCtx {
 }
 
 impl OpenCtx {
-    pub fn new(scope: Scope, opts: RunOpts) -> OpenCtx {
+    pub fn new(mut scope: Scope, opts: RunOpts) -> OpenCtx {
+        scope.expand_children();
         OpenCtx {
             scope,
             opts,
