@@ -201,6 +201,68 @@ fn rename_over_is_shown_per_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--pid <parent> --children`: processes the parent starts after tracekit attached are traced
+/// from their first call, each shown with its own title (as `exec -a` set it, like
+/// "postgres: walwriter"); a process outside the tree doing the same calls is not.
+#[test]
+fn children_are_followed_and_titled() {
+    require_root();
+    let dir = scratch("fsync-children");
+    let file = dir.join("data");
+    let wl = workload_bin();
+    // Each child syncs within milliseconds of its fork, long before userspace's next look at
+    // /proc (every 500 ms): only the kernel's fork hook can have added it in time. It then
+    // stays alive so its title can be read.
+    let script = format!(
+        "read go; for i in 1 2 3; do (exec -a \"tk-title: worker $i\" {wl} fsync-hold {f}$i 7 4000 >/dev/null) & done; wait",
+        wl = wl.display(),
+        f = file.display()
+    );
+    let mut parent = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ppid = parent.id().to_string();
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--pid", &ppid, "--children"]);
+    tk.wait_attached();
+    let outsider = run_workload(&["fsync", dir.join("other").to_str().unwrap(), "5", "0"]);
+    {
+        use std::io::Write as _;
+        let mut stdin = parent.stdin.take().unwrap();
+        writeln!(stdin, "go").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2000));
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(parent.wait().unwrap().success());
+    assert!(status.success(), "exit {status}: {stderr}");
+    let rows: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary" && l["syscall"] == "fsync")
+        .collect();
+    let outsider_pid = outsider["pid"].as_u64().unwrap();
+    assert!(
+        rows.iter().all(|r| r["pid"] != outsider_pid),
+        "a process outside --pid {ppid} --children was traced: {rows:?}"
+    );
+    let mut titles: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r["cmdline"].as_str().map(str::to_string))
+        .collect();
+    titles.sort();
+    let want: Vec<String> = (1..=3)
+        .map(|i| {
+            format!(
+                "tk-title: worker {i} fsync-hold {}{i} 7 4000",
+                file.display()
+            )
+        })
+        .collect();
+    assert_eq!(titles, want, "rows: {rows:?}");
+    assert!(rows.iter().all(|r| r["count"] == 7), "rows: {rows:?}");
+}
+
 #[test]
 fn three_thousand_short_lived_processes_are_all_counted() {
     require_root();
@@ -371,6 +433,10 @@ pub fn workload(args: &[String]) -> Option<i32> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["fsync", path, n, m] => fsync_workload(path, n.parse().ok()?, m.parse().ok()?),
+        ["fsync-hold", path, n, ms] => {
+            fsync_workload(path, n.parse().ok()?, 0);
+            std::thread::sleep(Duration::from_millis(ms.parse().ok()?));
+        }
         ["fsync-procs", path, n] => fsync_procs(path, n.parse().ok()?),
         ["fsync-reuse", dir, n] => fsync_reuse(dir, n.parse().ok()?),
         ["fsync-wal", dir, n] => fsync_wal(dir, n.parse().ok()?),

@@ -21,8 +21,9 @@ pub struct Common {
     #[arg(long = "pid", short = 'p', value_parser = parse_pid, value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// With --pid: also trace every descendant of those processes (found at start and every
-    /// half second while tracing), so `--pid <nginx master> --children` covers the workers.
+    /// With --pid: also trace every descendant of those processes, those running at start and
+    /// each one forked while tracing (added in the kernel at fork), so `--pid <nginx master>
+    /// --children` covers the workers.
     #[arg(long, requires = "pids")]
     pub children: bool,
 

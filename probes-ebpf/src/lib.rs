@@ -16,9 +16,10 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::bpf_get_current_comm,
-    macros::map,
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
 };
 use probes_common::{
     hist::{bucket_index_flat, LatHist, NBUCKETS},
@@ -37,6 +38,42 @@ static FILTER_COMM: [u8; COMM_LEN] = [0; COMM_LEN];
 /// tgids to trace when `FILTER_PIDS_ON` (`--pid`).
 #[map]
 static FILTER_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+
+/// Offsets of `pid` and `clone_flags` in `task:task_newtask` (from its format file), for
+/// [`tk_follow_fork`].
+#[no_mangle]
+static FOLLOW_PID_OFF: u32 = 8;
+#[no_mangle]
+static FOLLOW_FLAGS_OFF: u32 = 32;
+
+/// `CLONE_THREAD` (include/uapi/linux/sched.h): a new thread of a traced process is covered by
+/// its tgid already.
+const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// `--pid N --children`: on `task:task_newtask` (runs in the parent, inside fork, before the
+/// child can run), a process forked by a traced process joins `FILTER_PIDS`, so a child that
+/// lives a millisecond is traced from its first instruction. Every object carries this program;
+/// userspace loads it only with `--children`.
+#[tracepoint]
+pub fn tk_follow_fork(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is only tested for presence.
+    if unsafe { FILTER_PIDS.get(&tgid) }.is_none() {
+        return 0;
+    }
+    // SAFETY: offsets from the event's format file; read_at goes through bpf_probe_read.
+    let flags = unsafe { ctx.read_at::<u64>(ro(&FOLLOW_FLAGS_OFF) as usize) }.unwrap_or(0);
+    if flags & CLONE_THREAD != 0 {
+        return 0;
+    }
+    // SAFETY: as above.
+    let Ok(child) = (unsafe { ctx.read_at::<i32>(ro(&FOLLOW_PID_OFF) as usize) }) else {
+        return 0;
+    };
+    // A full map (1024 processes) fails the insert; userspace sees the size and says so.
+    let _ = FILTER_PIDS.insert(&(child as u32), &1, 0);
+    0
+}
 
 /// What could not be recorded, per CPU; indices in `probes_common::stats`.
 #[map]

@@ -44,6 +44,7 @@ impl Scope {
         Filter {
             pids: &self.pids,
             comm: self.comm_bytes(),
+            children: self.children,
         }
     }
 

@@ -81,6 +81,39 @@ pub fn comm(pid: u32) -> Option<Vec<u8>> {
     Some(b)
 }
 
+/// The longest process title kept: titles are for telling processes apart, and a JVM's command
+/// line can run to tens of kilobytes.
+pub const TITLE_MAX: usize = 256;
+
+/// The process title, `/proc/<pid>/cmdline` as the process left it ("postgres: walwriter",
+/// "nginx: worker process", or argv joined by spaces), at most [`TITLE_MAX`] bytes; `None` for
+/// kernel threads (empty cmdline) and processes that are gone.
+pub fn title(pid: u32) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    // Only the head is read: a cmdline may be longer than any cap worth refusing at.
+    let mut raw = Vec::with_capacity(TITLE_MAX);
+    fs::File::open(super::proc_path(&format!("{pid}/cmdline")))
+        .ok()?
+        .take(TITLE_MAX as u64)
+        .read_to_end(&mut raw)
+        .ok()?;
+    title_of(&raw)
+}
+
+/// [`title`] from the bytes of a cmdline file: NULs between arguments become spaces, trailing
+/// NULs and spaces (left by processes that overwrite argv in place) go.
+pub fn title_of(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut t: Vec<u8> = raw
+        .iter()
+        .take(TITLE_MAX)
+        .map(|&b| if b == 0 { b' ' } else { b })
+        .collect();
+    while t.last().is_some_and(|b| *b == b' ') {
+        t.pop();
+    }
+    (!t.is_empty()).then_some(t)
+}
+
 /// What fd `fd` of thread `tid` in process `tgid` refers to, while the process lives:
 /// a path (with the kernel's " (deleted)" suffix when unlinked), `socket:[…]`, …; `[closed]`
 /// when the process lives but the fd is gone, `[exited]` when the process is gone,
@@ -215,6 +248,23 @@ pub fn pid_max() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn titles_from_cmdline_bytes() {
+        // As postgres leaves it: the title, then argv's old space padded with NULs.
+        assert_eq!(
+            title_of(b"postgres: walwriter \0\0\0").as_deref(),
+            Some(&b"postgres: walwriter"[..])
+        );
+        assert_eq!(
+            title_of(b"/usr/bin/python3\0app.py\0--port\08080\0").as_deref(),
+            Some(&b"/usr/bin/python3 app.py --port 8080"[..])
+        );
+        assert_eq!(title_of(b""), None);
+        assert_eq!(title_of(b"\0\0"), None);
+        assert_eq!(title_of(&[b'x'; 5000]).map(|t| t.len()), Some(TITLE_MAX));
+        assert!(title(std::process::id()).is_some());
+    }
 
     #[test]
     fn privilege_bits() {

@@ -47,6 +47,25 @@ pub struct Filter<'a> {
     pub pids: &'a [u32],
     /// `comm` to trace, as the kernel stores it.
     pub comm: Option<[u8; 16]>,
+    /// `--children`: processes the traced ones fork join the filter in the kernel.
+    pub children: bool,
+}
+
+/// The event `--children` follows forks on: it runs in the parent, before the child can run,
+/// and carries `clone_flags` (to skip new threads); present since Linux 3.x.
+static FOLLOW_FORKS: Hook = Hook::event("task:task_newtask");
+
+/// Offsets of `pid` and `clone_flags` in `task:task_newtask`, from its format file.
+fn follow_offsets() -> Result<(u32, u32), String> {
+    let tfs = super::tracefs::Tracefs::open().map_err(|e| e.to_string())?;
+    let f = tfs
+        .format("task", "task_newtask")
+        .map_err(|e| e.to_string())?;
+    Ok((
+        f.offset_of("pid", &[4]).map_err(|e| e.to_string())?,
+        f.offset_of("clone_flags", &[8])
+            .map_err(|e| e.to_string())?,
+    ))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -201,7 +220,14 @@ impl Session {
     /// sizes). BTF is not parsed for relocations: Rust BPF code has none, and skipping it saves
     /// a second parse of /sys/kernel/btf/vmlinux at start-up.
     pub fn load(object: Object, filter: Filter, spec: LoadSpec) -> Result<Session, LoadError> {
+        let follow = (filter.children && !filter.pids.is_empty()).then(follow_offsets);
+        let (pid_off, flags_off) = match &follow {
+            Some(Ok(o)) => *o,
+            _ => (8, 32),
+        };
         let spec = spec
+            .global("FOLLOW_PID_OFF", &pid_off)
+            .global("FOLLOW_FLAGS_OFF", &flags_off)
             .global("FILTER_PIDS_ON", &u8::from(!filter.pids.is_empty()))
             .global("FILTER_COMM_ON", &u8::from(filter.comm.is_some()))
             .global("FILTER_COMM", &filter.comm.unwrap_or([0; 16]));
@@ -250,7 +276,7 @@ impl Session {
                 m.insert(p, 1, 0).map_err(map_err("FILTER_PIDS"))?;
             }
         }
-        Ok(Session {
+        let mut session = Session {
             object: object.name,
             ebpf,
             attached: Vec::new(),
@@ -260,11 +286,30 @@ impl Session {
             stats_prev: [0; NSTATS as usize],
             tp_stub,
             fn_stub: None,
-        })
+        };
+        match follow {
+            Some(Ok(_)) => {
+                if let Err(e) =
+                    session.attach_hook(&FOLLOW_FORKS, AttachMode::Tracepoint, "tk_follow_fork")
+                {
+                    session.skipped.push((
+                        "--children in the kernel",
+                        format!("{e}; new children are added every 500 ms instead"),
+                    ));
+                }
+            }
+            Some(Err(why)) => session.skipped.push((
+                "--children in the kernel",
+                format!("{why}; new children are added every 500 ms instead"),
+            )),
+            None => {}
+        }
+        Ok(session)
     }
 
-    /// Replaces the processes `--pid` traces (with `--children`, the descendants found since).
-    /// Only for a session loaded with a pid filter: the filter's on/off switch is fixed at load.
+    /// Adds `pids` to the processes `--pid` traces and forgets those that exited (a process the
+    /// kernel added since `pids` was read stays). Only for a session loaded with a pid filter:
+    /// the filter's on/off switch is fixed at load.
     pub fn set_filter_pids(&mut self, pids: &[u32]) -> Result<(), LoadError> {
         let mut m: HashMap<_, u32, u8> =
             HashMap::try_from(self.ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
@@ -278,7 +323,7 @@ impl Session {
                 m.insert(p, 1, 0).map_err(map_err("FILTER_PIDS"))?;
             }
         }
-        for p in old.iter().filter(|p| !pids.contains(p)) {
+        for p in old.iter().filter(|p| !crate::host::proc::exists(**p)) {
             let _ = m.remove(p);
         }
         Ok(())

@@ -7,3 +7,4 @@ pub mod output;
 pub mod render;
 pub mod rows;
 pub mod sanitize;
+pub mod who;

@@ -36,6 +36,7 @@ use crate::{
         render::fmt_ns,
         rows::{Column, Ctx, Section},
         sanitize,
+        who::{Title, Titles},
     },
     tools::{self, row_comm, OpenCtx, ToolInfo},
 };
@@ -209,6 +210,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         top_files: args.top_files,
         max_rows: args.rows,
         gen: 0,
+        titles: Titles::default(),
     }))
 }
 
@@ -336,6 +338,7 @@ struct FsyncLat {
     max_rows: usize,
     /// The generation just flipped away from (the one to drain).
     gen: u32,
+    titles: Titles,
 }
 
 /// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
@@ -373,13 +376,15 @@ struct SummaryRow {
     cv: f64,
     #[serde(skip)]
     comm_raw: Vec<u8>,
+    #[serde(flatten)]
+    title: Title,
     #[serde(skip)]
     hist: LatHist,
 }
 
 const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::left("SYSCALL", |r, _| r.syscall.clone()),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
@@ -436,13 +441,15 @@ struct FileRow {
     id: u32,
     #[serde(skip)]
     comm_raw: Vec<u8>,
+    #[serde(flatten)]
+    title: Title,
     #[serde(skip)]
     file_raw: Vec<u8>,
 }
 
 const FILES: &[Column<FileRow>] = &[
     Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
     Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
@@ -485,11 +492,13 @@ impl FsyncLat {
             });
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn summary_row(
         &self,
         id: u32,
         tgid: u32,
         comm: Vec<u8>,
+        title: Title,
         syscall: String,
         errors: u64,
         h: &LatHist,
@@ -520,6 +529,7 @@ impl FsyncLat {
             id,
             cv: s.cv,
             comm_raw: comm,
+            title,
             hist: *h,
         }
     }
@@ -601,24 +611,24 @@ impl Collector for FsyncLat {
                     .merge(&v.hist);
             }
         }
-        let mut rows: Vec<SummaryRow> = per_call
-            .into_iter()
-            .map(|((id, nr), (tgid, comm, errors, h))| {
-                let name = self
-                    .names
-                    .get(&nr)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| format!("syscall_{nr}"));
-                let comm = row_comm(id, tgid, threads, &comm);
-                self.summary_row(id, tgid, comm, name, errors, &h, secs)
-            })
-            .collect();
+        let mut rows: Vec<SummaryRow> = Vec::with_capacity(per_call.len() + 1);
+        for ((id, nr), (tgid, comm, errors, h)) in per_call {
+            let name = self
+                .names
+                .get(&nr)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| format!("syscall_{nr}"));
+            let comm = row_comm(id, tgid, threads, &comm);
+            let title = self.titles.of(tgid);
+            rows.push(self.summary_row(id, tgid, comm, title, name, errors, &h, secs));
+        }
         if drained.other.hist.count > 0 {
             let o = drained.other;
             rows.push(self.summary_row(
                 0,
                 0,
                 b"[other]".to_vec(),
+                Title::default(),
                 "all".into(),
                 o.errors,
                 &o.hist,
@@ -700,6 +710,7 @@ impl Collector for FsyncLat {
                 .into(),
         );
         out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
+        self.titles.end_window();
         Ok(out)
     }
 }
@@ -759,6 +770,7 @@ impl FsyncLat {
                     total_ns: s.total_ns,
                     id,
                     comm_raw: comm,
+                    title: self.titles.of(tgid),
                     file_raw: name.path,
                 });
             }
@@ -787,7 +799,7 @@ impl FsyncLat {
                 .copied()
                 .unwrap_or(rs[0]);
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
-            let comm = sanitize::text(&top.comm_raw);
+            let comm = top.title.beside(&top.comm_raw);
             let file = self
                 .paths
                 .iter()

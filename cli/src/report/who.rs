@@ -1,0 +1,163 @@
+//! The process title beside the comm: every PostgreSQL process is "postgres" and every nginx
+//! worker "nginx" by comm; their titles ("postgres: walwriter", "nginx: worker process") say
+//! which is which. A row type flattens a [`Title`] into its JSON (`cmdline`, and
+//! `cmdline_bytes` when not UTF-8) and shows [`Title::beside`] in its COMM column.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::{host::proc, report::sanitize};
+
+/// Characters of a title shown in a text table; JSON keeps the whole title (up to
+/// [`proc::TITLE_MAX`] bytes).
+pub const TEXT_WIDTH: usize = 28;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Title {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline_bytes: Option<Vec<u8>>,
+    #[serde(skip)]
+    raw: Option<Vec<u8>>,
+}
+
+impl Title {
+    /// The title of process `pid` now (empty for kernel threads and processes that are gone).
+    pub fn of(pid: u32) -> Title {
+        Title::from_bytes(proc::title(pid))
+    }
+
+    pub fn from_bytes(raw: Option<Vec<u8>>) -> Title {
+        let (cmdline, cmdline_bytes) = match raw.as_deref().map(sanitize::name_fields) {
+            Some((s, b)) => (Some(s), b),
+            None => (None, None),
+        };
+        Title {
+            cmdline,
+            cmdline_bytes,
+            raw,
+        }
+    }
+
+    /// `comm` for a text table, with the title in brackets when it says more than the comm
+    /// does, cut to [`TEXT_WIDTH`] characters: `postgres [postgres: walwriter]`.
+    pub fn beside(&self, comm: &[u8]) -> String {
+        let name = sanitize::text(comm);
+        let Some(raw) = self.raw.as_deref() else {
+            return name;
+        };
+        if raw == comm {
+            return name;
+        }
+        let t = sanitize::text(raw);
+        let cut: String = t.chars().take(TEXT_WIDTH).collect();
+        if cut.len() < t.len() {
+            format!("{name} [{cut}…]")
+        } else {
+            format!("{name} [{t}]")
+        }
+    }
+}
+
+/// Titles of the processes a collector reports, read fresh while each lives and remembered for
+/// a while after it exits, so a process that ran and died inside the window keeps its title.
+#[derive(Default)]
+pub struct Titles {
+    seen: HashMap<u32, (Title, u64)>,
+    window: u64,
+}
+
+/// Windows a dead process's title is kept for.
+const KEEP_WINDOWS: u64 = 60;
+
+impl Titles {
+    pub fn of(&mut self, pid: u32) -> Title {
+        let w = self.window;
+        match proc::title(pid) {
+            Some(raw) => {
+                let t = Title::from_bytes(Some(raw));
+                self.seen.insert(pid, (t.clone(), w));
+                t
+            }
+            None => self
+                .seen
+                .get(&pid)
+                .map(|(t, _)| t.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Remembers `pid`'s title now, for a process about to be reported after it may have exited.
+    pub fn note(&mut self, pid: u32) {
+        if let Some(raw) = proc::title(pid) {
+            self.seen
+                .insert(pid, (Title::from_bytes(Some(raw)), self.window));
+        }
+    }
+
+    /// Ends a window: forgets titles unused for [`KEEP_WINDOWS`] windows.
+    pub fn end_window(&mut self) {
+        self.window += 1;
+        let w = self.window;
+        self.seen.retain(|_, (_, at)| w - *at <= KEEP_WINDOWS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beside_the_comm_and_in_json() {
+        let t = Title::from_bytes(Some(b"postgres: walwriter".to_vec()));
+        assert_eq!(t.beside(b"postgres"), "postgres [postgres: walwriter]");
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            serde_json::json!({"cmdline": "postgres: walwriter"})
+        );
+        let same = Title::from_bytes(Some(b"sleep".to_vec()));
+        assert_eq!(same.beside(b"sleep"), "sleep");
+        let none = Title::from_bytes(None);
+        assert_eq!(none.beside(b"kworker/0:1"), "kworker/0:1");
+        assert_eq!(serde_json::to_value(&none).unwrap(), serde_json::json!({}));
+        let long = Title::from_bytes(Some(
+            b"java -Xmx8g -cp /opt/app/lib/* com.example.Main".to_vec(),
+        ));
+        assert_eq!(long.beside(b"java"), "java [java -Xmx8g -cp /opt/app/lib…]");
+        // Escapes in a title never reach the terminal; JSON keeps the exact bytes.
+        let evil = Title::from_bytes(Some(b"x\x1b[2J\xff".to_vec()));
+        assert_eq!(evil.beside(b"x"), "x [x\\x1b[2J\\xff]");
+        let v = serde_json::to_value(&evil).unwrap();
+        assert_eq!(
+            v["cmdline_bytes"],
+            serde_json::json!([120, 27, 91, 50, 74, 255])
+        );
+    }
+
+    #[test]
+    fn titles_outlive_their_process_for_a_while() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // spawn returns while execve may still be replacing the image (cmdline reads empty).
+        for _ in 0..100 {
+            if proc::title(pid).is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut ts = Titles::default();
+        assert_eq!(ts.of(pid).cmdline.as_deref(), Some("sleep 30"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(ts.of(pid).cmdline.as_deref(), Some("sleep 30"));
+        for _ in 0..=KEEP_WINDOWS {
+            ts.end_window();
+        }
+        assert_eq!(ts.of(pid).cmdline, None);
+    }
+}
