@@ -76,6 +76,9 @@ pub struct Subject {
     pub cgroup: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// The process title (`postgres: walwriter`), shown beside the name in text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
 }
 
 impl Subject {
@@ -96,14 +99,26 @@ impl Subject {
         }
     }
 
+    /// Adds the process title, when it says more than the name does.
+    pub fn with_title(mut self, t: &crate::report::who::Title) -> Subject {
+        self.cmdline = t.cmdline.clone().filter(|c| Some(c) != self.name.as_ref());
+        self
+    }
+
     pub fn with_cgroup(mut self, cgroup: Option<String>) -> Subject {
         self.cgroup = cgroup;
         self
     }
 
-    /// `postgres (pid 4711)`, `vda`, `CPU 0`.
+    /// `postgres [postgres: walwriter] (pid 4711)`, `vda`, `CPU 0`.
     pub fn text(&self) -> String {
-        let name = self.name.as_deref().unwrap_or("?");
+        let title = self
+            .cmdline
+            .as_deref()
+            .map(|t| crate::report::who::bracket(t.as_bytes()))
+            .unwrap_or_default();
+        let name = format!("{}{title}", self.name.as_deref().unwrap_or("?"));
+        let name = name.as_str();
         match (self.pid, self.tid) {
             (_, Some(t)) => format!("{name} (tid {t})"),
             (Some(p), None) => format!("{name} (pid {p})"),
@@ -218,6 +233,9 @@ impl Finding {
         }
         if let (Some(n), "process" | "thread") = (&self.subject.name, self.subject.kind) {
             m.insert("comm".into(), n.clone().into());
+        }
+        if let Some(t) = &self.subject.cmdline {
+            m.insert("cmdline".into(), t.clone().into());
         }
         if let Some(c) = &self.subject.cgroup {
             m.insert("cgroup".into(), c.clone().into());

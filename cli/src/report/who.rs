@@ -45,19 +45,21 @@ impl Title {
     /// does, cut to [`TEXT_WIDTH`] characters: `postgres [postgres: walwriter]`.
     pub fn beside(&self, comm: &[u8]) -> String {
         let name = sanitize::text(comm);
-        let Some(raw) = self.raw.as_deref() else {
-            return name;
-        };
-        if raw == comm {
-            return name;
+        match self.raw.as_deref() {
+            Some(raw) if raw != comm => format!("{name}{}", bracket(raw)),
+            _ => name,
         }
-        let t = sanitize::text(raw);
-        let cut: String = t.chars().take(TEXT_WIDTH).collect();
-        if cut.len() < t.len() {
-            format!("{name} [{cut}…]")
-        } else {
-            format!("{name} [{t}]")
-        }
+    }
+}
+
+/// ` [title]`, escaped for a terminal and cut to [`TEXT_WIDTH`] characters.
+pub fn bracket(title: &[u8]) -> String {
+    let t = sanitize::text(title);
+    let cut: String = t.chars().take(TEXT_WIDTH).collect();
+    if cut.len() < t.len() {
+        format!(" [{cut}…]")
+    } else {
+        format!(" [{t}]")
     }
 }
 

@@ -799,7 +799,9 @@ impl FsyncLat {
                 .copied()
                 .unwrap_or(rs[0]);
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
-            let comm = top.title.beside(&top.comm_raw);
+            let subject =
+                Subject::process(pid, sanitize::text(&top.comm_raw)).with_title(&top.title);
+            let who = subject.text();
             let file = self
                 .paths
                 .iter()
@@ -822,11 +824,11 @@ impl FsyncLat {
             out.push(Finding {
                 tool: INFO.name,
                 cause: Cause::Fsync,
-                subject: Subject::process(pid, comm.clone()),
+                subject,
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),
                 summary: format!(
-                    "{comm} (pid {pid}) spent {} of {} in {} ({:.1} % of the time): {count} calls, p50 {}, p99 {}, max {}{on}.",
+                    "{who} spent {} of {} in {} ({:.1} % of the time): {count} calls, p50 {}, p99 {}, max {}{on}.",
                     fmt_ns(total),
                     fmt_ns((secs * 1e9) as u64),
                     syscalls.join("/"),
