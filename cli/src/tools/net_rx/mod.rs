@@ -56,6 +56,8 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: HOOKS,
     triage: true,
     hidden: false,
+    // sk_buff, sock, socket, file and inode members at BTF offsets, in every attach mode.
+    needs_btf: true,
 };
 
 const OBJECT: Object = crate::object!("net_rx");
@@ -480,6 +482,12 @@ impl Collector for NetRx {
 
     fn slow_links(&self) -> usize {
         self.session.slow_links()
+    }
+
+    /// No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
+    /// `--pid`), but the engine's per-collector work gets the session like any other.
+    fn session(&mut self) -> Option<&mut Session> {
+        Some(&mut self.session)
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
