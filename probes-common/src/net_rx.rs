@@ -89,6 +89,9 @@ pub struct DropKey {
     pub _pad: u16,
     /// Interval generation (see [`crate::stats::Control`]).
     pub gen: u32,
+    /// Explicit tail padding, written as 0: verifiers before 5.11's uninitialized-stack
+    /// allowance (Debian's 5.10) reject a map key with unwritten bytes.
+    pub _tail: u32,
 }
 
 /// Per-CPU value of [`DropKey`].

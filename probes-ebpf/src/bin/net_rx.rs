@@ -271,6 +271,7 @@ fn on_drop<R: Kread, S: Kread>(skb: u64, location: u64, reason: u32, rx_sk: u64)
         family: 0,
         _pad: 0,
         gen,
+        _tail: 0,
     };
     packet_place::<R>(skb, &mut key);
     let len = R::u32(skb, off!(skb_len)) as u64;

@@ -415,7 +415,12 @@ fn other_reasons(e: &Evidence, out: &mut Vec<Finding>) {
         )
         .evidence("drops", count)
         .evidence("drops_per_s", rate);
-        let next = (reason == "NETFILTER_DROP").then(|| "nft list ruleset".to_string());
+        // Every place of this reason, with the CPUs and the dropping functions.
+        let next = Some(if reason == "NETFILTER_DROP" {
+            "nft list ruleset".to_string()
+        } else {
+            format!("tracekit net-rx --duration 30s --rows 0 --json | jq -c 'select(.type==\"drop\" and .reason==\"{reason}\")'")
+        });
         out.push(with(f, reasons::advice(reason), next));
     }
 }
