@@ -260,28 +260,33 @@ fn rcvbuf_case(no_rx_sk: bool) {
     );
 }
 
+/// A receiver with a 1 KiB buffer that never reads, in another process (`tk-workload
+/// net-rx-hold`, 8 s): the child, its pid and its port.
+fn hold() -> (std::process::Child, u64, u16) {
+    let mut holder = Command::new(workload_bin())
+        .args(["net-rx-hold", "8000"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tk-workload");
+    use std::io::BufRead;
+    let mut line = String::new();
+    let out = holder.stdout.as_mut().unwrap();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    let (pid, port) = (
+        v["pid"].as_u64().unwrap(),
+        v["port"].as_u64().unwrap() as u16,
+    );
+    (holder, pid, port)
+}
+
 /// The rcvbuf finding names a receiver that is another process (the workload holds the
 /// socket), with the buffer evidence and the fix.
 #[test]
 fn rcvbuf_finding_names_the_receiving_process() {
     require_root();
     let _serial = serial();
-    let mut holder = Command::new(workload_bin())
-        .args(["net-rx-hold", "8000"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("tk-workload");
-    let (pid, port) = {
-        use std::io::BufRead;
-        let mut line = String::new();
-        let out = holder.stdout.as_mut().unwrap();
-        std::io::BufReader::new(out).read_line(&mut line).unwrap();
-        let v: Value = serde_json::from_str(&line).unwrap();
-        (
-            v["pid"].as_u64().unwrap(),
-            v["port"].as_u64().unwrap() as u16,
-        )
-    };
+    let (mut holder, pid, port) = hold();
     let lines = trace(&[], || {
         send(5000, 200, port);
     });
@@ -505,19 +510,53 @@ fn json_lines_have_their_keys() {
     assert!(st["recursion_misses"].is_u64(), "{st}");
 }
 
-/// `--pid` does not apply to a node-wide receive path: refused with one line, exit 2.
+/// `--pid` keeps the drops at that process's sockets: the workload's flooded receiver is
+/// shown, exact against `Udp: RcvbufErrors`; this test's own flooded receiver is not, and no
+/// finding is about anything else. `--threads` does not apply: refused with one line, exit 2.
 #[test]
-fn process_filters_are_refused() {
+fn pid_filter_keeps_that_processes_sockets() {
     require_root();
-    let me = std::process::id().to_string();
+    let _serial = serial();
+    let (mut holder, pid, port) = hold();
+    let mine = small_receiver();
+    let my_port = mine.local_addr().unwrap().port();
+    let mut errs = 0;
+    let lines = trace(&["--pid", &pid.to_string()], || {
+        send(3000, 200, my_port);
+        let before = udp_snmp();
+        send(3000, 200, port);
+        errs = delta(&before, &udp_snmp(), "RcvbufErrors");
+    });
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (theirs, udp4) = udp_drops(&lines, "SOCKET_RCVBUFF", port);
+    eprintln!("--pid {pid}: SOCKET_RCVBUFF for its udp/{port} {theirs} (all kept udp4 {udp4}); Udp:RcvbufErrors +{errs} during its flood");
+    assert_eq!(
+        theirs, errs,
+        "the receiver's drops = RcvbufErrors of its flood"
+    );
+    assert_eq!(udp4, theirs, "only the traced process's socket is kept");
+    assert!(theirs >= 2990, "{theirs}");
+    for l in lines
+        .iter()
+        .filter(|l| ["drop", "socket"].contains(&l["type"].as_str().unwrap_or("")))
+    {
+        assert_eq!(l["pid"], pid, "a row of another process: {l}");
+    }
+    assert!(drain(&mine) > 0);
+    let f: Vec<&Value> = lines.iter().filter(|l| l["type"] == "finding").collect();
+    assert!(
+        !f.is_empty() && f.iter().all(|f| f["subject"]["pid"] == pid),
+        "{f:?}"
+    );
     let o = Command::new(tracekit_bin())
-        .args(["net-rx", "--pid", &me, "--duration", "1s"])
+        .args(["net-rx", "--threads", "--duration", "1s"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("--pid"), "{err}");
+    assert!(err.contains("--threads"), "{err}");
 }
 
 #[test]

@@ -42,10 +42,12 @@ use crate::{
 };
 
 mod findings;
+mod owners;
 mod reasons;
 mod rows;
 mod snapshot;
 
+use owners::Owners;
 use reasons::Reasons;
 use rows::{CpuHooks, Names};
 use snapshot::Snapshot;
@@ -232,9 +234,9 @@ fn drop_args(mode: AttachMode, btf: &Btf, fmt: Option<&EventFormat>) -> (bool, b
 /// Loads and attaches net-rx's programs as the attach policy chose on this kernel.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let scope = &ctx.scope;
-    if !scope.pids.is_empty() || scope.comm.is_some() || scope.threads {
+    if scope.threads {
         return Err(Error::Usage(
-            "net-rx traces the node's whole receive path: --pid, --comm and --threads do not apply (drops happen in softirq context, on behalf of no process); the socket rows name each receiving process".into(),
+            "net-rx: --threads does not apply (drops happen in softirq context, on behalf of no thread); sockets belong to processes".into(),
         ));
     }
     let hooks = hooks_for(args);
@@ -403,6 +405,23 @@ impl NetRx {
         Ok(d)
     }
 
+    /// The processes `--pid`/`--comm` keep (with `--children`, their descendants now), or
+    /// `None` without a process filter.
+    fn owners(&self) -> Option<Owners> {
+        if self.scope.pids.is_empty() && self.scope.comm.is_none() {
+            return None;
+        }
+        let pids = if self.scope.children {
+            crate::host::proc::with_descendants(&self.scope.pids)
+        } else {
+            self.scope.pids.clone()
+        };
+        Some(Owners {
+            pids,
+            comm: self.scope.comm_bytes(),
+        })
+    }
+
     fn title(&self, w: &Window, drops: u64, softirq_ns: u64) -> String {
         let when = if w.interval {
             format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
@@ -468,7 +487,14 @@ impl Collector for NetRx {
             &self.scope,
             &self.session,
         );
-        m.scope = "the whole node".into();
+        m.scope = if self.scope.pids.is_empty() && self.scope.comm.is_none() {
+            "the whole node".into()
+        } else {
+            format!(
+                "the whole node, drops at sockets of {}",
+                self.scope.describe()
+            )
+        };
         m.with("attach", self.drop_mode.as_str())
             .with("has_reason", self.reasons.has_reason)
             .with("has_rx_sk", self.kernel_rx_sk)
@@ -511,8 +537,13 @@ impl Collector for NetRx {
             counters: &host.counters,
         };
         let mut drops = rows::drop_rows(&drained.rows, &drained.other, &names, secs);
-        let socks = rows::sock_rows(&socks.rows, &drops, &names, secs);
+        let mut socks = rows::sock_rows(&socks.rows, &drops, &names, secs);
         rows::attribute(&mut drops, &socks);
+        let owners = self.owners();
+        if let Some(o) = &owners {
+            socks.retain(|s| o.owns(&s.pids, s.comm.as_deref()));
+            drops.retain(|d| d.pid.is_some_and(|p| o.owns(&[p], d.comm.as_deref())));
+        }
         let cpus = rows::cpu_rows(&cpu, &host.softnet, &drops, &self.cpu_hooks, secs);
         let devices = rows::device_rows(&host.devices, &host.irqs);
         let conntrack = rows::conntrack_row(&host.conntrack);
@@ -546,12 +577,22 @@ impl Collector for NetRx {
         if drops.is_empty() {
             out.notes.push("no packet drops seen".into());
         }
+        // With --pid/--comm, findings are about those processes' sockets only; the CPU, device
+        // and conntrack rows stay node-wide, as context.
+        let filtered = owners.is_some();
+        let no_conntrack = rows::ConntrackRow::default();
+        if filtered {
+            out.notes.push(format!(
+                "drops at sockets of {} only; CPU, device and conntrack rows are node-wide",
+                self.scope.describe()
+            ));
+        }
         out.findings = findings::findings(&findings::Evidence {
             drops: &drops,
             socks: &socks,
-            cpus: &cpus,
-            devices: &devices,
-            conntrack: &conntrack,
+            cpus: if filtered { &[] } else { &cpus },
+            devices: if filtered { &[] } else { &devices },
+            conntrack: if filtered { &no_conntrack } else { &conntrack },
             secs,
             ncpus: crate::host::proc::possible_cpus(),
         });
@@ -618,38 +659,4 @@ impl Collector for NetRx {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hooks_follow_the_flags() {
-        let args = |extra: &[&str]| -> Args {
-            use clap::FromArgMatches;
-            #[derive(clap::Parser)]
-            struct P {
-                #[command(flatten)]
-                a: Args,
-            }
-            let mut v = vec!["t"];
-            v.extend_from_slice(extra);
-            let m = <P as clap::CommandFactory>::command().get_matches_from(v);
-            P::from_arg_matches(&m).unwrap().a
-        };
-        let events = |a: &Args| hooks_for(a).iter().map(|h| h.event).collect::<Vec<_>>();
-        assert_eq!(
-            events(&args(&[])),
-            [
-                "skb:kfree_skb",
-                "irq:softirq_entry",
-                "irq:softirq_exit",
-                "napi:napi_poll"
-            ]
-        );
-        assert_eq!(events(&args(&["--drops-only"])), ["skb:kfree_skb"]);
-        assert_eq!(events(&args(&["--consume"])).len(), 5);
-        let forced = hooks_for(&args(&["--attach", "raw_tp"]));
-        assert_eq!(forced[0].programs, [(AttachMode::RawTp, "tk_nr_drop_raw")]);
-        assert!(HOOKS.iter().skip(1).all(|h| h.optional));
-        assert!(!HOOKS[0].optional);
-    }
-}
+mod tests;

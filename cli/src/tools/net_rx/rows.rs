@@ -524,25 +524,6 @@ impl DeviceRow {
     }
 }
 
-/// `0-3,8` for CPUs 0, 1, 2, 3 and 8.
-pub fn cpu_list_text(cpus: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j > i {
-            format!("{}-{}", cpus[i], cpus[j])
-        } else {
-            cpus[i].to_string()
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
 fn irqs_text(r: &DeviceRow) -> String {
     if r.irqs.is_empty() {
         return "-".into();
@@ -550,7 +531,7 @@ fn irqs_text(r: &DeviceRow) -> String {
     r.irqs
         .iter()
         .map(|i| match &i.affinity {
-            Some(a) => format!("{}->{}", i.irq, cpu_list_text(a)),
+            Some(a) => format!("{}->{}", i.irq, crate::tools::doctor::node::cpu_ranges(a)),
             None => i.irq.to_string(),
         })
         .collect::<Vec<_>>()
