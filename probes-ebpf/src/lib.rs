@@ -14,6 +14,8 @@
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
+pub mod kread;
+
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},

@@ -1,7 +1,9 @@
 //! The receive path as the kernel counts it: `/proc/net/softnet_stat` (per CPU),
 //! `/proc/net/snmp` and `/proc/net/netstat` (protocol counters), `/sys/class/net/*/statistics`
-//! (per device), conntrack fill, and which CPUs a device's interrupts land on
-//! (`/proc/interrupts`, `/proc/irq/*/smp_affinity_list`).
+//! (per device), ring sizes and channel counts (the ethtool ioctl), RPS masks, conntrack fill,
+//! which CPUs a device's interrupts land on (`/proc/interrupts`,
+//! `/proc/irq/*/smp_affinity_list`), and which process owns a socket (`/proc/net/{udp,tcp}*`,
+//! `/proc/<pid>/fd`).
 //!
 //! `/proc/net/snmp` is parsed here rather than with `procfs::net::Snmp`, which fails as a whole
 //! when a kernel lacks one of the fields it expects, and does not cover `/proc/net/netstat`.
@@ -222,18 +224,303 @@ pub fn parse_interrupts(text: &str) -> Vec<Irq> {
 
 /// Interrupts whose name mentions `dev` (a NIC's queues), with their CPU affinity.
 pub fn device_irqs(dev: &str) -> Vec<Irq> {
+    interrupts()
+        .into_iter()
+        .filter(|i| i.name.contains(dev))
+        .collect()
+}
+
+/// All of `/proc/interrupts`, each numeric line with its CPU affinity.
+pub fn interrupts() -> Vec<Irq> {
     let Ok(text) = read_text(&proc_path("interrupts")) else {
         return Vec::new();
     };
     parse_interrupts(&text)
         .into_iter()
-        .filter(|i| i.name.contains(dev))
         .map(|mut i| {
             i.affinity = read_trim(&proc_path(&format!("irq/{}/smp_affinity_list", i.irq)))
                 .and_then(|s| parse_cpu_list(&s));
             i
         })
         .collect()
+}
+
+/// Whether interrupt `name` belongs to network device `dev`, whose bus device (the basename of
+/// `/sys/class/net/<dev>/device`, e.g. `virtio2` or `0000:03:00.0`) is `bus`: drivers name
+/// queue interrupts after either (`eth0-rx-3`, `virtio2-input.0`, `mlx5_comp3@pci:0000:03:00.0`).
+pub fn irq_is_device(name: &str, dev: &str, bus: Option<&str>) -> bool {
+    let by = |n: &str| {
+        name == n
+            || name.starts_with(&format!("{n}-"))
+            || name.starts_with(&format!("{n}_"))
+            || name.contains(&format!("@{n}"))
+            || name.contains(&format!("@pci:{n}"))
+    };
+    by(dev) || bus.is_some_and(by)
+}
+
+/// The bus device name of network device `dev` (`virtio2`, `0000:03:00.0`); `None` for virtual
+/// devices (`lo`, veths, bridges).
+pub fn bus_device(dev: &str) -> Option<String> {
+    std::fs::read_link(sys_path(&format!("class/net/{dev}/device")))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+/// Network devices by ifindex (`/sys/class/net/*/ifindex`), as the kernel's drop records name
+/// them. Only this network namespace's devices.
+pub fn interfaces() -> BTreeMap<u32, String> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(sys_path("class/net")) else {
+        return out;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(i) = read_u64(&e.path().join("ifindex")) {
+            out.insert(i as u32, name);
+        }
+    }
+    out
+}
+
+/// A hex CPU mask as sysfs prints it (`rps_cpus`, `smp_affinity`: `00000000,0000000f`, 32-bit
+/// groups, most significant first) as CPU numbers; `None` when malformed.
+pub fn parse_cpu_mask(s: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    let groups: Vec<&str> = s.trim().split(',').collect();
+    for (i, g) in groups.iter().rev().enumerate() {
+        let v = u32::from_str_radix(g, 16).ok()?;
+        for bit in 0..32 {
+            if v & (1 << bit) != 0 {
+                out.push(i as u32 * 32 + bit);
+            }
+        }
+    }
+    out.sort_unstable();
+    Some(out)
+}
+
+/// RPS CPUs of each receive queue of `dev` (`queues/rx-N/rps_cpus`; empty: RPS off), by queue.
+pub fn rps_cpus(dev: &str) -> BTreeMap<String, Vec<u32>> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(sys_path(&format!("class/net/{dev}/queues"))) else {
+        return out;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let q = e.file_name().to_string_lossy().into_owned();
+        if !q.starts_with("rx-") {
+            continue;
+        }
+        if let Some(cpus) = read_trim(&e.path().join("rps_cpus")).and_then(|m| parse_cpu_mask(&m)) {
+            out.insert(q, cpus);
+        }
+    }
+    out
+}
+
+/// Receive ring of a device, as `ethtool -g` shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Ring {
+    pub rx: u32,
+    pub rx_max: u32,
+}
+
+/// Queue counts of a device, as `ethtool -l` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Channels {
+    pub rx: u32,
+    pub combined: u32,
+    pub max_rx: u32,
+    pub max_combined: u32,
+}
+
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GRINGPARAM: u32 = 0x10;
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// `struct ifreq` with the `ifr_data` member of its union (40 bytes on 64-bit).
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+/// Runs ethtool command `T` (a `struct ethtool_*` whose first `u32` is the command) on `dev`;
+/// `None` when the driver does not implement it (EOPNOTSUPP) or `dev` is not in this namespace.
+fn ethtool<T: Copy>(dev: &str, mut cmd: T) -> Option<T> {
+    if dev.is_empty() || dev.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: (&raw mut cmd).cast(),
+        _pad: [0; 16],
+    };
+    req.name[..dev.len()].copy_from_slice(dev.as_bytes());
+    // SAFETY: a plain socket for the ioctl, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: SIOCETHTOOL reads the NUL-terminated name in `req` and reads/writes the command
+    // struct `req.data` points to, whose size matches the command (`T` is the kernel's struct
+    // for it, declared below); both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL as _, &raw mut req) };
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(fd) };
+    (rc == 0).then_some(cmd)
+}
+
+/// `struct ethtool_ringparam`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct RingParam {
+    cmd: u32,
+    rx_max_pending: u32,
+    rx_mini_max_pending: u32,
+    rx_jumbo_max_pending: u32,
+    tx_max_pending: u32,
+    rx_pending: u32,
+    rx_mini_pending: u32,
+    rx_jumbo_pending: u32,
+    tx_pending: u32,
+}
+
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ChannelsParam {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The receive ring of `dev` (`ETHTOOL_GRINGPARAM`), where the driver exposes it.
+pub fn ring(dev: &str) -> Option<Ring> {
+    let r = ethtool(
+        dev,
+        RingParam {
+            cmd: ETHTOOL_GRINGPARAM,
+            ..Default::default()
+        },
+    )?;
+    Some(Ring {
+        rx: r.rx_pending,
+        rx_max: r.rx_max_pending,
+    })
+}
+
+/// The queue counts of `dev` (`ETHTOOL_GCHANNELS`), where the driver exposes them.
+pub fn channels(dev: &str) -> Option<Channels> {
+    let c = ethtool(
+        dev,
+        ChannelsParam {
+            cmd: ETHTOOL_GCHANNELS,
+            ..Default::default()
+        },
+    )?;
+    Some(Channels {
+        rx: c.rx_count,
+        combined: c.combined_count,
+        max_rx: c.max_rx,
+        max_combined: c.max_combined,
+    })
+}
+
+/// One socket of `/proc/net/{udp,tcp,udplite}{,6}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockEntry {
+    pub port: u16,
+    /// `st`: TCP state (0x0A listen), 0x07 for unconnected UDP.
+    pub state: u8,
+    /// Bytes waiting to be read.
+    pub rx_queue: u64,
+    pub inode: u64,
+    /// The socket's own drop counter (`sk_drops`; UDP tables only).
+    pub drops: Option<u64>,
+}
+
+/// Parses a `/proc/net/{udp,tcp}*` table (the same columns for IPv4 and IPv6).
+pub fn parse_socket_table(text: &str) -> Vec<SockEntry> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() < 10 {
+                return None;
+            }
+            let port = u16::from_str_radix(c[1].rsplit_once(':')?.1, 16).ok()?;
+            let rx_queue = u64::from_str_radix(c[4].split_once(':')?.1, 16).ok()?;
+            Some(SockEntry {
+                port,
+                state: u8::from_str_radix(c[3], 16).ok()?,
+                rx_queue,
+                inode: c[9].parse().ok()?,
+                drops: c.get(12).and_then(|d| d.parse().ok()),
+            })
+        })
+        .collect()
+}
+
+/// Sockets of protocol `proto` (`udp`, `tcp`, `udplite`) bound to local `port`, IPv4 and IPv6,
+/// in this network namespace. TCP: listening sockets only (the receiver of new connections).
+pub fn port_sockets(proto: &str, port: u16) -> Vec<SockEntry> {
+    let mut out = Vec::new();
+    for f in [proto.to_string(), format!("{proto}6")] {
+        let Ok(text) = read_text(&proc_path(&format!("net/{f}"))) else {
+            continue;
+        };
+        out.extend(
+            parse_socket_table(&text)
+                .into_iter()
+                .filter(|e| e.port == port && e.inode != 0 && (proto != "tcp" || e.state == 0x0a)),
+        );
+    }
+    out
+}
+
+/// The processes holding each socket inode of `inodes` open (`socket:[INODE]` in
+/// `/proc/<pid>/fd`), by inode.
+pub fn socket_owners(inodes: &[u64]) -> BTreeMap<u64, Vec<u32>> {
+    let mut out: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    if inodes.is_empty() {
+        return out;
+    }
+    let Ok(procs) = std::fs::read_dir(proc_path("")) else {
+        return out;
+    };
+    for p in procs.filter_map(Result::ok) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.filter_map(Result::ok) {
+            let Ok(t) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let ino = t
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:["))
+                .and_then(|t| t.strip_suffix(']'))
+                .and_then(|t| t.parse::<u64>().ok());
+            if let Some(ino) = ino.filter(|i| inodes.contains(i)) {
+                let e = out.entry(ino).or_default();
+                if !e.contains(&pid) {
+                    e.push(pid);
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -309,5 +596,58 @@ Broken: a b
         let c = protocol_counters().unwrap();
         assert!(c.contains_key("Udp:NoPorts"), "{c:?}");
         assert!(device_counters().contains_key("lo"));
+    }
+
+    #[test]
+    fn socket_tables_and_masks() {
+        let udp = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  123: 0100007F:9C40 00000000:0000 07 00000000:00000900 00:00000000 00000000     0        0 45678 2 0000000000000000 19999
+  124: 00000000:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 45679 2 0000000000000000 0
+";
+        let v = parse_socket_table(udp);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            v[0],
+            SockEntry {
+                port: 0x9c40,
+                state: 7,
+                rx_queue: 0x900,
+                inode: 45678,
+                drops: Some(19999)
+            }
+        );
+        assert_eq!(v[1].port, 53);
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2112 1 0000000000000000 100 0 0 10 0
+";
+        let t = parse_socket_table(tcp6);
+        assert_eq!((t[0].port, t[0].state, t[0].inode), (22, 0x0a, 2112));
+        assert_eq!(parse_cpu_mask("0").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse_cpu_mask("00000001,00000005").unwrap(), [0, 2, 32]);
+        assert!(parse_cpu_mask("zz").is_none());
+        assert!(irq_is_device("virtio2-input.0", "eth0", Some("virtio2")));
+        assert!(!irq_is_device("virtio20-input.0", "eth0", Some("virtio2")));
+        assert!(irq_is_device("eth0-rx-3", "eth0", None));
+        assert!(irq_is_device(
+            "mlx5_comp3@pci:0000:03:00.0",
+            "ens1",
+            Some("0000:03:00.0")
+        ));
+        assert!(!irq_is_device("eth01-rx-0", "eth0", None));
+    }
+
+    #[test]
+    fn this_machine_has_loopback_and_sockets() {
+        let ifs = interfaces();
+        assert_eq!(ifs.get(&1).map(String::as_str), Some("lo"));
+        // Loopback has no ring and no channels: the ioctl says so without an error.
+        assert_eq!(ring("lo"), None);
+        assert_eq!(ring("no-such-device-x"), None);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        let socks = port_sockets("udp", port);
+        assert_eq!(socks.len(), 1, "{socks:?}");
+        let owners = socket_owners(&[socks[0].inode]);
+        assert_eq!(owners[&socks[0].inode], [std::process::id()]);
     }
 }

@@ -624,6 +624,65 @@ impl Btf {
         }
         out
     }
+
+    /// Name of the type of parameter `idx` (0 = the tracepoint's `void *__data`) of the function
+    /// prototype behind typedef `name`, as written: `blk_status_t`, `int`, `struct request *`
+    /// (one level of pointer shown as ` *`). `None` when there is no such parameter.
+    pub fn proto_param_type(&self, name: &str, idx: usize) -> Option<String> {
+        let id = self.find_typedef(name)?;
+        let (_, _, _, _, mut t, _) = self.ty(id)?;
+        if let Some((_, KIND_PTR, _, _, p, _)) = self.ty(self.resolve(t)) {
+            t = p;
+        }
+        let (_, kind, _, vlen, _, at) = self.ty(self.resolve(t))?;
+        if kind != KIND_FUNC_PROTO || idx >= vlen {
+            return None;
+        }
+        let mut pt = self.u32_at(at + 12 + 8 * idx + 4).ok()?;
+        let mut suffix = "";
+        if let Some((_, KIND_PTR, _, _, p, _)) = self.ty(pt) {
+            pt = p;
+            suffix = " *";
+        }
+        let (n, kind, ..) = self.ty(pt)?;
+        let prefix = match kind {
+            KIND_STRUCT => "struct ",
+            KIND_UNION => "union ",
+            KIND_ENUM | KIND_ENUM64 => "enum ",
+            _ => "",
+        };
+        Some(format!(
+            "{prefix}{}{suffix}",
+            String::from_utf8_lossy(self.str_at(n))
+        ))
+    }
+
+    /// The (name, value) pairs of `enum name` (e.g. `skb_drop_reason`, `req_flag_bits`), so
+    /// values that change between kernels are named without a rebuild. `None` when absent.
+    /// (By the enum's own name; [`Btf::enum_values`] matches enumerators by prefix.)
+    pub fn enum_named(&self, name: &str) -> Option<Vec<(String, i64)>> {
+        let id = (1..=self.types.len() as u32).find(|&id| {
+            matches!(self.ty(id), Some((n, KIND_ENUM | KIND_ENUM64, _, vlen, _, _)) if vlen > 0 && self.str_at(n) == name.as_bytes())
+        })?;
+        let (_, kind, kflag, vlen, _, at) = self.ty(id)?;
+        let mut out = Vec::with_capacity(vlen);
+        for i in 0..vlen {
+            // ENUM: {name_off, i32 val}; ENUM64: {name_off, lo32, hi32}; kind_flag = signed.
+            let (m, val) = if kind == KIND_ENUM {
+                let m = at + 12 + 8 * i;
+                let raw = self.u32_at(m + 4).ok()?;
+                (m, if kflag { raw as i32 as i64 } else { raw as i64 })
+            } else {
+                let m = at + 12 + 12 * i;
+                let lo = self.u32_at(m + 4).ok()? as u64;
+                let hi = self.u32_at(m + 8).ok()? as u64;
+                (m, ((hi << 32) | lo) as i64)
+            };
+            let n = self.u32_at(m).ok()?;
+            out.push((String::from_utf8_lossy(self.str_at(n)).into_owned(), val));
+        }
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -895,5 +954,27 @@ pub(crate) mod tests {
                 .size,
             8
         );
+    }
+
+    /// Enum values and tracepoint parameter types on the running kernel (io-lat and net-rx
+    /// depend on both), when its BTF is present.
+    #[test]
+    fn reads_enums_and_tracepoint_parameters_if_present() {
+        if !Path::new(VMLINUX).exists() {
+            return;
+        }
+        let btf = Btf::from_sys_fs().unwrap();
+        let reasons = btf.enum_named("skb_drop_reason").unwrap();
+        assert!(reasons.contains(&("SKB_DROP_REASON_NO_SOCKET".to_string(), 3)));
+        let ops = btf.enum_named("req_op").unwrap();
+        assert!(ops.contains(&("REQ_OP_READ".to_string(), 0)));
+        assert!(ops.contains(&("REQ_OP_WRITE".to_string(), 1)));
+        assert_eq!(
+            btf.proto_param_type("btf_trace_block_rq_issue", 1)
+                .as_deref(),
+            Some("struct request *")
+        );
+        assert_eq!(btf.proto_param_type("btf_trace_block_rq_issue", 9), None);
+        assert_eq!(btf.enum_named("no_such_enum_at_all"), None);
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use aya::{
-    maps::{Array, HashMap, MapData},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     Pod,
 };
 
@@ -107,6 +107,83 @@ impl<K: Pod, V: Pod> GenMap<K, V> {
             None => self.zero,
         };
         Ok(Drained { rows, other })
+    }
+}
+
+/// A per-CPU aggregation hash keyed by `K` (the kernel updates this CPU's copy without
+/// atomics, and the CPU of every event comes for free) and its two-slot per-CPU `[other]` array.
+pub struct PerCpuGenMap<K: Pod, V: Pod> {
+    name: &'static str,
+    map: PerCpuHashMap<MapData, K, V>,
+    other: Option<PerCpuArray<MapData, V>>,
+    key_gen: fn(&K) -> u32,
+    zero: V,
+}
+
+/// What one generation of a per-CPU map held: one value per possible CPU, by CPU number.
+pub struct DrainedPerCpu<K, V> {
+    pub rows: Vec<(K, Vec<V>)>,
+    pub other: Vec<V>,
+}
+
+impl<K: Pod, V: Pod> PerCpuGenMap<K, V> {
+    /// Takes `map` (and `other`, if the tool has an overflow row) out of the session.
+    pub fn take(
+        session: &mut Session,
+        map: &'static str,
+        other: Option<&'static str>,
+        key_gen: fn(&K) -> u32,
+        zero: V,
+    ) -> Result<PerCpuGenMap<K, V>, LoadError> {
+        let mut take = |m: &'static str| {
+            session.ebpf.take_map(m).ok_or(LoadError::NoMap {
+                object: session.object,
+                map: m.into(),
+            })
+        };
+        let hash = PerCpuHashMap::try_from(take(map)?).map_err(map_err(map))?;
+        let other = match other {
+            Some(o) => Some(PerCpuArray::try_from(take(o)?).map_err(map_err(o))?),
+            None => None,
+        };
+        Ok(PerCpuGenMap {
+            name: map,
+            map: hash,
+            other,
+            key_gen,
+            zero,
+        })
+    }
+
+    /// Every key of generation `gen` with its per-CPU values, deleted from the map, and the
+    /// `[other]` row of that generation, reset to zero.
+    pub fn drain(&mut self, gen: u32) -> Result<DrainedPerCpu<K, V>, LoadError> {
+        let kg = self.key_gen;
+        let keys: Vec<K> = self
+            .map
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| kg(k) == gen)
+            .collect();
+        let mut rows = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Ok(v) = self.map.get(&k, 0) {
+                rows.push((k, v.iter().copied().collect()));
+            }
+            let _ = self.map.remove(&k);
+        }
+        let other = match self.other.as_mut() {
+            Some(o) => {
+                let v: Vec<V> = o.get(&gen, 0).map_err(map_err(self.name))?.to_vec();
+                let zeros = PerCpuValues::try_from(vec![self.zero; v.len().max(1)])
+                    .map_err(|e| map_err(self.name)(aya::maps::MapError::IoError(e)))?;
+                // The kernel writes the other generation now, so the reset races with nothing.
+                o.set(gen, zeros, 0).map_err(map_err(self.name))?;
+                v
+            }
+            None => Vec::new(),
+        };
+        Ok(DrainedPerCpu { rows, other })
     }
 }
 

@@ -6,4 +6,5 @@ pub mod features;
 pub mod hooks;
 pub mod loader;
 pub mod maps;
+pub mod proginfo;
 pub mod tracefs;

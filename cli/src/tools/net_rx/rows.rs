@@ -1,0 +1,659 @@
+//! net-rx's typed rows (one `Serialize` struct and one column spec each, for the text tables
+//! and the NDJSON lines): drops by reason and place, receiving processes, CPUs, devices,
+//! conntrack; and how each is built from a window's kernel maps and host counters.
+
+use std::{
+    collections::BTreeMap,
+    net::{Ipv4Addr, Ipv6Addr},
+};
+
+use probes_common::net_rx::{CpuVal, DropKey, DropVal, SockKey, SockVal};
+use serde::Serialize;
+
+use super::reasons::{self, proto_name, Reasons};
+use crate::{
+    host::{kallsyms::Symbolizer, net},
+    report::{render::fmt_ns, rows::Column, sanitize},
+};
+
+/// Drops with one reason at one place (function, destination, device).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DropRow {
+    /// The kernel's name for the reason, `reason N` for a value it does not name, `unknown`
+    /// on kernels without reasons where neither place nor counters tell.
+    pub reason: String,
+    /// The raw `enum skb_drop_reason` value (absent on kernels without reasons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_code: Option<u32>,
+    /// `location`: inferred from the dropping function and the kernel's counters (no reasons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_from: Option<&'static str>,
+    pub count: u64,
+    pub rate_per_s: f64,
+    pub bytes: u64,
+    /// `udp`, `tcp`, `icmp`, … (empty when the packet had no IP header).
+    pub proto: String,
+    /// The ethertype (2048 IPv4, 34525 IPv6, 2054 ARP).
+    pub l3proto: u16,
+    pub daddr: String,
+    /// Destination port, 0 when the protocol has none.
+    pub port: u16,
+    pub dev: String,
+    pub ifindex: u32,
+    /// Drops per CPU (by CPU number, non-zero only).
+    pub cpus: BTreeMap<u32, u64>,
+    /// The dropping kernel function, `name+0xoff`.
+    pub location: String,
+    /// The process owning the socket these packets were for, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
+    /// `nobody listens on udp/9999` for drops to a closed port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
+}
+
+fn dest(r: &DropRow) -> String {
+    match (r.daddr.contains(':'), r.port) {
+        (_, 0) => r.daddr.clone(),
+        (false, p) => format!("{}:{p}", r.daddr),
+        (true, p) => format!("[{}]:{p}", r.daddr),
+    }
+}
+
+fn cpus_text(m: &BTreeMap<u32, u64>) -> String {
+    match m.len() {
+        0 => "-".into(),
+        1 => m.keys().next().map(u32::to_string).unwrap_or_default(),
+        _ => m
+            .iter()
+            .map(|(c, n)| format!("{c}:{n}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or("-".into(), T::to_string)
+}
+
+fn rate(r: f64) -> String {
+    format!("{r:.1}")
+}
+
+pub const DROPS: &[Column<DropRow>] = &[
+    Column::left("REASON", |r, _| r.reason.clone()),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("RATE/s", |r, _| rate(r.rate_per_s)),
+    Column::left("PROTO", |r, _| r.proto.clone()),
+    Column::left("DEST", |r, _| dest(r)),
+    Column::left("DEV", |r, _| sanitize::text(r.dev.as_bytes())),
+    Column::left("CPU", |r, _| cpus_text(&r.cpus)),
+    Column::right("PID", |r, _| opt(&r.pid)),
+    Column::left("COMM", |r, _| {
+        r.comm
+            .as_deref()
+            .map_or("-".into(), |c| sanitize::text(c.as_bytes()))
+    }),
+    Column::left("WHERE", |r, _| r.location.clone()),
+];
+
+/// What a window's rows are named with.
+pub struct Names<'a> {
+    pub reasons: &'a Reasons,
+    pub syms: Option<&'a Symbolizer>,
+    pub ifnames: &'a BTreeMap<u32, String>,
+    /// Protocol counter deltas of the window (causes on kernels without reasons).
+    pub counters: &'a BTreeMap<String, i64>,
+}
+
+fn daddr(k: &DropKey) -> String {
+    match k.family {
+        4 => Ipv4Addr::new(k.daddr[0], k.daddr[1], k.daddr[2], k.daddr[3]).to_string(),
+        6 => Ipv6Addr::from(k.daddr).to_string(),
+        _ => String::new(),
+    }
+}
+
+fn per_cpu<V>(vals: &[V], f: impl Fn(&V) -> u64) -> BTreeMap<u32, u64> {
+    vals.iter()
+        .enumerate()
+        .map(|(c, v)| (c as u32, f(v)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Drop rows, most first, then the `[other]` row of drops that did not fit the map.
+pub fn drop_rows(
+    drops: &[(DropKey, Vec<DropVal>)],
+    other: &[DropVal],
+    n: &Names,
+    secs: f64,
+) -> Vec<DropRow> {
+    let mut rows: Vec<DropRow> = drops
+        .iter()
+        .map(|(k, v)| {
+            let count: u64 = v.iter().map(|x| x.count).sum();
+            let proto = proto_name(k.l4proto);
+            let function = n.syms.and_then(|s| s.function(k.location)).unwrap_or("");
+            let (reason, reason_from) = if n.reasons.has_reason {
+                (n.reasons.name(k.reason), None)
+            } else {
+                let bound = k.dport != 0 && !net::port_sockets(&proto, k.dport).is_empty();
+                match reasons::infer(function, &proto, bound, n.counters) {
+                    Some(r) => (r.to_string(), Some("location")),
+                    None => ("unknown".to_string(), None),
+                }
+            };
+            let finding = (reason == "NO_SOCKET" && k.dport != 0)
+                .then(|| format!("nobody listens on {proto}/{}", k.dport));
+            DropRow {
+                reason_code: n.reasons.has_reason.then_some(k.reason),
+                note: (reason == "NOT_SPECIFIED").then_some(
+                    "kfree_skb without a reason: a drop in code not annotated yet, or a normal free by a caller that should use consume_skb",
+                ),
+                reason,
+                reason_from,
+                count,
+                rate_per_s: count as f64 / secs,
+                bytes: v.iter().map(|x| x.bytes).sum(),
+                proto,
+                l3proto: k.l3proto,
+                daddr: daddr(k),
+                port: k.dport,
+                dev: match k.ifindex {
+                    0 => String::new(),
+                    i => n.ifnames.get(&i).cloned().unwrap_or_else(|| format!("if{i}")),
+                },
+                ifindex: k.ifindex,
+                cpus: per_cpu(v, |x| x.count),
+                location: n
+                    .syms
+                    .and_then(|s| s.name(k.location))
+                    .unwrap_or_else(|| format!("{:#x}", k.location)),
+                finding,
+                ..Default::default()
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+    let oc: u64 = other.iter().map(|x| x.count).sum();
+    if oc > 0 {
+        rows.push(DropRow {
+            reason: "[other]".into(),
+            count: oc,
+            rate_per_s: oc as f64 / secs,
+            bytes: other.iter().map(|x| x.bytes).sum(),
+            cpus: per_cpu(other, |x| x.count),
+            ..Default::default()
+        });
+    }
+    rows
+}
+
+/// Socket-level drops of one socket and reason, with the owning processes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SockRow {
+    /// The owner (the first of `pids`), absent when no process holds the socket any more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub pids: Vec<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    pub proto: String,
+    /// The socket's local port.
+    pub port: u16,
+    /// Socket inode (`socket:[INODE]` in /proc/PID/fd), 0 when unknown.
+    pub ino: u64,
+    pub reason: String,
+    pub count: u64,
+    pub rate_per_s: f64,
+    /// `sk_rcvbuf` at the drops (bytes), and the bytes already queued (`sk_rmem_alloc`), mean
+    /// and largest; from the socket itself (`found_by` `socket`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rcvbuf: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rmem_mean: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rmem_max: Option<u64>,
+    /// Drops where the packet did not fit: queued + its size > rcvbuf.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full: Option<u64>,
+    /// Bytes waiting to be read and the socket's own drop counter, when the window ended
+    /// (`/proc/net/udp`; `found_by` `port`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_queue: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sk_drops: Option<u64>,
+    /// `socket`: the kernel passed the socket; `port`: found from the packets' destination port
+    /// (kernels without `rx_sk`, or drops before the packet was given to the socket).
+    pub found_by: &'static str,
+    /// The sockets whose owners are listed: this one, or every socket bound to the port
+    /// (SO_REUSEPORT groups).
+    #[serde(skip)]
+    inodes: Vec<u64>,
+}
+
+fn bytes_text(b: u64) -> String {
+    match b {
+        0..10_240 => format!("{b}B"),
+        10_240..10_485_760 => format!("{:.1}KiB", b as f64 / 1024.0),
+        _ => format!("{:.1}MiB", b as f64 / 1048576.0),
+    }
+}
+
+pub const SOCKETS: &[Column<SockRow>] = &[
+    Column::right("PID", |r, _| opt(&r.pid)),
+    Column::left("COMM", |r, _| {
+        r.comm
+            .as_deref()
+            .map_or("-".into(), |c| sanitize::text(c.as_bytes()))
+    }),
+    Column::left("SOCKET", |r, _| format!("{}/{}", r.proto, r.port)),
+    Column::left("REASON", |r, _| r.reason.clone()),
+    Column::right("DROPS", |r, _| r.count.to_string()),
+    Column::right("RATE/s", |r, _| rate(r.rate_per_s)),
+    Column::right("RCVBUF", |r, _| r.rcvbuf.map_or("-".into(), bytes_text)),
+    Column::right("QUEUED", |r, _| {
+        match (r.rmem_mean, r.rmem_max, r.rx_queue) {
+            (Some(m), Some(x), _) => format!("{}/{}", bytes_text(m), bytes_text(x)),
+            (_, _, Some(q)) => bytes_text(q),
+            _ => "-".into(),
+        }
+    }),
+    Column::right("FULL%", |r, _| match r.full {
+        Some(f) => format!("{:.0}", f as f64 * 100.0 / r.count.max(1) as f64),
+        None => "-".into(),
+    }),
+    Column::left("FOUND-BY", |r, _| r.found_by.to_string()),
+];
+
+/// Socket rows: those the kernel reported, then, for socket-level drops it passed no socket
+/// for, the sockets bound to the destination port now. Owners from /proc/*/fd.
+pub fn sock_rows(
+    socks: &[(SockKey, Vec<SockVal>)],
+    drops: &[DropRow],
+    n: &Names,
+    secs: f64,
+) -> Vec<SockRow> {
+    let mut rows: Vec<SockRow> = socks
+        .iter()
+        .map(|(k, v)| {
+            let count: u64 = v.iter().map(|x| x.count).sum();
+            SockRow {
+                proto: proto_name(k.proto as u8),
+                port: k.lport,
+                ino: k.ino,
+                reason: if n.reasons.has_reason {
+                    n.reasons.name(k.reason)
+                } else {
+                    "unknown".into()
+                },
+                count,
+                rate_per_s: count as f64 / secs,
+                rcvbuf: v.iter().map(|x| x.rcvbuf).max(),
+                rmem_mean: Some(v.iter().map(|x| x.rmem_sum).sum::<u64>() / count.max(1)),
+                rmem_max: v.iter().map(|x| x.rmem_max).max(),
+                full: Some(v.iter().map(|x| x.full).sum()),
+                found_by: "socket",
+                inodes: vec![k.ino],
+                ..Default::default()
+            }
+        })
+        .collect();
+    for d in drops {
+        let known = rows
+            .iter()
+            .any(|s| s.port == d.port && s.reason == d.reason && s.proto == d.proto);
+        if d.port == 0 || !reasons::at_socket(&d.reason) || known {
+            continue;
+        }
+        let bound = net::port_sockets(&d.proto, d.port);
+        let Some(first) = bound.first() else { continue };
+        rows.push(SockRow {
+            proto: d.proto.clone(),
+            port: d.port,
+            ino: first.inode,
+            reason: d.reason.clone(),
+            count: d.count,
+            rate_per_s: d.rate_per_s,
+            rx_queue: Some(bound.iter().map(|e| e.rx_queue).sum()),
+            sk_drops: bound.iter().map(|e| e.drops).sum(),
+            found_by: "port",
+            inodes: bound.iter().map(|e| e.inode).collect(),
+            ..Default::default()
+        });
+    }
+    let inodes: Vec<u64> = rows
+        .iter()
+        .flat_map(|r| r.inodes.iter().copied())
+        .filter(|i| *i != 0)
+        .collect();
+    let owners = net::socket_owners(&inodes);
+    for r in &mut rows {
+        let mut pids: Vec<u32> = r
+            .inodes
+            .iter()
+            .flat_map(|i| owners.get(i).cloned().unwrap_or_default())
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        r.pids = pids;
+        r.pid = r.pids.first().copied();
+        if let Some(c) = r.pid.and_then(crate::host::proc::comm) {
+            let (c, b) = sanitize::name_fields(&c);
+            r.comm = Some(c);
+            r.comm_bytes = b;
+        }
+    }
+    rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
+    rows
+}
+
+/// Names the owner of each drop row's socket from the socket rows.
+pub fn attribute(drops: &mut [DropRow], socks: &[SockRow]) {
+    for d in drops.iter_mut().filter(|d| d.port != 0) {
+        if let Some(s) = socks
+            .iter()
+            .find(|s| s.port == d.port && s.reason == d.reason && s.proto == d.proto)
+        {
+            d.pid = s.pid;
+            d.comm = s.comm.clone();
+        }
+    }
+}
+
+/// One CPU's receive path in the window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CpuRow {
+    pub cpu: u32,
+    /// NET_RX softirq time, runs, and the longest run since tracing started (softirq hooks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softirq_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softirq_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softirq_max_ns_since_start: Option<u64>,
+    /// NET_RX time as a share of this CPU's time, and of all CPUs' NET_RX time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softirq_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_pct: Option<f64>,
+    /// NAPI polls, packets they handled, and polls that used their whole budget (napi hook).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub polls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_work: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub squeezed: Option<u64>,
+    /// `/proc/net/softnet_stat` deltas: packets processed, dropped because the backlog was full,
+    /// NET_RX runs cut short (`time_squeeze`), packets steered here by RPS, flow-limit drops.
+    pub processed: u64,
+    pub backlog_drops: u64,
+    pub time_squeeze: u64,
+    pub received_rps: u64,
+    pub flow_limit: u64,
+    /// Drops (kfree_skb with a drop reason) on this CPU, and every kfree_skb event it ran.
+    pub drops: u64,
+    pub kfree: u64,
+    /// Normal frees (`--consume`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumed: Option<u64>,
+}
+
+pub const CPUS: &[Column<CpuRow>] = &[
+    Column::right("CPU", |r, _| r.cpu.to_string()),
+    Column::right("NET_RX", |r, _| r.softirq_ns.map_or("-".into(), fmt_ns)),
+    Column::right("%CPU", |r, _| {
+        r.softirq_pct.map_or("-".into(), |p| format!("{p:.1}"))
+    }),
+    Column::right("SHARE%", |r, _| {
+        r.share_pct.map_or("-".into(), |p| format!("{p:.0}"))
+    }),
+    Column::right("RUNS", |r, _| opt(&r.softirq_count)),
+    Column::right("POLLS", |r, _| opt(&r.polls)),
+    Column::right("FULL-BUDGET", |r, _| opt(&r.squeezed)),
+    Column::right("PROCESSED", |r, _| r.processed.to_string()),
+    Column::right("BACKLOG-DROP", |r, _| r.backlog_drops.to_string()),
+    Column::right("SQUEEZE", |r, _| r.time_squeeze.to_string()),
+    Column::right("RPS", |r, _| r.received_rps.to_string()),
+    Column::right("DROPS", |r, _| r.drops.to_string()),
+];
+
+/// Which hooks fed a CPU row.
+pub struct CpuHooks {
+    pub softirq: bool,
+    pub napi: bool,
+    pub consume: bool,
+}
+
+/// CPU rows for the CPUs that did anything in the window: `delta` per CPU from the programs,
+/// softnet_stat deltas, drops per CPU.
+pub fn cpu_rows(
+    delta: &[CpuVal],
+    softnet: &BTreeMap<u32, net::Softnet>,
+    drops: &[DropRow],
+    hooks: &CpuHooks,
+    secs: f64,
+) -> Vec<CpuRow> {
+    let total_ns: u64 = delta.iter().map(|d| d.softirq_ns).sum();
+    let ncpu = delta
+        .len()
+        .max(softnet.keys().max().map_or(0, |m| *m as usize + 1));
+    (0..ncpu as u32)
+        .map(|cpu| {
+            let d = delta.get(cpu as usize).copied().unwrap_or_default();
+            let s = softnet.get(&cpu).copied().unwrap_or_default();
+            CpuRow {
+                cpu,
+                softirq_ns: hooks.softirq.then_some(d.softirq_ns),
+                softirq_count: hooks.softirq.then_some(d.softirq_count),
+                softirq_max_ns_since_start: hooks.softirq.then_some(d.softirq_max_ns),
+                softirq_pct: hooks
+                    .softirq
+                    .then(|| d.softirq_ns as f64 / (secs * 1e9) * 100.0),
+                share_pct: (hooks.softirq && total_ns > 0)
+                    .then(|| d.softirq_ns as f64 * 100.0 / total_ns as f64),
+                polls: hooks.napi.then_some(d.polls),
+                poll_work: hooks.napi.then_some(d.poll_work),
+                squeezed: hooks.napi.then_some(d.polls_full),
+                processed: s.processed,
+                backlog_drops: s.dropped,
+                time_squeeze: s.time_squeeze,
+                received_rps: s.received_rps,
+                flow_limit: s.flow_limit,
+                drops: drops.iter().filter_map(|r| r.cpus.get(&cpu)).sum(),
+                kfree: d.kfree,
+                consumed: hooks.consume.then_some(d.consumed),
+            }
+        })
+        .filter(|r| {
+            r.softirq_count.unwrap_or(0)
+                + r.polls.unwrap_or(0)
+                + r.processed
+                + r.backlog_drops
+                + r.drops
+                > 0
+        })
+        .collect()
+}
+
+/// One interrupt of a device: where it may run and where it ran in the window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DevIrq {
+    pub irq: u32,
+    pub name: String,
+    /// CPUs allowed (`/proc/irq/N/smp_affinity_list`).
+    pub affinity: Option<Vec<u32>>,
+    /// Interrupts per CPU in the window (non-zero only).
+    pub per_cpu: BTreeMap<u32, u64>,
+}
+
+/// A device that received packets or dropped some in the window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceRow {
+    pub dev: String,
+    /// `/sys/class/net/DEV/statistics` deltas.
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_dropped: u64,
+    pub rx_missed_errors: u64,
+    pub rx_fifo_errors: u64,
+    pub rx_over_errors: u64,
+    pub rx_errors: u64,
+    /// The receive ring (`ethtool -g`) and queues (`ethtool -l`: rx + combined), where the
+    /// driver exposes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<net::Ring>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<net::Channels>,
+    /// CPUs RPS may steer each receive queue's packets to (empty: RPS off).
+    pub rps_cpus: BTreeMap<String, Vec<u32>>,
+    pub irqs: Vec<DevIrq>,
+}
+
+impl DeviceRow {
+    /// Drops the NIC or its driver counted: ring full, FIFO overrun, missed.
+    pub fn ring_drops(&self) -> u64 {
+        self.rx_missed_errors + self.rx_fifo_errors + self.rx_over_errors
+    }
+}
+
+fn irqs_text(r: &DeviceRow) -> String {
+    if r.irqs.is_empty() {
+        return "-".into();
+    }
+    r.irqs
+        .iter()
+        .map(|i| match &i.affinity {
+            Some(a) => format!("{}->{}", i.irq, crate::tools::doctor::node::cpu_ranges(a)),
+            None => i.irq.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub const DEVICES: &[Column<DeviceRow>] = &[
+    Column::left("DEV", |r, _| sanitize::text(r.dev.as_bytes())),
+    Column::right("RX-PKTS", |r, _| r.rx_packets.to_string()),
+    Column::right("RX/s", |r, c| rate(r.rx_packets as f64 / c.secs)),
+    Column::right("DROPPED", |r, _| r.rx_dropped.to_string()),
+    Column::right("MISSED", |r, _| r.rx_missed_errors.to_string()),
+    Column::right("FIFO", |r, _| r.rx_fifo_errors.to_string()),
+    Column::right("OVER", |r, _| r.rx_over_errors.to_string()),
+    Column::right("RING", |r, _| {
+        r.ring
+            .map_or("-".into(), |g| format!("{}/{}", g.rx, g.rx_max))
+    }),
+    Column::right("QUEUES", |r, _| {
+        r.channels
+            .map_or("-".into(), |c| (c.rx + c.combined).to_string())
+    }),
+    Column::left("RPS", |r, _| {
+        if r.rps_cpus.values().all(Vec::is_empty) {
+            "off".into()
+        } else {
+            "on".into()
+        }
+    }),
+    Column::left("IRQ->CPU", |r, _| irqs_text(r)),
+];
+
+/// Device rows: devices with counter changes in the window (`delta`), with ring, queue, RPS and
+/// interrupt facts.
+pub fn device_rows(
+    delta: &BTreeMap<String, BTreeMap<&'static str, u64>>,
+    irqs: &[(net::Irq, Vec<u64>)],
+) -> Vec<DeviceRow> {
+    let mut rows: Vec<DeviceRow> = delta
+        .iter()
+        .map(|(dev, m)| {
+            let g = |k: &str| m.get(k).copied().unwrap_or(0);
+            let bus = net::bus_device(dev);
+            DeviceRow {
+                dev: dev.clone(),
+                rx_packets: g("rx_packets"),
+                rx_bytes: g("rx_bytes"),
+                rx_dropped: g("rx_dropped"),
+                rx_missed_errors: g("rx_missed_errors"),
+                rx_fifo_errors: g("rx_fifo_errors"),
+                rx_over_errors: g("rx_over_errors"),
+                rx_errors: g("rx_errors"),
+                ring: net::ring(dev),
+                channels: net::channels(dev),
+                rps_cpus: net::rps_cpus(dev),
+                irqs: irqs
+                    .iter()
+                    .filter(|(i, _)| net::irq_is_device(&i.name, dev, bus.as_deref()))
+                    .map(|(i, d)| DevIrq {
+                        irq: i.irq,
+                        name: i.name.clone(),
+                        affinity: i.affinity.clone(),
+                        per_cpu: per_cpu(d, |x| *x),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (b.ring_drops() + b.rx_dropped)
+            .cmp(&(a.ring_drops() + a.rx_dropped))
+            .then(b.rx_packets.cmp(&a.rx_packets))
+    });
+    rows
+}
+
+/// The connection-tracking table.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ConntrackRow {
+    /// False: the nf_conntrack module is not loaded (nothing is tracked; not an error).
+    pub loaded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill_pct: Option<f64>,
+    /// `/proc/net/stat/nf_conntrack` deltas: new connections dropped because the table was
+    /// full, entries evicted early to make room, inserts that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub early_drop: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub insert_failed: Option<u64>,
+}
+
+pub const CONNTRACK: &[Column<ConntrackRow>] = &[
+    Column::left("CONNTRACK", |r, _| match (r.loaded, r.count, r.max) {
+        (false, ..) => "not loaded".into(),
+        (true, Some(c), Some(m)) => format!("{c} of {m} entries"),
+        _ => "-".into(),
+    }),
+    Column::right("FILL%", |r, _| {
+        r.fill_pct.map_or("-".into(), |p| format!("{p:.1}"))
+    }),
+    Column::right("DROP", |r, _| opt(&r.drop)),
+    Column::right("EARLY-DROP", |r, _| opt(&r.early_drop)),
+    Column::right("INSERT-FAILED", |r, _| opt(&r.insert_failed)),
+];
+
+pub fn conntrack_row(c: &Option<(net::Conntrack, BTreeMap<String, u64>)>) -> ConntrackRow {
+    match c {
+        None => ConntrackRow::default(),
+        Some((t, d)) => ConntrackRow {
+            loaded: true,
+            count: Some(t.count),
+            max: Some(t.max),
+            fill_pct: (t.max > 0).then(|| t.count as f64 * 100.0 / t.max as f64),
+            drop: d.get("drop").copied(),
+            early_drop: d.get("early_drop").copied(),
+            insert_failed: d.get("insert_failed").copied(),
+        },
+    }
+}
