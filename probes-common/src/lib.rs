@@ -9,6 +9,7 @@
 pub mod fsync;
 pub mod hist;
 pub mod memstall;
+pub mod numa;
 pub mod sched;
 pub mod stats;
 
