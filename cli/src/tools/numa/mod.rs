@@ -16,9 +16,8 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use aya::maps::Array;
-use probes_common::{
-    numa::{NumaKey, NumaOffsets, NumaVal, MAX_NODES, STAT_NO_BASELINE, STAT_NO_NODE},
-    stats::NSTATS,
+use probes_common::numa::{
+    NumaKey, NumaOffsets, NumaVal, MAX_NODES, STAT_NO_BASELINE, STAT_NO_NODE,
 };
 use serde_json::{json, Value};
 
@@ -37,14 +36,16 @@ use crate::{
     },
     options::Common,
     report::{
-        output::Sink,
         rows::{Ctx, Section},
         sanitize,
     },
     tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
 };
 
+mod one_node;
 pub mod report;
+
+use one_node::{one_node_now, OneNode};
 
 use report::{NodeRow, ProcNuma, SummaryRow};
 
@@ -159,52 +160,6 @@ pub fn run(args: Args) -> Result<()> {
     tools::run_collector(INFO.name, c, |ctx| open(&args, ctx))
 }
 
-/// The one line of a single-node host.
-fn one_node_line(t: &Topology) -> String {
-    let n = &t.nodes[0];
-    let cpus: Vec<String> = n.cpus.iter().map(u32::to_string).collect();
-    format!(
-        "numa: one NUMA node here (node {}: {} CPUs, {}): nothing to misplace. On a host with \
-         several nodes it looks for processes running on one node while their memory sits on \
-         another (CPU time per node against /proc/<pid>/numa_maps) and for NUMA balancing \
-         migrating their pages.",
-        n.id,
-        cpus.len(),
-        n.mem_total_kib
-            .map_or("memory unknown".into(), report::fmt_kib),
-    )
-}
-
-fn one_node_json(t: &Topology) -> Value {
-    json!({
-        "type": "system",
-        "nodes": t.len(),
-        "node_ids": t.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
-        "numa_balancing": hnuma::numa_balancing(),
-        "note": "one NUMA node: nothing to misplace",
-    })
-}
-
-/// Without a window asked for, a single-node host gets its line at once (no privileges
-/// needed: nothing is loaded).
-fn one_node_now(c: &Common, t: &Topology) -> Result<()> {
-    crate::host::proc::check_pids(&c.pids)?;
-    let mut sink = Sink::open(c.output.as_deref(), false)?;
-    let mut line = if c.json {
-        let mut v = one_node_json(t);
-        v["tool"] = INFO.name.into();
-        v.to_string()
-    } else {
-        one_node_line(t)
-    };
-    line.push('\n');
-    match sink.write(&line) {
-        Err(e) if e.is_broken_pipe() => return Ok(()),
-        r => r?,
-    }
-    Ok(sink.finish()?)
-}
-
 /// Loads and attaches as the attach policy chose; on a single-node host (without `--force`),
 /// a collector that loads nothing.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
@@ -279,6 +234,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         }
     }
     session.attach_planned(HOOKS, &plan)?;
+    // The kernel's counters at the start of generation 0, as close to the attach as possible.
+    let vmstat = Vmstat::read().ok();
+    let numastat = node_stats(&topo);
     let agg = GenMap::take(
         &mut session,
         "NUMA_AGG",
@@ -297,11 +255,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .map(|n| n.id as usize + 1)
         .max()
         .unwrap_or(1);
-    let numastat = topo
-        .nodes
-        .iter()
-        .map(|n| (n.id, hnuma::numastat(n.id)))
-        .collect();
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Ok(Box::new(Numa {
@@ -314,49 +267,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         maps_top: args.maps,
         max_rows: args.rows,
         gen: 0,
-        vmstat: Vmstat::read().ok(),
+        vmstat,
         numastat,
+        edge: None,
         facts: FactsCache::new(),
         page_kib: (page.max(4096) / 1024) as u64,
     }))
-}
-
-/// A single-node host: nothing loaded, one line per window.
-struct OneNode {
-    scope: Scope,
-    topo: Topology,
-}
-
-impl Collector for OneNode {
-    fn name(&self) -> &'static str {
-        INFO.name
-    }
-
-    fn meta(&self) -> Meta {
-        Meta {
-            tool: INFO.name,
-            what: "nothing (one NUMA node)".into(),
-            scope: self.scope.describe(),
-            per_thread: self.scope.threads,
-            programs: json!([]),
-            programs_text: "nothing loaded".into(),
-            ..Default::default()
-        }
-        .with("nodes", self.topo.len())
-    }
-
-    fn flip(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn collect(&mut self, _w: &Window) -> Result<Output> {
-        Ok(Output {
-            title: one_node_line(&self.topo),
-            extra_json: vec![one_node_json(&self.topo)],
-            stats: Some(Stats::new([0; NSTATS as usize])),
-            ..Default::default()
-        })
-    }
 }
 
 struct Numa {
@@ -372,10 +288,25 @@ struct Numa {
     max_rows: usize,
     /// The generation just flipped away from (the one to drain).
     gen: u32,
+    /// /proc/vmstat and per-node numastat at the start of the window being collected.
     vmstat: Option<Vmstat>,
-    numastat: BTreeMap<u32, BTreeMap<String, u64>>,
+    numastat: NodeStats,
+    /// The same read at the flip that ended it, so the deltas cover exactly the events of the
+    /// generation drained (read after the drain, they would include later ones).
+    edge: Option<Edge>,
     facts: FactsCache,
     page_kib: u64,
+}
+
+type NodeStats = BTreeMap<u32, BTreeMap<String, u64>>;
+/// The kernel's counters read at a flip.
+type Edge = (Option<Vmstat>, NodeStats);
+
+fn node_stats(t: &Topology) -> NodeStats {
+    t.nodes
+        .iter()
+        .map(|n| (n.id, hnuma::numastat(n.id)))
+        .collect()
 }
 
 /// The /proc/vmstat counters the system line carries (those this kernel has).
@@ -460,11 +391,11 @@ impl Numa {
     }
 
     /// Node rows: facts, everyone's CPU time there, numastat deltas since the last window.
-    fn node_rows(&mut self, rows: &[SummaryRow]) -> Vec<NodeRow> {
+    fn node_rows(&mut self, rows: &[SummaryRow], mut edge: NodeStats) -> Vec<NodeRow> {
         let now = Topology::read();
         let mut out = Vec::new();
         for n in &now.nodes {
-            let st = hnuma::numastat(n.id);
+            let st = edge.remove(&n.id).unwrap_or_else(|| hnuma::numastat(n.id));
             let before = self.numastat.insert(n.id, st.clone()).unwrap_or_default();
             let d = |k: &str| {
                 st.get(k)
@@ -516,6 +447,7 @@ impl Collector for Numa {
 
     fn flip(&mut self) -> Result<()> {
         self.gen = self.session.flip_generation()?;
+        self.edge = Some((Vmstat::read().ok(), node_stats(&self.topo)));
         Ok(())
     }
 
@@ -529,7 +461,10 @@ impl Collector for Numa {
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
-        let vm_now = Vmstat::read().ok();
+        let (vm_now, node_edge) = self
+            .edge
+            .take()
+            .unwrap_or_else(|| (Vmstat::read().ok(), node_stats(&self.topo)));
         let st = self.session.stats_delta()?;
         let secs = w.secs();
         let mut rows: Vec<SummaryRow> = drained
@@ -556,7 +491,7 @@ impl Collector for Numa {
                 r.with_proc(p.as_ref(), width)
             })
             .collect();
-        let nodes = self.node_rows(&rows);
+        let nodes = self.node_rows(&rows, node_edge);
         let vm = match (&vm_now, &self.vmstat) {
             (Some(a), Some(b)) => a.since(b).select(VMSTAT_KEYS),
             _ => Vmstat::default(),
@@ -670,13 +605,13 @@ mod tests {
     #[test]
     fn the_one_node_line() {
         let t = Topology::read_from(std::path::Path::new("/nonexistent"), 2);
-        let l = one_node_line(&t);
+        let l = one_node::one_node_line(&t);
         assert!(l.contains("nothing to misplace"), "{l}");
         assert!(
             l.contains("numa_maps") && l.contains("NUMA balancing"),
             "{l}"
         );
         assert!(!l.contains('\n'));
-        assert_eq!(one_node_json(&t)["nodes"], 1);
+        assert_eq!(one_node::one_node_json(&t)["nodes"], 1);
     }
 }
