@@ -10,6 +10,7 @@ pub mod fsync;
 pub mod hist;
 pub mod memstall;
 pub mod net_rx;
+pub mod numa;
 pub mod sched;
 pub mod stats;
 

@@ -208,6 +208,90 @@ pub fn placement_of(pid: u32) -> Result<Placement, HostError> {
     )))?))
 }
 
+/// Where a process may run and allocate, from `/proc/<pid>/status` (`Cpus_allowed_list`,
+/// `Mems_allowed_list`: its cpuset and affinity, as lists such as `0-15,32-47`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Allowed {
+    pub cpus: String,
+    pub mems: String,
+}
+
+pub fn parse_allowed(status: &str) -> Allowed {
+    let get = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    Allowed {
+        cpus: get("Cpus_allowed_list:"),
+        mems: get("Mems_allowed_list:"),
+    }
+}
+
+pub fn allowed_of(pid: u32) -> Result<Allowed, HostError> {
+    Ok(parse_allowed(&read_text(&proc_path(&format!(
+        "{pid}/status"
+    )))?))
+}
+
+/// NUMA balancing's view of one task, from `/proc/<pid>/task/<tid>/sched` (kernels with
+/// CONFIG_SCHED_DEBUG and CONFIG_NUMA_BALANCING; `None` elsewhere).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TaskNuma {
+    /// Pages its hinting faults migrated, over its life (`numa_pages_migrated`).
+    pub pages_migrated: u64,
+    /// The node balancing wants it on (-1: none yet).
+    pub preferred_nid: i64,
+    /// Hinting faults in its current statistics (`total_numa_faults`, decaying).
+    pub total_faults: u64,
+    /// `mm->numa_scan_seq`: how many times its address space was scanned.
+    pub scan_seq: Option<u64>,
+    pub current_node: Option<i64>,
+    pub group_id: Option<i64>,
+}
+
+/// Parses the NUMA lines of a `sched` file (`key : value` pairs, then
+/// `current_node=0, numa_group_id=0`).
+pub fn parse_task_numa(text: &str) -> Option<TaskNuma> {
+    let mut kv: BTreeMap<&str, i64> = BTreeMap::new();
+    let (mut current_node, mut group_id) = (None, None);
+    for line in text.lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            if let Ok(v) = v.trim().parse::<i64>() {
+                kv.insert(k.trim(), v);
+            }
+        }
+        for part in line.split(',') {
+            match part.trim().split_once('=') {
+                Some(("current_node", v)) => current_node = v.trim().parse().ok(),
+                Some(("numa_group_id", v)) => group_id = v.trim().parse().ok(),
+                _ => {}
+            }
+        }
+    }
+    let get = |k: &str| kv.get(k).copied();
+    Some(TaskNuma {
+        pages_migrated: get("numa_pages_migrated")?.max(0) as u64,
+        preferred_nid: get("numa_preferred_nid")?,
+        total_faults: get("total_numa_faults").unwrap_or(0).max(0) as u64,
+        scan_seq: get("mm->numa_scan_seq").map(|v| v.max(0) as u64),
+        current_node,
+        group_id,
+    })
+}
+
+pub fn task_numa_of(pid: u32, tid: u32) -> Option<TaskNuma> {
+    parse_task_numa(&read_text(&proc_path(&format!("{pid}/task/{tid}/sched"))).ok()?)
+}
+
+/// `kernel.numa_balancing`: 0 off, 1 on, 2 memory tiering, 3 both; `None` on kernels without
+/// CONFIG_NUMA_BALANCING.
+pub fn numa_balancing() -> Option<u32> {
+    super::sysctl("kernel.numa_balancing")?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +342,26 @@ garbage
         let flat = Topology::read_from(Path::new("/nonexistent"), 3);
         assert_eq!(flat.len(), 1);
         assert_eq!(flat.cpu_to_node(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn allowed_lists_and_task_numa_from_fixtures() {
+        let a = parse_allowed(&crate::host::fixture("numa/status"));
+        assert_eq!(a.cpus, "0-15,32-47");
+        assert_eq!(a.mems, "0-1");
+        assert_eq!(parse_allowed("Name: x\n"), Allowed::default());
+        let t = parse_task_numa(&crate::host::fixture("numa/sched")).unwrap();
+        assert_eq!(t.pages_migrated, 8190);
+        assert_eq!(t.preferred_nid, 0);
+        assert_eq!(t.total_faults, 16374);
+        assert_eq!(t.scan_seq, Some(3));
+        assert_eq!(t.current_node, Some(0));
+        assert_eq!(t.group_id, Some(4711));
+        // A kernel without NUMA balancing prints none of these lines.
+        assert_eq!(
+            parse_task_numa("se.exec_start : 1.5\nnr_switches : 3\n"),
+            None
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod bench_floor;
 pub mod doctor;
 pub mod fsync_lat;
 pub mod net_rx;
+pub mod numa;
 pub mod triage;
 
 /// What the registry knows of a tool or command.
@@ -103,6 +104,8 @@ registry! {
         FsyncLat => fsync_lat,
         /// Who loses received packets and why, and which CPU drowns in NET_RX softirq.
         NetRx => net_rx,
+        /// Processes running on one NUMA node while their memory sits on another.
+        Numa => numa,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,

@@ -1,0 +1,617 @@
+//! `tracekit numa`: processes running on one NUMA node while their memory sits on another.
+//!
+//! Per process (or thread): on-CPU time per node over the window, from the scheduler (where its
+//! threads actually ran: `se.sum_exec_runtime` at each `sched_switch`, on the switching CPU's
+//! node); resident memory per node from `/proc/<pid>/numa_maps`, read at the end of each window
+//! for the busiest processes only (reading it walks page tables; the report says how many and
+//! how long it took); the share of CPU time spent away from the node holding most of its memory;
+//! its cpuset and memory policy; and what NUMA balancing did to it (hinting faults where a
+//! fentry/kprobe on `task_numa_fault` can attach, pages migrated, task moves and swaps). For the
+//! node: `/proc/vmstat` numa_* deltas, per-node numastat, `kernel.numa_balancing`, free memory
+//! and distances. Kernel side: `probes-ebpf/src/bin/numa.rs`.
+//!
+//! On a single-node host there is nothing to misplace: the tool says so in one line and loads
+//! nothing.
+
+use std::{collections::BTreeMap, time::Instant};
+
+use aya::maps::Array;
+use probes_common::numa::{
+    NumaKey, NumaOffsets, NumaVal, MAX_NODES, STAT_NO_BASELINE, STAT_NO_NODE,
+};
+use serde_json::{json, Value};
+
+use crate::{
+    engine::{Collector, Meta, Output, Scope, Stats, Window},
+    error::{Context as _, Error, Result},
+    host::{
+        facts::FactsCache,
+        numa::{self as hnuma, Topology},
+        vmstat::Vmstat,
+    },
+    kernel::{
+        hooks::{AttachMode, Hook},
+        loader::{self, LoadSpec, Object, Session},
+        maps::GenMap,
+    },
+    options::Common,
+    report::{
+        rows::{Ctx, Section},
+        sanitize,
+    },
+    tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
+};
+
+mod one_node;
+pub mod report;
+
+use one_node::{one_node_now, OneNode};
+
+use report::{NodeRow, ProcNuma, SummaryRow};
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "numa",
+    summary: "Which processes run on one NUMA node while their memory sits on another: CPU time per node (where their threads ran), resident memory per node, the share of run time away from the memory, cpuset and memory policy, and what NUMA balancing did (hinting faults, pages migrated, task moves); findings say how to bind it. One line and nothing loaded on a single-node host.",
+    hooks: HOOKS,
+    triage: true,
+    hidden: false,
+    needs_btf: true,
+};
+
+const OBJECT: Object = crate::object!("numa");
+
+/// A scheduler event with its tp_btf and raw_tp programs.
+const fn sched_hook(event: &'static str, programs: &'static [(AttachMode, &'static str)]) -> Hook {
+    Hook {
+        programs,
+        optional: true,
+        ..Hook::event(event)
+    }
+}
+
+const FAULT_FN: &str = "task_numa_fault";
+
+/// `sched_switch` is required; the NUMA balancing events and the hinting-fault hook are
+/// optional (the report says what was skipped).
+pub const HOOKS: &[Hook] = &[
+    Hook {
+        optional: false,
+        ..sched_hook(
+            "sched:sched_switch",
+            &[
+                (AttachMode::TpBtf, "tk_numa_switch"),
+                (AttachMode::RawTp, "tk_numa_switch_raw"),
+            ],
+        )
+    },
+    sched_hook(
+        "sched:sched_move_numa",
+        &[
+            (AttachMode::TpBtf, "tk_numa_move"),
+            (AttachMode::RawTp, "tk_numa_move_raw"),
+        ],
+    ),
+    sched_hook(
+        "sched:sched_swap_numa",
+        &[
+            (AttachMode::TpBtf, "tk_numa_swap"),
+            (AttachMode::RawTp, "tk_numa_swap_raw"),
+        ],
+    ),
+    sched_hook(
+        "sched:sched_stick_numa",
+        &[
+            (AttachMode::TpBtf, "tk_numa_stick"),
+            (AttachMode::RawTp, "tk_numa_stick_raw"),
+        ],
+    ),
+    sched_hook(
+        "migrate:mm_migrate_pages",
+        &[
+            (AttachMode::TpBtf, "tk_numa_migrate"),
+            (AttachMode::RawTp, "tk_numa_migrate_raw"),
+        ],
+    ),
+    sched_hook(
+        FAULT_FN,
+        &[
+            (AttachMode::Fentry, "tk_numa_fault"),
+            (AttachMode::Kprobe, "tk_numa_fault_kp"),
+        ],
+    ),
+];
+
+const EXAMPLES: &str = "  tracekit numa --duration 10s                      # who runs away from its memory, and what balancing does
+  tracekit numa --pid 4711 --duration 30s --threads # one process, thread by thread
+  tracekit numa --duration 1m --interval 10s --json --output numa.ndjson";
+
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN stands in for both); \
+it reads the kernel's BTF, never tracefs. Reading other users' /proc/<pid>/numa_maps needs \
+CAP_SYS_PTRACE (without it their memory shows as `-`). On a single-node host it loads nothing.";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+
+    /// Rows shown in the text table, most CPU time first (0: all). JSON has every row.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    pub rows: usize,
+
+    /// Read /proc/<pid>/numa_maps (where the memory is) for the N processes with the most CPU
+    /// time in each window (reading it walks the process's page tables; 0: none).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub maps: usize,
+
+    /// Trace even on a single-node host (tests and cost measurements).
+    #[arg(long, hide = true)]
+    pub force: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let c = &args.common;
+    if !args.force && c.duration.is_none() && c.interval.is_none() {
+        let topo = Topology::read();
+        if topo.len() < 2 {
+            return one_node_now(c, &topo);
+        }
+    }
+    tools::run_collector(INFO.name, c, |ctx| open(&args, ctx))
+}
+
+/// Loads and attaches as the attach policy chose; on a single-node host (without `--force`),
+/// a collector that loads nothing.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    let topo = Topology::read();
+    if topo.len() < 2 && !args.force {
+        return Ok(Box::new(OneNode {
+            scope: ctx.scope.clone(),
+            topo,
+        }));
+    }
+    if let Some(n) = topo.nodes.iter().find(|n| n.id as usize >= MAX_NODES) {
+        return Err(Error::KernelFeature(format!(
+            "node id {} is beyond the {MAX_NODES} nodes this tool supports",
+            n.id
+        )));
+    }
+    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
+        Error::KernelFeature(format!(
+            "numa needs the kernel's BTF to find task_struct fields: {e}"
+        ))
+    })?;
+    let m = |path: &str, size: u32| -> Result<u32> {
+        let m = btf.member("task_struct", path)?;
+        if m.size != size {
+            return Err(Error::KernelFeature(format!(
+                "kernel BTF: task_struct.{path} is {} bytes, expected {size}",
+                m.size
+            )));
+        }
+        Ok(m.offset)
+    };
+    let offs = NumaOffsets {
+        pid: m("pid", 4)?,
+        tgid: m("tgid", 4)?,
+        comm: m("comm", 16)?,
+        sum_exec_runtime: m("se.sum_exec_runtime", 8)?,
+    };
+    // `mm_migrate_pages` gained `large_folio_split` in 6.9: the reason is then the 8th argument
+    // (the prototype's first parameter is the probe's data pointer).
+    let wide = btf
+        .proto_param_sizes("btf_trace_mm_migrate_pages")
+        .is_some_and(|p| p.len() >= 9);
+    let misplaced = btf.enum_value("MR_NUMA_MISPLACED").unwrap_or(-1) as i32;
+    let tp_btf: Vec<&'static str> = HOOKS
+        .iter()
+        .zip(&plan)
+        .filter(|(_, c)| c.mode.is_some_and(|m| m.0 == AttachMode::TpBtf))
+        .map(|(h, _)| h.name())
+        .collect();
+    let scope = &ctx.scope;
+    let ncpus = crate::host::proc::possible_cpus();
+    let spec = LoadSpec::new()
+        .global("NUMA_OFFS", &offs)
+        .global("NUMA_PER_THREAD", &u8::from(scope.threads))
+        .global("NUMA_MR_MISPLACED", &misplaced)
+        .global("NUMA_MIG_WIDE", &u8::from(wide))
+        .max_entries("NUMA_AGG", scope.key_cap())
+        .max_entries("CPU_NODE", ncpus as u32)
+        .tp_btf(&tp_btf);
+    let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+    {
+        let mut map: Array<_, u32> = Array::try_from(session.ebpf.map_mut("CPU_NODE").ok_or(
+            loader::LoadError::NoMap {
+                object: OBJECT.name,
+                map: "CPU_NODE".into(),
+            },
+        )?)?;
+        for (cpu, &node) in topo.cpu_to_node().iter().enumerate().take(ncpus) {
+            map.set(cpu as u32, if node == u32::MAX { 0 } else { node }, 0)
+                .context("filling CPU_NODE")?;
+        }
+    }
+    session.attach_planned(HOOKS, &plan)?;
+    // The kernel's counters at the start of generation 0, as close to the attach as possible.
+    let vmstat = Vmstat::read().ok();
+    let numastat = node_stats(&topo);
+    let agg = GenMap::take(
+        &mut session,
+        "NUMA_AGG",
+        Some("NUMA_OTHER"),
+        |k: &NumaKey| k.gen,
+        NumaVal::ZERO,
+    )?;
+    let hint_hook = HOOKS
+        .iter()
+        .zip(&plan)
+        .find(|(h, _)| h.event == FAULT_FN)
+        .and_then(|(_, c)| c.mode.map(|m| m.0));
+    let width = topo
+        .nodes
+        .iter()
+        .map(|n| n.id as usize + 1)
+        .max()
+        .unwrap_or(1);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Ok(Box::new(Numa {
+        session,
+        agg,
+        scope: scope.clone(),
+        topo,
+        width,
+        hint_hook,
+        maps_top: args.maps,
+        max_rows: args.rows,
+        gen: 0,
+        vmstat,
+        numastat,
+        edge: None,
+        facts: FactsCache::new(),
+        page_kib: (page.max(4096) / 1024) as u64,
+    }))
+}
+
+struct Numa {
+    session: Session,
+    agg: GenMap<NumaKey, NumaVal>,
+    scope: Scope,
+    topo: Topology,
+    /// Highest node id + 1: the length of every per-node array.
+    width: usize,
+    /// How `task_numa_fault` is hooked, if at all.
+    hint_hook: Option<AttachMode>,
+    maps_top: usize,
+    max_rows: usize,
+    /// The generation just flipped away from (the one to drain).
+    gen: u32,
+    /// /proc/vmstat and per-node numastat at the start of the window being collected.
+    vmstat: Option<Vmstat>,
+    numastat: NodeStats,
+    /// The same read at the flip that ended it, so the deltas cover exactly the events of the
+    /// generation drained (read after the drain, they would include later ones).
+    edge: Option<Edge>,
+    facts: FactsCache,
+    page_kib: u64,
+}
+
+type NodeStats = BTreeMap<u32, BTreeMap<String, u64>>;
+/// The kernel's counters read at a flip.
+type Edge = (Option<Vmstat>, NodeStats);
+
+fn node_stats(t: &Topology) -> NodeStats {
+    t.nodes
+        .iter()
+        .map(|n| (n.id, hnuma::numastat(n.id)))
+        .collect()
+}
+
+/// The /proc/vmstat counters the system line carries (those this kernel has).
+const VMSTAT_KEYS: &[&str] = &[
+    "numa_hit",
+    "numa_miss",
+    "numa_foreign",
+    "numa_interleave",
+    "numa_local",
+    "numa_other",
+    "numa_pte_updates",
+    "numa_huge_pte_updates",
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pages_migrated",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "pgpromote_success",
+];
+
+impl Numa {
+    fn row(&self, id: u32, v: &NumaVal) -> SummaryRow {
+        let threads = self.scope.threads;
+        let comm = if id == 0 {
+            b"[other]".to_vec()
+        } else {
+            row_comm(id, v.tgid, threads, &v.comm)
+        };
+        let (name, bytes) = sanitize::name_fields(&comm);
+        let hook = self.hint_hook.is_some();
+        SummaryRow {
+            pid: if threads { v.tgid } else { id },
+            tid: (threads && id != 0).then_some(id),
+            comm: name,
+            comm_bytes: bytes,
+            cpu_ns: v.cpu_ns.iter().sum(),
+            cpu_ns_by_node: v.cpu_ns[..self.width].to_vec(),
+            hint_faults: hook.then_some(v.hint_faults),
+            hint_faults_local: hook.then_some(v.hint_faults_local),
+            hint_pages_migrated: hook.then_some(v.hint_pages_migrated),
+            pages_migrated: v.pages_migrated,
+            pages_migrate_failed: v.pages_failed,
+            task_moves: v.moves,
+            task_swaps: v.swaps,
+            task_sticks: v.sticks,
+            id,
+            comm_raw: comm,
+            ..Default::default()
+        }
+    }
+
+    /// numa_maps, allowed lists and balancing state of the busiest user processes (by CPU time,
+    /// `rows` sorted), plus every `--pid`.
+    fn read_procs(&mut self, rows: &[SummaryRow]) -> BTreeMap<u32, ProcNuma> {
+        let mut want: Vec<u32> = Vec::new();
+        for r in rows.iter().filter(|r| r.id != 0) {
+            if want.len() >= self.maps_top {
+                break;
+            }
+            if !want.contains(&r.pid) && !self.facts.get(r.pid).is_some_and(|f| f.kthread) {
+                want.push(r.pid);
+            }
+        }
+        for p in &self.scope.pids {
+            if !want.contains(p) {
+                want.push(*p);
+            }
+        }
+        want.into_iter()
+            .filter_map(|pid| {
+                let placement = hnuma::placement_of(pid).ok()?;
+                Some((
+                    pid,
+                    ProcNuma {
+                        placement,
+                        allowed: hnuma::allowed_of(pid).ok(),
+                        task: hnuma::task_numa_of(pid, pid),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Node rows: facts, everyone's CPU time there, numastat deltas since the last window.
+    fn node_rows(&mut self, rows: &[SummaryRow], mut edge: NodeStats) -> Vec<NodeRow> {
+        let now = Topology::read();
+        let mut out = Vec::new();
+        for n in &now.nodes {
+            let st = edge.remove(&n.id).unwrap_or_else(|| hnuma::numastat(n.id));
+            let before = self.numastat.insert(n.id, st.clone()).unwrap_or_default();
+            let d = |k: &str| {
+                st.get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before.get(k).copied().unwrap_or(0))
+            };
+            out.push(NodeRow {
+                node: n.id,
+                cpus: cpu_ranges(&n.cpus),
+                mem_total_kib: n.mem_total_kib,
+                mem_free_kib: n.mem_free_kib,
+                distance: n.distance.clone(),
+                cpu_ns: rows
+                    .iter()
+                    .filter_map(|r| r.cpu_ns_by_node.get(n.id as usize))
+                    .sum(),
+                numa_hit: d("numa_hit"),
+                numa_miss: d("numa_miss"),
+                numa_foreign: d("numa_foreign"),
+                interleave_hit: d("interleave_hit"),
+                local_node: d("local_node"),
+                other_node: d("other_node"),
+            });
+        }
+        self.topo = now;
+        out
+    }
+}
+
+impl Collector for Numa {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn meta(&self) -> Meta {
+        Meta::of(
+            INFO.name,
+            format!(
+                "on-CPU time per NUMA node ({} nodes) and NUMA balancing",
+                self.topo.len()
+            ),
+            &self.scope,
+            &self.session,
+        )
+        .with("nodes", self.topo.len())
+        .with("hint_hook", self.hint_hook.map(|m| m.as_str()))
+    }
+
+    fn flip(&mut self) -> Result<()> {
+        self.gen = self.session.flip_generation()?;
+        self.edge = Some((Vmstat::read().ok(), node_stats(&self.topo)));
+        Ok(())
+    }
+
+    fn slow_links(&self) -> usize {
+        self.session.slow_links()
+    }
+
+    fn session(&mut self) -> Option<&mut Session> {
+        Some(&mut self.session)
+    }
+
+    fn collect(&mut self, w: &Window) -> Result<Output> {
+        let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
+        let (vm_now, node_edge) = self
+            .edge
+            .take()
+            .unwrap_or_else(|| (Vmstat::read().ok(), node_stats(&self.topo)));
+        let st = self.session.stats_delta()?;
+        let secs = w.secs();
+        let mut rows: Vec<SummaryRow> = drained
+            .rows
+            .iter()
+            .map(|(k, v)| self.row(k.id, v))
+            .collect();
+        if drained.other != NumaVal::ZERO {
+            rows.push(self.row(0, &drained.other));
+        }
+        rows.sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns).then(a.id.cmp(&b.id)));
+        let t = Instant::now();
+        let procs = self.read_procs(&rows);
+        let maps_ns = t.elapsed().as_nanos() as u64;
+        let width = self.width;
+        let threads = self.scope.threads;
+        let rows: Vec<SummaryRow> = rows
+            .into_iter()
+            .map(|r| {
+                let mut p = procs.get(&r.pid).cloned();
+                if let (true, Some(p), Some(tid)) = (threads, p.as_mut(), r.tid) {
+                    p.task = hnuma::task_numa_of(r.pid, tid);
+                }
+                r.with_proc(p.as_ref(), width)
+            })
+            .collect();
+        let nodes = self.node_rows(&rows, node_edge);
+        let vm = match (&vm_now, &self.vmstat) {
+            (Some(a), Some(b)) => a.since(b).select(VMSTAT_KEYS),
+            _ => Vmstat::default(),
+        };
+        self.vmstat = vm_now;
+        self.facts.end_window();
+        let balancing = hnuma::numa_balancing();
+        let node_cpus: Vec<(u32, String)> =
+            nodes.iter().map(|n| (n.node, n.cpus.clone())).collect();
+        let c = report::Context {
+            secs,
+            balancing,
+            node_cpus: &node_cpus,
+            page_kib: self.page_kib,
+        };
+        let mut out = Output {
+            findings: report::findings(&rows, &c),
+            ..Default::default()
+        };
+        let sum = |f: fn(&SummaryRow) -> Option<u64>| -> Option<u64> {
+            self.hint_hook.map(|_| rows.iter().filter_map(f).sum())
+        };
+        let no_base = st[STAT_NO_BASELINE as usize];
+        out.title = format!(
+            "numa: {} nodes, {}; {} {} ran in {secs:.2}s ({}); numa_maps of {} read in {:.1} ms",
+            self.topo.len(),
+            match balancing {
+                Some(0) => "numa_balancing off".to_string(),
+                Some(b) => format!("numa_balancing {b}"),
+                None => "no NUMA balancing".to_string(),
+            },
+            rows.len(),
+            if threads { "threads" } else { "processes" },
+            w.stop.as_str(),
+            procs.len(),
+            maps_ns as f64 / 1e6,
+        );
+        out.notes.push(format!(
+            "vmstat: {}, {} ({}), {}, {}; {}, {}, {}, {}, {}",
+            vm.cite("numa_pte_updates"),
+            vm.cite("numa_hint_faults"),
+            vm.cite("numa_hint_faults_local"),
+            vm.cite("numa_pages_migrated"),
+            vm.cite("pgmigrate_success"),
+            vm.cite("numa_hit"),
+            vm.cite("numa_miss"),
+            vm.cite("numa_foreign"),
+            vm.cite("numa_local"),
+            vm.cite("numa_other"),
+        ));
+        for (n, r) in &self.session.skipped {
+            out.notes.push(format!("skipped {n}: {r}"));
+        }
+        if rows.is_empty() {
+            out.notes.push("no process ran".into());
+        }
+        let ctx = Ctx { secs };
+        let mut cols = report::SUMMARY.to_vec();
+        if threads {
+            cols[0].head = "TID";
+        }
+        out.sections
+            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
+        out.sections
+            .push(Section::build("node", &nodes, report::NODES, &ctx, 0).caption("Nodes:"));
+        out.footnotes.push(format!(
+            "CPU%/NODE, MEM%/NODE: shares by node {}; REMOTE%: CPU time away from the node holding most of the memory (numa_maps read for the {} busiest processes).",
+            nodes.iter().map(|n| n.node.to_string()).collect::<Vec<_>>().join("/"),
+            self.maps_top,
+        ));
+        let vm_json: serde_json::Map<String, Value> =
+            vm.0.iter().map(|(k, v)| (k.clone(), (*v).into())).collect();
+        out.extra_json.push(json!({
+            "type": "system",
+            "nodes": self.topo.len(),
+            "node_ids": nodes.iter().map(|n| n.node).collect::<Vec<_>>(),
+            "numa_balancing": balancing,
+            "hint_hook": self.hint_hook.map(|m| m.as_str()),
+            "vmstat": vm_json,
+            "cpu_ns_by_node": (0..width).map(|i| rows.iter().map(|r| r.cpu_ns_by_node[i]).sum::<u64>()).collect::<Vec<_>>(),
+            "hint_faults": sum(|r| r.hint_faults),
+            "hint_faults_local": sum(|r| r.hint_faults_local),
+            "pages_migrated": rows.iter().map(|r| r.pages_migrated).sum::<u64>(),
+            "numa_maps_read": procs.len(),
+            "numa_maps_ns": maps_ns,
+            "page_kib": self.page_kib,
+        }));
+        out.stats = Some(
+            Stats::new(st)
+                .with("runs_without_baseline", no_base)
+                .with("cpus_without_node", st[STAT_NO_NODE as usize])
+                .with("numa_maps_read", procs.len())
+                .with("numa_maps_ns", maps_ns),
+        );
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_switch_required_rest_optional() {
+        assert!(!HOOKS[0].optional);
+        assert_eq!(HOOKS[0].programs[0], (AttachMode::TpBtf, "tk_numa_switch"));
+        assert!(HOOKS[1..].iter().all(|h| h.optional));
+        assert_eq!(HOOKS[5].attach_target(AttachMode::Kprobe), FAULT_FN);
+    }
+
+    #[test]
+    fn the_one_node_line() {
+        let t = Topology::read_from(std::path::Path::new("/nonexistent"), 2);
+        let l = one_node::one_node_line(&t);
+        assert!(l.contains("nothing to misplace"), "{l}");
+        assert!(
+            l.contains("numa_maps") && l.contains("NUMA balancing"),
+            "{l}"
+        );
+        assert!(!l.contains('\n'));
+        assert_eq!(one_node::one_node_json(&t)["nodes"], 1);
+    }
+}
