@@ -60,7 +60,7 @@ const CLONE_THREAD: u64 = 0x0001_0000;
 pub fn tk_follow_fork(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the value is only tested for presence.
-    if unsafe { FILTER_PIDS.get(&tgid) }.is_none() {
+    if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
         return 0;
     }
     // SAFETY: offsets from the event's format file; read_at goes through bpf_probe_read.
@@ -73,7 +73,7 @@ pub fn tk_follow_fork(ctx: TracePointContext) -> u32 {
         return 0;
     };
     // A full map (1024 processes) fails the insert; userspace sees the size and says so.
-    let _ = FILTER_PIDS.insert(&(child as u32), &1, 0);
+    let _ = FILTER_PIDS.insert(child as u32, 1, 0);
     0
 }
 
@@ -137,54 +137,6 @@ pub fn allowed(tgid: u32) -> bool {
 pub unsafe fn btf_load_u64(p: *const u8, off: u32) -> u64 {
     // SAFETY: per the contract above.
     unsafe { core::ptr::read_volatile(p.add(off as usize) as *const u64) }
-}
-
-/// How a program reads members of a kernel object: direct loads from a BTF-typed pointer
-/// ([`Direct`]: tp_btf and fentry arguments, where the verifier checks each load against the
-/// struct's BTF layout and turns a faulting load into zero) or `bpf_probe_read_kernel`
-/// ([`Probe`]: raw_tp and kprobe arguments). Offsets come from the kernel's BTF, held in
-/// read-only globals so the verifier sees constants. One program body, generic over the reader,
-/// serves both attach modes.
-pub trait Reader {
-    fn u64(p: *const u8, off: u32) -> u64;
-    fn i32(p: *const u8, off: u32) -> i32;
-}
-
-/// Direct loads (tp_btf, fentry).
-pub struct Direct;
-/// `bpf_probe_read_kernel` (raw_tp, kprobe).
-pub struct Probe;
-
-// The pointers are kernel addresses from program arguments, never dereferenced by Rust code that
-// could fault: the verifier checks each direct load against the argument's BTF type at load
-// time (a program loading through any other pointer is refused), and the helper checks
-// addresses at run time.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-impl Reader for Direct {
-    #[inline(always)]
-    fn u64(p: *const u8, off: u32) -> u64 {
-        // SAFETY: see `Reader`: a BTF-typed pointer and a member offset from the kernel's BTF.
-        unsafe { btf_load_u64(p, off) }
-    }
-    #[inline(always)]
-    fn i32(p: *const u8, off: u32) -> i32 {
-        // SAFETY: as above.
-        unsafe { core::ptr::read_volatile(p.add(off as usize) as *const i32) }
-    }
-}
-
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-impl Reader for Probe {
-    #[inline(always)]
-    fn u64(p: *const u8, off: u32) -> u64 {
-        // SAFETY: the helper checks the address; a failed read yields 0.
-        unsafe { bpf_probe_read_kernel(p.add(off as usize) as *const u64) }.unwrap_or(0)
-    }
-    #[inline(always)]
-    fn i32(p: *const u8, off: u32) -> i32 {
-        // SAFETY: as above.
-        unsafe { bpf_probe_read_kernel(p.add(off as usize) as *const i32) }.unwrap_or(0)
-    }
 }
 
 /// The `comm` of a task that may not be the current one (`off`: `task_struct.comm` from BTF);

@@ -31,7 +31,9 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, generation, ro, slot, stat, task_comm, Direct, Probe, Reader,
+    allowed, atomic_add, generation,
+    kread::{Direct, Kread, Probe},
+    ro, slot, stat, task_comm,
 };
 
 #[no_mangle]
@@ -108,7 +110,7 @@ fn current() -> Option<*mut NumaVal> {
 
 /// `sched_switch(preempt, prev, next, ...)`.
 #[inline(always)]
-fn on_switch<R: Reader>(prev: *const u8, next: *const u8) {
+fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
     let o = ro(&NUMA_OFFS);
     let Some(last) = LAST_IN.get_ptr_mut(0) else {
         return;
@@ -118,12 +120,12 @@ fn on_switch<R: Reader>(prev: *const u8, next: *const u8) {
     // SAFETY: as above.
     unsafe {
         *last = Stint {
-            tid: R::i32(next, o.pid) as u32,
+            tid: R::u32(next as u64, o.pid),
             valid: 1,
-            sum_exec_runtime: R::u64(next, o.sum_exec_runtime),
+            sum_exec_runtime: R::u64(next as u64, o.sum_exec_runtime),
         };
     }
-    let tid = R::i32(prev, o.pid) as u32;
+    let tid = R::u32(prev as u64, o.pid);
     if tid == 0 {
         // The idle task: not a process.
         return;
@@ -132,12 +134,12 @@ fn on_switch<R: Reader>(prev: *const u8, next: *const u8) {
         stat(STAT_NO_BASELINE);
         return;
     }
-    let tgid = R::i32(prev, o.tgid) as u32;
+    let tgid = R::u32(prev as u64, o.tgid);
     if !allowed(tgid) {
         return;
     }
     stat(stats::EVENTS);
-    let ran = R::u64(prev, o.sum_exec_runtime).wrapping_sub(base.sum_exec_runtime);
+    let ran = R::u64(prev as u64, o.sum_exec_runtime).wrapping_sub(base.sum_exec_runtime);
     // The CPU id indexes the array; a CPU beyond it (hot-added after start) counts as node 0.
     // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
@@ -171,14 +173,14 @@ fn on_switch<R: Reader>(prev: *const u8, next: *const u8) {
 /// Counts one NUMA placement event about `task` (not necessarily the current one) in the
 /// counter at byte offset `field` of its aggregate.
 #[inline(always)]
-fn on_task<R: Reader>(task: *const u8, field: usize) {
+fn on_task<R: Kread>(task: *const u8, field: usize) {
     // The other side of a swap may be absent (the verifier insists on the check).
     if task.is_null() {
         return;
     }
     let o = ro(&NUMA_OFFS);
-    let tid = R::i32(task, o.pid) as u32;
-    let tgid = R::i32(task, o.tgid) as u32;
+    let tid = R::u32(task as u64, o.pid);
+    let tgid = R::u32(task as u64, o.tgid);
     if tid == 0 || !allowed(tgid) {
         return;
     }
