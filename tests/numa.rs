@@ -363,14 +363,18 @@ fn balancing() -> Result<String, String> {
     let row = r.row()?;
     let sys = r.system()?;
     let pages = row["pages_migrated"].as_u64().unwrap_or(0);
-    let own = r.w["pages_migrated_life"].as_u64();
-    if pages == 0 || Some(pages) != own {
+    let own = r.w["pages_migrated_life"].as_u64().unwrap_or(0);
+    // The task's own counter is bumped by task_numa_fault() for the fault that asked for the
+    // migration, the tracepoint by migrate_pages() for the pages it moved, in whatever context:
+    // seen on 5.10 and 6.12 to differ by up to 4 pages of ~8200 in either direction. The exact
+    // check is the system line below (every migration, /proc/vmstat over the same window).
+    if pages == 0 || pages.abs_diff(own) > own / 1000 + 8 {
         return Err(format!(
-            "pages_migrated {pages}, the task's numa_pages_migrated {own:?}"
+            "pages_migrated {pages}, the task's numa_pages_migrated {own}"
         ));
     }
     let mut got = vec![format!(
-        "pid {}: {pages} pages migrated = its numa_pages_migrated",
+        "pid {}: {pages} pages migrated, its numa_pages_migrated {own}",
         r.pid
     )];
     if !sys["hint_hook"].is_null() {
