@@ -17,7 +17,11 @@ pub struct Psi {
 impl Psi {
     /// Shares of a window of `secs` stalled, in parts per million: (some, full).
     pub fn share_ppm(&self, before: &Psi, secs: f64) -> (u64, Option<u64>) {
-        let ppm = |a: u64, b: u64| (a.saturating_sub(b) as f64 / (secs * 1e6) * 1e6) as u64;
+        // At most the whole span: the kernel updates the totals every few ms, so two readings
+        // can hold a little more stall than the time between them.
+        let ppm = |a: u64, b: u64| {
+            ((a.saturating_sub(b) as f64 / (secs * 1e6) * 1e6) as u64).min(1_000_000)
+        };
         (
             ppm(self.some_us, before.some_us),
             match (self.full_us, before.full_us) {

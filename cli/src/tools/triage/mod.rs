@@ -248,7 +248,24 @@ impl Triage {
 
 impl Emitter for Triage {
     fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool> {
-        if !self.json {
+        if self.json {
+            // One meta line for the run, every collector's inside: what attached where, the
+            // program ids (to check nothing stays loaded), what each skipped.
+            let programs: Vec<Value> = metas
+                .iter()
+                .flat_map(|m| m.programs.as_array().cloned().unwrap_or_default())
+                .collect();
+            let line = json!({
+                "tool": "triage",
+                "type": "meta",
+                "watching": metas.iter().map(|m| m.tool).collect::<Vec<_>>(),
+                "could_not_run": self.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+                "programs": programs,
+                "collectors": metas.iter().map(crate::engine::emit::meta_json).collect::<Vec<_>>(),
+            });
+            return self.put(&format!("{line}\n"));
+        }
+        {
             use std::io::Write;
             let names: Vec<&str> = metas.iter().map(|m| m.tool).collect();
             let _ = writeln!(

@@ -41,6 +41,9 @@ pub struct Node {
     layout: Layout,
     stat: Option<SysStat>,
     psi: BTreeMap<&'static str, Psi>,
+    /// When `psi` was read: PSI totals are shares of their own span, not the engine's window
+    /// (read a few ms apart; a ratio over the wrong span read 100.7 % on a saturated node).
+    psi_at: std::time::Instant,
     vm: Option<Vmstat>,
     memcg: BTreeMap<String, MemcgCounters>,
     conntrack: Option<Conntrack>,
@@ -53,6 +56,7 @@ impl Node {
         Node {
             stat: SysStat::read().ok(),
             psi: psi::system(),
+            psi_at: std::time::Instant::now(),
             vm: Vmstat::read().ok(),
             memcg: memcg::snapshot(&layout),
             conntrack: net::conntrack(),
@@ -157,11 +161,13 @@ impl Collector for Node {
         }
 
         let psi_now = psi::system();
+        let psi_secs = self.psi_at.elapsed().as_secs_f64();
+        self.psi_at = std::time::Instant::now();
         for (res, some_min) in PSI_SOME_PPM {
             let (Some(a), Some(b)) = (self.psi.get(res), psi_now.get(res)) else {
                 continue;
             };
-            let (some, full) = b.share_ppm(a, secs);
+            let (some, full) = b.share_ppm(a, psi_secs);
             out.extra_json.push(json!({"type": "node", "check": "pressure", "resource": res, "some_ppm": some, "full_ppm": full}));
             let full_hit = res == "memory" && full.is_some_and(|x| x >= PSI_FULL_MEMORY_PPM);
             if some >= some_min || full_hit {

@@ -1,0 +1,265 @@
+//! Root tests for `tracekit triage`: staged incidents, each a culprit among innocent busy
+//! processes; `triage --json` must rank the culprit's finding first with the right `cause` and
+//! `pid` (and `culprit_pid` where someone else caused it), and leave no program loaded.
+
+use std::{
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+use tracekit_tests::*;
+
+/// Incidents overlap if run at once (each is "the" culprit of the node): one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Two innocent busy processes: one on the CPU a third of the time in short bursts, one
+/// writing to the page cache without syncing. Killed when dropped.
+struct Innocents(Vec<Child>);
+
+impl Innocents {
+    fn start(tag: &str, ms: u64) -> Innocents {
+        let dir = scratch(tag);
+        let spawn = |args: &[&str]| {
+            Command::new(workload_bin())
+                .args(args)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn tk-workload")
+        };
+        Innocents(vec![
+            spawn(&["triage-duty", &ms.to_string()]),
+            spawn(&[
+                "triage-writer",
+                dir.join("buffered").to_str().unwrap(),
+                &ms.to_string(),
+            ]),
+        ])
+    }
+
+    fn pids(&self) -> Vec<u64> {
+        self.0.iter().map(|c| c.id() as u64).collect()
+    }
+}
+
+impl Drop for Innocents {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `triage --json` for `secs` while `during` runs (it gets the time to stop), and returns
+/// the findings in rank order and the `checked` line, after checking that every program the
+/// run loaded is gone.
+fn triage(secs: u64, extra: &[&str], during: impl FnOnce()) -> (Vec<Value>, Value) {
+    let d = format!("{secs}s");
+    let mut args = vec!["triage", "--json", "--duration", d.as_str()];
+    args.extend_from_slice(extra);
+    let mut tk = Tracer::spawn(&args);
+    let meta = tk.wait_attached();
+    let ids = program_ids(&meta);
+    during();
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(secs + 30));
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert_eq!(
+        wait_unloaded(&ids),
+        Vec::<u32>::new(),
+        "programs left loaded"
+    );
+    let findings: Vec<Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "finding")
+        .cloned()
+        .collect();
+    let checked = lines
+        .iter()
+        .find(|l| l["type"] == "checked")
+        .cloned()
+        .unwrap_or_else(|| panic!("no checked line in {lines:?}"));
+    for (i, f) in findings.iter().enumerate() {
+        assert_eq!(f["rank"], i as u64 + 1, "ranks in order: {findings:?}");
+    }
+    (findings, checked)
+}
+
+fn brief(findings: &[Value]) -> Vec<String> {
+    findings
+        .iter()
+        .map(|f| format!("{} {} {}", f["cause"], f["pid"], f["summary"]))
+        .collect()
+}
+
+#[test]
+fn fsync_loop_ranks_first() {
+    require_root();
+    let _s = serial();
+    let innocents = Innocents::start("triage-fsync-innocents", 14_000);
+    let file = scratch("triage-fsync").join("ledger.log");
+    let mut report = Value::Null;
+    let (f, checked) = triage(8, &[], || {
+        report = run_workload(&["triage-fsync", file.to_str().unwrap(), "6000"])
+    });
+    let pid = report["pid"].as_u64().unwrap();
+    assert!(report["calls"].as_u64().unwrap() > 0);
+    assert!(!f.is_empty(), "no finding");
+    assert_eq!(f[0]["cause"], "fsync", "{:#?}", brief(&f));
+    assert_eq!(f[0]["pid"], pid, "{:#?}", brief(&f));
+    assert!(f[0]["score_ns_per_s"].as_u64().unwrap() > 100_000_000);
+    assert!(f[0]["next"].as_str().unwrap().starts_with("tracekit "));
+    assert!(!f[0]["advice"].as_str().unwrap().is_empty());
+    assert!(
+        f.iter()
+            .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))),
+        "an innocent was named: {:#?}",
+        brief(&f)
+    );
+    assert!(checked["ran"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t == "fsync-lat"));
+}
+
+/// Datagrams to a closed port and into a receiver whose buffer is full: net-drops, with the
+/// receiving process named.
+#[test]
+fn udp_drops_rank_first() {
+    require_root();
+    let _s = serial();
+    let _innocents = Innocents::start("triage-udp-innocents", 14_000);
+    // The receiver holds a 1 KiB buffer and never reads; the sender fills it.
+    let mut rx = Command::new(workload_bin())
+        .args(["net-rx-hold", "12000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = {
+        use std::io::BufRead;
+        let mut l = String::new();
+        std::io::BufReader::new(rx.stdout.as_mut().unwrap())
+            .read_line(&mut l)
+            .unwrap();
+        l
+    };
+    let held: Value = serde_json::from_str(&line).unwrap();
+    let port = held["port"].as_u64().unwrap().to_string();
+    let mut sent = Value::Null;
+    let (f, _) = triage(6, &[], || {
+        sent = run_workload(&["net-rx-send", &port, "20000", "64"]);
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let _ = rx.kill();
+    let _ = rx.wait();
+    assert!(sent["rcvbuf_errors"].as_u64().unwrap() > 1000, "{sent}");
+    let first = f
+        .iter()
+        .find(|x| x["cause"] == "net-drops")
+        .unwrap_or_else(|| panic!("no net-drops finding: {:#?}", brief(&f)));
+    assert_eq!(first["rank"], 1, "{:#?}", brief(&f));
+    assert_eq!(first["pid"], held["pid"], "{:#?}", brief(&f));
+    assert!(first["rate_per_s"].as_f64().unwrap() > 100.0, "{first}");
+}
+
+/// Only the innocents: nothing names them.
+#[test]
+fn innocents_alone_are_not_named() {
+    require_root();
+    let _s = serial();
+    let innocents = Innocents::start("triage-quiet", 10_000);
+    let (f, checked) = triage(5, &[], || {});
+    assert!(
+        f.iter()
+            .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))),
+        "an innocent was named: {:#?}",
+        brief(&f)
+    );
+    assert!(checked["node_checks"].as_array().unwrap().len() >= 5);
+}
+
+/// `--output report.md`: the same findings as Markdown, to paste into an incident channel.
+#[test]
+fn markdown_report() {
+    require_root();
+    let _s = serial();
+    let dir = scratch("triage-md");
+    let md = dir.join("report.md");
+    let file = dir.join("wal");
+    let mut tk = Command::new(tracekit_bin())
+        .args([
+            "triage",
+            "--duration",
+            "5s",
+            "--output",
+            md.to_str().unwrap(),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Started well after tracekit attached (about 20 ms here), and done before the window ends.
+    std::thread::sleep(Duration::from_millis(800));
+    run_workload(&["triage-fsync", file.to_str().unwrap(), "3500"]);
+    assert!(tk.wait().unwrap().success());
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.starts_with("# tracekit triage:"), "{text}");
+    assert!(text.contains("1. **fsync**"), "{text}");
+    assert!(text.contains("   - Next: `tracekit "), "{text}");
+}
+
+/// Workloads for the incidents (tk-workload dispatches here).
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["triage-duty", ms] => {
+            // 3 ms on the CPU, 7 ms asleep: busy, never starving anyone on two CPUs.
+            let end = Instant::now() + Duration::from_millis(ms.parse().ok()?);
+            while Instant::now() < end {
+                let burst = Instant::now() + Duration::from_millis(3);
+                while Instant::now() < burst {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_millis(7));
+            }
+            println!("{}", json!({"pid": std::process::id()}));
+        }
+        ["triage-fsync", path, ms] => {
+            // An append-and-fsync loop, like a ledger or a WAL without group commit.
+            use std::io::Write;
+            let mut f = std::fs::File::create(path).ok()?;
+            let end = Instant::now() + Duration::from_millis(ms.parse().ok()?);
+            let mut calls = 0u64;
+            while Instant::now() < end {
+                f.write_all(&[0x42; 512]).ok()?;
+                f.sync_all().ok()?;
+                calls += 1;
+            }
+            println!("{}", json!({"pid": std::process::id(), "calls": calls}));
+        }
+        ["triage-writer", path, ms] => {
+            // 64 KiB to the page cache every 10 ms, rewinding at 16 MiB; never synced.
+            use std::io::{Seek, Write};
+            let mut f = std::fs::File::create(path).ok()?;
+            let buf = vec![0x5a_u8; 64 << 10];
+            let end = Instant::now() + Duration::from_millis(ms.parse().ok()?);
+            let mut n = 0u64;
+            while Instant::now() < end {
+                f.write_all(&buf).ok()?;
+                n += 1;
+                if n % 256 == 0 {
+                    f.rewind().ok()?;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            println!("{}", json!({"pid": std::process::id(), "writes": n}));
+        }
+        _ => return None,
+    }
+    Some(0)
+}
