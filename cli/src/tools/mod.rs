@@ -15,7 +15,10 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod ctxsw;
 pub mod fsync_lat;
+pub mod runq_lat;
+pub mod sched;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +97,10 @@ registry! {
     tools {
         /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
         FsyncLat => fsync_lat,
+        /// Context switches per process or thread: voluntary vs involuntary, who preempts whom, who wakes whom; a live view with --top.
+        Ctxsw => ctxsw,
+        /// Run-queue latency per process or thread: waits after wakeups and preemptions, and who held the CPU.
+        RunqLat => runq_lat,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,
@@ -138,11 +145,25 @@ pub fn run_collector(
     common: &Common,
     open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
 ) -> Result<()> {
+    run_collector_with(tool, common, open, |sink, opts| {
+        Box::new(Stream::new(sink, opts))
+    })
+}
+
+/// [`run_collector`] with another emitter than the text/NDJSON stream (the live view), made
+/// from the output sink once the collector is attached.
+pub fn run_collector_with(
+    tool: &str,
+    common: &Common,
+    open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
+    emitter: impl FnOnce(Sink, &RunOpts) -> Box<dyn engine::Emitter>,
+) -> Result<()> {
     let sink = preflight(tool, common)?;
     let ctx = OpenCtx::new(common.scope(), common.run_opts());
     let mut collectors = vec![open(&ctx)?];
-    let mut emit = Stream::new(sink, &ctx.opts);
-    engine::run(&mut collectors, &ctx.opts, &mut emit)?;
+    let mut emit = emitter(sink, &ctx.opts);
+    engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
+    drop(emit);
     engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
     Ok(())
 }
