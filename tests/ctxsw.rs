@@ -488,13 +488,7 @@ fn thread_pingpong(secs: f64, started: std::sync::mpsc::Sender<()>) -> (u32, u32
 fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
     require_root();
     let me = std::process::id();
-    let mut tk = Tracer::spawn(&[
-        "ctxsw",
-        "--json",
-        "--threads",
-        "--pid",
-        &me.to_string(),
-    ]);
+    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--pid", &me.to_string()]);
     tk.wait_attached();
     let (tx, _rx) = std::sync::mpsc::channel();
     let (t1, t2) = std::thread::spawn(move || thread_pingpong(1.5, tx))
@@ -524,17 +518,26 @@ fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
     eprintln!("wakeups {t1}->{t2}: {ab}, {t2}->{t1}: {ba}; voluntary switches of the two: {vol}");
     assert!(ab > 1000 && ba > 1000, "waker pairs {ab} / {ba}");
     // Each voluntary switch (a sleep in read) is ended by one wakeup from the other thread.
-    assert!((ab + ba) as f64 >= vol as f64 * 0.9, "{ab} + {ba} wakeups for {vol} sleeps");
+    assert!(
+        (ab + ba) as f64 >= vol as f64 * 0.9,
+        "{ab} + {ba} wakeups for {vol} sleeps"
+    );
     let storm = lines
         .iter()
         .find(|l| l["type"] == "finding" && l["cause"] == "ctxsw-storm" && l["pid"] == me)
         .unwrap_or_else(|| panic!("no storm finding for pid {me}"));
     eprintln!("finding: {}", storm["summary"]);
     assert!(
-        storm["summary"].as_str().unwrap().contains("between its own threads"),
+        storm["summary"]
+            .as_str()
+            .unwrap()
+            .contains("between its own threads"),
         "{storm}"
     );
-    assert!(storm["evidence"]["own_wakeup_ppm"].as_u64().unwrap() >= 900_000, "{storm}");
+    assert!(
+        storm["evidence"]["own_wakeup_ppm"].as_u64().unwrap() >= 900_000,
+        "{storm}"
+    );
 }
 
 /// Issue #14: per thread, preemptors are threads (with their tid), never the row's own thread,

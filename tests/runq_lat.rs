@@ -154,7 +154,10 @@ fn bpftrace() -> &'static str {
             .args(["install", "-y", "bpftrace"])
             .status();
     }
-    assert!(have(), "bpftrace is needed for the reference and could not be installed");
+    assert!(
+        have(),
+        "bpftrace is needed for the reference and could not be installed"
+    );
     "bpftrace"
 }
 
@@ -233,7 +236,11 @@ fn assert_matches_reference(what: &str, workload: &[&str], pin: bool) {
         let r = r[0];
         eprintln!("{what} row: {r}");
         let refs = reference.get(&pid).cloned().unwrap_or_default();
-        assert!(refs.len() >= 1000, "{what}: the reference saw {} waits of pid {pid}", refs.len());
+        assert!(
+            refs.len() >= 1000,
+            "{what}: the reference saw {} waits of pid {pid}",
+            refs.len()
+        );
         let n = r["wake_count"].as_u64().unwrap();
         let ours = |k: &str| r[k].as_u64().unwrap();
         let (rp50, rp99) = (percentile(&refs, 0.5), percentile(&refs, 0.99));
@@ -257,7 +264,11 @@ fn assert_matches_reference(what: &str, workload: &[&str], pin: bool) {
         // Same events: the counts agree within 5 % (the reference also counts the few wakeups
         // of a task still on a run queue, which start no new wait).
         let diff = n.abs_diff(refs.len() as u64) as f64 / refs.len() as f64;
-        assert!(diff <= 0.05, "{what} pid {pid}: {n} wake waits vs {} in the reference", refs.len());
+        assert!(
+            diff <= 0.05,
+            "{what} pid {pid}: {n} wake waits vs {} in the reference",
+            refs.len()
+        );
     }
 }
 
@@ -270,7 +281,11 @@ fn pipe_pingpong_wake_waits_match_bpftrace() {
 /// run_delay reads (nearly) zero.
 #[test]
 fn wakeup_preemption_wake_waits_match_bpftrace() {
-    assert_matches_reference("wakeup preemption (pinned ping-pong)", &["pingpong", "20000"], true);
+    assert_matches_reference(
+        "wakeup preemption (pinned ping-pong)",
+        &["pingpong", "20000"],
+        true,
+    );
 }
 
 /// A sleeper: renames itself `tk-sleeper`, pins itself to `cpu`, and until `secs` pass sleeps

@@ -248,12 +248,7 @@ impl Live {
 }
 
 /// A ratatui table of `t`'s rows in `order`, the sort column marked.
-fn table_widget<'a>(
-    t: &'a Table,
-    order: &[usize],
-    sort: Option<char>,
-    limit: usize,
-) -> TTable<'a> {
+fn table_widget<'a>(t: &'a Table, order: &[usize], sort: Option<char>, limit: usize) -> TTable<'a> {
     let marked = sort.and_then(|h| t.sort.iter().find(|s| s.hotkey == h).map(|s| s.column));
     let shown: Vec<&Vec<String>> = order
         .iter()
@@ -428,7 +423,10 @@ mod tests {
         assert_eq!(keys(b"\x1b"), [Key::Quit]);
         assert_eq!(keys(b"\x1b[C"), [Key::NextSort]);
         assert_eq!(keys(b"\x1b[A\x1b[1;5B"), []);
-        assert_eq!(keys(b"\ti p"), [Key::NextSort, Key::Sort('i'), Key::Pause, Key::Pause]);
+        assert_eq!(
+            keys(b"\ti p"),
+            [Key::NextSort, Key::Sort('i'), Key::Pause, Key::Pause]
+        );
         assert_eq!(keys(b"\x1b["), []);
     }
 

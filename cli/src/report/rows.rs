@@ -165,7 +165,11 @@ mod tests {
             "PID  COMM  RATE/s\n  1  a        5.0\n 22  bb       2.5\n"
         );
         assert!(s.table.sort.is_empty());
-        let sortable = [COLS[0], COLS[1], COLS[2].sort('r', |r, c| r.count as f64 / c.secs)];
+        let sortable = [
+            COLS[0],
+            COLS[1],
+            COLS[2].sort('r', |r, c| r.count as f64 / c.secs),
+        ];
         let t = Section::build("summary", &rows, &sortable, &Ctx { secs: 2.0 }, 2).table;
         assert_eq!(t.sort.len(), 1);
         assert_eq!((t.sort[0].column, t.sort[0].hotkey), (2, 'r'));

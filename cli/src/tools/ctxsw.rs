@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    engine::{live::Live, Collector, Meta, Output, Window},
+    engine::{live::Live, Collector, Output, Window},
     error::Result,
     host::sysstat::SysStat,
     options::Common,
@@ -26,7 +26,7 @@ use crate::{
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, per_s, Names, Peer, Record, Row, SchedSession},
+        sched::{self, id_head, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -37,6 +37,8 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: sched::HOOKS,
     triage: true,
     hidden: false,
+    // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
+    needs_btf: true,
 };
 
 const EXAMPLES: &str = "  tracekit ctxsw --duration 10s                     # who switches, voluntary or not, and who preempts whom
@@ -123,16 +125,8 @@ struct Ctxsw {
 /// One process (or thread) in one window.
 #[derive(Serialize)]
 struct CtxswRow {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exec_from: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exec_from_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    who: Who,
     voluntary: u64,
     involuntary: u64,
     migrations: u64,
@@ -183,15 +177,25 @@ const COLUMNS: &[Column<CtxswRow>] = &[
         format!("{:.1}", rate(c, r.voluntary + r.involuntary))
     })
     .sort('t', |r, c| rate(c, r.voluntary + r.involuntary)),
-    Column::right("VOL/s", |r: &CtxswRow, c: &Ctx| format!("{:.1}", rate(c, r.voluntary)))
-        .sort('v', |r, c| rate(c, r.voluntary)),
-    Column::right("INVOL/s", |r: &CtxswRow, c: &Ctx| format!("{:.1}", rate(c, r.involuntary)))
-        .sort('i', |r, c| rate(c, r.involuntary)),
-    Column::right("MIGR/s", |r: &CtxswRow, c: &Ctx| format!("{:.1}", rate(c, r.migrations)))
-        .sort('m', |r, c| rate(c, r.migrations)),
-    Column::right("RQ_P50", |r: &CtxswRow, _: &Ctx| opt_ns(r.runq_count, r.runq_p50_ns)),
-    Column::right("RQ_P99", |r: &CtxswRow, _: &Ctx| opt_ns(r.runq_count, r.runq_p99_ns))
-        .sort('d', |r, _| r.runq_p99_ns as f64),
+    Column::right("VOL/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.voluntary))
+    })
+    .sort('v', |r, c| rate(c, r.voluntary)),
+    Column::right("INVOL/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.involuntary))
+    })
+    .sort('i', |r, c| rate(c, r.involuntary)),
+    Column::right("MIGR/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.migrations))
+    })
+    .sort('m', |r, c| rate(c, r.migrations)),
+    Column::right("RQ_P50", |r: &CtxswRow, _: &Ctx| {
+        opt_ns(r.runq_count, r.runq_p50_ns)
+    }),
+    Column::right("RQ_P99", |r: &CtxswRow, _: &Ctx| {
+        opt_ns(r.runq_count, r.runq_p99_ns)
+    })
+    .sort('d', |r, _| r.runq_p99_ns as f64),
     Column::left("PREEMPTED_BY", |r, _| r.preempted_text.clone()),
 ];
 
@@ -314,14 +318,6 @@ impl Ctxsw {
     fn row(&self, r: &Row, names: &Names, pre: &[sched::Pair], secs: f64) -> CtxswRow {
         let threads = self.s.scope.threads;
         let st = hist::stats(&r.waits());
-        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
-        let (exec_from, exec_from_bytes) = match &r.exec_from {
-            Some(e) => {
-                let (a, b) = sanitize::name_fields(e);
-                (Some(a), b)
-            }
-            None => (None, None),
-        };
         let preempted_by = peers_of(pre, r.id, names, threads, false);
         let preempted_text = preempted_by
             .iter()
@@ -329,31 +325,27 @@ impl Ctxsw {
             .map(|p| format!("{}×{}", p.text(), p.count))
             .collect::<Vec<_>>()
             .join(" ");
+        let v = &r.v;
         CtxswRow {
-            pid: if threads { r.tgid } else { r.id },
-            tid: threads.then_some(r.id),
-            comm,
-            comm_bytes,
-            exec_from,
-            exec_from_bytes,
-            voluntary: r.voluntary,
-            involuntary: r.involuntary,
-            migrations: r.migrations,
+            who: Who::of(r, threads),
+            voluntary: v.voluntary,
+            involuntary: v.involuntary,
+            migrations: v.migrations,
             switches_per_s: per_s(r.switches(), secs),
-            voluntary_per_s: per_s(r.voluntary, secs),
-            involuntary_per_s: per_s(r.involuntary, secs),
-            migrations_per_s: per_s(r.migrations, secs),
+            voluntary_per_s: per_s(v.voluntary, secs),
+            involuntary_per_s: per_s(v.involuntary, secs),
+            migrations_per_s: per_s(v.migrations, secs),
             runq_count: st.count,
             runq_total_ns: st.total_ns,
             runq_p50_ns: st.p50_ns,
             runq_p99_ns: st.p99_ns,
-            kernel_run_delay_ns: r.run_delay_ns,
-            own_wakeups: r.own_wakeups,
+            kernel_run_delay_ns: v.run_delay_ns,
+            own_wakeups: v.own_wakeups,
             preempted_by,
             id: r.id,
             name: r.name_text(),
             preempted_text,
-            woken: r.wake.count.saturating_sub(r.wake_unmeasured),
+            woken: r.woken(),
             waits: r.waits(),
         }
     }
@@ -394,10 +386,11 @@ const OWN_SHARE: f64 = 0.5;
 fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding> {
     let me = std::process::id();
     // Per process: switches, voluntary, own wakeups, wake waits measured, name.
-    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, String)> =
-        Default::default();
-    for r in rows.iter().filter(|r| r.id != 0 && r.pid != me) {
-        let e = per.entry(r.pid).or_insert((0, 0, 0, 0, r.comm.clone()));
+    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, String)> = Default::default();
+    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+        let e = per
+            .entry(r.who.pid)
+            .or_insert((0, 0, 0, 0, r.who.comm.clone()));
         e.0 += r.voluntary + r.involuntary;
         e.1 += r.voluntary;
         e.2 += r.own_wakeups;
@@ -444,7 +437,13 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         if let Some((cp, n)) = culprit {
             let name = crate::host::proc::comm(cp)
                 .map(|c| sanitize::text(&c))
-                .unwrap_or_else(|| if cp == 0 { "[idle]".into() } else { "[exited]".into() });
+                .unwrap_or_else(|| {
+                    if cp == 0 {
+                        "[idle]".into()
+                    } else {
+                        "[exited]".into()
+                    }
+                });
             summary.push_str(&format!("; preempted most by {name} (pid {cp}), {n} times"));
         }
         summary.push('.');
@@ -488,21 +487,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
 }
 
 impl Collector for Ctxsw {
-    fn name(&self) -> &'static str {
-        INFO.name
-    }
-
-    fn meta(&self) -> Meta {
-        self.s.meta(INFO.name, "context switches")
-    }
-
-    fn flip(&mut self) -> Result<()> {
-        self.s.flip()
-    }
-
-    fn slow_links(&self) -> usize {
-        self.s.session.slow_links()
-    }
+    sched::collector_common!(INFO, "context switches");
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let iv = self.s.drain()?;
@@ -546,7 +531,8 @@ impl Collector for Ctxsw {
             self.max_rows.min(rows.len())
         };
         for r in rows.iter().take(shown) {
-            out.hists.push((format!("runq[{} {}]", r.id, r.name), r.waits));
+            out.hists
+                .push((format!("runq[{} {}]", r.id, r.name), r.waits));
         }
         out.findings = findings(&rows, secs, &iv.preemptors);
         let mut cols = COLUMNS.to_vec();
@@ -578,12 +564,14 @@ mod tests {
 
     fn row(pid: u32, vol: u64, invol: u64, own: u64) -> CtxswRow {
         CtxswRow {
-            pid,
-            tid: None,
-            comm: format!("p{pid}"),
-            comm_bytes: None,
-            exec_from: None,
-            exec_from_bytes: None,
+            who: Who {
+                pid,
+                tid: None,
+                comm: format!("p{pid}"),
+                comm_bytes: None,
+                exec_from: None,
+                exec_from_bytes: None,
+            },
             voluntary: vol,
             involuntary: invol,
             migrations: 0,
@@ -613,7 +601,11 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].subject.pid, Some(10));
         assert_eq!(f[0].cause, Cause::CtxswStorm);
-        assert!(f[0].summary.contains("between its own threads"), "{}", f[0].summary);
+        assert!(
+            f[0].summary.contains("between its own threads"),
+            "{}",
+            f[0].summary
+        );
         assert!(f[0].summary.contains("50000 times/s"), "{}", f[0].summary);
         assert!(f[0].advice.starts_with("its threads hand work"));
         // tracekit itself is never blamed.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::{
-    engine::{Collector, Meta, Output, Window},
+    engine::{Collector, Output, Window},
     error::Result,
     options::Common,
     report::{
@@ -21,11 +21,10 @@ use crate::{
         hist::{self, LatStats},
         render::fmt_ns,
         rows::{Column, Ctx, Section},
-        sanitize,
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, Names, Pair, Peer, Record, Row, SchedSession},
+        sched::{self, id_head, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -36,6 +35,8 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: sched::HOOKS,
     triage: true,
     hidden: false,
+    // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
+    needs_btf: true,
 };
 
 const EXAMPLES: &str =
@@ -101,16 +102,8 @@ impl Serialize for Prefixed {
 /// One process (or thread) in one window.
 #[derive(Serialize)]
 struct RunqRow {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exec_from: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exec_from_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    who: Who,
     mean_ns: u64,
     #[serde(flatten)]
     all: Prefixed,
@@ -213,7 +206,11 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
             }
         })
         .collect();
-    v.sort_by(|a, b| b.delay_caused_ns.cmp(&a.delay_caused_ns).then(a.pid.cmp(&b.pid)));
+    v.sort_by(|a, b| {
+        b.delay_caused_ns
+            .cmp(&a.delay_caused_ns)
+            .then(a.pid.cmp(&b.pid))
+    });
     v
 }
 
@@ -221,14 +218,6 @@ impl RunqLat {
     fn row(&self, r: &Row, names: &Names, culprits: &[Pair]) -> RunqRow {
         let threads = self.s.scope.threads;
         let all = hist::stats(&r.waits());
-        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
-        let (exec_from, exec_from_bytes) = match &r.exec_from {
-            Some(e) => {
-                let (a, b) = sanitize::name_fields(e);
-                (Some(a), b)
-            }
-            None => (None, None),
-        };
         let waited_behind = peers_of(culprits, r.id, names, threads, true);
         let behind_text = waited_behind
             .iter()
@@ -237,23 +226,18 @@ impl RunqLat {
             .collect::<Vec<_>>()
             .join(" ");
         RunqRow {
-            pid: if threads { r.tgid } else { r.id },
-            tid: threads.then_some(r.id),
-            comm,
-            comm_bytes,
-            exec_from,
-            exec_from_bytes,
+            who: Who::of(r, threads),
             mean_ns: all.mean_ns,
             all: Prefixed("", all),
-            wake: Prefixed("wake_", hist::stats(&r.wake)),
-            preempt: Prefixed("preempt_", hist::stats(&r.preempt)),
-            kernel_run_delay_ns: r.run_delay_ns,
-            wake_unmeasured: r.wake_unmeasured,
+            wake: Prefixed("wake_", hist::stats(&r.v.wake)),
+            preempt: Prefixed("preempt_", hist::stats(&r.v.preempt)),
+            kernel_run_delay_ns: r.v.run_delay_ns,
+            wake_unmeasured: r.v.wake_unmeasured,
             waited_behind,
             id: r.id,
             name: r.name_text(),
             behind_text,
-            hists: (r.wake, r.preempt),
+            hists: (r.v.wake, r.v.preempt),
         }
     }
 }
@@ -280,9 +264,9 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         behind: BTreeMap<u32, (String, u64, u64)>,
     }
     let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.id != 0 && r.pid != me) {
-        let a = per.entry(r.pid).or_insert(Acc {
-            comm: r.comm.clone(),
+    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+        let a = per.entry(r.who.pid).or_insert(Acc {
+            comm: r.who.comm.clone(),
             wake_ns: 0,
             wake_n: 0,
             p50: 0,
@@ -358,7 +342,9 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             summary,
             evidence: vec![],
             advice: advice.into(),
-            next: Some(format!("tracekit runq-lat --pid {pid} --threads --duration 10s")),
+            next: Some(format!(
+                "tracekit runq-lat --pid {pid} --threads --duration 10s"
+            )),
         }
         .evidence("wake_waits", a.wake_n)
         .evidence("wake_wait_total_ns", a.wake_ns)
@@ -367,7 +353,9 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         .evidence("wake_max_ns", a.max)
         .evidence("kernel_run_delay_ns", a.kernel_ns);
         if let Some((_, (_, ns, n))) = culprit {
-            f = f.evidence("culprit_delay_ns", *ns).evidence("culprit_waits", *n);
+            f = f
+                .evidence("culprit_delay_ns", *ns)
+                .evidence("culprit_waits", *n);
         }
         out.push(f.evidence("window_ns", (secs * 1e9) as u64));
     }
@@ -404,21 +392,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
 }
 
 impl Collector for RunqLat {
-    fn name(&self) -> &'static str {
-        INFO.name
-    }
-
-    fn meta(&self) -> Meta {
-        self.s.meta(INFO.name, "run-queue latency")
-    }
-
-    fn flip(&mut self) -> Result<()> {
-        self.s.flip()
-    }
-
-    fn slow_links(&self) -> usize {
-        self.s.session.slow_links()
-    }
+    sched::collector_common!(INFO, "run-queue latency");
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let iv = self.s.drain()?;
@@ -432,7 +406,11 @@ impl Collector for RunqLat {
             .filter(|r| r.all.1.count > 0)
             .collect();
         rows.sort_by(|a, b| {
-            b.all.1.total_ns.cmp(&a.all.1.total_ns).then(a.id.cmp(&b.id))
+            b.all
+                .1
+                .total_ns
+                .cmp(&a.all.1.total_ns)
+                .then(a.id.cmp(&b.id))
         });
         let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
         let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
@@ -459,7 +437,8 @@ impl Collector for RunqLat {
             self.max_rows.min(rows.len())
         };
         for r in rows.iter().take(shown) {
-            out.hists.push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
+            out.hists
+                .push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
             out.hists
                 .push((format!("preempt[{} {}]", r.id, r.name), r.hists.1));
         }
@@ -502,12 +481,14 @@ mod tests {
         let mut all = w;
         all.merge(&p);
         RunqRow {
-            pid,
-            tid: None,
-            comm: format!("p{pid}"),
-            comm_bytes: None,
-            exec_from: None,
-            exec_from_bytes: None,
+            who: Who {
+                pid,
+                tid: None,
+                comm: format!("p{pid}"),
+                comm_bytes: None,
+                exec_from: None,
+                exec_from_bytes: None,
+            },
             mean_ns: 0,
             all: Prefixed("", hist::stats(&all)),
             wake: Prefixed("wake_", hist::stats(&w)),

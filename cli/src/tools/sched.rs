@@ -138,7 +138,7 @@ pub fn wake_slots() -> u32 {
     task_cap().next_power_of_two()
 }
 
-/// One process (or thread) in one window.
+/// One process (or thread) in one window: its names and what the kernel aggregated.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// tgid, or tid with `--threads`; 0 for the `[other]` row.
@@ -147,28 +147,26 @@ pub struct Row {
     pub comm: Vec<u8>,
     /// The name before an exec during the window (the row spans it), if any.
     pub exec_from: Option<Vec<u8>>,
-    pub voluntary: u64,
-    pub involuntary: u64,
-    pub migrations: u64,
-    /// The kernel's own run-queue delay over the window (`sched_info.run_delay`).
-    pub run_delay_ns: u64,
-    pub wake_unmeasured: u64,
-    pub own_wakeups: u64,
-    /// Waits after a wakeup (wall clock), and after a preemption (`run_delay`).
-    pub wake: LatHist,
-    pub preempt: LatHist,
+    /// Switches, migrations, the kernel's run_delay, waits after a wakeup (wall clock) and
+    /// after a preemption (`run_delay`).
+    pub v: SchedVal,
 }
 
 impl Row {
     pub fn switches(&self) -> u64 {
-        self.voluntary + self.involuntary
+        self.v.voluntary + self.v.involuntary
     }
 
     /// Every run-queue wait, however it began.
     pub fn waits(&self) -> LatHist {
-        let mut h = self.wake;
-        h.merge(&self.preempt);
+        let mut h = self.v.wake;
+        h.merge(&self.v.preempt);
         h
+    }
+
+    /// Waits after a wakeup whose wakeup was seen (timed on the wall clock).
+    pub fn woken(&self) -> u64 {
+        self.v.wake.count.saturating_sub(self.v.wake_unmeasured)
     }
 
     /// The name for text: `python3 (was sh)` when the row spans an exec.
@@ -183,6 +181,71 @@ impl Row {
         }
     }
 }
+
+/// Who a row is, as every row type of both tools serialises it (flattened): `pid` (the
+/// process), `tid` with `--threads`, `comm` and, when the row spans an exec, `exec_from`
+/// (each with `_bytes` when not UTF-8).
+#[derive(Clone, Debug, Serialize)]
+pub struct Who {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_from_bytes: Option<Vec<u8>>,
+}
+
+impl Who {
+    pub fn of(r: &Row, threads: bool) -> Who {
+        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
+        let (exec_from, exec_from_bytes) = match &r.exec_from {
+            Some(e) => {
+                let (a, b) = sanitize::name_fields(e);
+                (Some(a), b)
+            }
+            None => (None, None),
+        };
+        Who {
+            pid: if threads { r.tgid } else { r.id },
+            tid: threads.then_some(r.id),
+            comm,
+            comm_bytes,
+            exec_from,
+            exec_from_bytes,
+        }
+    }
+}
+
+/// The [`Collector`](crate::engine::Collector) methods both tools share (their `collect`
+/// differs): in an `impl Collector for T` whose `s` is the [`SchedSession`].
+macro_rules! collector_common {
+    ($info:expr, $what:literal) => {
+        fn name(&self) -> &'static str {
+            $info.name
+        }
+
+        fn meta(&self) -> $crate::engine::Meta {
+            self.s.meta($info.name, $what)
+        }
+
+        fn flip(&mut self) -> $crate::error::Result<()> {
+            self.s.flip()
+        }
+
+        fn slow_links(&self) -> usize {
+            self.s.session.slow_links()
+        }
+
+        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
+            Some(&mut self.s.session)
+        }
+    };
+}
+pub(crate) use collector_common;
 
 /// Two tasks and what passed between them in one window (see `PairKey`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,11 +283,21 @@ pub struct SchedSession {
     gen: u32,
 }
 
-fn pair_map(s: &mut Session, name: &'static str, on: bool) -> Result<Option<GenMap<PairKey, PairVal>>> {
+fn pair_map(
+    s: &mut Session,
+    name: &'static str,
+    on: bool,
+) -> Result<Option<GenMap<PairKey, PairVal>>> {
     if !on {
         return Ok(None);
     }
-    Ok(Some(GenMap::take(s, name, None, |k: &PairKey| k.gen, PairVal::default())?))
+    Ok(Some(GenMap::take(
+        s,
+        name,
+        None,
+        |k: &PairKey| k.gen,
+        PairVal::default(),
+    )?))
 }
 
 /// Loads the `sched` object and attaches it as the attach policy chose on this kernel.
@@ -334,9 +407,7 @@ fn drain_pairs(m: &mut Option<GenMap<PairKey, PairVal>>, gen: u32) -> Result<Vec
         })
         .collect();
     // Most time first, then most events: the order every list of peers shows.
-    v.sort_by(|x, y| {
-        (y.ns, y.count, x.a, x.b).cmp(&(x.ns, x.count, y.a, y.b))
-    });
+    v.sort_by(|x, y| (y.ns, y.count, x.a, x.b).cmp(&(x.ns, x.count, y.a, y.b)));
     Ok(v)
 }
 
@@ -346,14 +417,7 @@ fn row(id: u32, tgid: u32, comm: Vec<u8>, exec_from: Option<Vec<u8>>, v: &SchedV
         tgid,
         comm,
         exec_from,
-        voluntary: v.voluntary,
-        involuntary: v.involuntary,
-        migrations: v.migrations,
-        run_delay_ns: v.run_delay_ns,
-        wake_unmeasured: v.wake_unmeasured,
-        own_wakeups: v.own_wakeups,
-        wake: v.wake,
-        preempt: v.preempt,
+        v: *v,
     }
 }
 
@@ -396,7 +460,10 @@ impl SchedSession {
     pub fn meta(&self, tool: &'static str, what: &str) -> Meta {
         Meta::of(tool, what, &self.scope, &self.session)
             .with("notes", self.notes.clone())
-            .with("wake_wait_clock", if self.wall_clock { "wall" } else { "run_delay" })
+            .with(
+                "wake_wait_clock",
+                if self.wall_clock { "wall" } else { "run_delay" },
+            )
     }
 }
 
@@ -452,7 +519,14 @@ pub struct Peer {
 impl Peer {
     /// The `b` side of `p` (the preemptor, culprit or wakee).
     pub fn b_of(p: &Pair, names: &Names, threads: bool, with_ns: bool) -> Peer {
-        Self::new(p.b, p.b_tgid, p.count, with_ns.then_some(p.ns), names, threads)
+        Self::new(
+            p.b,
+            p.b_tgid,
+            p.count,
+            with_ns.then_some(p.ns),
+            names,
+            threads,
+        )
     }
 
     pub fn new(
@@ -572,12 +646,18 @@ mod tests {
     #[test]
     fn names_prefer_the_row_then_idle() {
         let mut r = row(7, 7, b"w".to_vec(), None, &SchedVal::ZERO);
+        r.v.voluntary = 2;
+        assert_eq!(r.switches(), 2);
+        assert_eq!(Who::of(&r, true).tid, Some(7));
         r.comm = b"worker".to_vec();
         let n = Names::of(&[r]);
         assert_eq!(n.get(7), b"worker");
         assert_eq!(n.get(0), b"[idle]");
         let p = Peer::new(7, 3, 5, Some(9), &n, true);
-        assert_eq!((p.pid, p.tid, p.text()), (3, Some(7), "worker(7)".to_string()));
+        assert_eq!(
+            (p.pid, p.tid, p.text()),
+            (3, Some(7), "worker(7)".to_string())
+        );
         assert_eq!(per_s(1, 2.0), 0.5);
     }
 }

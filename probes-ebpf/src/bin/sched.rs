@@ -292,8 +292,9 @@ fn on_waking<R: Reader>(p: *const u8, new: bool) {
 
 /// The switch-in of `next`: a pending wakeup becomes its wait; with `SCHED_CULPRITS`, the wait
 /// is charged to the two tasks that held this CPU last, each for the part of the wait it ran
-/// (the rest, when more tasks ran meanwhile, is charged to nobody), and `next` becomes the
-/// holder.
+/// (the rest, when more tasks ran meanwhile, is charged to nobody; a holder whose start is not
+/// known, one that resumed after a preemption, is charged from the wakeup on), and `next`
+/// becomes the holder. The clock is read only for a switch-in that ends a wait after a wakeup.
 ///
 /// Charging only the task switched out here (the last holder) named `rcu_preempt` and kworkers
 /// for waits spent behind CPU hogs: they run briefly right before the woken task, after the hog.
@@ -310,18 +311,32 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     let w = unsafe { &mut *w };
     let ts = w.ts;
     let pending = ntid != 0 && w.tid == ntid && ts != 0;
-    if !pending && !culprits {
+    if !pending {
+        if culprits {
+            // A task resuming after a preemption: it holds the CPU from now on, since when is
+            // not worth a clock read on every switch (a later wait charged to it then counts
+            // from that wait's wakeup).
+            if let Some(h) = HOLDERS.get_ptr_mut(0) {
+                // SAFETY: this CPU's slot; programs on one CPU do not nest on sched_switch.
+                let h = unsafe { &mut *h };
+                let (ptid, ptgid) = (R::i32(prev, o.pid) as u32, R::i32(prev, o.tgid) as u32);
+                h.before_id = row_id(ptid, ptgid);
+                h.before_tgid = ptgid;
+                h.before_since = h.since;
+                h.id = row_id(ntid, ntgid);
+                h.tgid = ntgid;
+                h.since = 0;
+            }
+        }
         return;
     }
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     // The timestamp may come from another CPU: never negative.
     let wait = now.saturating_sub(ts) & !(WAKE_WAITED | WAKE_OWN);
-    if pending {
-        let own = if w.waker_tgid == ntgid { WAKE_OWN } else { 0 };
-        w.ts = 0;
-        w.wait = wait | WAKE_WAITED | own;
-    }
+    let own = if w.waker_tgid == ntgid { WAKE_OWN } else { 0 };
+    w.ts = 0;
+    w.wait = wait | WAKE_WAITED | own;
     if !culprits {
         return;
     }
@@ -332,25 +347,20 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     let h = unsafe { &mut *h };
     let (ptid, ptgid) = (R::i32(prev, o.pid) as u32, R::i32(prev, o.tgid) as u32);
     let pid = row_id(ptid, ptgid);
-    if pending && wait >= ro(&SCHED_CULPRIT_MIN_NS) {
-        // `prev` held the CPU since h.since when the history knows it (else: all the wait).
-        let since = if h.id == pid && h.tgid == ptgid {
-            h.since
-        } else {
-            ts
-        };
-        let start = if since > ts { since } else { ts };
-        let victim = row_id(ntid, ntgid);
+    // `prev` held the CPU since h.since when the history knows it (else: all the wait).
+    let known = h.id == pid && h.tgid == ptgid && h.since != 0;
+    if wait >= ro(&SCHED_CULPRIT_MIN_NS) {
+        let since = if known && h.since > ts { h.since } else { ts };
         let key = PairKey {
-            a: victim,
+            a: row_id(ntid, ntgid),
             a_tgid: ntgid,
             b: pid,
             b_tgid: ptgid,
             gen: generation(),
             _pad: 0,
         };
-        pair_add(&CULPRITS, &key, 1, now.saturating_sub(start));
-        if since > ts && h.id == pid {
+        pair_add(&CULPRITS, &key, 1, now.saturating_sub(since));
+        if since > ts {
             // The task before it, for the part of the wait it ran.
             let from = if h.before_since > ts {
                 h.before_since
@@ -369,7 +379,7 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     }
     h.before_id = pid;
     h.before_tgid = ptgid;
-    h.before_since = if h.id == pid { h.since } else { now };
+    h.before_since = if known { h.since } else { 0 };
     h.id = row_id(ntid, ntgid);
     h.tgid = ntgid;
     h.since = now;
