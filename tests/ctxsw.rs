@@ -578,3 +578,25 @@ fn thread_rows_list_thread_preemptors() {
         );
     }
 }
+
+/// VM check (`tk-workload vm-check`, each guest kernel): per pid, voluntary and involuntary
+/// switches equal the children's own `/proc/<pid>/status` deltas (plus the exit), and the
+/// programs attach as doctor predicts.
+pub fn vm_check() -> Result<String, String> {
+    let (lines, w, modes) = tracekit_tests::vm::traced(&["ctxsw"], &["pingpong", "2000"])?;
+    let mut got = Vec::new();
+    for p in w["procs"].as_array().ok_or("no procs")? {
+        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
+        for k in ["voluntary", "involuntary"] {
+            let (tk, own) = (
+                tracekit_tests::vm::sum(&lines, "ctxsw", pid, k),
+                p[k].as_u64().unwrap_or(0),
+            );
+            if tk < own || tk > own + (own / 100).max(5) {
+                return Err(format!("pid {pid} {k}: tracekit {tk}, /proc {own}"));
+            }
+            got.push(format!("{k} {tk}/{own}"));
+        }
+    }
+    Ok(format!("{}; {modes}", got.join(", ")))
+}

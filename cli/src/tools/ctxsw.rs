@@ -564,14 +564,7 @@ mod tests {
 
     fn row(pid: u32, vol: u64, invol: u64, own: u64) -> CtxswRow {
         CtxswRow {
-            who: Who {
-                pid,
-                tid: None,
-                comm: format!("p{pid}"),
-                comm_bytes: None,
-                exec_from: None,
-                exec_from_bytes: None,
-            },
+            who: Who::named(pid, None, format!("p{pid}"), None),
             voluntary: vol,
             involuntary: invol,
             migrations: 0,

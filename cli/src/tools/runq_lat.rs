@@ -155,12 +155,8 @@ const COLUMNS: &[Column<RunqRow>] = &[
 /// A task that held the CPU while others waited after their wakeups.
 #[derive(Serialize)]
 struct Aggressor {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    who: Who,
     /// Wall-clock time tasks woken on its CPU waited while it held it.
     delay_caused_ns: u64,
     waits: u64,
@@ -195,11 +191,8 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
         .map(|(id, (tgid, ns, waits, victims))| {
             let peer = Peer::new(id, tgid, waits, Some(ns), names, threads);
             Aggressor {
-                pid: tgid,
-                tid: threads.then_some(id),
                 text: peer.text(),
-                comm: peer.comm,
-                comm_bytes: peer.comm_bytes,
+                who: Who::named(tgid, threads.then_some(id), peer.comm, peer.comm_bytes),
                 delay_caused_ns: ns,
                 waits,
                 victims,
@@ -209,7 +202,7 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
     v.sort_by(|a, b| {
         b.delay_caused_ns
             .cmp(&a.delay_caused_ns)
-            .then(a.pid.cmp(&b.pid))
+            .then(a.who.pid.cmp(&b.who.pid))
     });
     v
 }
@@ -481,14 +474,7 @@ mod tests {
         let mut all = w;
         all.merge(&p);
         RunqRow {
-            who: Who {
-                pid,
-                tid: None,
-                comm: format!("p{pid}"),
-                comm_bytes: None,
-                exec_from: None,
-                exec_from_bytes: None,
-            },
+            who: Who::named(pid, None, format!("p{pid}"), None),
             mean_ns: 0,
             all: Prefixed("", hist::stats(&all)),
             wake: Prefixed("wake_", hist::stats(&w)),

@@ -32,48 +32,28 @@ use crate::{
 
 const OBJECT: Object = crate::object!("sched");
 
+/// A `sched:` tracepoint, attached as tp_btf where the kernel allows it, else as raw_tp.
+macro_rules! hook {
+    ($event:literal, $prog:literal, $optional:expr) => {
+        Hook {
+            programs: &[
+                (AttachMode::TpBtf, $prog),
+                (AttachMode::RawTp, concat!($prog, "_raw")),
+            ],
+            optional: $optional,
+            ..Hook::event(concat!("sched:", $event))
+        }
+    };
+}
+
 /// The hooks of both tools, in attach order: the free and exec hooks and the wakeup hooks
 /// before `sched_switch`, so no task is seen switching before its cleanup and its wakeups are.
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_sched_free"),
-            (AttachMode::RawTp, "tk_sched_free_raw"),
-        ],
-        optional: true,
-        ..Hook::event("sched:sched_process_free")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_sched_exec"),
-            (AttachMode::RawTp, "tk_sched_exec_raw"),
-        ],
-        optional: true,
-        ..Hook::event("sched:sched_process_exec")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_sched_waking"),
-            (AttachMode::RawTp, "tk_sched_waking_raw"),
-        ],
-        optional: true,
-        ..Hook::event("sched:sched_waking")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_sched_wakeup_new"),
-            (AttachMode::RawTp, "tk_sched_wakeup_new_raw"),
-        ],
-        optional: true,
-        ..Hook::event("sched:sched_wakeup_new")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_sched_switch"),
-            (AttachMode::RawTp, "tk_sched_switch_raw"),
-        ],
-        ..Hook::event("sched:sched_switch")
-    },
+    hook!("sched_process_free", "tk_sched_free", true),
+    hook!("sched_process_exec", "tk_sched_exec", true),
+    hook!("sched_waking", "tk_sched_waking", true),
+    hook!("sched_wakeup_new", "tk_sched_wakeup_new", true),
+    hook!("sched_switch", "tk_sched_switch", false),
 ];
 
 /// The privileges of both tools (`--help`).
@@ -200,6 +180,18 @@ pub struct Who {
 }
 
 impl Who {
+    /// A task known by its name only (no exec seen): a task that held the CPU, a test's row.
+    pub fn named(pid: u32, tid: Option<u32>, comm: String, comm_bytes: Option<Vec<u8>>) -> Who {
+        Who {
+            pid,
+            tid,
+            comm,
+            comm_bytes,
+            exec_from: None,
+            exec_from_bytes: None,
+        }
+    }
+
     pub fn of(r: &Row, threads: bool) -> Who {
         let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
         let (exec_from, exec_from_bytes) = match &r.exec_from {

@@ -27,10 +27,9 @@
 //! lookup per run, as before). Waits after a preemption stay the kernel's `run_delay` (its clock
 //! is up to date there), and the kernel's `run_delay` total is kept beside them.
 //!
-//! Why `sched_waking` and not `sched_wakeup`: it runs in the waker's context on every kernel
-//! (`sched_wakeup` runs on the wakee's CPU for wakeups queued there by IPI, where `current` is
-//! not the waker), so the waker is known. The wait so measured starts when the wakeup was issued: for a wakeup sent to an idle CPU by IPI it
-//! includes the IPI and the idle exit, which `sched_wakeup`-based tools (runqlat) leave out.
+//! Why `sched_waking`, not `sched_wakeup`: it runs in the waker's context on every kernel (the
+//! waker is known), and the wait starts when the wakeup was issued (for a wakeup sent to an idle
+//! CPU by IPI: with the IPI and the idle exit, which runqlat leaves out).
 //!
 //! Verifier discipline (start-up, and the 6.1 verifier's complexity limits): every path ends in
 //! one shared tail with no path-specific constants in live registers; choices that feed the tail
@@ -123,9 +122,8 @@ fn prev_state(read: impl FnOnce() -> u64) -> u64 {
 /// raw_tp fallback 5.x kernels print a one-time "trace type BPF program uses run-time
 /// allocation" warning and PREEMPT_RT kernels refuse the program.
 ///
-/// Task-local storage would be cheaper per lookup, but BPF_MAP_TYPE_TASK_STORAGE only exists
-/// from 5.11 on (tracing programs: 5.12), and an object holding one fails to load whole on
-/// 5.10; raw_tp programs cannot pass `next` to `bpf_task_storage_get` at all (untyped pointer).
+/// Not task-local storage: it exists from 5.11 (tracing programs: 5.12), an object holding one
+/// fails to load whole on 5.10, and raw_tp programs cannot pass `next` to it (untyped pointer).
 #[map]
 static TASKS: HashMap<u32, TaskSnap> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
@@ -249,12 +247,10 @@ fn pair_add(map: &HashMap<PairKey, PairVal>, key: &PairKey, count: u64, ns: u64)
 
 /// `sched_waking(p)` (and `sched_wakeup_new(p)` with `new`): remembers when `p` was woken.
 ///
-/// Every wakeup is stored, even of a task still on a run queue (`ttwu_runnable`: woken before
-/// it blocked, while preempted, or sleeping in a delayed dequeue, 6.12+ EEVDF, where `on_rq`
-/// stays set although the task sleeps): the switch-out decides what the wait was. A wait after
-/// an involuntary switch-out is a preemption wait whatever wakeups came meanwhile, and a slot
-/// still holding a timestamp at a switch-out (a wakeup while the task ran) is overwritten by the
-/// wakeup that ends its next sleep.
+/// Every wakeup is stored, even of a task still on a run queue (`ttwu_runnable`: woken before it
+/// blocked, while preempted, or in a 6.12+ delayed dequeue): the switch-out decides what the
+/// wait was. A wait after an involuntary switch-out is a preemption wait whatever wakeups came
+/// meanwhile; a stale timestamp (a wakeup while the task ran) is overwritten by the next wakeup.
 #[inline(always)]
 fn on_waking<R: Reader>(p: *const u8, new: bool) {
     let o = ro(&SCHED_OFFS);
@@ -362,11 +358,7 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
         pair_add(&CULPRITS, &key, 1, now.saturating_sub(since));
         if since > ts {
             // The task before it, for the part of the wait it ran.
-            let from = if h.before_since > ts {
-                h.before_since
-            } else {
-                ts
-            };
+            let from = if h.before_since > ts { h.before_since } else { ts };
             if since > from {
                 let key = PairKey {
                     b: h.before_id,
