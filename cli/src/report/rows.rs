@@ -20,8 +20,11 @@ pub struct Column<R> {
     pub align: Align,
     pub cell: fn(&R, &Ctx) -> String,
     /// A column a live view can sort by: its hotkey and the row's key (larger first).
-    pub sort: Option<(char, fn(&R, &Ctx) -> f64)>,
+    pub sort: Option<(char, SortKey<R>)>,
 }
+
+/// A sortable column's key of a row (see [`Column::sort`]).
+pub type SortKey<R> = fn(&R, &Ctx) -> f64;
 
 // By hand: a derive would require `R: Clone`, but a column only holds a fn pointer.
 impl<R> Clone for Column<R> {
