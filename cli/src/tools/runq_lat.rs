@@ -301,12 +301,15 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             .map(|(p, (c, ns, n))| {
                 if *p == 0 {
                     format!("an idle CPU waking up for {} ({n} waits)", fmt_ns(*ns))
+                } else if p == pid {
+                    format!("its own threads for {} ({n} waits)", fmt_ns(*ns))
                 } else {
                     format!("{c} (pid {p}) for {} ({n} waits)", fmt_ns(*ns))
                 }
             })
             .collect();
-        let culprit = behind.first().filter(|b| b.0 != 0);
+        // The culprit is another process: a wait behind its own threads is not a neighbour's.
+        let culprit = behind.iter().find(|b| b.0 != 0 && b.0 != *pid);
         let mut summary = format!(
             "{} (pid {pid}) waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
             a.comm,
@@ -523,6 +526,27 @@ mod tests {
         let j = f[0].json();
         assert_eq!(j["culprit_pid"], 8);
         assert_eq!(j["evidence"]["culprit_delay_ns"], 240_000_000u64);
+    }
+
+    /// A process waiting behind its own threads most is not its own culprit: the culprit is the
+    /// other process, and the text says "its own threads".
+    #[test]
+    fn own_threads_are_named_as_such_and_never_the_culprit() {
+        let victim = row(
+            5,
+            &[2_000_000; 200],
+            &[],
+            vec![peer(5, 150, 300_000_000), peer(9, 50, 100_000_000)],
+        );
+        let f = findings(&[victim], 1.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(9));
+        assert!(
+            f[0].summary.contains("its own threads for 300ms"),
+            "{}",
+            f[0].summary
+        );
+        assert!(!f[0].summary.contains("hog5"), "{}", f[0].summary);
     }
 
     #[test]
