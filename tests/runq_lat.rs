@@ -1,6 +1,7 @@
 //! Root tests for `tracekit runq-lat`:
 //! - the kernel's run-delay total per pid (`kernel_run_delay_ns`) agrees with the kernel's own
-//!   `run_delay` (`/proc/<pid>/schedstat`, second field) that the workload reads about itself;
+//!   `run_delay` since fork (`/proc/<pid>/schedstat`, second field) that the workload reads
+//!   about itself;
 //! - waits after a wakeup, timed on the wall clock, agree with a bpftrace timestamp reference
 //!   (`sched_waking` → `sched_switch`) taken in the same run, on a pipe ping-pong and on the
 //!   same ping-pong pinned to one CPU, where every wakeup preempts (issue #17: there the
@@ -55,17 +56,20 @@ fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
         }
         let kernel = r["kernel_run_delay_ns"].as_u64().unwrap();
         let total = r["total_ns"].as_u64().unwrap();
-        let own = p["run_delay_ns"].as_u64().unwrap();
+        // Since fork, as tracekit sees a task born under tracing: a delta around the body
+        // misses the first wait after fork, milliseconds on a busy machine. What tracekit adds
+        // is the exit (a wait after the workload's last read): never less, at most a little more.
+        let own = p["run_delay_life_ns"].as_u64().unwrap();
         let err = kernel.abs_diff(own) as f64 / own.max(1) as f64;
         eprintln!(
-            "{workload:?} pid {pid}: kernel_run_delay {kernel} ns (schedstat run_delay delta {own} ns, {:.2} % apart); wall-clock total {total} ns over {} waits",
+            "{workload:?} pid {pid}: kernel_run_delay {kernel} ns (schedstat run_delay since fork {own} ns, {:.2} % apart); wall-clock total {total} ns over {} waits",
             err * 100.0,
             r["count"],
         );
         assert!(own > 0, "the workload waited on no run queue: {p}");
         assert!(
-            err <= 0.10,
-            "pid {pid}: kernel_run_delay {kernel} ns vs run_delay {own} ns ({:.1} % off)",
+            kernel + own / 1000 >= own && kernel <= own + own / 50 + 2_000_000,
+            "pid {pid}: kernel_run_delay {kernel} ns vs run_delay since fork {own} ns ({:.1} % off)",
             err * 100.0
         );
         let (p50, p99, max) = (
@@ -421,8 +425,8 @@ fn a_sleeper_starved_by_hogs_names_the_hogs() {
 
 /// VM check (`tk-workload vm-check`, each guest kernel): per pid, the kernel's `run_delay`
 /// total that runq-lat reports (`kernel_run_delay_ns`, summed over the switches it saw from
-/// fork to exit) agrees with the children's `/proc/<pid>/schedstat` run_delay since fork (10 %
-/// + 1 ms), and the wall-clock waits (`total_ns`: after a wakeup timed from `sched_waking`,
+/// fork to exit) agrees with the children's `/proc/<pid>/schedstat` run_delay since fork (never
+/// below it, at most 10 % + 2 ms above: the exit), and the wall-clock waits (`total_ns`: after a wakeup timed from `sched_waking`,
 /// after a preemption the kernel's `run_delay`) are not below it.
 ///
 /// `total_ns` is not compared with `run_delay` for equality: the two measure different things.
@@ -444,7 +448,8 @@ pub fn vm_check() -> Result<String, String> {
             sum("total_ns"),
             p["run_delay_life_ns"].as_u64().unwrap_or(0),
         );
-        if own == 0 || (kernel as f64 - own as f64).abs() > own as f64 * 0.10 + 1e6 {
+        // The same counter, both since fork: tracekit adds only the exit's wait, if any.
+        if own == 0 || kernel + own / 1000 < own || kernel > own + own / 10 + 2_000_000 {
             return Err(format!(
                 "pid {pid}: kernel_run_delay {kernel} ns, schedstat run_delay since fork {own} ns"
             ));
