@@ -112,7 +112,7 @@ fn pinned_spinners_preempt_each_other() {
     }
 }
 
-/// The live-view tests count the `tk_ctxsw` programs loaded: one at a time.
+/// The live-view tests count the `tk_sched` programs loaded: one at a time.
 static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Kills a tmux session however the test ends, so a failed assertion leaves no tracekit.
@@ -149,7 +149,7 @@ fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
 fn ctxsw_programs() -> Vec<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_ctxsw")))
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_sched")))
         .map(|p| p.id())
         .collect()
 }
@@ -195,7 +195,7 @@ fn top_draws_resorts_and_quits_restoring_the_terminal() {
         .collect();
     assert!(
         !ours.is_empty(),
-        "no tk_ctxsw programs loaded while --top runs"
+        "no tk_sched programs loaded while --top runs"
     );
     // Re-sort by involuntary switches.
     tmux(&["send-keys", "-t", &session, "i"]);
@@ -436,4 +436,167 @@ fn top_ends_when_its_terminal_goes_away() {
         left.is_empty(),
         "programs {left:?} still loaded after the terminal went away"
     );
+}
+
+/// Two threads of this test process handing a byte back and forth over pipes for `secs`;
+/// returns their tids.
+fn thread_pingpong(secs: f64, started: std::sync::mpsc::Sender<()>) -> (u32, u32) {
+    let mut a = [0i32; 2];
+    let mut b = [0i32; 2];
+    // SAFETY: pipe() writes two fds into each array.
+    unsafe {
+        assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
+        assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let side = move |rd: i32, wr: i32, first: bool| {
+        let mut byte = [0u8; 1];
+        let mut i = 0u64;
+        loop {
+            // SAFETY: one-byte reads and writes on our pipes.
+            unsafe {
+                if !(first && i == 0) && libc::read(rd, byte.as_mut_ptr().cast(), 1) != 1 {
+                    break;
+                }
+                byte[0] = u8::from(Instant::now() >= end);
+                if libc::write(wr, byte.as_ptr().cast(), 1) != 1 || byte[0] == 1 {
+                    break;
+                }
+            }
+            i += 1;
+        }
+        // SAFETY: plain syscall.
+        unsafe { libc::gettid() as u32 }
+    };
+    let t2 = std::thread::spawn(move || side(a[0], b[1], false));
+    let _ = started.send(());
+    let t1 = side(b[0], a[1], true);
+    let t2 = t2.join().unwrap();
+    // SAFETY: closing the fds made above.
+    unsafe {
+        for fd in a.iter().chain(&b) {
+            libc::close(*fd);
+        }
+    }
+    (t1, t2)
+}
+
+/// Issue #14: a switch storm between two threads of one process, traced per thread, shows who
+/// wakes whom (both directions, same process) and ends in a ctxsw-storm finding that says the
+/// switches are between its own threads.
+#[test]
+fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
+    require_root();
+    let me = std::process::id();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--pid", &me.to_string()]);
+    tk.wait_attached();
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let (t1, t2) = std::thread::spawn(move || thread_pingpong(1.5, tx))
+        .join()
+        .unwrap();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let pair = |w: u32, e: u32| {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "waker" && l["tid"] == w && l["wakee_tid"] == e)
+            .map(|l| {
+                assert_eq!(l["pid"], me, "{l}");
+                assert_eq!(l["wakee_pid"], me, "{l}");
+                assert_eq!(l["same_process"], true, "{l}");
+                l["wakeups"].as_u64().unwrap()
+            })
+            .sum::<u64>()
+    };
+    let (ab, ba) = (pair(t1, t2), pair(t2, t1));
+    let rows: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary" && (l["tid"] == t1 || l["tid"] == t2))
+        .collect();
+    let vol: u64 = rows.iter().map(|r| r["voluntary"].as_u64().unwrap()).sum();
+    eprintln!("wakeups {t1}->{t2}: {ab}, {t2}->{t1}: {ba}; voluntary switches of the two: {vol}");
+    assert!(ab > 1000 && ba > 1000, "waker pairs {ab} / {ba}");
+    // Each voluntary switch (a sleep in read) is ended by one wakeup from the other thread.
+    assert!(
+        (ab + ba) as f64 >= vol as f64 * 0.9,
+        "{ab} + {ba} wakeups for {vol} sleeps"
+    );
+    let storm = lines
+        .iter()
+        .find(|l| l["type"] == "finding" && l["cause"] == "ctxsw-storm" && l["pid"] == me)
+        .unwrap_or_else(|| panic!("no storm finding for pid {me}"));
+    eprintln!("finding: {}", storm["summary"]);
+    assert!(
+        storm["summary"]
+            .as_str()
+            .unwrap()
+            .contains("between its own threads"),
+        "{storm}"
+    );
+    assert!(
+        storm["evidence"]["own_wakeup_ppm"].as_u64().unwrap() >= 900_000,
+        "{storm}"
+    );
+}
+
+/// Issue #14: per thread, preemptors are threads (with their tid), never the row's own thread,
+/// and the other spinner pinned to the same CPU is among them.
+#[test]
+fn thread_rows_list_thread_preemptors() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--interval", "400ms"]);
+    tk.wait_attached();
+    let w = run_workload(&["spin", "1500"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let pids: Vec<u64> = w["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    for (i, pid) in pids.iter().enumerate() {
+        let rows: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "summary" && l["tid"] == *pid)
+            .collect();
+        assert!(!rows.is_empty(), "no thread row for {pid}");
+        let by: Vec<&Value> = rows
+            .iter()
+            .flat_map(|r| r["preempted_by"].as_array().unwrap().iter())
+            .collect();
+        for p in &by {
+            assert!(p.get("tid").is_some(), "preemptor without tid: {p}");
+            assert_ne!(p["tid"], *pid, "a thread preempted by itself: {p}");
+        }
+        let other = pids[1 - i];
+        assert!(
+            by.iter().any(|p| p["tid"] == other && p["pid"] == other),
+            "thread {pid}: the other spinner {other} is not among its preemptors {by:?}"
+        );
+    }
+}
+
+/// VM check (`tk-workload vm-check`, each guest kernel): per pid, voluntary and involuntary
+/// switches equal the children's own `/proc/<pid>/status` deltas (plus the exit), and the
+/// programs attach as doctor predicts.
+pub fn vm_check() -> Result<String, String> {
+    let (lines, w, modes) = tracekit_tests::vm::traced(&["ctxsw"], &["pingpong", "2000"])?;
+    let mut got = Vec::new();
+    for p in w["procs"].as_array().ok_or("no procs")? {
+        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
+        for k in ["voluntary", "involuntary"] {
+            let (tk, own) = (
+                tracekit_tests::vm::sum(&lines, "ctxsw", pid, k),
+                p[k].as_u64().unwrap_or(0),
+            );
+            if tk < own || tk > own + (own / 100).max(5) {
+                return Err(format!("pid {pid} {k}: tracekit {tk}, /proc {own}"));
+            }
+            got.push(format!("{k} {tk}/{own}"));
+        }
+    }
+    Ok(format!("{}; {modes}", got.join(", ")))
 }

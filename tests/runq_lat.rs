@@ -1,14 +1,34 @@
-//! Root tests for `tracekit runq-lat`: the total run-queue wait per pid must agree with the
-//! kernel's own `run_delay` (`/proc/<pid>/schedstat`, second field) that the workload reads
-//! about itself.
+//! Root tests for `tracekit runq-lat`:
+//! - the kernel's run-delay total per pid (`kernel_run_delay_ns`) agrees with the kernel's own
+//!   `run_delay` since fork (`/proc/<pid>/schedstat`, second field) that the workload reads
+//!   about itself;
+//! - waits after a wakeup, timed on the wall clock, agree with a bpftrace timestamp reference
+//!   (`sched_waking` → `sched_switch`) taken in the same run, on a pipe ping-pong and on the
+//!   same ping-pong pinned to one CPU, where every wakeup preempts (issue #17: there the
+//!   kernel's run_delay reads near zero);
+//! - a latency-sensitive sleeper pinned with CPU hogs is the victim, and the hogs are named.
 
-use std::time::Duration;
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader},
+    os::unix::process::CommandExt,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use serde_json::Value;
 use tracekit_tests::*;
 
+/// The tests of this file share the CPUs on purpose (pinned workloads, hogs): one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
     require_root();
+    let _one = serial();
     let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
     tk.wait_attached();
     let w = run_workload(workload);
@@ -21,22 +41,35 @@ fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
         assert_eq!(rows.len(), 1, "one row for pid {pid}: {rows:?}");
         let r = rows[0];
         for k in [
-            "tool", "pid", "comm", "count", "total_ns", "p50_ns", "p99_ns", "max_ns",
+            "tool",
+            "pid",
+            "comm",
+            "count",
+            "total_ns",
+            "p50_ns",
+            "p99_ns",
+            "max_ns",
+            "kernel_run_delay_ns",
+            "wake_unmeasured",
         ] {
             assert!(!r[k].is_null(), "JSON contract: {k} missing");
         }
+        let kernel = r["kernel_run_delay_ns"].as_u64().unwrap();
         let total = r["total_ns"].as_u64().unwrap();
-        let own = p["run_delay_ns"].as_u64().unwrap();
-        let err = total.abs_diff(own) as f64 / own.max(1) as f64;
+        // Since fork, as tracekit sees a task born under tracing: a delta around the body
+        // misses the first wait after fork, milliseconds on a busy machine. What tracekit adds
+        // is the exit (a wait after the workload's last read): never less, at most a little more.
+        let own = p["run_delay_life_ns"].as_u64().unwrap();
+        let err = kernel.abs_diff(own) as f64 / own.max(1) as f64;
         eprintln!(
-            "{workload:?} pid {pid}: tracekit total {total} ns over {} waits, schedstat run_delay delta {own} ns ({:.2} %)",
+            "{workload:?} pid {pid}: kernel_run_delay {kernel} ns (schedstat run_delay since fork {own} ns, {:.2} % apart); wall-clock total {total} ns over {} waits",
+            err * 100.0,
             r["count"],
-            err * 100.0
         );
         assert!(own > 0, "the workload waited on no run queue: {p}");
         assert!(
-            err <= 0.10,
-            "pid {pid}: tracekit {total} ns vs run_delay {own} ns ({:.1} % off)",
+            kernel + own / 1000 >= own && kernel <= own + own / 50 + 2_000_000,
+            "pid {pid}: kernel_run_delay {kernel} ns vs run_delay since fork {own} ns ({:.1} % off)",
             err * 100.0
         );
         let (p50, p99, max) = (
@@ -54,7 +87,7 @@ fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
 }
 
 #[test]
-fn pingpong_total_wait_matches_schedstat() {
+fn pingpong_kernel_run_delay_matches_schedstat() {
     compare(&["pingpong", "20000"]);
 }
 
@@ -76,6 +109,7 @@ fn pinned_spinners_wait_after_preemption() {
 #[test]
 fn exec_renames_the_row() {
     require_root();
+    let _one = serial();
     let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
     tk.wait_attached();
     let pid = run_exec_workload();
@@ -86,4 +120,434 @@ fn exec_renames_the_row() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
     assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}
+
+/// The last CPU (the one `tk-workload spin` pins to).
+fn last_cpu() -> usize {
+    // SAFETY: sysconf is a plain query.
+    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize - 1
+}
+
+/// `cmd` pinned to `cpu` (its children inherit the affinity).
+fn pinned(mut cmd: Command, cpu: usize) -> Command {
+    // SAFETY: between fork and exec the child only calls sched_setaffinity on itself.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// bpftrace, installed from Debian when missing.
+fn bpftrace() -> &'static str {
+    let have = || {
+        Command::new("bpftrace")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have() {
+        let _ = Command::new("apt-get").arg("update").status();
+        let _ = Command::new("apt-get")
+            .args(["install", "-y", "bpftrace"])
+            .status();
+    }
+    assert!(
+        have(),
+        "bpftrace is needed for the reference and could not be installed"
+    );
+    "bpftrace"
+}
+
+/// The reference: every wait of a `tk-workload` task from its `sched_waking` (or
+/// `sched_wakeup_new`) to its switch-in, with the same rule as tracekit for wakeups that start
+/// no wait (a task switched out still runnable forgets a wakeup seen while it ran).
+const REFERENCE: &str = r#"
+tracepoint:sched:sched_waking /args->comm == "tk-workload"/ { @ts[args->pid] = nsecs; }
+tracepoint:sched:sched_wakeup_new /args->comm == "tk-workload"/ { @ts[args->pid] = nsecs; }
+tracepoint:sched:sched_switch {
+  if ((args->prev_state & 0xff) == 0) { delete(@ts[args->prev_pid]); }
+  $t = @ts[args->next_pid];
+  if ($t) { printf("W %d %d\n", args->next_pid, nsecs - $t); delete(@ts[args->next_pid]); }
+}
+END { clear(@ts); }
+"#;
+
+/// Runs `workload` (pinned to the last CPU with `pin`) under runq-lat and the bpftrace
+/// reference at once; returns tracekit's lines, the workload's report and the reference's
+/// waits by pid.
+fn with_reference(workload: &[&str], pin: bool) -> (Vec<Value>, Value, BTreeMap<u32, Vec<u64>>) {
+    require_root();
+    let _one = serial();
+    // tracekit first: programs on one tracepoint run in the order they attached, so the
+    // reference's timestamps are taken right after tracekit's (about 0.1 µs later at both ends)
+    // rather than after the reference's own map updates and printf.
+    let mut tk = Tracer::spawn(&["runq-lat", "--json", "--comm", "tk-workload"]);
+    tk.wait_attached();
+    let mut bt = Command::new(bpftrace())
+        .args(["-e", REFERENCE])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn bpftrace");
+    let mut out = BufReader::new(bt.stdout.take().unwrap());
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap_or(0) > 0 && !line.starts_with("Attaching") {
+        line.clear();
+    }
+    // "Attaching" is printed before the probes attach.
+    std::thread::sleep(Duration::from_millis(500));
+    let reader = std::thread::spawn(move || {
+        let mut waits: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for l in out.lines().map_while(Result::ok) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if let ["W", pid, ns] = f[..] {
+                if let (Ok(p), Ok(n)) = (pid.parse(), ns.parse()) {
+                    waits.entry(p).or_default().push(n);
+                }
+            }
+        }
+        waits
+    });
+    let mut cmd = Command::new(workload_bin());
+    cmd.args(workload);
+    let cmd = if pin { pinned(cmd, last_cpu()) } else { cmd };
+    let o = { cmd }.output().expect("run tk-workload");
+    assert!(o.status.success(), "{workload:?}");
+    let w: Value = serde_json::from_slice(&o.stdout).expect("workload JSON");
+    tk.signal(libc::SIGINT);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let _ = bt.wait();
+    (lines, w, reader.join().expect("reference reader"))
+}
+
+/// Wake-wait p50 and p99 per workload process within 10 % (or 1 µs) of the reference.
+fn assert_matches_reference(what: &str, workload: &[&str], pin: bool) {
+    let (lines, w, reference) = with_reference(workload, pin);
+    for p in w["procs"].as_array().unwrap() {
+        let pid = p["pid"].as_u64().unwrap() as u32;
+        let r = rows_for(&lines, "runq-lat", pid);
+        assert_eq!(r.len(), 1, "{what}: one row for pid {pid}");
+        let r = r[0];
+        eprintln!("{what} row: {r}");
+        let refs = reference.get(&pid).cloned().unwrap_or_default();
+        assert!(
+            refs.len() >= 1000,
+            "{what}: the reference saw {} waits of pid {pid}",
+            refs.len()
+        );
+        let n = r["wake_count"].as_u64().unwrap();
+        let ours = |k: &str| r[k].as_u64().unwrap();
+        let (rp50, rp99) = (percentile(&refs, 0.5), percentile(&refs, 0.99));
+        eprintln!(
+            "{what} pid {pid}: wake waits tracekit {n} p50 {} p99 {} | bpftrace {} p50 {rp50} p99 {rp99} | kernel run_delay total {} ns vs wall-clock wake+preempt total {} ns, {} unmeasured",
+            ours("wake_p50_ns"),
+            ours("wake_p99_ns"),
+            refs.len(),
+            ours("kernel_run_delay_ns"),
+            ours("total_ns"),
+            ours("wake_unmeasured"),
+        );
+        for (k, want) in [("wake_p50_ns", rp50), ("wake_p99_ns", rp99)] {
+            let got = ours(k);
+            let slack = (want / 10).max(1_000);
+            assert!(
+                got.abs_diff(want) <= slack,
+                "{what} pid {pid}: {k} {got} ns, bpftrace {want} ns (allowed ±{slack})"
+            );
+        }
+        // Same events: the counts agree within 5 % (the reference also counts the few wakeups
+        // of a task still on a run queue, which start no new wait).
+        let diff = n.abs_diff(refs.len() as u64) as f64 / refs.len() as f64;
+        assert!(
+            diff <= 0.05,
+            "{what} pid {pid}: {n} wake waits vs {} in the reference",
+            refs.len()
+        );
+    }
+}
+
+#[test]
+fn pipe_pingpong_wake_waits_match_bpftrace() {
+    assert_matches_reference("pipe ping-pong", &["pingpong", "20000"], false);
+}
+
+/// Both ends on one CPU: every wakeup preempts the waker, the case where the kernel's
+/// run_delay reads (nearly) zero.
+#[test]
+fn wakeup_preemption_wake_waits_match_bpftrace() {
+    assert_matches_reference(
+        "wakeup preemption (pinned ping-pong)",
+        &["pingpong", "20000"],
+        true,
+    );
+}
+
+/// A sleeper: renames itself `tk-sleeper`, pins itself to `cpu`, and until `secs` pass sleeps
+/// 1 ms then works 50 µs. A forked child doing only plain syscalls.
+fn sleeper(cpu: usize, secs: f64) -> u32 {
+    // SAFETY: the child makes only async-signal-safe syscalls and _exits.
+    match unsafe { libc::fork() } {
+        0 => unsafe {
+            libc::prctl(libc::PR_SET_NAME, c"tk-sleeper".as_ptr());
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            let now = || {
+                let mut ts: libc::timespec = std::mem::zeroed();
+                libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+                ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+            };
+            let end = now() + secs;
+            let nap = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            while now() < end {
+                libc::nanosleep(&nap, std::ptr::null_mut());
+                let t = now() + 50e-6;
+                while now() < t {}
+            }
+            libc::_exit(0);
+        },
+        -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+        pid => pid as u32,
+    }
+}
+
+/// Turns the scheduler's autogroups off (nice values then rank across sessions) and restores
+/// the setting on drop.
+struct Autogroups(Option<String>);
+
+const AUTOGROUP: &str = "/proc/sys/kernel/sched_autogroup_enabled";
+
+impl Autogroups {
+    fn off() -> Autogroups {
+        let old = std::fs::read_to_string(AUTOGROUP).ok();
+        if old.is_some() {
+            let _ = std::fs::write(AUTOGROUP, "0");
+        }
+        Autogroups(old)
+    }
+}
+
+impl Drop for Autogroups {
+    fn drop(&mut self) {
+        if let Some(v) = &self.0 {
+            let _ = std::fs::write(AUTOGROUP, v.trim());
+        }
+    }
+}
+
+/// Issue #17/#14: a latency-sensitive process that sleeps 1 ms, pinned to a CPU with two CPU
+/// hogs (nice -10), waits behind the hogs: runq-lat's first finding is that process, with a hog as the
+/// culprit, both hogs are named, and the hogs (the aggressors) get no finding as victims.
+#[test]
+fn a_sleeper_starved_by_hogs_names_the_hogs() {
+    require_root();
+    let _one = serial();
+    let cpu = last_cpu();
+    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
+    tk.wait_attached();
+    // The hogs at nice -10 (inherited by the two spinners), and nice values compared across
+    // sessions for the test's few seconds (autogroups off): on a machine with other busy
+    // processes the hogs still hold the sleeper's CPU most of the time.
+    let _autogroup = Autogroups::off();
+    let mut hogs = Command::new(workload_bin());
+    hogs.args(["spin", "3000"]).stdout(Stdio::piped());
+    // SAFETY: between fork and exec the child only changes its own priority.
+    unsafe {
+        hogs.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, -10);
+            Ok(())
+        });
+    }
+    let hogs = hogs.spawn().expect("spawn hogs");
+    std::thread::sleep(Duration::from_millis(200));
+    let victim = sleeper(cpu, 2.5);
+    let t0 = Instant::now();
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(victim as i32, &mut st, 0) };
+    let w: Value = serde_json::from_slice(&hogs.wait_with_output().unwrap().stdout).unwrap();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let hog_pids: Vec<u64> = w["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    let row = rows_for(&lines, "runq-lat", victim);
+    assert_eq!(row.len(), 1, "no row for the sleeper");
+    eprintln!("sleeper ran {:?}; its row: {}", t0.elapsed(), row[0]);
+    let findings: Vec<&Value> = lines.iter().filter(|l| l["type"] == "finding").collect();
+    for f in &findings {
+        eprintln!("finding: {}", f["summary"]);
+    }
+    let first = findings.first().expect("a finding");
+    assert_eq!(first["pid"], victim, "the sleeper ranks first: {first}");
+    assert_eq!(first["cause"], "runq-delay");
+    assert!(
+        hog_pids.contains(&first["culprit_pid"].as_u64().unwrap_or(0)),
+        "culprit {} is not a hog {hog_pids:?}",
+        first["culprit_pid"]
+    );
+    let behind: Vec<u64> = row[0]["waited_behind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    for h in &hog_pids {
+        assert!(behind.contains(h), "hog {h} not among {behind:?}");
+        assert!(
+            findings.iter().all(|f| f["pid"] != *h),
+            "the hog {h} got a finding of its own"
+        );
+        let aggr = lines
+            .iter()
+            .find(|l| l["type"] == "aggressor" && l["pid"] == *h)
+            .unwrap_or_else(|| panic!("hog {h} missing from the aggressors"));
+        assert!(aggr["delay_caused_ns"].as_u64().unwrap() > 0, "{aggr}");
+    }
+}
+
+/// VM check (`tk-workload vm-check`, each guest kernel): per pid, the kernel's `run_delay`
+/// total that runq-lat reports (`kernel_run_delay_ns`, summed over the switches it saw from
+/// fork to exit) equals the children's `/proc/<pid>/schedstat` run_delay read by their parent
+/// once they are zombies (after their last switch-out; 0.1 %), and the wall-clock waits (`total_ns`: after
+/// a wakeup timed from `sched_waking`, after a preemption the kernel's `run_delay`) are not
+/// below it.
+///
+/// `total_ns` is not compared with `run_delay`: the two measure different things. `run_delay`
+/// is timed on the run queue's clock, from enqueue (`sched_info_queued` in 5.10) to switch-in;
+/// a wakeup that asks to preempt the running task skips the next clock update
+/// (`check_preempt_curr` → `rq_clock_skip_update`, kernel/sched/core.c, in 5.10 as in every
+/// kernel since 4.0; `wakeup_preempt` from 6.8), so that wait reads short, and the time from
+/// the wakeup to the enqueue (a remote wakeup queued by IPI, an idle vCPU waking) is not in it
+/// at all. The legacy check compared `total_ns` (wall clock since issue #17) with `run_delay`
+/// and failed on 5.10 (19.56 ms against 16.52 ms) with nothing counted twice: in the same
+/// guest `kernel_run_delay_ns` equals schedstat's (46,027,615 / 46,027,615 ns) while the wall
+/// clock reads 5× more under TCG, where waking an idle vCPU takes long.
+pub fn vm_check() -> Result<String, String> {
+    let (lines, w, modes) = tracekit_tests::vm::traced(&["runq-lat"], &["runq-pingpong", "2000"])?;
+    let mut got = Vec::new();
+    for p in w["procs"].as_array().ok_or("no procs")? {
+        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
+        let sum = |k: &str| tracekit_tests::vm::sum(&lines, "runq-lat", pid, k);
+        let (kernel, wall, own) = (
+            sum("kernel_run_delay_ns"),
+            sum("total_ns"),
+            p["run_delay_exit_ns"].as_u64().unwrap_or(0),
+        );
+        // The same counter from fork to the last switch-out: equal but for rounding.
+        if own == 0 || kernel.abs_diff(own) > own / 1000 {
+            return Err(format!(
+                "pid {pid}: kernel_run_delay {kernel} ns, schedstat run_delay since fork {own} ns"
+            ));
+        }
+        if (wall as f64) < kernel as f64 * 0.9 {
+            return Err(format!(
+                "pid {pid}: wall-clock waits {wall} ns below the kernel's run_delay {kernel} ns"
+            ));
+        }
+        got.push(format!("{kernel}/{own} ns (wall clock {wall} ns)"));
+    }
+    Ok(format!("run_delay {}; {modes}", got.join(", ")))
+}
+
+/// The workloads of this file (`tk-workload ARGS`).
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["runq-pingpong", n] => runq_pingpong(n.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}
+
+/// Two children ping-pong one byte N times over two pipes and exit; the parent reads each
+/// one's `/proc/<pid>/schedstat` run_delay once it is a zombie (its last switch-out done, so
+/// the whole life, exit included: what tracekit sees), then reaps it. Prints
+/// `{"procs":[{pid, run_delay_exit_ns}]}`.
+fn runq_pingpong(n: usize) {
+    let pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: a two-int array for pipe(2).
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+        fds
+    };
+    let (ab, ba) = (pipe(), pipe());
+    let mut pids = Vec::new();
+    for first in [true, false] {
+        // SAFETY: the workload is single-threaded; the child makes only read/write/_exit calls.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let (rd, wr) = if first {
+                (ba[0], ab[1])
+            } else {
+                (ab[0], ba[1])
+            };
+            let mut b = [0u8; 1];
+            for _ in 0..n {
+                // SAFETY: one byte to and from this child's ends of the pipes: the first child
+                // writes then reads, the second reads then answers.
+                let ok = unsafe {
+                    if first {
+                        libc::write(wr, b.as_ptr().cast(), 1);
+                    }
+                    let ok = libc::read(rd, b.as_mut_ptr().cast(), 1) == 1;
+                    if !first {
+                        libc::write(wr, b.as_ptr().cast(), 1);
+                    }
+                    ok
+                };
+                if !ok {
+                    // SAFETY: leaves without the parent's atexit handlers.
+                    unsafe { libc::_exit(1) };
+                }
+            }
+            // SAFETY: leaves without the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        pids.push(pid);
+    }
+    let procs: Vec<Value> = pids
+        .iter()
+        .map(|&pid| {
+            // SAFETY: waits for our own child without reaping it (WNOWAIT).
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as u32,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            assert_eq!(r, 0, "waitid");
+            let ss = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).expect("schedstat");
+            let rd: u64 = ss
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap();
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            serde_json::json!({"pid": pid, "run_delay_exit_ns": rd})
+        })
+        .collect();
+    println!("{}", serde_json::json!({ "procs": procs }));
 }

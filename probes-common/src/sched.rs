@@ -1,16 +1,22 @@
-//! `ctxsw` and `runq-lat`: shared types for the `sched:sched_switch` programs.
+//! `ctxsw` and `runq-lat`: shared types for the `sched` programs.
 //!
-//! Both tools read the kernel's own per-task counters (`nvcsw`, `nivcsw`,
-//! `sched_info.run_delay`, `se.nr_migrations`) from the task being switched out and keep the
-//! difference since that task's previous switch-out. That is what makes the counts agree with
-//! `/proc/<pid>/status` and `/proc/<pid>/schedstat` by construction, and it needs neither a
-//! timestamp nor a wakeup hook (see `probes-ebpf/src/sched.rs` for the cost argument).
+//! Counts and the preemption waits come from the kernel's own per-task counters (`nvcsw`,
+//! `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`), diffed at each switch-out against a
+//! per-task snapshot: that is what makes the counts agree with `/proc/<pid>/status` and the
+//! kernel's run-delay total with `/proc/<pid>/schedstat` by construction.
+//!
+//! Waits after a wakeup are timed on the wall clock instead (issue #17): `run_delay` runs on the
+//! run queue's clock, which the scheduler does not update when a wakeup preempts the running
+//! task, so those waits read as zero. A timestamp taken at `sched_waking` (or
+//! `sched_wakeup_new`) is kept in a tid-indexed [`WakeSlot`] and consumed at the task's
+//! switch-in, where the wait is charged to the tasks that held the CPU meanwhile ([`Holders`],
+//! see `probes-ebpf/src/bin/sched.rs`).
 
 use crate::{hist::LatHist, COMM_LEN};
 
-/// Per-CPU stats slot (see [`crate::stats`], which reserves 5..8 for tools): a new
-/// (victim, preemptor) pair did not fit the preemptor map.
-pub const STAT_PREEMPT_MAP_FULL: u32 = 5;
+/// Per-CPU stats slot (see [`crate::stats`], which reserves 5..8 for tools): a new pair did not
+/// fit one of the pair maps (preemptors, wait culprits, wakers).
+pub const STAT_PAIR_MAP_FULL: u32 = 5;
 /// A task already running when tracing began was seen for the first time: that one switch was
 /// classified from the tracepoint's arguments and its run-queue wait is unknown (window edge).
 pub const STAT_NO_BASELINE: u32 = 6;
@@ -26,10 +32,44 @@ pub struct TaskSnap {
     pub nivcsw: u64,
     pub run_delay: u64,
     pub nr_migrations: u64,
-    /// 1 when the previous switch-out was involuntary (the task stayed runnable), so the next
-    /// wait on the run queue is a preemption wait, not a wakeup wait.
+    /// Bit 0: the previous switch-out was involuntary (the task stayed runnable), so the next
+    /// wait on the run queue is a preemption wait, not a wakeup wait. Bit 1: no baseline.
     pub preempted: u32,
     pub _pad: u32,
+}
+
+/// `WakeSlot::wait` bit: the slot holds a measured wait (set at the switch-in, consumed at the
+/// switch-out).
+pub const WAKE_WAITED: u64 = 1 << 63;
+/// `WakeSlot::wait` bit: the wakeup that ended the wait came from a thread of the same process.
+pub const WAKE_OWN: u64 = 1 << 62;
+
+/// A task's last wakeup and, once it ran, the wait it measured (`WAKE` array, indexed by
+/// `tid & mask`, tagged with the tid: a slot shared by two live tids is simply overwritten and
+/// the loser's wait falls back to the kernel's `run_delay`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeSlot {
+    pub tid: u32,
+    /// tgid of the task that woke it (`current` at `sched_waking`), 0 for a new task.
+    pub waker_tgid: u32,
+    /// `bpf_ktime_get_ns()` at the last wakeup not yet followed by a switch-in; 0: none.
+    pub ts: u64,
+    /// The wait of the current run in ns, with [`WAKE_WAITED`] (and [`WAKE_OWN`]); 0: none.
+    pub wait: u64,
+}
+
+/// Who held a CPU lately (`HOLDERS`, per CPU): the task running since `since`, and the one
+/// before it since `before_since`. Ids are tgids, or tids with `--threads`; 0: idle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Holders {
+    pub id: u32,
+    pub tgid: u32,
+    pub since: u64,
+    pub before_id: u32,
+    pub before_tgid: u32,
+    pub before_since: u64,
 }
 
 /// Aggregation key: a process (or thread) in one interval generation.
@@ -59,9 +99,18 @@ pub struct SchedVal {
     pub involuntary: u64,
     /// Increase of `se.nr_migrations` (moves to another CPU).
     pub migrations: u64,
-    /// Run-queue waits that began with a wakeup (the previous switch-out was voluntary).
+    /// Increase of the kernel's `sched_info.run_delay` over the waits recorded here: what
+    /// `/proc/<pid>/schedstat` says (it misses most of a wait after a wakeup that preempts).
+    pub run_delay_ns: u64,
+    /// Waits after a wakeup whose wakeup was not seen (before tracing, a shared slot): timed by
+    /// `run_delay` instead of the wall clock.
+    pub wake_unmeasured: u64,
+    /// Wakeups by a thread of the same process (`sched_waking`'s `current`).
+    pub own_wakeups: u64,
+    /// Run-queue waits that began with a wakeup, wakeup to running on the wall clock.
     pub wake: LatHist,
-    /// Run-queue waits that began with a preemption (the task stayed runnable).
+    /// Run-queue waits that began with a preemption (the task stayed runnable), by `run_delay`.
+    /// Must follow `wake`: the programs pick one of the two by offset.
     pub preempt: LatHist,
 }
 
@@ -74,21 +123,34 @@ impl SchedVal {
         voluntary: 0,
         involuntary: 0,
         migrations: 0,
+        run_delay_ns: 0,
+        wake_unmeasured: 0,
+        own_wakeups: 0,
         wake: LatHist::ZERO,
         preempt: LatHist::ZERO,
     };
 }
 
-/// Who took the CPU from whom: counted on involuntary switches.
+/// Two tasks in one interval: victim and preemptor (`PREEMPTORS`), victim and the task it
+/// waited behind after a wakeup (`CULPRITS`), waker and wakee (`WAKERS`). Ids are tgids, or
+/// tids with `--threads`; the tgids name the processes either way.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PreemptKey {
-    /// Aggregation id of the task switched out (tgid, or tid with `--threads`).
-    pub victim: u32,
-    /// tgid of the task switched in (0: the idle task).
-    pub by: u32,
+pub struct PairKey {
+    pub a: u32,
+    pub a_tgid: u32,
+    pub b: u32,
+    pub b_tgid: u32,
     pub gen: u32,
     pub _pad: u32,
+}
+
+/// Events of a pair, and the time they cost (waits; 0 for preemptions and wakeups).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairVal {
+    pub count: u64,
+    pub ns: u64,
 }
 
 /// Byte offsets into `struct task_struct`, computed in userspace from the kernel's BTF.
@@ -108,7 +170,16 @@ pub struct TaskOffsets {
     pub _pad: u32,
 }
 
-crate::impl_pod!(TaskSnap, SchedKey, SchedVal, PreemptKey, TaskOffsets);
+crate::impl_pod!(
+    TaskSnap,
+    WakeSlot,
+    Holders,
+    SchedKey,
+    SchedVal,
+    PairKey,
+    PairVal,
+    TaskOffsets
+);
 
 #[cfg(test)]
 mod tests {
@@ -118,9 +189,16 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<TaskSnap>(), 40);
+        assert_eq!(size_of::<WakeSlot>(), 24);
+        assert_eq!(size_of::<Holders>(), 32);
         assert_eq!(size_of::<SchedKey>(), 8);
-        assert_eq!(size_of::<PreemptKey>(), 16);
+        assert_eq!(size_of::<PairKey>(), 24);
+        assert_eq!(size_of::<PairVal>(), 16);
         assert_eq!(size_of::<TaskOffsets>(), 32);
-        assert_eq!(size_of::<SchedVal>(), 64 + 2 * size_of::<LatHist>());
+        assert_eq!(size_of::<SchedVal>(), 64 + 6 * 8 + 2 * size_of::<LatHist>());
+        // The programs pick `preempt` by offset from `wake`.
+        let v = SchedVal::ZERO;
+        let (w, p) = (&raw const v.wake as usize, &raw const v.preempt as usize);
+        assert_eq!(p - w, size_of::<LatHist>());
     }
 }

@@ -26,7 +26,7 @@ use std::{
 
 use serde_json::Value;
 use tracekit_tests::{
-    vm::{refuses_clearly, sum, traced, DOCTOR, KNOWN},
+    vm::{refuses_clearly, traced, DOCTOR, KNOWN},
     *,
 };
 
@@ -34,11 +34,7 @@ type Check = fn() -> Result<String, String>;
 
 /// Checks of tools whose root-test files do not hold them yet (moved there as each tool is
 /// ported onto the collector kit).
-const LEGACY: &[(&str, Check)] = &[
-    ("ctxsw", ctxsw),
-    ("runq-lat", runq_lat),
-    ("memstall", memstall),
-];
+const LEGACY: &[(&str, Check)] = &[("memstall", memstall)];
 
 /// Every check: the tools' own, then the legacy ones of tools in the registry.
 fn checks() -> Vec<(&'static str, Check)> {
@@ -215,43 +211,6 @@ pub fn main() -> i32 {
         }
     }
     i32::from(failed > 0)
-}
-
-/// ctxsw: per-pid voluntary/involuntary equal the children's own /proc deltas (+ the exit).
-fn ctxsw() -> Result<String, String> {
-    let (lines, w, modes) = traced(&["ctxsw"], &["pingpong", "2000"])?;
-    let mut got = Vec::new();
-    for p in w["procs"].as_array().ok_or("no procs")? {
-        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
-        for k in ["voluntary", "involuntary"] {
-            let (tk, own) = (sum(&lines, "ctxsw", pid, k), p[k].as_u64().unwrap_or(0));
-            if tk < own || tk > own + (own / 100).max(5) {
-                return Err(format!("pid {pid} {k}: tracekit {tk}, /proc {own}"));
-            }
-            got.push(format!("{k} {tk}/{own}"));
-        }
-    }
-    Ok(format!("{}; {modes}", got.join(", ")))
-}
-
-/// runq-lat: total wait per pid agrees with the children's schedstat run_delay since fork (10 %).
-fn runq_lat() -> Result<String, String> {
-    let (lines, w, modes) = traced(&["runq-lat"], &["pingpong", "2000"])?;
-    let mut got = Vec::new();
-    for p in w["procs"].as_array().ok_or("no procs")? {
-        let pid = p["pid"].as_u64().unwrap_or(0) as u32;
-        let (tk, own) = (
-            sum(&lines, "runq-lat", pid, "total_ns"),
-            p["run_delay_life_ns"].as_u64().unwrap_or(0),
-        );
-        if (tk as f64 - own as f64).abs() > own as f64 * 0.10 + 1e6 {
-            return Err(format!(
-                "pid {pid}: total wait {tk} ns, schedstat run_delay since fork {own} ns"
-            ));
-        }
-        got.push(format!("{tk}/{own} ns"));
-    }
-    Ok(format!("run_delay {}; {modes}", got.join(", ")))
 }
 
 /// memstall: compaction requested through /proc/sys/vm/compact_memory is attributed to the

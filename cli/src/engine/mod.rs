@@ -25,6 +25,7 @@ use crate::error::{Context as _, Error, Result};
 
 pub mod collector;
 pub mod emit;
+pub mod live;
 pub mod scope;
 
 pub use collector::{Collector, Meta, Output, Stats};

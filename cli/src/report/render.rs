@@ -60,11 +60,21 @@ pub enum Align {
     Right,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Table {
     pub caption: Option<String>,
     pub columns: Vec<(String, Align)>,
     pub rows: Vec<Vec<String>>,
+    /// Columns a live view can sort by, with each row's key (see `rows::Column::sort`).
+    pub sort: Vec<SortCol>,
+}
+
+/// A sortable column of a [`Table`]: its index, the key that selects it, and one key per row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SortCol {
+    pub column: usize,
+    pub hotkey: char,
+    pub keys: Vec<f64>,
 }
 
 impl Table {
@@ -73,6 +83,7 @@ impl Table {
             caption: None,
             columns: columns.iter().map(|(n, a)| (n.to_string(), *a)).collect(),
             rows: Vec::new(),
+            sort: Vec::new(),
         }
     }
 

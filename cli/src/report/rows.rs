@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::report::render::{Align, Table};
+use crate::report::render::{Align, SortCol, Table};
 
 /// What a cell may need besides its row.
 #[derive(Clone, Copy, Debug)]
@@ -19,7 +19,12 @@ pub struct Column<R> {
     pub head: &'static str,
     pub align: Align,
     pub cell: fn(&R, &Ctx) -> String,
+    /// A column a live view can sort by: its hotkey and the row's key (larger first).
+    pub sort: Option<(char, SortKey<R>)>,
 }
+
+/// A sortable column's key of a row (see [`Column::sort`]).
+pub type SortKey<R> = fn(&R, &Ctx) -> f64;
 
 // By hand: a derive would require `R: Clone`, but a column only holds a fn pointer.
 impl<R> Clone for Column<R> {
@@ -35,6 +40,7 @@ impl<R> Column<R> {
             head,
             align: Align::Right,
             cell,
+            sort: None,
         }
     }
 
@@ -43,7 +49,15 @@ impl<R> Column<R> {
             head,
             align: Align::Left,
             cell,
+            sort: None,
         }
+    }
+
+    /// Makes the column sortable in a live view: `hotkey` selects it, `key` orders the rows
+    /// (largest first).
+    pub const fn sort(mut self, hotkey: char, key: fn(&R, &Ctx) -> f64) -> Column<R> {
+        self.sort = Some((hotkey, key));
+        self
     }
 }
 
@@ -76,6 +90,15 @@ impl Section {
         };
         for r in &rows[..shown] {
             table.push(columns.iter().map(|c| (c.cell)(r, ctx)).collect());
+        }
+        for (i, c) in columns.iter().enumerate() {
+            if let Some((hotkey, key)) = c.sort {
+                table.sort.push(SortCol {
+                    column: i,
+                    hotkey,
+                    keys: rows[..shown].iter().map(|r| key(r, ctx)).collect(),
+                });
+            }
         }
         let json = rows
             .iter()
@@ -144,6 +167,16 @@ mod tests {
             s.table.render(),
             "PID  COMM  RATE/s\n  1  a        5.0\n 22  bb       2.5\n"
         );
+        assert!(s.table.sort.is_empty());
+        let sortable = [
+            COLS[0],
+            COLS[1],
+            COLS[2].sort('r', |r, c| r.count as f64 / c.secs),
+        ];
+        let t = Section::build("summary", &rows, &sortable, &Ctx { secs: 2.0 }, 2).table;
+        assert_eq!(t.sort.len(), 1);
+        assert_eq!((t.sort[0].column, t.sort[0].hotkey), (2, 'r'));
+        assert_eq!(t.sort[0].keys, [5.0, 2.5]);
         let all = Section::build("summary", &rows, COLS, &Ctx { secs: 1.0 }, 0);
         assert_eq!(all.hidden, 0);
         assert_eq!(all.table.rows.len(), 3);

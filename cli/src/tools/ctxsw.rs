@@ -1,40 +1,49 @@
 //! `tracekit ctxsw`: context switches per process (or thread), voluntary and involuntary exactly
-//! as the kernel counts them (`nvcsw` / `nivcsw`), CPU migrations, run-queue delay, and who took
-//! the CPU on involuntary switches; plus a system line from `/proc/stat` (switches, runnable
-//! tasks, steal per CPU). `--top` shows it live.
+//! as the kernel counts them (`nvcsw` / `nivcsw`), CPU migrations, run-queue waits (after a
+//! wakeup on the wall clock, after a preemption by `run_delay`), who took the CPU on involuntary
+//! switches, and with `--threads` who woke whom; plus a system line from `/proc/stat`
+//! (switches, runnable tasks, steal per CPU). Findings name a context-switch storm. `--top` is
+//! the engine's live view of the same collector.
 //!
-//! Kernel side: `probes-ebpf/src/sched.rs` (one `sched_switch` program diffing the outgoing
-//! task's own counters: `nvcsw`, `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`).
+//! Kernel side: `probes-ebpf/src/bin/sched.rs`, shared with runq-lat (`tools::sched`).
 
-use std::{
-    io::IsTerminal,
-    time::{Duration, Instant, SystemTime},
-};
+use std::{io::IsTerminal, time::Duration};
 
+use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    engine::{self, Collector, Window},
+    engine::{live::Live, Collector, Output, Window},
+    error::Result,
     host::sysstat::SysStat,
-    kernel::loader,
     options::Common,
-    report::hist,
-    report::render::{fmt_ns, Align, Report, Table},
-    report::sanitize,
+    report::{
+        findings::{rank, Cause, Finding, Score, Subject},
+        hist,
+        render::fmt_ns,
+        rows::{Column, Ctx, Section},
+        sanitize,
+    },
     tools::{
         self,
-        sched::{self, preemptor_name, Row, SchedSession},
-        Hook,
+        sched::{self, id_head, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
+        OpenCtx, ToolInfo,
     },
 };
 
-pub const NAME: &str = "ctxsw";
-pub const HOOKS: &[Hook] = sched::HOOKS;
-pub const REQUIRES_BTF: bool = sched::REQUIRES_BTF;
+pub const INFO: ToolInfo = ToolInfo {
+    name: "ctxsw",
+    summary: "Who context-switches and why: switches/s per process (or `--threads`), voluntary vs involuntary exactly as the kernel counts them (matches `/proc/<pid>/status`), CPU migrations/s, run-queue wait p50/p99 (after a wakeup on the wall clock), who took the CPU on involuntary switches (the noisy neighbour), with `--threads` who wakes whom, and a system line (switches/s vs `/proc/stat` `ctxt`, runnable tasks, steal % per CPU); findings name a switch storm. `--top [N]` is a live view (keys: `s`/Tab sort, `t`/`v`/`i`/`m`/`d`, `p` pause, `q` quit).",
+    hooks: sched::HOOKS,
+    triage: true,
+    hidden: false,
+    // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
+    needs_btf: true,
+};
 
 const EXAMPLES: &str = "  tracekit ctxsw --duration 10s                     # who switches, voluntary or not, and who preempts whom
   tracekit ctxsw --duration 1m --top 20              # live view of the top 20 (per interval without a terminal)
-  tracekit ctxsw --duration 10s --threads --comm postgres --json   # one program's threads, as NDJSON";
+  tracekit ctxsw --duration 10s --threads --comm postgres --json   # one program's threads, who wakes whom, as NDJSON";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, sched::NEEDS))]
@@ -43,9 +52,9 @@ pub struct Args {
     pub common: Common,
 
     /// Live view refreshed every --interval (default 1s), sorted by switch rate; keys: s/Tab
-    /// next sort column, v/i/m/d sort by voluntary/involuntary/migrations/delay, p or space
-    /// pause, q or Ctrl-C quit. N limits rows. Without a terminal (or with --json) prints one
-    /// table (or JSON set) per interval instead.
+    /// next sort column, t/v/i/m/d sort by total/voluntary/involuntary/migrations/delay, p or
+    /// space pause, q or Ctrl-C quit. N limits rows. Without a terminal (or with --json)
+    /// prints one table (or JSON set) per interval instead.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
     pub top: Option<usize>,
 
@@ -53,113 +62,248 @@ pub struct Args {
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub rows: usize,
 
-    /// Preempting processes shown per row.
+    /// Preempting processes (threads with --threads) shown per row.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub top_preemptors: usize,
 }
 
-const PROGRAMS: sched::Programs = sched::Programs {
-    switch_btf: "tk_ctxsw_switch",
-    switch_raw: "tk_ctxsw_switch_raw",
-    free_btf: "tk_ctxsw_free",
-    free_raw: "tk_ctxsw_free_raw",
-    exec_btf: "tk_ctxsw_exec",
-    exec_raw: "tk_ctxsw_exec_raw",
-};
-
-struct Ctxsw {
-    s: SchedSession,
-    common: Common,
-    max_rows: usize,
-    top_preemptors: usize,
-    sys_prev: Option<SysStat>,
-    /// tgid → comm of the processes seen in the current interval.
-    names: std::collections::HashMap<u32, Vec<u8>>,
+/// `--top` draws in the terminal only when both ends are one: else it prints per interval.
+fn live(args: &Args) -> bool {
+    args.top.is_some()
+        && !args.common.json
+        && args.common.output.is_none()
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal()
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut common = args.common;
-    let live = args.top.is_some()
-        && !common.json
-        && common.output.is_none()
-        && std::io::stdout().is_terminal();
-    if args.top.is_some() && common.interval.is_none() {
-        common.interval = Some(Duration::from_secs(1));
+pub fn run(mut args: Args) -> Result<()> {
+    if args.top.is_some() && args.common.interval.is_none() {
+        args.common.interval = Some(Duration::from_secs(1));
     }
-    let sink = tools::preflight(NAME, &common)?;
-    let s = sched::open(loader::CTXSW, &PROGRAMS, &common, true)?;
-    let max_rows = match args.top {
-        Some(n) if n > 0 => n,
+    if live(&args) {
+        let limit = args.top.unwrap_or(0);
+        tools::run_collector_with(
+            INFO.name,
+            &args.common,
+            |ctx| open(&args, ctx),
+            |_, _| Box::new(Live::new(limit)),
+        )
+    } else {
+        tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
+    }
+}
+
+/// Loads and attaches the `sched` programs with what ctxsw records.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    let record = Record {
+        preemptors: true,
+        culprits: false,
+        wakers: ctx.scope.threads,
+    };
+    let s = sched::open(ctx, record)?;
+    let max_rows = match (live(args), args.top) {
+        // The live view sorts every row itself and shows what fits.
+        (true, _) => 0,
+        (false, Some(n)) if n > 0 => n,
         _ => args.rows,
     };
-    let mut tool = Ctxsw {
+    Ok(Box::new(Ctxsw {
         s,
-        common: common.clone(),
         max_rows,
         top_preemptors: args.top_preemptors,
         sys_prev: SysStat::read().ok(),
-        names: Default::default(),
-    };
-    if live {
-        return live_view(&mut tool, args.top.unwrap_or(0));
+    }))
+}
+
+struct Ctxsw {
+    s: SchedSession,
+    max_rows: usize,
+    top_preemptors: usize,
+    sys_prev: Option<SysStat>,
+}
+
+/// One process (or thread) in one window.
+#[derive(Serialize)]
+struct CtxswRow {
+    #[serde(flatten)]
+    who: Who,
+    voluntary: u64,
+    involuntary: u64,
+    migrations: u64,
+    switches_per_s: f64,
+    voluntary_per_s: f64,
+    involuntary_per_s: f64,
+    migrations_per_s: f64,
+    /// Every run-queue wait: after a wakeup (wall clock) and after a preemption (run_delay).
+    runq_count: u64,
+    runq_total_ns: u64,
+    runq_p50_ns: u64,
+    runq_p99_ns: u64,
+    /// The kernel's own run-queue delay (`/proc/<pid>/schedstat`): misses most of a wait after
+    /// a wakeup that preempts.
+    kernel_run_delay_ns: u64,
+    /// Wakeups issued by a thread of the same process.
+    own_wakeups: u64,
+    preempted_by: Vec<Peer>,
+    #[serde(skip)]
+    id: u32,
+    #[serde(skip)]
+    name: String,
+    #[serde(skip)]
+    preempted_text: String,
+    /// Waits after a wakeup timed from a seen wakeup (the share of own wakeups is of these).
+    #[serde(skip)]
+    woken: u64,
+    #[serde(skip)]
+    waits: probes_common::hist::LatHist,
+}
+
+fn rate(c: &Ctx, n: u64) -> f64 {
+    n as f64 / c.secs.max(1e-9)
+}
+
+fn opt_ns(count: u64, ns: u64) -> String {
+    if count > 0 {
+        fmt_ns(ns)
+    } else {
+        "-".into()
     }
-    tools::announce::<&str, &str>("context switches", &common, &tool.s.session, &[]);
-    engine::drive(&common, sink, &mut tool)?;
-    Ok(())
 }
 
-/// A row with its per-second rates, for the table and the live view.
-struct Rated {
-    row: Row,
-    vol_s: f64,
-    invol_s: f64,
-    migr_s: f64,
-    p50_ns: u64,
-    p99_ns: u64,
-    waits: u64,
-    wait_total_ns: u64,
-}
+const COLUMNS: &[Column<CtxswRow>] = &[
+    Column::right("PID", |r: &CtxswRow, _: &Ctx| r.id.to_string()),
+    Column::left("COMM", |r, _| r.name.clone()),
+    Column::right("SW/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.voluntary + r.involuntary))
+    })
+    .sort('t', |r, c| rate(c, r.voluntary + r.involuntary)),
+    Column::right("VOL/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.voluntary))
+    })
+    .sort('v', |r, c| rate(c, r.voluntary)),
+    Column::right("INVOL/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.involuntary))
+    })
+    .sort('i', |r, c| rate(c, r.involuntary)),
+    Column::right("MIGR/s", |r: &CtxswRow, c: &Ctx| {
+        format!("{:.1}", rate(c, r.migrations))
+    })
+    .sort('m', |r, c| rate(c, r.migrations)),
+    Column::right("RQ_P50", |r: &CtxswRow, _: &Ctx| {
+        opt_ns(r.runq_count, r.runq_p50_ns)
+    }),
+    Column::right("RQ_P99", |r: &CtxswRow, _: &Ctx| {
+        opt_ns(r.runq_count, r.runq_p99_ns)
+    })
+    .sort('d', |r, _| r.runq_p99_ns as f64),
+    Column::left("PREEMPTED_BY", |r, _| r.preempted_text.clone()),
+];
 
-impl Rated {
-    fn total_s(&self) -> f64 {
-        self.vol_s + self.invol_s
-    }
-}
-
-/// The system line's figures for one interval.
+/// The system line's figures for one window.
 #[derive(Default)]
 struct System {
     /// Every traced switch: the rows' and, without --pid/--comm, those away from the idle
     /// task, which belong to no process but make the total comparable with /proc/stat.
     switches: u64,
     idle_switches: u64,
-    /// No --pid/--comm: the total covers the whole system and is comparable with /proc/stat.
     whole_system: bool,
     ctxt_per_s: Option<f64>,
     procs_running: Option<u32>,
     steal_pct: Vec<Option<f64>>,
 }
 
-/// One interval, as both the report and the live view show it.
-struct Drained {
-    rows: Vec<Rated>,
-    sys: System,
-    stats: Vec<u64>,
+impl System {
+    fn text(&self, secs: f64) -> String {
+        let steal: Vec<String> = self
+            .steal_pct
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Some(p) => format!("cpu{i} {p:.1}%"),
+                None => format!("cpu{i} -"),
+            })
+            .collect();
+        let idle = if self.whole_system {
+            format!(
+                " ({:.0}/s away from the idle task)",
+                self.idle_switches as f64 / secs
+            )
+        } else {
+            " (in scope)".to_string()
+        };
+        format!(
+            "system: {:.0} switches/s traced{idle}, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
+            self.switches as f64 / secs,
+            self.ctxt_per_s
+                .map(|c| format!("{c:.0}"))
+                .unwrap_or_else(|| "?".into()),
+            self.procs_running
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "?".into()),
+            if steal.is_empty() {
+                "not reported".to_string()
+            } else {
+                steal.join(", ")
+            }
+        )
+    }
+
+    fn json(&self, secs: f64) -> serde_json::Value {
+        json!({
+            "type": "system",
+            "switches_per_s": per_s(self.switches, secs),
+            "switches": self.switches,
+            "idle_switches": self.idle_switches,
+            "proc_stat_ctxt_per_s": self.ctxt_per_s.map(|c| (c * 1000.0).round() / 1000.0),
+            "procs_running": self.procs_running,
+            "steal_ppm": self.steal_pct.iter().map(|s| s.map(|p| (p * 10_000.0).round() as u64)).collect::<Vec<_>>(),
+        })
+    }
 }
 
+/// A waker → wakee pair (`--threads`).
+#[derive(Serialize)]
+struct WakerRow {
+    pid: u32,
+    tid: u32,
+    comm: String,
+    wakee_pid: u32,
+    wakee_tid: u32,
+    wakee_comm: String,
+    wakeups: u64,
+    wakeups_per_s: f64,
+    same_process: bool,
+    #[serde(skip)]
+    waker_text: String,
+    #[serde(skip)]
+    wakee_text: String,
+}
+
+const WAKERS: &[Column<WakerRow>] = &[
+    Column::left("WAKER", |r, _| r.waker_text.clone()),
+    Column::left("WAKEE", |r, _| r.wakee_text.clone()),
+    Column::right("WAKEUPS/s", |r, _| format!("{:.1}", r.wakeups_per_s)),
+    Column::left("SAME_PROCESS", |r, _| {
+        if r.same_process { "yes" } else { "no" }.into()
+    }),
+];
+
 impl Ctxsw {
-    fn interval(&mut self, secs: f64) -> anyhow::Result<Drained> {
-        let iv = self.s.drain(self.common.threads)?;
+    fn system(&mut self, rows: &[Row], st: &[u64], secs: f64) -> System {
         let now = SysStat::read().ok();
-        let mut sys = System::default();
-        let unfiltered = self.common.pids.is_empty() && self.common.comm.is_none();
-        sys.whole_system = unfiltered;
-        sys.idle_switches = if unfiltered {
-            iv.stats[probes_common::sched::STAT_IDLE_SWITCHES as usize]
+        let scope = &self.s.scope;
+        let whole_system = scope.pids.is_empty() && scope.comm.is_none();
+        let idle_switches = if whole_system {
+            st[probes_common::sched::STAT_IDLE_SWITCHES as usize]
         } else {
             0
         };
-        sys.switches = iv.rows.iter().map(Row::switches).sum::<u64>() + sys.idle_switches;
+        let mut sys = System {
+            switches: rows.iter().map(Row::switches).sum::<u64>() + idle_switches,
+            idle_switches,
+            whole_system,
+            ..System::default()
+        };
         if let (Some(a), Some(b)) = (&self.sys_prev, &now) {
             sys.ctxt_per_s = Some(b.ctxt.saturating_sub(a.ctxt) as f64 / secs);
             sys.procs_running = b.procs_running;
@@ -168,481 +312,325 @@ impl Ctxsw {
         if now.is_some() {
             self.sys_prev = now;
         }
-        self.names.clear();
-        for r in &iv.rows {
-            if r.id == r.tgid && r.id != 0 {
-                self.names.insert(r.tgid, r.comm.clone());
-            }
-        }
-        let rated = iv
-            .rows
-            .into_iter()
-            .map(|row| {
-                let st = hist::stats(&row.waits());
-                Rated {
-                    vol_s: row.voluntary as f64 / secs,
-                    invol_s: row.involuntary as f64 / secs,
-                    migr_s: row.migrations as f64 / secs,
-                    p50_ns: st.p50_ns,
-                    p99_ns: st.p99_ns,
-                    waits: st.count,
-                    wait_total_ns: st.total_ns,
-                    row,
-                }
-            })
-            .collect();
-        Ok(Drained {
-            rows: rated,
-            sys,
-            stats: iv.stats.to_vec(),
-        })
+        sys
     }
 
-    /// A preemptor's name: its own row's comm when it switched in this interval (it may have
-    /// exited since), else /proc.
-    fn name_of(&self, tgid: u32) -> Vec<u8> {
-        match self.names.get(&tgid) {
-            Some(c) => c.clone(),
-            None => preemptor_name(tgid),
-        }
-    }
-
-    fn preemptors_text(&self, r: &Row) -> String {
-        r.preemptors
+    fn row(&self, r: &Row, names: &Names, pre: &[sched::Pair], secs: f64) -> CtxswRow {
+        let threads = self.s.scope.threads;
+        let st = hist::stats(&r.waits());
+        let preempted_by = peers_of(pre, r.id, names, threads, false);
+        let preempted_text = preempted_by
             .iter()
             .take(self.top_preemptors)
-            .map(|(p, n)| format!("{}({p})×{n}", sanitize::text(&self.name_of(*p))))
+            .map(|p| format!("{}×{}", p.text(), p.count))
             .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
-
-/// The system line, the same in the report and the live view.
-fn system_text(sys: &System, secs: f64) -> String {
-    let traced_per_s = sys.switches as f64 / secs;
-    let steal: Vec<String> = sys
-        .steal_pct
-        .iter()
-        .enumerate()
-        .map(|(i, s)| match s {
-            Some(p) => format!("cpu{i} {p:.1}%"),
-            None => format!("cpu{i} -"),
-        })
-        .collect();
-    let idle = if sys.whole_system {
-        format!(
-            " ({:.0}/s away from the idle task)",
-            sys.idle_switches as f64 / secs
-        )
-    } else {
-        " (in scope)".to_string()
-    };
-    format!(
-        "system: {traced_per_s:.0} switches/s traced{idle}, /proc/stat ctxt {}/s; runnable tasks {}; steal {}",
-        sys.ctxt_per_s
-            .map(|c| format!("{c:.0}"))
-            .unwrap_or_else(|| "?".into()),
-        sys.procs_running
-            .map(|r| r.to_string())
-            .unwrap_or_else(|| "?".into()),
-        if steal.is_empty() {
-            "not reported".to_string()
-        } else {
-            steal.join(", ")
-        }
-    )
-}
-
-/// Sort orders of the table and the live view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SortBy {
-    Total,
-    Voluntary,
-    Involuntary,
-    Migrations,
-    DelayP99,
-}
-
-impl SortBy {
-    const ALL: [SortBy; 5] = [
-        SortBy::Total,
-        SortBy::Voluntary,
-        SortBy::Involuntary,
-        SortBy::Migrations,
-        SortBy::DelayP99,
-    ];
-    fn column(self) -> usize {
-        match self {
-            SortBy::Total => 2,
-            SortBy::Voluntary => 3,
-            SortBy::Involuntary => 4,
-            SortBy::Migrations => 5,
-            SortBy::DelayP99 => 7,
+            .join(" ");
+        let v = &r.v;
+        CtxswRow {
+            who: Who::of(r, threads),
+            voluntary: v.voluntary,
+            involuntary: v.involuntary,
+            migrations: v.migrations,
+            switches_per_s: per_s(r.switches(), secs),
+            voluntary_per_s: per_s(v.voluntary, secs),
+            involuntary_per_s: per_s(v.involuntary, secs),
+            migrations_per_s: per_s(v.migrations, secs),
+            runq_count: st.count,
+            runq_total_ns: st.total_ns,
+            runq_p50_ns: st.p50_ns,
+            runq_p99_ns: st.p99_ns,
+            kernel_run_delay_ns: v.run_delay_ns,
+            own_wakeups: v.own_wakeups,
+            preempted_by,
+            id: r.id,
+            name: r.name_text(),
+            preempted_text,
+            woken: r.woken(),
+            waits: r.waits(),
         }
     }
-    fn next(self) -> SortBy {
-        let i = SortBy::ALL.iter().position(|s| *s == self).unwrap_or(0);
-        SortBy::ALL[(i + 1) % SortBy::ALL.len()]
+
+    fn wakers(&self, iv: &sched::Interval, names: &Names, secs: f64) -> Vec<WakerRow> {
+        iv.wakers
+            .iter()
+            .map(|p| {
+                let (a, b) = (names.get(p.a), names.get(p.b));
+                WakerRow {
+                    pid: p.a_tgid,
+                    tid: p.a,
+                    comm: sanitize::name_fields(&a).0,
+                    wakee_pid: p.b_tgid,
+                    wakee_tid: p.b,
+                    wakee_comm: sanitize::name_fields(&b).0,
+                    wakeups: p.count,
+                    wakeups_per_s: per_s(p.count, secs),
+                    same_process: p.a_tgid == p.b_tgid,
+                    waker_text: format!("{}({}) →", sanitize::text(&a), p.a),
+                    wakee_text: format!("{}({})", sanitize::text(&b), p.b),
+                }
+            })
+            .collect()
     }
-    fn key(self, r: &Rated) -> f64 {
-        match self {
-            SortBy::Total => r.total_s(),
-            SortBy::Voluntary => r.vol_s,
-            SortBy::Involuntary => r.invol_s,
-            SortBy::Migrations => r.migr_s,
-            SortBy::DelayP99 => r.p99_ns as f64,
+}
+
+/// A process switching this often is in a storm: a switch costs 1.5-5 µs of CPU directly
+/// (`perf bench sched pipe` here: ~3 µs per round trip of two switches) plus cold caches
+/// after it, so 10,000/s is 2-5 % of a CPU spent switching, and it marks work handed over
+/// one item at a time (a lock or queue handoff) or too many runnable threads per CPU.
+const STORM_PER_S: f64 = 10_000.0;
+
+/// A storm is "between its own threads" when most of its measured wakeups came from them.
+const OWN_SHARE: f64 = 0.5;
+
+/// One finding per process whose switch rate makes it a storm, most switches first.
+fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding> {
+    let me = std::process::id();
+    // Per process: switches, voluntary, own wakeups, wake waits measured, name.
+    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, String)> = Default::default();
+    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+        let e = per
+            .entry(r.who.pid)
+            .or_insert((0, 0, 0, 0, r.who.comm.clone()));
+        e.0 += r.voluntary + r.involuntary;
+        e.1 += r.voluntary;
+        e.2 += r.own_wakeups;
+        e.3 += r.woken;
+    }
+    let mut out = Vec::new();
+    for (pid, (sw, vol, own, woken, comm)) in per {
+        let rate_s = sw as f64 / secs;
+        if rate_s < STORM_PER_S {
+            continue;
         }
+        let invol = sw - vol;
+        // The preemptors of its rows, by process, its own threads apart.
+        let mut by: std::collections::BTreeMap<u32, u64> = Default::default();
+        for p in pairs.iter().filter(|p| p.a_tgid == pid) {
+            *by.entry(p.b_tgid).or_default() += p.count;
+        }
+        let own_pre = by.remove(&pid).unwrap_or(0);
+        let top = by.iter().max_by_key(|(_, n)| **n).map(|(p, n)| (*p, *n));
+        let own_share = if woken > 0 {
+            own as f64 / woken as f64
+        } else {
+            0.0
+        };
+        let between_own = own_share >= OWN_SHARE || (invol > 0 && own_pre * 2 >= invol);
+        let vol_pct = vol as f64 * 100.0 / sw.max(1) as f64;
+        let mut summary = format!(
+            "{comm} (pid {pid}) switched {:.0} times/s ({vol_pct:.0} % voluntary, {:.0} % involuntary)",
+            rate_s,
+            100.0 - vol_pct
+        );
+        if between_own {
+            summary.push_str(&format!(
+                "; the switches are between its own threads ({:.0} % of its wakeups came from them{})",
+                own_share * 100.0,
+                if invol > 0 {
+                    format!(", {:.0} % of its preemptions by them", own_pre as f64 * 100.0 / invol as f64)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        let culprit = top.filter(|(_, n)| *n * 4 >= invol.max(1) && invol * 2 >= sw);
+        if let Some((cp, n)) = culprit {
+            let name = crate::host::proc::comm(cp)
+                .map(|c| sanitize::text(&c))
+                .unwrap_or_else(|| {
+                    if cp == 0 {
+                        "[idle]".into()
+                    } else {
+                        "[exited]".into()
+                    }
+                });
+            summary.push_str(&format!("; preempted most by {name} (pid {cp}), {n} times"));
+        }
+        summary.push('.');
+        let advice = if vol * 2 >= sw {
+            "its threads hand work to each other one item at a time: batch the handoffs (larger queue items, fewer wakeups per item, a short spin before sleeping), or do producer and consumer work in one thread"
+        } else {
+            "it is preempted: more runnable threads than CPUs; cut its thread count or CPU quota, lower its neighbours' priority (nice, cpu.weight), or give it its own CPUs"
+        };
+        let mut f = Finding {
+            tool: INFO.name,
+            cause: Cause::CtxswStorm,
+            subject: Subject::process(pid, comm),
+            culprit: culprit.map(|(cp, _)| {
+                Subject::process(
+                    cp,
+                    crate::host::proc::comm(cp)
+                        .map(|c| sanitize::text(&c))
+                        .unwrap_or_default(),
+                )
+            }),
+            score: Score::RatePerS((rate_s * 10.0).round() / 10.0),
+            summary,
+            evidence: vec![],
+            advice: advice.into(),
+            next: Some(format!(
+                "tracekit ctxsw --pid {pid} --threads --duration 10s"
+            )),
+        }
+        .evidence("switches_per_s", per_s(sw, secs))
+        .evidence("voluntary_per_s", per_s(vol, secs))
+        .evidence("involuntary_per_s", per_s(invol, secs))
+        .evidence("own_wakeup_ppm", (own_share * 1e6).round() as u64)
+        .evidence("own_preemptions", own_pre);
+        if let Some((_, n)) = culprit {
+            f = f.evidence("culprit_preemptions", n);
+        }
+        out.push(f.evidence("window_ns", (secs * 1e9) as u64));
     }
-}
-
-fn sort_rows(rows: &mut [Rated], by: SortBy) {
-    rows.sort_by(|a, b| {
-        by.key(b)
-            .total_cmp(&by.key(a))
-            .then(a.row.id.cmp(&b.row.id))
-    });
-}
-
-const COLUMNS: [(&str, Align); 9] = [
-    ("PID", Align::Right),
-    ("COMM", Align::Left),
-    ("SW/s", Align::Right),
-    ("VOL/s", Align::Right),
-    ("INVOL/s", Align::Right),
-    ("MIGR/s", Align::Right),
-    ("RQ_P50", Align::Right),
-    ("RQ_P99", Align::Right),
-    ("PREEMPTED_BY", Align::Left),
-];
-
-fn cells(t: &Ctxsw, r: &Rated) -> Vec<String> {
-    vec![
-        r.row.id.to_string(),
-        r.row.name_text(),
-        format!("{:.1}", r.total_s()),
-        format!("{:.1}", r.vol_s),
-        format!("{:.1}", r.invol_s),
-        format!("{:.1}", r.migr_s),
-        if r.waits > 0 {
-            fmt_ns(r.p50_ns)
-        } else {
-            "-".into()
-        },
-        if r.waits > 0 {
-            fmt_ns(r.p99_ns)
-        } else {
-            "-".into()
-        },
-        t.preemptors_text(&r.row),
-    ]
+    rank(&mut out);
+    out
 }
 
 impl Collector for Ctxsw {
-    fn preamble(&self) -> Option<Report> {
-        tools::meta_report(
-            NAME,
-            &self.common,
-            &self.s.session,
-            json!({"notes": self.s.notes}),
-        )
-    }
+    sched::collector_common!(INFO, "context switches");
 
-    fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
+    fn collect(&mut self, w: &Window) -> Result<Output> {
+        let iv = self.s.drain()?;
         let secs = w.secs();
-        let Drained {
-            mut rows,
-            sys,
-            stats: st,
-        } = self.interval(secs)?;
-        sort_rows(&mut rows, SortBy::Total);
-        let switches: u64 = rows.iter().map(|r| r.row.switches()).sum();
-        let vol: u64 = rows.iter().map(|r| r.row.voluntary).sum();
-        let mut report = Report::default();
+        let threads = self.s.scope.threads;
+        let sys = self.system(&iv.rows, &iv.stats, secs);
+        let names = Names::of(&iv.rows);
+        let mut rows: Vec<CtxswRow> = iv
+            .rows
+            .iter()
+            .map(|r| self.row(r, &names, &iv.preemptors, secs))
+            .collect();
+        rows.sort_by(|a, b| {
+            (b.voluntary + b.involuntary)
+                .cmp(&(a.voluntary + a.involuntary))
+                .then(a.id.cmp(&b.id))
+        });
+        let switches: u64 = rows.iter().map(|r| r.voluntary + r.involuntary).sum();
+        let vol: u64 = rows.iter().map(|r| r.voluntary).sum();
+        let mut out = Output::default();
         let when = if w.interval {
             format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
         } else {
             String::new()
         };
-        report.title = format!(
+        out.title = format!(
             "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {when}{secs:.2}s ({})",
             switches - vol,
-            tools::scope(&self.common),
+            self.s.scope.describe(),
             w.stop.as_str(),
         );
-        report.notes.push(system_text(&sys, secs));
-        report.notes.extend(self.s.notes.iter().cloned());
-        report.notes.extend(sched::stats_notes(&st));
-        let mut cols = COLUMNS;
-        if self.common.threads {
-            cols[0].0 = "TID";
+        out.notes.push(sys.text(secs));
+        out.notes.extend(self.s.notes.iter().cloned());
+        out.notes.extend(sched::stats_notes(&iv.stats));
+        if rows.is_empty() {
+            out.notes.push("no context switches seen".into());
         }
-        let mut t = Table::new(&cols);
         let shown = if self.max_rows == 0 {
             rows.len()
         } else {
             self.max_rows.min(rows.len())
         };
-        let (end_text, end_ns) = w.end_json();
-        for (pos, r) in rows.iter().enumerate() {
-            if pos == shown {
-                report.footnotes.push(format!(
-                    "{} more row(s) with fewer switches not shown (--rows 0 shows all)",
-                    rows.len() - shown
-                ));
-            }
-            if pos < shown {
-                t.push(cells(self, r));
-                report.hists.push((
-                    format!("runq[{} {}]", r.row.id, sanitize::text(&r.row.comm)),
-                    r.row.waits(),
-                ));
-            }
-            let mut line = json!({
-                "tool": NAME,
-                "type": "summary",
-                "pid": if self.common.threads { r.row.tgid } else { r.row.id },
-                "voluntary": r.row.voluntary,
-                "involuntary": r.row.involuntary,
-                "migrations": r.row.migrations,
-                "switches_per_s": per_s(r.total_s()),
-                "voluntary_per_s": per_s(r.vol_s),
-                "involuntary_per_s": per_s(r.invol_s),
-                "migrations_per_s": per_s(r.migr_s),
-                "runq_count": r.waits,
-                "runq_total_ns": r.wait_total_ns,
-                "runq_p50_ns": r.p50_ns,
-                "runq_p99_ns": r.p99_ns,
-                "preempted_by": r.row.preemptors.iter().map(|(p, n)| {
-                    sanitize::json_with("comm", &self.name_of(*p), json!({"pid": p, "count": n}))
-                }).collect::<Vec<_>>(),
-                "interval_ns": w.elapsed.as_nanos() as u64,
-                "interval_end": end_text,
-                "interval_end_ns": end_ns,
-            });
-            r.row.put_names(&mut line);
-            if self.common.threads {
-                line["tid"] = json!(r.row.id);
-            }
-            report.json.push(line);
+        for r in rows.iter().take(shown) {
+            out.hists
+                .push((format!("runq[{} {}]", r.id, r.name), r.waits));
         }
-        if rows.is_empty() {
-            report.notes.push("no context switches seen".into());
-        }
-        report.tables.push(t);
-        report.json.push(json!({
-            "tool": NAME,
-            "type": "system",
-            "switches_per_s": per_s(sys.switches as f64 / secs),
-            "switches": sys.switches,
-            "idle_switches": sys.idle_switches,
-            "proc_stat_ctxt_per_s": sys.ctxt_per_s.map(per_s),
-            "procs_running": sys.procs_running,
-            "steal_ppm": sys.steal_pct.iter().map(|s| s.map(|p| (p * 10_000.0).round() as u64)).collect::<Vec<_>>(),
-            "interval_ns": w.elapsed.as_nanos() as u64,
-            "interval_end_ns": end_ns,
-        }));
-        report.json.push(sched::stats_line(NAME, w, &st, switches));
-        Ok(report)
-    }
-}
-
-/// A rate for JSON: a float to the thousandth (a rare event per interval is not 0).
-fn per_s(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-
-/// Restores the terminal however the live view ends (return, error or panic).
-struct TermGuard;
-
-impl Drop for TermGuard {
-    fn drop(&mut self) {
-        use ratatui::crossterm::{execute, terminal};
-        let _ = terminal::disable_raw_mode();
-        let _ = execute!(
-            std::io::stdout(),
-            terminal::LeaveAlternateScreen,
-            ratatui::crossterm::cursor::Show
-        );
-    }
-}
-
-/// The `--top` live view: redraws every interval; keys change the sort, pause, quit.
-fn live_view(t: &mut Ctxsw, limit: usize) -> anyhow::Result<()> {
-    use ratatui::{
-        crossterm::{
-            event::{self, Event, KeyCode, KeyEventKind, KeyModifiers},
-            execute, terminal,
-        },
-        layout::{Constraint, Layout},
-        style::{Modifier, Style},
-        text::Line,
-        widgets::{Cell, Paragraph, Row as TRow, Table as TTable},
-    };
-    terminal::enable_raw_mode()?;
-    let _guard = TermGuard;
-    execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
-    let mut term =
-        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
-    let interval = t.common.interval.unwrap_or(Duration::from_secs(1));
-    let deadline = t
-        .common
-        .duration
-        .and_then(|d| Instant::now().checked_add(d));
-    let mut sort = SortBy::Total;
-    let mut paused = false;
-    let mut win_start = Instant::now();
-    let mut rows: Vec<Rated> = Vec::new();
-    let mut header = format!(
-        "ctxsw --top: {} ({}); collecting the first {}…",
-        tools::scope(&t.common),
-        t.s.session.programs_text(),
-        humantime::format_duration(interval)
-    );
-    let mut notes: Vec<String> = Vec::new();
-    let mut dirty = true;
-    loop {
-        if dirty {
-            let mut ordered: Vec<&Rated> = rows.iter().collect();
-            ordered.sort_by(|a, b| {
-                sort.key(b)
-                    .total_cmp(&sort.key(a))
-                    .then(a.row.id.cmp(&b.row.id))
-            });
-            let head: Vec<Cell> = COLUMNS
-                .iter()
-                .enumerate()
-                .map(|(i, (name, _))| {
-                    let name = if i == 0 && t.common.threads {
-                        "TID"
-                    } else {
-                        name
-                    };
-                    if i == sort.column() {
-                        Cell::from(format!("{name}▼"))
-                            .style(Style::default().add_modifier(Modifier::REVERSED))
-                    } else {
-                        Cell::from(name.to_string())
-                    }
-                })
-                .collect();
-            let body: Vec<TRow> = ordered
-                .iter()
-                .take(if limit == 0 { usize::MAX } else { limit })
-                .map(|r| TRow::new(cells(t, r)))
-                .collect();
-            let status = format!(
-                "sort: {:?}  [s/Tab] next column  [v/i/m/d] vol/invol/migr/delay  [p] {}  [q] quit{}",
-                sort,
-                if paused { "resume" } else { "pause" },
-                if paused { "   PAUSED" } else { "" }
+        out.findings = findings(&rows, secs, &iv.preemptors);
+        let mut cols = COLUMNS.to_vec();
+        cols[0].head = id_head(threads);
+        let ctx = Ctx { secs };
+        out.sections
+            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
+        if threads {
+            let wakers = self.wakers(&iv, &names, secs);
+            out.sections.push(
+                Section::build("waker", &wakers, WAKERS, &ctx, self.max_rows)
+                    .caption("Who wakes whom (sched_waking), most wakeups first:"),
             );
-            term.draw(|f| {
-                let mut lines = vec![Line::from(header.clone())];
-                lines.extend(notes.iter().map(|n| Line::from(n.clone())));
-                let [top, mid, bottom] = Layout::vertical([
-                    Constraint::Length(lines.len() as u16),
-                    Constraint::Min(3),
-                    Constraint::Length(1),
-                ])
-                .areas(f.area());
-                f.render_widget(Paragraph::new(lines), top);
-                let widths = [
-                    Constraint::Length(8),
-                    Constraint::Length(16),
-                    Constraint::Length(10),
-                    Constraint::Length(10),
-                    Constraint::Length(10),
-                    Constraint::Length(8),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                    Constraint::Min(20),
-                ];
-                f.render_widget(
-                    TTable::new(body, widths).header(
-                        TRow::new(head).style(Style::default().add_modifier(Modifier::BOLD)),
-                    ),
-                    mid,
-                );
-                f.render_widget(Paragraph::new(status), bottom);
-            })?;
-            dirty = false;
         }
-        // SIGTERM, SIGHUP, or SIGINT from another process: caught since main started.
-        if engine::stop_signal().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
+        out.extra_json.push(sys.json(secs));
+        if !self.s.wall_clock {
+            out.footnotes.push(
+                "RQ_*: waits after a wakeup are the kernel's run_delay here (no wakeup hook), which misses most of a wait after a wakeup that preempts.".into(),
+            );
         }
-        let next = win_start + interval;
-        let wait = next
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(100));
-        // Input is waited for with poll(2), not crossterm: when the terminal goes away (a closed
-        // tmux pane, a dropped ssh session) no SIGHUP reaches a process in its shell's group,
-        // and crossterm's poll and read spin forever on the end-of-file, keeping the programs
-        // attached. poll(2) reports the hang-up.
-        let mut pfd = libc::pollfd {
-            fd: libc::STDIN_FILENO,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, a bounded timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
-        if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-            break;
-        }
-        let mut quit = false;
-        // Every event the input holds: one read may bring several keys.
-        while n > 0 && event::poll(Duration::ZERO)? {
-            if let Event::Key(k) = event::read()? {
-                if k.kind == KeyEventKind::Press {
-                    match k.code {
-                        KeyCode::Char('q') | KeyCode::Esc => quit = true,
-                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                            quit = true
-                        }
-                        KeyCode::Char('s') | KeyCode::Tab | KeyCode::Right => sort = sort.next(),
-                        KeyCode::Char('t') => sort = SortBy::Total,
-                        KeyCode::Char('v') => sort = SortBy::Voluntary,
-                        KeyCode::Char('i') => sort = SortBy::Involuntary,
-                        KeyCode::Char('m') => sort = SortBy::Migrations,
-                        KeyCode::Char('d') => sort = SortBy::DelayP99,
-                        KeyCode::Char('p') | KeyCode::Char(' ') => paused = !paused,
-                        _ => {}
-                    }
-                    dirty = true;
-                }
-            } else {
-                dirty = true;
-            }
-        }
-        if quit {
-            break;
-        }
-        if Instant::now() >= next {
-            let secs = win_start.elapsed().as_secs_f64().max(1e-9);
-            win_start = Instant::now();
-            // Always drain, so a pause does not overflow the kernel's maps; only the display
-            // stands still.
-            let Drained {
-                rows: r,
-                sys,
-                stats: st,
-            } = t.interval(secs)?;
-            if !paused {
-                rows = r;
-                header = format!(
-                    "ctxsw --top: {} ({}), every {}; {}",
-                    tools::scope(&t.common),
-                    t.s.session.programs_text(),
-                    humantime::format_duration(interval),
-                    humantime::format_rfc3339_seconds(SystemTime::now()),
-                );
-                notes = vec![system_text(&sys, secs)];
-                notes.extend(sched::stats_notes(&st));
-                dirty = true;
-            }
+        out.stats = Some(sched::stats(iv.stats, switches));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pid: u32, vol: u64, invol: u64, own: u64) -> CtxswRow {
+        CtxswRow {
+            who: Who::named(pid, None, format!("p{pid}"), None),
+            voluntary: vol,
+            involuntary: invol,
+            migrations: 0,
+            switches_per_s: 0.0,
+            voluntary_per_s: 0.0,
+            involuntary_per_s: 0.0,
+            migrations_per_s: 0.0,
+            runq_count: 0,
+            runq_total_ns: 0,
+            runq_p50_ns: 0,
+            runq_p99_ns: 0,
+            kernel_run_delay_ns: 0,
+            own_wakeups: own,
+            preempted_by: vec![],
+            id: pid,
+            name: format!("p{pid}"),
+            preempted_text: String::new(),
+            woken: vol,
+            waits: probes_common::hist::LatHist::ZERO,
         }
     }
-    drop(term);
-    drop(_guard);
-    Ok(())
+
+    #[test]
+    fn a_storm_between_own_threads_is_named_quiet_processes_are_not() {
+        let rows = vec![row(10, 90_000, 10_000, 80_000), row(11, 500, 10, 0)];
+        let f = findings(&rows, 2.0, &[]);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject.pid, Some(10));
+        assert_eq!(f[0].cause, Cause::CtxswStorm);
+        assert!(
+            f[0].summary.contains("between its own threads"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].summary.contains("50000 times/s"), "{}", f[0].summary);
+        assert!(f[0].advice.starts_with("its threads hand work"));
+        // tracekit itself is never blamed.
+        let me = std::process::id();
+        assert!(findings(&[row(me, 1_000_000, 0, 0)], 1.0, &[]).is_empty());
+    }
+
+    #[test]
+    fn an_involuntary_storm_names_its_preemptor() {
+        let rows = vec![row(10, 1_000, 30_000, 0)];
+        let pairs = [sched::Pair {
+            a: 10,
+            a_tgid: 10,
+            b: 77,
+            b_tgid: 77,
+            count: 25_000,
+            ns: 0,
+        }];
+        let f = findings(&rows, 1.0, &pairs);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(77));
+        assert!(f[0].advice.starts_with("it is preempted"));
+    }
+
+    #[test]
+    fn columns_sort_by_rates() {
+        let rows = vec![row(1, 10, 0, 0), row(2, 0, 40, 0)];
+        let s = Section::build("summary", &rows, COLUMNS, &Ctx { secs: 2.0 }, 0);
+        let keys: Vec<char> = s.table.sort.iter().map(|c| c.hotkey).collect();
+        assert_eq!(keys, ['t', 'v', 'i', 'm', 'd']);
+        assert_eq!(s.table.sort[0].keys, [5.0, 20.0]);
+        assert_eq!(s.json[1]["involuntary"], 40);
+        assert!(s.json[0].get("tid").is_none());
+    }
 }

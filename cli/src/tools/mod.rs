@@ -15,10 +15,13 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
 pub mod net_rx;
 pub mod numa;
+pub mod runq_lat;
+pub mod sched;
 pub mod triage;
 
 /// What the registry knows of a tool or command.
@@ -102,6 +105,10 @@ registry! {
     tools {
         /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
         FsyncLat => fsync_lat,
+        /// Context switches per process or thread: voluntary vs involuntary, who preempts whom, who wakes whom; a live view with --top.
+        Ctxsw => ctxsw,
+        /// Run-queue latency per process or thread: waits after wakeups and preemptions, and who held the CPU.
+        RunqLat => runq_lat,
         /// Who loses received packets and why, and which CPU drowns in NET_RX softirq.
         NetRx => net_rx,
         /// Processes running on one NUMA node while their memory sits on another.
@@ -176,11 +183,25 @@ pub fn run_collector(
     common: &Common,
     open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
 ) -> Result<()> {
+    run_collector_with(tool, common, open, |sink, opts| {
+        Box::new(Stream::new(sink, opts))
+    })
+}
+
+/// [`run_collector`] with another emitter than the text/NDJSON stream (the live view), made
+/// from the output sink once the collector is attached.
+pub fn run_collector_with(
+    tool: &str,
+    common: &Common,
+    open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
+    emitter: impl FnOnce(Sink, &RunOpts) -> Box<dyn engine::Emitter>,
+) -> Result<()> {
     let sink = preflight(tool, common)?;
     let ctx = OpenCtx::new(common.scope(), common.run_opts());
     let mut collectors = vec![open(&ctx)?];
-    let mut emit = Stream::new(sink, &ctx.opts);
-    engine::run(&mut collectors, &ctx.opts, &mut emit)?;
+    let mut emit = emitter(sink, &ctx.opts);
+    engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
+    drop(emit);
     engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
     Ok(())
 }

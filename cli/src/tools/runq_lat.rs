@@ -1,32 +1,46 @@
 //! `tracekit runq-lat`: run-queue latency per process (or thread): how long runnable tasks
-//! waited for a CPU, split by how the wait began (a wakeup, or a preemption while runnable).
+//! waited for a CPU, split by how the wait began (a wakeup, or a preemption while runnable), and
+//! who held the CPU while a woken task waited.
 //!
-//! Each wait is the kernel's own accounting (`task_struct.sched_info.run_delay`, read at the
-//! task's switch-out, see `probes-ebpf/src/sched.rs`), so the total agrees with
-//! `/proc/<pid>/schedstat` (second field) by construction.
+//! Waits after a wakeup are timed on the wall clock, from `sched_waking` to the switch-in: the
+//! kernel's `sched_info.run_delay` misses most of such a wait when the wakeup preempts (its clock
+//! is not updated then, issue #17). Waits after a preemption are `run_delay`'s, and the kernel's
+//! `run_delay` total is reported beside them (`kernel_run_delay_ns`), agreeing with
+//! `/proc/<pid>/schedstat`. Kernel side: `probes-ebpf/src/bin/sched.rs`.
 
-use serde_json::json;
+use std::collections::BTreeMap;
+
+use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::{
-    engine::{self, Collector, Window},
-    kernel::loader,
+    engine::{Collector, Output, Window},
+    error::Result,
     options::Common,
-    report::hist::{self, LatStats},
-    report::render::{fmt_ns, Align, Report, Table},
-    report::sanitize,
+    report::{
+        findings::{rank, Cause, Finding, Score, Subject, MIN_NS_PER_S},
+        hist::{self, LatStats},
+        render::fmt_ns,
+        rows::{Column, Ctx, Section},
+    },
     tools::{
         self,
-        sched::{self, SchedSession},
-        Hook,
+        sched::{self, id_head, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
+        OpenCtx, ToolInfo,
     },
 };
 
-pub const NAME: &str = "runq-lat";
-pub const HOOKS: &[Hook] = sched::HOOKS;
-pub const REQUIRES_BTF: bool = sched::REQUIRES_BTF;
+pub const INFO: ToolInfo = ToolInfo {
+    name: "runq-lat",
+    summary: "How long runnable tasks wait for a CPU, per process (or `--threads`): waits after a wakeup (wall clock, as runqlat and `perf sched` time them) and after a preemption, count, p50/p90/p99/p99.9, max and total, the kernel's own `run_delay` beside them (`/proc/<pid>/schedstat`), and who held the CPU while a woken task waited; findings name the starved process and the hogs.",
+    hooks: sched::HOOKS,
+    triage: true,
+    hidden: false,
+    // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
+    needs_btf: true,
+};
 
 const EXAMPLES: &str =
-    "  tracekit runq-lat --duration 10s                  # who waits for a CPU, and how long
+    "  tracekit runq-lat --duration 10s                  # who waits for a CPU, how long, and behind whom
   tracekit runq-lat --duration 10s --threads --hist   # per thread, with latency bars
   tracekit runq-lat --duration 1m --interval 10s --json   # one NDJSON set per 10 s";
 
@@ -41,182 +55,523 @@ pub struct Args {
     pub rows: usize,
 }
 
-const PROGRAMS: sched::Programs = sched::Programs {
-    switch_btf: "tk_runq_switch",
-    switch_raw: "tk_runq_switch_raw",
-    free_btf: "tk_runq_free",
-    free_raw: "tk_runq_free_raw",
-    exec_btf: "tk_runq_exec",
-    exec_raw: "tk_runq_exec_raw",
-};
+pub fn run(args: Args) -> Result<()> {
+    tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
+}
+
+/// Loads and attaches the `sched` programs with what runq-lat records.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    let record = Record {
+        preemptors: false,
+        culprits: true,
+        wakers: false,
+    };
+    Ok(Box::new(RunqLat {
+        s: sched::open(ctx, record)?,
+        max_rows: args.rows,
+    }))
+}
 
 struct RunqLat {
     s: SchedSession,
-    common: Common,
     max_rows: usize,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = args.common;
-    let sink = tools::preflight(NAME, &common)?;
-    let s = sched::open(loader::RUNQ_LAT, &PROGRAMS, &common, false)?;
-    tools::announce::<&str, &str>("run-queue latency", &common, &s.session, &[]);
-    let mut tool = RunqLat {
-        s,
-        common: common.clone(),
-        max_rows: args.rows,
-    };
-    engine::drive(&common, sink, &mut tool)?;
-    Ok(())
+/// Latency figures under a key prefix (`wake_p99_ns`), flattened into a row's JSON.
+struct Prefixed(&'static str, LatStats);
+
+impl Serialize for Prefixed {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let l = &self.1;
+        let mut m = s.serialize_map(Some(7))?;
+        for (k, v) in [
+            ("count", l.count),
+            ("total_ns", l.total_ns),
+            ("p50_ns", l.p50_ns),
+            ("p90_ns", l.p90_ns),
+            ("p99_ns", l.p99_ns),
+            ("p999_ns", l.p999_ns),
+            ("max_ns", l.max_ns),
+        ] {
+            m.serialize_entry(&format!("{}{k}", self.0), &v)?;
+        }
+        m.end()
+    }
 }
 
-fn stats_json(prefix: &str, s: &LatStats, line: &mut serde_json::Value) {
-    for (k, v) in [
-        ("count", s.count),
-        ("total_ns", s.total_ns),
-        ("p50_ns", s.p50_ns),
-        ("p90_ns", s.p90_ns),
-        ("p99_ns", s.p99_ns),
-        ("p999_ns", s.p999_ns),
-        ("max_ns", s.max_ns),
-    ] {
-        line[format!("{prefix}{k}")] = json!(v);
+/// One process (or thread) in one window.
+#[derive(Serialize)]
+struct RunqRow {
+    #[serde(flatten)]
+    who: Who,
+    mean_ns: u64,
+    #[serde(flatten)]
+    all: Prefixed,
+    #[serde(flatten)]
+    wake: Prefixed,
+    #[serde(flatten)]
+    preempt: Prefixed,
+    /// The kernel's own run-queue delay over the window (`/proc/<pid>/schedstat`'s second
+    /// field): misses most of a wait after a wakeup that preempts.
+    kernel_run_delay_ns: u64,
+    /// Waits after a wakeup whose wakeup was not seen: timed by run_delay.
+    wake_unmeasured: u64,
+    /// Who held the CPU while it waited after a wakeup (waits of 20 µs or more): the two tasks
+    /// that ran last before it, each with the part of the waits it ran.
+    waited_behind: Vec<Peer>,
+    #[serde(skip)]
+    id: u32,
+    #[serde(skip)]
+    name: String,
+    #[serde(skip)]
+    behind_text: String,
+    #[serde(skip)]
+    hists: (probes_common::hist::LatHist, probes_common::hist::LatHist),
+}
+
+const COLUMNS: &[Column<RunqRow>] = &[
+    Column::right("PID", |r: &RunqRow, _: &Ctx| r.id.to_string()),
+    Column::left("COMM", |r, _| r.name.clone()),
+    Column::right("WAITS", |r, _| r.all.1.count.to_string()),
+    Column::right("P50", |r, _| fmt_ns(r.all.1.p50_ns)),
+    Column::right("P90", |r, _| fmt_ns(r.all.1.p90_ns)),
+    Column::right("P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.p99_ns))
+        .sort('9', |r, _| r.all.1.p99_ns as f64),
+    Column::right("P99.9", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.all.1.max_ns)),
+    Column::right("TOTAL", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.total_ns))
+        .sort('t', |r, _| r.all.1.total_ns as f64),
+    Column::right("%TIME", |r: &RunqRow, c: &Ctx| {
+        format!("{:.1}", r.all.1.total_ns as f64 / 1e7 / c.secs)
+    }),
+    Column::right("WAKE_P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.wake.1.p99_ns))
+        .sort('w', |r, _| r.wake.1.p99_ns as f64),
+    Column::right("PREEMPT_N", |r, _| r.preempt.1.count.to_string()),
+    Column::right("PREEMPT_P99", |r, _| fmt_ns(r.preempt.1.p99_ns)),
+    Column::right("RUN_DELAY", |r, _| fmt_ns(r.kernel_run_delay_ns)),
+    Column::left("WAITED_BEHIND", |r, _| r.behind_text.clone()),
+];
+
+/// A task that held the CPU while others waited after their wakeups.
+#[derive(Serialize)]
+struct Aggressor {
+    #[serde(flatten)]
+    who: Who,
+    /// Wall-clock time tasks woken on its CPU waited while it held it.
+    delay_caused_ns: u64,
+    waits: u64,
+    victims: u64,
+    #[serde(skip)]
+    text: String,
+}
+
+const AGGRESSORS: &[Column<Aggressor>] = &[
+    Column::left("HELD_THE_CPU", |r, _| r.text.clone()),
+    Column::right("DELAY_CAUSED", |r, _| fmt_ns(r.delay_caused_ns)),
+    Column::right("%TIME", |r, c| {
+        format!("{:.1}", r.delay_caused_ns as f64 / 1e7 / c.secs)
+    }),
+    Column::right("WAITS", |r, _| r.waits.to_string()),
+    Column::right("VICTIMS", |r, _| r.victims.to_string()),
+];
+
+/// The aggressors of a window (of the victims in `rows`: the pairs are not filtered in the
+/// kernel), most delay caused first.
+fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec<Aggressor> {
+    let victims: std::collections::BTreeSet<u32> = rows.iter().map(|r| r.id).collect();
+    let mut by: BTreeMap<u32, (u32, u64, u64, u64)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| victims.contains(&p.a)) {
+        let e = by.entry(p.b).or_insert((p.b_tgid, 0, 0, 0));
+        e.1 += p.ns;
+        e.2 += p.count;
+        e.3 += 1;
     }
+    let mut v: Vec<Aggressor> = by
+        .into_iter()
+        .map(|(id, (tgid, ns, waits, victims))| {
+            let peer = Peer::new(id, tgid, waits, Some(ns), names, threads);
+            Aggressor {
+                text: peer.text(),
+                who: Who::named(tgid, threads.then_some(id), peer.comm, peer.comm_bytes),
+                delay_caused_ns: ns,
+                waits,
+                victims,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.delay_caused_ns
+            .cmp(&a.delay_caused_ns)
+            .then(a.who.pid.cmp(&b.who.pid))
+    });
+    v
+}
+
+impl RunqLat {
+    fn row(&self, r: &Row, names: &Names, culprits: &[Pair]) -> RunqRow {
+        let threads = self.s.scope.threads;
+        let all = hist::stats(&r.waits());
+        let waited_behind = peers_of(culprits, r.id, names, threads, true);
+        let behind_text = waited_behind
+            .iter()
+            .take(2)
+            .map(|p| format!("{} {}", p.text(), fmt_ns(p.delay_ns.unwrap_or(0))))
+            .collect::<Vec<_>>()
+            .join(" ");
+        RunqRow {
+            who: Who::of(r, threads),
+            mean_ns: all.mean_ns,
+            all: Prefixed("", all),
+            wake: Prefixed("wake_", hist::stats(&r.v.wake)),
+            preempt: Prefixed("preempt_", hist::stats(&r.v.preempt)),
+            kernel_run_delay_ns: r.v.run_delay_ns,
+            wake_unmeasured: r.v.wake_unmeasured,
+            waited_behind,
+            id: r.id,
+            name: r.name_text(),
+            behind_text,
+            hists: (r.v.wake, r.v.preempt),
+        }
+    }
+}
+
+/// A CPU-bound process waiting this long after its preemptions is starved of CPU time (10 %
+/// of the window runnable but not running): below that its CPUs are shared, not saturated.
+const MIN_PREEMPT_NS_PER_S: u64 = 100_000_000;
+
+/// The findings of a window: processes that waited after their wakeups (the latency-sensitive
+/// victims), each with the tasks that held the CPU meanwhile; then, when no victim names them,
+/// CPU-bound processes starved by time-slicing. tracekit itself is never a victim or a culprit.
+fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
+    let me = std::process::id();
+    // Per process: wake stats of its biggest row, totals, culprits merged by process.
+    struct Acc {
+        comm: String,
+        wake_ns: u64,
+        wake_n: u64,
+        p50: u64,
+        p99: u64,
+        max: u64,
+        preempt_ns: u64,
+        kernel_ns: u64,
+        behind: BTreeMap<u32, (String, u64, u64)>,
+    }
+    let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+        let a = per.entry(r.who.pid).or_insert(Acc {
+            comm: r.who.comm.clone(),
+            wake_ns: 0,
+            wake_n: 0,
+            p50: 0,
+            p99: 0,
+            max: 0,
+            preempt_ns: 0,
+            kernel_ns: 0,
+            behind: BTreeMap::new(),
+        });
+        let w = &r.wake.1;
+        if w.total_ns >= a.wake_ns {
+            (a.p50, a.p99) = (w.p50_ns, w.p99_ns);
+        }
+        a.wake_ns += w.total_ns;
+        a.wake_n += w.count;
+        a.max = a.max.max(w.max_ns);
+        a.preempt_ns += r.preempt.1.total_ns;
+        a.kernel_ns += r.kernel_run_delay_ns;
+        for p in r.waited_behind.iter().filter(|p| p.pid != me) {
+            let e = a.behind.entry(p.pid).or_insert((p.comm.clone(), 0, 0));
+            e.1 += p.delay_ns.unwrap_or(0);
+            e.2 += p.count;
+        }
+    }
+    let mut out = Vec::new();
+    let mut aggressors: Vec<u32> = Vec::new();
+    for (pid, a) in &per {
+        let ns_per_s = (a.wake_ns as f64 / secs) as u64;
+        if ns_per_s < MIN_NS_PER_S {
+            continue;
+        }
+        let mut behind: Vec<(u32, &(String, u64, u64))> =
+            a.behind.iter().map(|(p, v)| (*p, v)).collect();
+        behind.sort_by(|x, y| y.1 .1.cmp(&x.1 .1).then(x.0.cmp(&y.0)));
+        aggressors.extend(behind.iter().map(|b| b.0).filter(|p| *p != 0));
+        let held: Vec<String> = behind
+            .iter()
+            .take(3)
+            .map(|(p, (c, ns, n))| {
+                if *p == 0 {
+                    format!("an idle CPU waking up for {} ({n} waits)", fmt_ns(*ns))
+                } else if p == pid {
+                    format!("its own threads for {} ({n} waits)", fmt_ns(*ns))
+                } else {
+                    format!("{c} (pid {p}) for {} ({n} waits)", fmt_ns(*ns))
+                }
+            })
+            .collect();
+        // The culprit is another process: a wait behind its own threads is not a neighbour's.
+        let culprit = behind.iter().find(|b| b.0 != 0 && b.0 != *pid);
+        let mut summary = format!(
+            "{} (pid {pid}) waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
+            a.comm,
+            fmt_ns(a.wake_ns),
+            fmt_ns((secs * 1e9) as u64),
+            a.wake_ns as f64 / secs / 1e7,
+            a.wake_n,
+            fmt_ns(a.p50),
+            fmt_ns(a.p99),
+            fmt_ns(a.max),
+        );
+        if !held.is_empty() {
+            summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
+        }
+        summary.push('.');
+        let advice = match behind.first() {
+            Some((0, _)) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
+            _ => "give it the CPU first: raise its weight (nice -n -5, cpu.weight) or lower the hogs' (nice 19, SCHED_IDLE, a smaller cpu.weight or cpu.max), or keep the hogs off its CPUs (cpusets, taskset)",
+        };
+        let mut f = Finding {
+            tool: INFO.name,
+            cause: Cause::RunqDelay,
+            subject: Subject::process(*pid, a.comm.clone()),
+            culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
+            score: Score::NsPerS(ns_per_s),
+            summary,
+            evidence: vec![],
+            advice: advice.into(),
+            next: Some(format!(
+                "tracekit runq-lat --pid {pid} --threads --duration 10s"
+            )),
+        }
+        .evidence("wake_waits", a.wake_n)
+        .evidence("wake_wait_total_ns", a.wake_ns)
+        .evidence("wake_p50_ns", a.p50)
+        .evidence("wake_p99_ns", a.p99)
+        .evidence("wake_max_ns", a.max)
+        .evidence("kernel_run_delay_ns", a.kernel_ns);
+        if let Some((_, (_, ns, n))) = culprit {
+            f = f
+                .evidence("culprit_delay_ns", *ns)
+                .evidence("culprit_waits", *n);
+        }
+        out.push(f.evidence("window_ns", (secs * 1e9) as u64));
+    }
+    for (pid, a) in &per {
+        let ns_per_s = (a.preempt_ns as f64 / secs) as u64;
+        if ns_per_s < MIN_PREEMPT_NS_PER_S || aggressors.contains(pid) {
+            continue;
+        }
+        out.push(
+            Finding {
+                tool: INFO.name,
+                cause: Cause::RunqDelay,
+                subject: Subject::process(*pid, a.comm.clone()),
+                culprit: None,
+                score: Score::NsPerS(ns_per_s),
+                summary: format!(
+                    "{} (pid {pid}) was runnable but not running for {} of {} after being preempted ({:.1} % of the time): its CPUs are saturated.",
+                    a.comm,
+                    fmt_ns(a.preempt_ns),
+                    fmt_ns((secs * 1e9) as u64),
+                    a.preempt_ns as f64 / secs / 1e7,
+                ),
+                evidence: vec![],
+                advice: "more runnable threads than CPUs: add CPUs or a CPU quota for the others, cut thread counts, or lower the priority of batch work".into(),
+                next: Some("tracekit ctxsw --duration 10s".into()),
+            }
+            .evidence("preempt_wait_total_ns", a.preempt_ns)
+            .evidence("kernel_run_delay_ns", a.kernel_ns)
+            .evidence("window_ns", (secs * 1e9) as u64),
+        );
+    }
+    rank(&mut out);
+    out
 }
 
 impl Collector for RunqLat {
-    fn preamble(&self) -> Option<Report> {
-        tools::meta_report(
-            NAME,
-            &self.common,
-            &self.s.session,
-            json!({"notes": self.s.notes}),
-        )
-    }
+    sched::collector_common!(INFO, "run-queue latency");
 
-    fn collect(&mut self, w: &Window) -> anyhow::Result<Report> {
-        let iv = self.s.drain(self.common.threads)?;
-        let rows: Vec<_> = iv
+    fn collect(&mut self, w: &Window) -> Result<Output> {
+        let iv = self.s.drain()?;
+        let secs = w.secs();
+        let threads = self.s.scope.threads;
+        let names = Names::of(&iv.rows);
+        let mut rows: Vec<RunqRow> = iv
             .rows
             .iter()
-            .map(|r| {
-                (
-                    r,
-                    hist::stats(&r.waits()),
-                    hist::stats(&r.wake),
-                    hist::stats(&r.preempt),
-                )
-            })
-            .filter(|x| x.1.count > 0)
+            .map(|r| self.row(r, &names, &iv.culprits))
+            .filter(|r| r.all.1.count > 0)
             .collect();
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by(|&a, &b| {
-            rows[b]
+        rows.sort_by(|a, b| {
+            b.all
                 .1
                 .total_ns
-                .cmp(&rows[a].1.total_ns)
-                .then(rows[a].0.id.cmp(&rows[b].0.id))
+                .cmp(&a.all.1.total_ns)
+                .then(a.id.cmp(&b.id))
         });
-        let secs = w.secs();
-        let waits: u64 = rows.iter().map(|r| r.1.count).sum();
-        let total: u64 = rows.iter().map(|r| r.1.total_ns).sum();
-        let st = &iv.stats;
-        let mut report = Report::default();
+        let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
+        let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
+        let mut out = Output::default();
         let when = if w.interval {
             format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
         } else {
             String::new()
         };
-        report.title = format!(
+        out.title = format!(
             "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {when}{secs:.2}s ({})",
             fmt_ns(total),
-            tools::scope(&self.common),
+            self.s.scope.describe(),
             w.stop.as_str(),
         );
-        report.notes.extend(self.s.notes.iter().cloned());
-        report.notes.extend(sched::stats_notes(st));
-        let id_col = if self.common.threads { "TID" } else { "PID" };
-        let mut t = Table::new(&[
-            (id_col, Align::Right),
-            ("COMM", Align::Left),
-            ("WAITS", Align::Right),
-            ("P50", Align::Right),
-            ("P90", Align::Right),
-            ("P99", Align::Right),
-            ("P99.9", Align::Right),
-            ("MAX", Align::Right),
-            ("TOTAL", Align::Right),
-            ("%TIME", Align::Right),
-            ("WAKE_P99", Align::Right),
-            ("PREEMPT_N", Align::Right),
-            ("PREEMPT_P99", Align::Right),
-        ]);
-        let (end_text, end_ns) = w.end_json();
-        let shown = if self.max_rows == 0 {
-            order.len()
-        } else {
-            self.max_rows.min(order.len())
-        };
-        for (pos, &i) in order.iter().enumerate() {
-            let (r, all, wake, pre) = &rows[i];
-            if pos == shown {
-                report.footnotes.push(format!(
-                    "{} more row(s) with less total wait not shown (--rows 0 shows all)",
-                    order.len() - shown
-                ));
-            }
-            if pos < shown {
-                t.push(vec![
-                    r.id.to_string(),
-                    r.name_text(),
-                    all.count.to_string(),
-                    fmt_ns(all.p50_ns),
-                    fmt_ns(all.p90_ns),
-                    fmt_ns(all.p99_ns),
-                    fmt_ns(all.p999_ns),
-                    fmt_ns(all.max_ns),
-                    fmt_ns(all.total_ns),
-                    format!("{:.1}", all.total_ns as f64 / 1e7 / secs),
-                    fmt_ns(wake.p99_ns),
-                    pre.count.to_string(),
-                    fmt_ns(pre.p99_ns),
-                ]);
-                report.hists.push((
-                    format!("wake[{} {}]", r.id, sanitize::text(&r.comm)),
-                    r.wake,
-                ));
-                report.hists.push((
-                    format!("preempt[{} {}]", r.id, sanitize::text(&r.comm)),
-                    r.preempt,
-                ));
-            }
-            let mut line = json!({
-                "tool": NAME,
-                "type": "summary",
-                "pid": if self.common.threads { r.tgid } else { r.id },
-                "mean_ns": all.mean_ns,
-                "interval_ns": w.elapsed.as_nanos() as u64,
-                "interval_end": end_text,
-                "interval_end_ns": end_ns,
-            });
-            stats_json("", all, &mut line);
-            stats_json("wake_", wake, &mut line);
-            stats_json("preempt_", pre, &mut line);
-            r.put_names(&mut line);
-            if self.common.threads {
-                line["tid"] = json!(r.id);
-            }
-            report.json.push(line);
-        }
+        out.notes.extend(self.s.notes.iter().cloned());
+        out.notes.extend(sched::stats_notes(&iv.stats));
         if rows.is_empty() {
-            report.notes.push("no run-queue waits seen".into());
+            out.notes.push("no run-queue waits seen".into());
         }
-        report.tables.push(t);
-        report.footnotes.push(
-            "%TIME: share of the interval spent waiting (summed over the threads); WAKE: waits after a wakeup, PREEMPT: waits after being preempted while runnable."
+        let shown = if self.max_rows == 0 {
+            rows.len()
+        } else {
+            self.max_rows.min(rows.len())
+        };
+        for r in rows.iter().take(shown) {
+            out.hists
+                .push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
+            out.hists
+                .push((format!("preempt[{} {}]", r.id, r.name), r.hists.1));
+        }
+        out.findings = findings(&rows, secs);
+        let ctx = Ctx { secs };
+        let mut cols = COLUMNS.to_vec();
+        cols[0].head = id_head(threads);
+        out.sections
+            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
+        let aggr = aggressors(&iv.culprits, &iv.rows, &names, threads);
+        out.sections.push(
+            Section::build("aggressor", &aggr, AGGRESSORS, &ctx, 10).caption(format!(
+                "Who held the CPU while woken tasks waited (waits of {} or more):",
+                fmt_ns(sched::CULPRIT_MIN_NS)
+            )),
+        );
+        out.footnotes.push(
+            "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, wakeup to running on the wall clock; PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
                 .into(),
         );
-        report.json.push(sched::stats_line(NAME, w, st, waits));
-        Ok(report)
+        if !self.s.wall_clock {
+            out.footnotes.push(
+                "No wakeup hook on this kernel: WAKE waits are the kernel's run_delay.".into(),
+            );
+        }
+        out.stats = Some(sched::stats(iv.stats, waits));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probes_common::hist::LatHist;
+
+    fn row(pid: u32, wake: &[u64], preempt: &[u64], behind: Vec<Peer>) -> RunqRow {
+        let (mut w, mut p) = (LatHist::ZERO, LatHist::ZERO);
+        wake.iter().for_each(|v| w.record(*v));
+        preempt.iter().for_each(|v| p.record(*v));
+        let mut all = w;
+        all.merge(&p);
+        RunqRow {
+            who: Who::named(pid, None, format!("p{pid}"), None),
+            mean_ns: 0,
+            all: Prefixed("", hist::stats(&all)),
+            wake: Prefixed("wake_", hist::stats(&w)),
+            preempt: Prefixed("preempt_", hist::stats(&p)),
+            kernel_run_delay_ns: 0,
+            wake_unmeasured: 0,
+            waited_behind: behind,
+            id: pid,
+            name: format!("p{pid}"),
+            behind_text: String::new(),
+            hists: (w, p),
+        }
+    }
+
+    fn peer(pid: u32, n: u64, ns: u64) -> Peer {
+        Peer {
+            pid,
+            tid: None,
+            comm: format!("hog{pid}"),
+            comm_bytes: None,
+            count: n,
+            delay_ns: Some(ns),
+            id: pid,
+            name: format!("hog{pid}").into_bytes(),
+        }
+    }
+
+    #[test]
+    fn the_victim_ranks_first_and_names_the_hogs_who_get_no_finding() {
+        let victim = row(
+            5,
+            &[2_000_000; 200],
+            &[],
+            vec![peer(8, 120, 240_000_000), peer(9, 80, 160_000_000)],
+        );
+        // The hogs wait far longer, but only after preemptions, and they are the culprits.
+        let hogs = [8, 9].map(|p| row(p, &[], &[3_000_000; 300], vec![]));
+        let mut rows = vec![victim];
+        rows.extend(hogs);
+        let f = findings(&rows, 1.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject.pid, Some(5));
+        assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(8));
+        assert!(f[0].summary.contains("hog8 (pid 8)"), "{}", f[0].summary);
+        assert!(f[0].summary.contains("hog9 (pid 9)"), "{}", f[0].summary);
+        let j = f[0].json();
+        assert_eq!(j["culprit_pid"], 8);
+        assert_eq!(j["evidence"]["culprit_delay_ns"], 240_000_000u64);
+    }
+
+    /// A process waiting behind its own threads most is not its own culprit: the culprit is the
+    /// other process, and the text says "its own threads".
+    #[test]
+    fn own_threads_are_named_as_such_and_never_the_culprit() {
+        let victim = row(
+            5,
+            &[2_000_000; 200],
+            &[],
+            vec![peer(5, 150, 300_000_000), peer(9, 50, 100_000_000)],
+        );
+        let f = findings(&[victim], 1.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(9));
+        assert!(
+            f[0].summary.contains("its own threads for 300ms"),
+            "{}",
+            f[0].summary
+        );
+        assert!(!f[0].summary.contains("hog5"), "{}", f[0].summary);
+    }
+
+    #[test]
+    fn saturation_without_victims_and_quiet_rows_give_findings_as_due() {
+        let rows = vec![
+            row(8, &[], &[3_000_000; 300], vec![]),
+            row(9, &[1_000; 10], &[1_000; 10], vec![]),
+        ];
+        let f = findings(&rows, 1.0);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].subject.pid, Some(8));
+        assert!(f[0].summary.contains("saturated"), "{}", f[0].summary);
+    }
+
+    #[test]
+    fn json_keeps_the_prefixed_keys() {
+        let r = row(5, &[1_000, 3_000], &[7_000], vec![peer(8, 1, 3_000)]);
+        let s = Section::build("summary", &[r], COLUMNS, &Ctx { secs: 1.0 }, 0);
+        let j = &s.json[0];
+        assert_eq!(j["count"], 3);
+        assert_eq!(j["wake_count"], 2);
+        assert_eq!(j["preempt_count"], 1);
+        assert!(j["wake_p99_ns"].as_u64().unwrap() >= 2_800);
+        assert_eq!(j["waited_behind"][0]["pid"], 8);
+        assert_eq!(j["waited_behind"][0]["delay_ns"], 3_000);
+        assert!(j.get("kernel_run_delay_ns").is_some());
     }
 }

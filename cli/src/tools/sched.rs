@@ -1,52 +1,60 @@
-//! What `ctxsw` and `runq-lat` share: loading their `sched_switch` object with `task_struct`
-//! offsets from the kernel's BTF, and draining one interval of per-process aggregates.
+//! What `ctxsw` and `runq-lat` share: their hooks, loading the one `sched` object with
+//! `task_struct` offsets from the kernel's BTF, and draining one window of per-process
+//! aggregates and task pairs (preemptors, the tasks waits after a wakeup were spent behind,
+//! wakers).
 //!
-//! Kernel side and cost argument: `probes-ebpf/src/sched.rs`.
+//! Kernel side and cost argument: `probes-ebpf/src/bin/sched.rs`.
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
-use aya::maps::{Array, HashMap, MapData};
 use probes_common::{
     hist::LatHist,
-    sched::{PreemptKey, SchedKey, SchedVal, TaskOffsets},
+    sched::{
+        PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, STAT_IDLE_SWITCHES, STAT_NO_BASELINE,
+        STAT_PAIR_MAP_FULL,
+    },
+    stats::{self, NSTATS},
 };
+use serde::Serialize;
 
 use crate::{
-    error::UserError,
-    kernel::btf::Btf,
-    kernel::loader::{self, AttachMode, LoadSpec, Object, Session},
-    options::Common,
-    tools::{self, row_comm, Hook},
+    engine::{Meta, Scope, Stats},
+    error::{Error, Result},
+    kernel::{
+        btf::Btf,
+        hooks::{AttachMode, Hook},
+        loader::{self, LoadSpec, Object, Session},
+        maps::GenMap,
+    },
+    report::sanitize,
+    tools::{row_comm, OpenCtx},
 };
 
-/// The hooks both tools use.
-pub const HOOKS: &[Hook] = &[
-    Hook {
-        event: "sched:sched_switch",
-        raw: None,
-        fields: &[],
-        modes: &[AttachMode::TpBtf, AttachMode::RawTp],
-        optional: false,
-    },
-    Hook {
-        event: "sched:sched_process_free",
-        raw: None,
-        fields: &[],
-        modes: &[AttachMode::TpBtf, AttachMode::RawTp],
-        optional: true,
-    },
-    Hook {
-        event: "sched:sched_process_exec",
-        raw: None,
-        fields: &[],
-        modes: &[AttachMode::TpBtf, AttachMode::RawTp],
-        optional: true,
-    },
-];
+const OBJECT: Object = crate::object!("sched");
 
-/// Both tools read `task_struct` offsets from the kernel's BTF whatever the attach mode.
-pub const REQUIRES_BTF: bool = true;
+/// A `sched:` tracepoint, attached as tp_btf where the kernel allows it, else as raw_tp.
+macro_rules! hook {
+    ($event:literal, $prog:literal, $optional:expr) => {
+        Hook {
+            programs: &[
+                (AttachMode::TpBtf, $prog),
+                (AttachMode::RawTp, concat!($prog, "_raw")),
+            ],
+            optional: $optional,
+            ..Hook::event(concat!("sched:", $event))
+        }
+    };
+}
+
+/// The hooks of both tools, in attach order: the free and exec hooks and the wakeup hooks
+/// before `sched_switch`, so no task is seen switching before its cleanup and its wakeups are.
+pub const HOOKS: &[Hook] = &[
+    hook!("sched_process_free", "tk_sched_free", true),
+    hook!("sched_process_exec", "tk_sched_exec", true),
+    hook!("sched_waking", "tk_sched_waking", true),
+    hook!("sched_wakeup_new", "tk_sched_wakeup_new", true),
+    hook!("sched_switch", "tk_sched_switch", false),
+];
 
 /// The privileges of both tools (`--help`).
 pub const NEEDS: &str =
@@ -54,15 +62,35 @@ pub const NEEDS: &str =
 They never read tracefs: they need the kernel's BTF (/sys/kernel/btf/vmlinux, or TRACEKIT_BTF), \
 readable by anyone.";
 
+/// Waits after a wakeup shorter than this are not charged to the tasks that held the CPU. A
+/// wakeup that preempts costs the wakee the rest of the waker's path to its next preemption
+/// point (about 1 µs here on a pinned pipe ping-pong, p99 2-20 µs on a busy machine); from
+/// 20 µs on, another task kept the CPU for real (a timeslice is 0.75-3 ms). Charging every
+/// wait would add a hash update to every switch of a storm; the shorter waits are still in
+/// every histogram and total.
+pub const CULPRIT_MIN_NS: u64 = 20_000;
+
+/// What the programs record besides the per-task aggregates.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Record {
+    /// Who preempted whom (involuntary switches by pair).
+    pub preemptors: bool,
+    /// Who held the CPU during each wait after a wakeup (waits of `CULPRIT_MIN_NS` or more).
+    pub culprits: bool,
+    /// Who woke whom (wakeups by pair).
+    pub wakers: bool,
+}
+
 /// `task_struct` member offsets the programs read, from the running kernel's BTF.
-pub fn task_offsets(btf: &Btf) -> anyhow::Result<TaskOffsets> {
-    let m = |path: &str, size: u32| -> anyhow::Result<u32> {
+pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
+    let m = |path: &str, size: u32| -> Result<u32> {
         let m = btf.member("task_struct", path)?;
-        anyhow::ensure!(
-            m.size == size,
-            "kernel BTF: task_struct.{path} is {} bytes, expected {size}",
-            m.size
-        );
+        if m.size != size {
+            return Err(Error::KernelFeature(format!(
+                "kernel BTF: task_struct.{path} is {} bytes, expected {size}: this kernel's task_struct is not supported",
+                m.size
+            )));
+        }
         Ok(m.offset)
     };
     Ok(TaskOffsets {
@@ -84,48 +112,196 @@ pub fn task_cap() -> u32 {
     crate::host::proc::pid_max().clamp(4096, 65536)
 }
 
+/// Slots of the wakeup array: the task cap rounded up to a power of two (a slot is
+/// `tid & (slots - 1)`).
+pub fn wake_slots() -> u32 {
+    task_cap().next_power_of_two()
+}
+
+/// One process (or thread) in one window: its names and what the kernel aggregated.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// tgid, or tid with `--threads`; 0 for the `[other]` row.
+    pub id: u32,
+    pub tgid: u32,
+    pub comm: Vec<u8>,
+    /// The name before an exec during the window (the row spans it), if any.
+    pub exec_from: Option<Vec<u8>>,
+    /// Switches, migrations, the kernel's run_delay, waits after a wakeup (wall clock) and
+    /// after a preemption (`run_delay`).
+    pub v: SchedVal,
+}
+
+impl Row {
+    pub fn switches(&self) -> u64 {
+        self.v.voluntary + self.v.involuntary
+    }
+
+    /// Every run-queue wait, however it began.
+    pub fn waits(&self) -> LatHist {
+        let mut h = self.v.wake;
+        h.merge(&self.v.preempt);
+        h
+    }
+
+    /// Waits after a wakeup whose wakeup was seen (timed on the wall clock).
+    pub fn woken(&self) -> u64 {
+        self.v.wake.count.saturating_sub(self.v.wake_unmeasured)
+    }
+
+    /// The name for text: `python3 (was sh)` when the row spans an exec.
+    pub fn name_text(&self) -> String {
+        match &self.exec_from {
+            Some(old) => format!(
+                "{} (was {})",
+                sanitize::text(&self.comm),
+                sanitize::text(old)
+            ),
+            None => sanitize::text(&self.comm),
+        }
+    }
+}
+
+/// Who a row is, as every row type of both tools serialises it (flattened): `pid` (the
+/// process), `tid` with `--threads`, `comm` and, when the row spans an exec, `exec_from`
+/// (each with `_bytes` when not UTF-8).
+#[derive(Clone, Debug, Serialize)]
+pub struct Who {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_from_bytes: Option<Vec<u8>>,
+}
+
+impl Who {
+    /// A task known by its name only (no exec seen): a task that held the CPU, a test's row.
+    pub fn named(pid: u32, tid: Option<u32>, comm: String, comm_bytes: Option<Vec<u8>>) -> Who {
+        Who {
+            pid,
+            tid,
+            comm,
+            comm_bytes,
+            exec_from: None,
+            exec_from_bytes: None,
+        }
+    }
+
+    pub fn of(r: &Row, threads: bool) -> Who {
+        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
+        let (exec_from, exec_from_bytes) = match &r.exec_from {
+            Some(e) => {
+                let (a, b) = sanitize::name_fields(e);
+                (Some(a), b)
+            }
+            None => (None, None),
+        };
+        Who {
+            pid: if threads { r.tgid } else { r.id },
+            tid: threads.then_some(r.id),
+            comm,
+            comm_bytes,
+            exec_from,
+            exec_from_bytes,
+        }
+    }
+}
+
+/// The [`Collector`](crate::engine::Collector) methods both tools share (their `collect`
+/// differs): in an `impl Collector for T` whose `s` is the [`SchedSession`].
+macro_rules! collector_common {
+    ($info:expr, $what:literal) => {
+        fn name(&self) -> &'static str {
+            $info.name
+        }
+
+        fn meta(&self) -> $crate::engine::Meta {
+            self.s.meta($info.name, $what)
+        }
+
+        fn flip(&mut self) -> $crate::error::Result<()> {
+            self.s.flip()
+        }
+
+        fn slow_links(&self) -> usize {
+            self.s.session.slow_links()
+        }
+
+        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
+            Some(&mut self.s.session)
+        }
+    };
+}
+pub(crate) use collector_common;
+
+/// Two tasks and what passed between them in one window (see `PairKey`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair {
+    pub a: u32,
+    pub a_tgid: u32,
+    pub b: u32,
+    pub b_tgid: u32,
+    pub count: u64,
+    pub ns: u64,
+}
+
+/// One window: per-task rows (the `[other]` row last, if non-empty), pairs, and what the
+/// programs could not record.
+pub struct Interval {
+    pub rows: Vec<Row>,
+    pub preemptors: Vec<Pair>,
+    pub culprits: Vec<Pair>,
+    pub wakers: Vec<Pair>,
+    pub stats: [u64; NSTATS as usize],
+}
+
+/// The loaded `sched` object and its maps.
 pub struct SchedSession {
     pub session: Session,
-    agg: HashMap<MapData, SchedKey, SchedVal>,
-    other: Array<MapData, SchedVal>,
-    preempt: Option<HashMap<MapData, PreemptKey, u64>>,
-    /// The free hook is missing: tids of exited tasks keep their snapshot (LRU-less), see notes.
+    agg: GenMap<SchedKey, SchedVal>,
+    preemptors: Option<GenMap<PairKey, PairVal>>,
+    culprits: Option<GenMap<PairKey, PairVal>>,
+    wakers: Option<GenMap<PairKey, PairVal>>,
+    pub scope: Scope,
+    /// What a skipped optional hook costs the report.
     pub notes: Vec<String>,
+    /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
+    pub wall_clock: bool,
+    gen: u32,
 }
 
-/// Program names in a tool's object.
-pub struct Programs {
-    pub switch_btf: &'static str,
-    pub switch_raw: &'static str,
-    pub free_btf: &'static str,
-    pub free_raw: &'static str,
-    pub exec_btf: &'static str,
-    pub exec_raw: &'static str,
+fn pair_map(
+    s: &mut Session,
+    name: &'static str,
+    on: bool,
+) -> Result<Option<GenMap<PairKey, PairVal>>> {
+    if !on {
+        return Ok(None);
+    }
+    Ok(Some(GenMap::take(
+        s,
+        name,
+        None,
+        |k: &PairKey| k.gen,
+        PairVal::default(),
+    )?))
 }
 
-pub fn open(
-    object: Object,
-    progs: &Programs,
-    common: &Common,
-    preemptors: bool,
-) -> anyhow::Result<SchedSession> {
-    if !crate::kernel::features::btf_present() {
-        return Err(UserError::KernelFeature(format!(
-            "{} needs the kernel's BTF ({} is missing: CONFIG_DEBUG_INFO_BTF, or point TRACEKIT_BTF at a BTF file for this kernel) to find task_struct fields",
-            object.name,
+/// Loads the `sched` object and attaches it as the attach policy chose on this kernel.
+pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
+    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
+        Error::KernelFeature(format!(
+            "the scheduler tools need the kernel's BTF to find task_struct fields ({}, or TRACEKIT_BTF): {e}",
             crate::kernel::btf::vmlinux_path().display()
         ))
-        .into());
-    }
-    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
-        UserError::KernelFeature(format!(
-            "{} needs the kernel's BTF to find task_struct fields: {e}",
-            object.name
-        ))
     })?;
-    let offs = task_offsets(btf).map_err(|e| {
-        UserError::KernelFeature(format!("{e}: this kernel's task_struct is not supported"))
-    })?;
+    let offs = task_offsets(btf)?;
     // `btf_trace_sched_switch` is (void *, bool preempt, prev, next[, unsigned int prev_state]);
     // prev_state was added in 5.18. Without BTF for it, assume the modern layout.
     let has_state = btf
@@ -138,193 +314,258 @@ pub fn open(
     // SAFETY: plain syscall writing into `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let start_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let scope = &ctx.scope;
+    let slots = wake_slots();
     let spec = LoadSpec::new()
         .global("SCHED_OFFS", &offs)
         .global("SCHED_START_NS", &start_ns)
-        .global("SCHED_PER_THREAD", &u8::from(common.threads))
-        .global("SCHED_PREEMPTORS", &u8::from(preemptors))
+        .global("SCHED_PER_THREAD", &u8::from(scope.threads))
+        .global("SCHED_PREEMPTORS", &u8::from(record.preemptors))
+        .global("SCHED_CULPRITS", &u8::from(record.culprits))
+        .global("SCHED_CULPRIT_MIN_NS", &CULPRIT_MIN_NS)
+        .global("SCHED_WAKERS", &u8::from(record.wakers))
+        .global("SCHED_WAKE_MASK", &(slots - 1))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
-        .max_entries("SCHED_AGG", tools::key_cap(common))
-        .max_entries("PREEMPTORS", tools::key_cap(common))
-        .tp_btf(&["sched_process_free", "sched_switch", "sched_process_exec"]);
-    let mut session = Session::load(object, common, spec)?;
+        .max_entries("WAKE", slots)
+        .max_entries("SCHED_AGG", scope.key_cap())
+        .max_entries("PREEMPTORS", scope.key_cap())
+        .max_entries("CULPRITS", scope.key_cap())
+        .max_entries("WAKERS", scope.key_cap())
+        .tp_btf(&[
+            "sched_process_free",
+            "sched_process_exec",
+            "sched_waking",
+            "sched_wakeup_new",
+            "sched_switch",
+        ]);
+    let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+    session.attach_planned(HOOKS, &plan)?;
     let mut notes = Vec::new();
-    // The free hook first: once sched_switch runs, snapshots exist that must be cleaned up.
-    if let Err(e) = session.attach_raw(progs.free_btf, progs.free_raw, "sched_process_free") {
-        tracing::info!("sched_process_free: {e}");
-        notes.push(format!(
-            "sched:sched_process_free unavailable ({e}): a reused tid may inherit an exited task's baseline"
-        ));
-    }
-    // Before sched_switch too: an exec seen late would leave a row under the old name.
-    if let Err(e) = session.attach_raw(progs.exec_btf, progs.exec_raw, "sched_process_exec") {
-        tracing::info!("sched_process_exec: {e}");
-        notes.push(format!(
-            "sched:sched_process_exec unavailable ({e}): a process that exec'd may be shown under its name before the exec"
-        ));
-    }
-    session.attach_raw(progs.switch_btf, progs.switch_raw, "sched_switch")?;
-    let take = |s: &mut Session, m: &str| -> anyhow::Result<aya::maps::Map> {
-        s.ebpf.take_map(m).ok_or_else(|| {
-            loader::LoadError::NoMap {
-                object: s.object,
-                map: m.into(),
+    let mut wall_clock = true;
+    for (event, why) in &session.skipped {
+        let cost = match *event {
+            "sched:sched_process_free" => {
+                "a reused tid may inherit an exited task's baseline".to_string()
             }
-            .into()
-        })
-    };
-    let agg = HashMap::try_from(take(&mut session, "SCHED_AGG")?).context("SCHED_AGG")?;
-    let other = Array::try_from(take(&mut session, "SCHED_OTHER")?).context("SCHED_OTHER")?;
-    let preempt = if preemptors {
-        Some(HashMap::try_from(take(&mut session, "PREEMPTORS")?).context("PREEMPTORS")?)
-    } else {
-        None
-    };
+            "sched:sched_process_exec" => {
+                "a process that exec'd may be shown under its name before the exec".to_string()
+            }
+            _ => {
+                wall_clock = false;
+                "waits after a wakeup are the kernel's run_delay, which misses most of a wait after a wakeup that preempts".to_string()
+            }
+        };
+        notes.push(format!("{event} unavailable ({why}): {cost}"));
+    }
+    let agg = GenMap::take(
+        &mut session,
+        "SCHED_AGG",
+        Some("SCHED_OTHER"),
+        |k: &SchedKey| k.gen,
+        SchedVal::ZERO,
+    )?;
+    let preemptors = pair_map(&mut session, "PREEMPTORS", record.preemptors)?;
+    let culprits = pair_map(&mut session, "CULPRITS", record.culprits)?;
+    let wakers = pair_map(&mut session, "WAKERS", record.wakers)?;
     Ok(SchedSession {
         session,
         agg,
-        other,
-        preempt,
+        preemptors,
+        culprits,
+        wakers,
+        scope: scope.clone(),
         notes,
+        wall_clock,
+        gen: 0,
     })
 }
 
-/// One process (or thread) in one interval.
-#[derive(Clone, Debug)]
-pub struct Row {
-    /// tgid, or tid with `--threads`; 0 for the `[other]` row.
-    pub id: u32,
-    pub tgid: u32,
-    pub comm: Vec<u8>,
-    /// The name before an exec during the interval (the row spans it), if any.
-    pub exec_from: Option<Vec<u8>>,
-    pub voluntary: u64,
-    pub involuntary: u64,
-    pub migrations: u64,
-    pub wake: LatHist,
-    pub preempt: LatHist,
-    /// (preemptor tgid, involuntary switches), most first.
-    pub preemptors: Vec<(u32, u64)>,
+fn drain_pairs(m: &mut Option<GenMap<PairKey, PairVal>>, gen: u32) -> Result<Vec<Pair>> {
+    let Some(m) = m.as_mut() else {
+        return Ok(Vec::new());
+    };
+    let mut v: Vec<Pair> = m
+        .drain(gen)?
+        .rows
+        .into_iter()
+        .map(|(k, v)| Pair {
+            a: k.a,
+            a_tgid: k.a_tgid,
+            b: k.b,
+            b_tgid: k.b_tgid,
+            count: v.count,
+            ns: v.ns,
+        })
+        .collect();
+    // Most time first, then most events: the order every list of peers shows.
+    v.sort_by(|x, y| (y.ns, y.count, x.a, x.b).cmp(&(x.ns, x.count, y.a, y.b)));
+    Ok(v)
 }
 
-impl Row {
-    pub fn switches(&self) -> u64 {
-        self.voluntary + self.involuntary
+fn row(id: u32, tgid: u32, comm: Vec<u8>, exec_from: Option<Vec<u8>>, v: &SchedVal) -> Row {
+    Row {
+        id,
+        tgid,
+        comm,
+        exec_from,
+        v: *v,
     }
-
-    /// Every run-queue wait, however it began.
-    pub fn waits(&self) -> LatHist {
-        let mut h = self.wake;
-        h.merge(&self.preempt);
-        h
-    }
-}
-
-/// Per-CPU stats and rows of one interval.
-pub struct Interval {
-    pub rows: Vec<Row>,
-    pub stats: [u64; probes_common::stats::NSTATS as usize],
 }
 
 impl SchedSession {
-    /// Ends the interval and returns what it recorded (the `[other]` row last, if non-empty).
-    pub fn drain(&mut self, threads: bool) -> anyhow::Result<Interval> {
-        let gen = self.session.flip_generation()?;
-        let drained =
-            loader::drain_generation(&mut self.agg, gen, |k| k.gen).context("reading SCHED_AGG")?;
-        let other = self.other.get(&gen, 0).context("reading SCHED_OTHER")?;
-        // The kernel writes the other generation now, so the reset races with nothing.
-        self.other
-            .set(gen, SchedVal::ZERO, 0)
-            .context("resetting SCHED_OTHER")?;
-        let mut by: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
-        if let Some(p) = self.preempt.as_mut() {
-            for (k, n) in
-                loader::drain_generation(p, gen, |k| k.gen).context("reading PREEMPTORS")?
-            {
-                by.entry(k.victim).or_default().push((k.by, n));
-            }
-        }
-        let stats = self.session.stats_delta()?;
+    /// Ends the window in the kernel (the engine waits for programs still writing it).
+    pub fn flip(&mut self) -> Result<()> {
+        self.gen = self.session.flip_generation()?;
+        Ok(())
+    }
+
+    /// What the window just flipped away from recorded.
+    pub fn drain(&mut self) -> Result<Interval> {
+        let threads = self.scope.threads;
+        let drained = self.agg.drain(self.gen)?;
         let mut rows: Vec<Row> = drained
-            .into_iter()
+            .rows
+            .iter()
             .map(|(k, v)| {
-                let mut preemptors = by.remove(&k.id).unwrap_or_default();
-                preemptors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 let comm = row_comm(k.id, v.tgid, threads, &v.comm);
-                let from = crate::report::sanitize::comm_bytes(&v.exec_from);
-                Row {
-                    id: k.id,
-                    tgid: v.tgid,
-                    exec_from: (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec()),
-                    comm,
-                    voluntary: v.voluntary,
-                    involuntary: v.involuntary,
-                    migrations: v.migrations,
-                    wake: v.wake,
-                    preempt: v.preempt,
-                    preemptors,
-                }
+                let from = sanitize::comm_bytes(&v.exec_from);
+                let exec_from =
+                    (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
+                row(k.id, v.tgid, comm, exec_from, v)
             })
             .collect();
-        if other.voluntary + other.involuntary > 0 {
-            rows.push(Row {
-                id: 0,
-                tgid: 0,
-                comm: b"[other]".to_vec(),
-                exec_from: None,
-                voluntary: other.voluntary,
-                involuntary: other.involuntary,
-                migrations: other.migrations,
-                wake: other.wake,
-                preempt: other.preempt,
-                preemptors: Vec::new(),
-            });
+        let o = drained.other;
+        if o.voluntary + o.involuntary > 0 {
+            rows.push(row(0, 0, b"[other]".to_vec(), None, &o));
         }
-        Ok(Interval { rows, stats })
+        Ok(Interval {
+            rows,
+            preemptors: drain_pairs(&mut self.preemptors, self.gen)?,
+            culprits: drain_pairs(&mut self.culprits, self.gen)?,
+            wakers: drain_pairs(&mut self.wakers, self.gen)?,
+            stats: self.session.stats_delta()?,
+        })
+    }
+
+    /// The meta line: what was attached, and what a skipped hook costs.
+    pub fn meta(&self, tool: &'static str, what: &str) -> Meta {
+        Meta::of(tool, what, &self.scope, &self.session)
+            .with("notes", self.notes.clone())
+            .with(
+                "wake_wait_clock",
+                if self.wall_clock { "wall" } else { "run_delay" },
+            )
     }
 }
 
-impl Row {
-    /// The name for the text table: `python3 (was sh)` when the row spans an exec.
-    pub fn name_text(&self) -> String {
-        match &self.exec_from {
-            Some(old) => format!(
-                "{} (was {})",
-                crate::report::sanitize::text(&self.comm),
-                crate::report::sanitize::text(old)
-            ),
-            None => crate::report::sanitize::text(&self.comm),
+/// Names of the tasks a window mentions: a row's name when the task has one (it may have exited
+/// since), else /proc while it lives.
+pub struct Names {
+    rows: BTreeMap<u32, Vec<u8>>,
+}
+
+impl Names {
+    pub fn of(rows: &[Row]) -> Names {
+        Names {
+            rows: rows
+                .iter()
+                .filter(|r| r.id != 0)
+                .map(|r| (r.id, r.comm.clone()))
+                .collect(),
         }
     }
 
-    /// `comm`, and `exec_from` when the row spans an exec, in tracekit's JSON representation.
-    pub fn put_names(&self, line: &mut serde_json::Value) {
-        crate::report::sanitize::put_json(line, "comm", &self.comm);
-        if let Some(old) = &self.exec_from {
-            crate::report::sanitize::put_json(line, "exec_from", old);
+    /// The name of task `id` (a tgid, or a tid in per-thread mode).
+    pub fn get(&self, id: u32) -> Vec<u8> {
+        if id == 0 {
+            return b"[idle]".to_vec();
+        }
+        if let Some(c) = self.rows.get(&id) {
+            return c.clone();
+        }
+        // /proc/<tid>/comm exists for threads too (not listed, but readable).
+        crate::host::proc::comm(id).unwrap_or_else(|| b"[exited]".to_vec())
+    }
+}
+
+/// A task at the other end of a pair, for JSON: `pid` (and `tid` per thread), `comm`, the
+/// count, and the time where the pair carries one.
+#[derive(Clone, Debug, Serialize)]
+pub struct Peer {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    pub count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ns: Option<u64>,
+    #[serde(skip)]
+    pub id: u32,
+    #[serde(skip)]
+    pub name: Vec<u8>,
+}
+
+impl Peer {
+    /// The `b` side of `p` (the preemptor, culprit or wakee).
+    pub fn b_of(p: &Pair, names: &Names, threads: bool, with_ns: bool) -> Peer {
+        Self::new(
+            p.b,
+            p.b_tgid,
+            p.count,
+            with_ns.then_some(p.ns),
+            names,
+            threads,
+        )
+    }
+
+    pub fn new(
+        id: u32,
+        tgid: u32,
+        count: u64,
+        delay_ns: Option<u64>,
+        names: &Names,
+        threads: bool,
+    ) -> Peer {
+        let name = names.get(id);
+        let (comm, comm_bytes) = sanitize::name_fields(&name);
+        Peer {
+            pid: tgid,
+            tid: threads.then_some(id),
+            comm,
+            comm_bytes,
+            count,
+            delay_ns,
+            id,
+            name,
         }
     }
-}
 
-/// Name of a preemptor (a tgid): its comm while it lives.
-pub fn preemptor_name(tgid: u32) -> Vec<u8> {
-    if tgid == 0 {
-        return b"[idle]".to_vec();
+    /// `name(id)`, for text.
+    pub fn text(&self) -> String {
+        format!("{}({})", sanitize::text(&self.name), self.id)
     }
-    crate::host::proc::comm(tgid).unwrap_or_else(|| b"[exited]".to_vec())
 }
 
-/// Header lines for what the programs could not record in an interval.
-pub fn stats_notes(st: &[u64]) -> Vec<String> {
-    use probes_common::{sched as ps, stats};
+/// The pairs with `a == id`, as peers, in the order drained (most first).
+pub fn peers_of(pairs: &[Pair], id: u32, names: &Names, threads: bool, with_ns: bool) -> Vec<Peer> {
+    pairs
+        .iter()
+        .filter(|p| p.a == id)
+        .map(|p| Peer::b_of(p, names, threads, with_ns))
+        .collect()
+}
+
+/// Header lines for what the programs could not record in a window.
+pub fn stats_notes(st: &[u64; NSTATS as usize]) -> Vec<String> {
     let mut out = Vec::new();
-    let (full, keys, pre, nobase) = (
+    let (full, keys, pairs, nobase) = (
         st[stats::START_MAP_FULL as usize],
         st[stats::KEY_MAP_FULL as usize],
-        st[ps::STAT_PREEMPT_MAP_FULL as usize],
-        st[ps::STAT_NO_BASELINE as usize],
+        st[STAT_PAIR_MAP_FULL as usize],
+        st[STAT_NO_BASELINE as usize],
     );
     if full > 0 {
         out.push(format!(
@@ -337,9 +578,9 @@ pub fn stats_notes(st: &[u64]) -> Vec<String> {
             "{keys} switch(es) over the --max-keys cap are counted in the [other] row"
         ));
     }
-    if pre > 0 {
+    if pairs > 0 {
         out.push(format!(
-            "{pre} preemption(s) not attributed: the preemptor map was full"
+            "{pairs} preemption(s), wait(s) or wakeup(s) not attributed to a pair: the pair map was full (--max-keys)"
         ));
     }
     if nobase > 0 {
@@ -350,22 +591,65 @@ pub fn stats_notes(st: &[u64]) -> Vec<String> {
     out
 }
 
-/// The `"type":"stats"` JSON line closing each interval.
-pub fn stats_line(tool: &str, w: &crate::engine::Window, st: &[u64], n: u64) -> serde_json::Value {
-    use probes_common::{sched as ps, stats};
-    let mut all = [0u64; stats::NSTATS as usize];
-    for (a, b) in all.iter_mut().zip(st) {
-        *a = *b;
+/// The `"type":"stats"` line: the kernel's counters, plus `count` (what the tool counted).
+pub fn stats(st: [u64; NSTATS as usize], count: u64) -> Stats {
+    Stats::new(st)
+        .with("count", count)
+        .with("missed", st[stats::START_MAP_FULL as usize])
+        .with("pair_map_full", st[STAT_PAIR_MAP_FULL as usize])
+        .with("no_baseline", st[STAT_NO_BASELINE as usize])
+        .with("idle_switches", st[STAT_IDLE_SWITCHES as usize])
+}
+
+/// The id column named for what it holds.
+pub fn id_head(threads: bool) -> &'static str {
+    if threads {
+        "TID"
+    } else {
+        "PID"
     }
-    crate::engine::stats_line(
-        tool,
-        w,
-        &all,
-        serde_json::json!({
-            "count": n,
-            "missed": st[stats::START_MAP_FULL as usize],
-            "preempt_map_full": st[ps::STAT_PREEMPT_MAP_FULL as usize],
-            "no_baseline": st[ps::STAT_NO_BASELINE as usize],
-        }),
-    )
+}
+
+/// A rate for JSON: a float to the thousandth (a rare event per window is not 0).
+pub fn per_s(count: u64, secs: f64) -> f64 {
+    (count as f64 / secs * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_attach_switch_last_and_only_switch_is_required() {
+        assert_eq!(HOOKS.last().unwrap().event, "sched:sched_switch");
+        for h in HOOKS {
+            assert_eq!(h.optional, h.event != "sched:sched_switch", "{}", h.event);
+            assert_eq!(h.programs[0].0, AttachMode::TpBtf);
+            assert_eq!(h.programs[1].0, AttachMode::RawTp);
+        }
+    }
+
+    #[test]
+    fn wake_slots_are_a_power_of_two() {
+        let n = wake_slots();
+        assert!(n.is_power_of_two() && n >= 4096 && n <= 65536, "{n}");
+    }
+
+    #[test]
+    fn names_prefer_the_row_then_idle() {
+        let mut r = row(7, 7, b"w".to_vec(), None, &SchedVal::ZERO);
+        r.v.voluntary = 2;
+        assert_eq!(r.switches(), 2);
+        assert_eq!(Who::of(&r, true).tid, Some(7));
+        r.comm = b"worker".to_vec();
+        let n = Names::of(&[r]);
+        assert_eq!(n.get(7), b"worker");
+        assert_eq!(n.get(0), b"[idle]");
+        let p = Peer::new(7, 3, 5, Some(9), &n, true);
+        assert_eq!(
+            (p.pid, p.tid, p.text()),
+            (3, Some(7), "worker(7)".to_string())
+        );
+        assert_eq!(per_s(1, 2.0), 0.5);
+    }
 }

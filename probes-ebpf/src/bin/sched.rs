@@ -1,30 +1,39 @@
 //! `sched` kernel programs, the one object behind both `ctxsw` and `runq-lat` (they differ
-//! only in userspace, and in `SCHED_PREEMPTORS`: ctxsw also records who preempted whom).
+//! only in userspace, and in flags: ctxsw records who preempted whom and, with `--threads`,
+//! who woke whom; runq-lat records whom each wait after a wakeup was spent behind).
 //!
-//! Hooks: `sched:sched_switch` (tp_btf, else raw_tp), `sched:sched_process_free` (to forget
-//! a task's snapshot once its tid can be reused) and `sched:sched_process_exec` (rare: renames
-//! the task's aggregate to the new program, keeping the old name, so a row is not reported
-//! under the name of the shell that exec'd it).
+//! Hooks: `sched:sched_switch` (tp_btf, else raw_tp); `sched:sched_waking` and
+//! `sched:sched_wakeup_new` (wakeup timestamps); `sched:sched_process_free` (to forget a task's
+//! snapshot once its tid can be reused) and `sched:sched_process_exec` (rare: renames the task's
+//! aggregate to the new program, keeping the old name, so a row is not reported under the name
+//! of the shell that exec'd it).
 //!
-//! Why this design is cheap: the kernel already counts, per task, voluntary (`nvcsw`) and
-//! involuntary (`nivcsw`) switches, the total time spent waiting on a run queue
-//! (`sched_info.run_delay`) and CPU migrations (`se.nr_migrations`). At `sched_switch` the
-//! outgoing task's counters are already updated for this switch (`++*switch_count` precedes the
-//! tracepoint), and its run_delay includes the wait before the run that just ended
-//! (`sched_info_arrive` ran at its switch-in). So one program on `sched_switch` that diffs the
-//! outgoing task's counters against a per-task snapshot yields exact counts and one run-queue
-//! wait sample per run, with:
-//! - no wakeup hook (runqlat pays a second program on every wakeup), no timestamps
-//!   (no `bpf_ktime_get_ns`), no ring buffer;
-//! - on tp_btf, plain loads from the BTF-typed `prev`/`next` pointers at offsets the verifier
-//!   sees as constants (frozen read-only globals), instead of `bpf_probe_read_kernel` calls;
-//! - two hash lookups (per-task snapshot by tid, per-process aggregate) and a handful of atomic
-//!   adds per switch.
+//! Counts: the kernel already counts, per task, voluntary (`nvcsw`) and involuntary (`nivcsw`)
+//! switches, the time spent waiting on a run queue (`sched_info.run_delay`) and CPU migrations
+//! (`se.nr_migrations`). At `sched_switch` the outgoing task's counters are already updated for
+//! this switch (`++*switch_count` precedes the tracepoint), so diffing them against a per-task
+//! snapshot yields exact counts, including the one case the tracepoint's arguments cannot tell
+//! right (a task going to sleep with a signal pending is counted voluntary by the kernel
+//! although `prev_state` reads TASK_RUNNING, kernels >= 6.13, `try_to_block_task`).
 //!
-//! Diffing the kernel's counters (instead of classifying each switch from `preempt` and
-//! `prev_state`) also gets the one case the arguments cannot tell right: a task going to sleep
-//! with a signal pending is counted voluntary by the kernel although `prev_state` reads
-//! TASK_RUNNING (kernels ≥ 6.13, `try_to_block_task`).
+//! Waits (issue #17): `run_delay` is measured on the run queue's clock, which `__schedule` does
+//! not update after a wakeup asked to preempt the running task (`rq_clock_skip_update` in
+//! `wakeup_preempt`/`check_preempt_curr`): the woken task's wait then reads as zero although the
+//! waker kept the CPU until its next preemption point. So a wait after a wakeup is timed on the
+//! wall clock: `sched_waking` stores `bpf_ktime_get_ns()` in a tid-indexed array slot (no hash:
+//! an array lookup is inlined by the verifier, a few instructions), the wakee's switch-in turns
+//! it into the wait and records the task switched out there as the one it waited behind (the
+//! culprit), and the wakee's switch-out records the wait with its counters (one aggregate
+//! lookup per run, as before). Waits after a preemption stay the kernel's `run_delay` (its clock
+//! is up to date there), and the kernel's `run_delay` total is kept beside them.
+//!
+//! Why `sched_waking`, not `sched_wakeup`: it runs in the waker's context on every kernel (the
+//! waker is known), and the wait starts when the wakeup was issued (for a wakeup sent to an idle
+//! CPU by IPI: with the IPI and the idle exit, which runqlat leaves out).
+//!
+//! Verifier discipline (start-up, and the 6.1 verifier's complexity limits): every path ends in
+//! one shared tail with no path-specific constants in live registers; choices that feed the tail
+//! are made by arithmetic on `opaque` values, not by branches.
 //!
 //! Fields read from `struct task_struct` (offsets from /sys/kernel/btf/vmlinux, `TaskOffsets`):
 //! `pid`, `tgid`, `nvcsw`, `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`, `start_time`.
@@ -34,16 +43,18 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use probes_common::{
-    hist::LatHist,
+    hist::{opaque, LatHist},
     sched::{
-        PreemptKey, SchedKey, SchedVal, TaskOffsets, TaskSnap, STAT_IDLE_SWITCHES,
-        STAT_NO_BASELINE, STAT_PREEMPT_MAP_FULL,
+        Holders, PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, TaskSnap, WakeSlot,
+        STAT_IDLE_SWITCHES, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, WAKE_OWN, WAKE_WAITED,
     },
     stats,
 };
@@ -65,9 +76,22 @@ static SCHED_OFFS: TaskOffsets = TaskOffsets {
 static SCHED_START_NS: u64 = 0;
 #[no_mangle]
 static SCHED_PER_THREAD: u8 = 0;
-/// Record who preempted whom (ctxsw only).
+/// Record who preempted whom (ctxsw).
 #[no_mangle]
 static SCHED_PREEMPTORS: u8 = 0;
+/// Record whom each wait after a wakeup was spent behind (runq-lat, ctxsw).
+#[no_mangle]
+static SCHED_CULPRITS: u8 = 0;
+/// Waits after a wakeup shorter than this are not attributed to a culprit (set by userspace;
+/// see `tools::sched` for the value and why).
+#[no_mangle]
+static SCHED_CULPRIT_MIN_NS: u64 = 0;
+/// Record who woke whom (ctxsw --threads).
+#[no_mangle]
+static SCHED_WAKERS: u8 = 0;
+/// `WAKE` has `mask + 1` slots (a power of two); a slot is `tid & mask`.
+#[no_mangle]
+static SCHED_WAKE_MASK: u32 = 0;
 /// The tracepoint passes `prev_state` (kernels ≥ 5.18).
 #[no_mangle]
 static SCHED_HAS_STATE: u8 = 1;
@@ -82,7 +106,7 @@ static SCHED_HAS_STATE: u8 = 1;
 /// behind a branch on a frozen read-only global: with `SCHED_HAS_STATE` = 0 the verifier knows
 /// the branch is dead, never checks the read, and records no context access beyond ctx[2].
 #[inline(always)]
-pub fn prev_state(read: impl FnOnce() -> u64) -> u64 {
+fn prev_state(read: impl FnOnce() -> u64) -> u64 {
     if ro(&SCHED_HAS_STATE) != 0 {
         read() & 0xffff_ffff
     } else {
@@ -97,8 +121,17 @@ pub fn prev_state(read: impl FnOnce() -> u64) -> u64 {
 /// with kmalloc there; for tp_btf (BPF_PROG_TYPE_TRACING) that is allowed silently, for the
 /// raw_tp fallback 5.x kernels print a one-time "trace type BPF program uses run-time
 /// allocation" warning and PREEMPT_RT kernels refuse the program.
+///
+/// Not task-local storage: it exists from 5.11 (tracing programs: 5.12), an object holding one
+/// fails to load whole on 5.10, and raw_tp programs cannot pass `next` to it (untyped pointer).
 #[map]
 static TASKS: HashMap<u32, TaskSnap> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// The last wakeup of each task and, once it ran, its wait, at `tid & SCHED_WAKE_MASK`. An
+/// array, not a hash: the wakeup and both ends of the switch touch it, and an array lookup
+/// compiles to a bounds check and an add.
+#[map]
+static WAKE: Array<WakeSlot> = Array::with_max_entries(65536, 0);
 
 /// Aggregates per process (or thread) and generation, sized by userspace (`--max-keys` × 2).
 #[map]
@@ -112,19 +145,35 @@ static SCHED_OTHER: Array<SchedVal> = Array::with_max_entries(2, 0);
 #[map]
 static SCHED_SCRATCH: PerCpuArray<SchedVal> = PerCpuArray::with_max_entries(1, 0);
 
+/// Who held each CPU lately (for charging a wait to the tasks that ran meanwhile).
+#[map]
+static HOLDERS: PerCpuArray<Holders> = PerCpuArray::with_max_entries(1, 0);
+
 /// Involuntary switches by (victim, preemptor), ctxsw only.
 #[map]
-static PREEMPTORS: HashMap<PreemptKey, u64> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+static PREEMPTORS: HashMap<PairKey, PairVal> =
+    HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+/// Waits after a wakeup by (victim, a task that held the CPU meanwhile): waits and the part of
+/// them, in wall-clock ns, that task ran. Not filtered in the kernel (the victim's switch-in
+/// runs in another task's context, where `--comm` cannot be checked): userspace keeps the
+/// victims it has rows for.
+#[map]
+static CULPRITS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+/// Wakeups by (waker, wakee), ctxsw --threads only.
+#[map]
+static WAKERS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
 /// How task fields are read: direct loads (tp_btf, where the verifier knows the pointer's BTF
 /// type and checks each load against the struct layout) or `bpf_probe_read_kernel` (raw_tp).
-pub trait Reader {
+trait Reader {
     fn u64(task: *const u8, off: u32) -> u64;
     fn i32(task: *const u8, off: u32) -> i32;
 }
 
-pub struct Direct;
-pub struct Probe;
+struct Direct;
+struct Probe;
 
 impl Reader for Direct {
     #[inline(always)]
@@ -155,7 +204,7 @@ impl Reader for Probe {
 }
 
 /// `TaskSnap::preempted` bit: the previous switch-out was involuntary (the next run-queue wait
-/// is a preemption wait).
+/// is a preemption wait, not a wakeup wait).
 const SNAP_PREEMPTED: u32 = 1;
 /// `TaskSnap::preempted` bit: no counter baseline yet (first switch of a task that was running
 /// before tracing began): the wait since the last switch-in is unknown.
@@ -165,6 +214,176 @@ const SNAP_NO_WAIT: u32 = 2;
 #[map]
 static SNAP_SCRATCH: PerCpuArray<TaskSnap> = PerCpuArray::with_max_entries(1, 0);
 
+/// The id a row (or pair) uses for a task: its tgid, or its tid with `--threads`.
+#[inline(always)]
+fn row_id(tid: u32, tgid: u32) -> u32 {
+    if ro(&SCHED_PER_THREAD) != 0 {
+        tid
+    } else {
+        tgid
+    }
+}
+
+/// The `WAKE` slot of `tid`.
+#[inline(always)]
+fn wake_slot(tid: u32) -> Option<*mut WakeSlot> {
+    WAKE.get_ptr_mut(tid & ro(&SCHED_WAKE_MASK))
+}
+
+/// Adds `count` and `ns` to `key` of a pair map, creating it; a full map is counted.
+#[inline(always)]
+fn pair_add(map: &HashMap<PairKey, PairVal>, key: &PairKey, count: u64, ns: u64) {
+    match get_or_insert(map, key, &PairVal::default()) {
+        // SAFETY: a live map value pointer from the lookup just above.
+        Some(v) => unsafe {
+            atomic_add(&raw mut (*v).count, count);
+            if ns != 0 {
+                atomic_add(&raw mut (*v).ns, ns);
+            }
+        },
+        None => stat(STAT_PAIR_MAP_FULL),
+    }
+}
+
+/// `sched_waking(p)` (and `sched_wakeup_new(p)` with `new`): remembers when `p` was woken.
+///
+/// Every wakeup is stored, even of a task still on a run queue (`ttwu_runnable`: woken before it
+/// blocked, while preempted, or in a 6.12+ delayed dequeue): the switch-out decides what the
+/// wait was. A wait after an involuntary switch-out is a preemption wait whatever wakeups came
+/// meanwhile; a stale timestamp (a wakeup while the task ran) is overwritten by the next wakeup.
+#[inline(always)]
+fn on_waking<R: Reader>(p: *const u8, new: bool) {
+    let o = ro(&SCHED_OFFS);
+    let tid = R::i32(p, o.pid) as u32;
+    let Some(w) = wake_slot(tid) else {
+        return;
+    };
+    let waker_tgid = if new {
+        0
+    } else {
+        (bpf_get_current_pid_tgid() >> 32) as u32
+    };
+    // SAFETY: a live array slot; concurrent wakeups of two tids sharing it may mix their fields
+    // (the tid tag then rarely matches a mixed timestamp: a wrong wait, very rarely). The
+    // measured wait of the current run, if any, stays for its switch-out.
+    unsafe {
+        (*w).tid = tid;
+        (*w).waker_tgid = waker_tgid;
+        (*w).ts = bpf_ktime_get_ns();
+    }
+    if !new && ro(&SCHED_WAKERS) != 0 && allowed(waker_tgid) {
+        let waker_tid = bpf_get_current_pid_tgid() as u32;
+        let tgid = R::i32(p, o.tgid) as u32;
+        let key = PairKey {
+            a: row_id(waker_tid, waker_tgid),
+            a_tgid: waker_tgid,
+            b: row_id(tid, tgid),
+            b_tgid: tgid,
+            gen: generation(),
+            _pad: 0,
+        };
+        pair_add(&WAKERS, &key, 1, 0);
+    }
+}
+
+/// The switch-in of `next`: a pending wakeup becomes its wait; with `SCHED_CULPRITS`, the wait
+/// is charged to the two tasks that held this CPU last, each for the part of the wait it ran
+/// (the rest, when more tasks ran meanwhile, is charged to nobody; a holder whose start is not
+/// known, one that resumed after a preemption, is charged from the wakeup on), and `next`
+/// becomes the holder. The clock is read only for a switch-in that ends a wait after a wakeup.
+///
+/// Charging only the task switched out here (the last holder) named `rcu_preempt` and kworkers
+/// for waits spent behind CPU hogs: they run briefly right before the woken task, after the hog.
+#[inline(always)]
+fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
+    let o = ro(&SCHED_OFFS);
+    let culprits = ro(&SCHED_CULPRITS) != 0;
+    let ntid = R::i32(next, o.pid) as u32;
+    let ntgid = R::i32(next, o.tgid) as u32;
+    let Some(w) = wake_slot(ntid) else {
+        return;
+    };
+    // SAFETY: a live array slot (see on_waking for the races).
+    let w = unsafe { &mut *w };
+    let ts = w.ts;
+    let pending = ntid != 0 && w.tid == ntid && ts != 0;
+    if !pending {
+        if culprits {
+            // A task resuming after a preemption: it holds the CPU from now on, since when is
+            // not worth a clock read on every switch (a later wait charged to it then counts
+            // from that wait's wakeup).
+            if let Some(h) = HOLDERS.get_ptr_mut(0) {
+                // SAFETY: this CPU's slot; programs on one CPU do not nest on sched_switch.
+                let h = unsafe { &mut *h };
+                let (ptid, ptgid) = (R::i32(prev, o.pid) as u32, R::i32(prev, o.tgid) as u32);
+                h.before_id = row_id(ptid, ptgid);
+                h.before_tgid = ptgid;
+                h.before_since = h.since;
+                h.id = row_id(ntid, ntgid);
+                h.tgid = ntgid;
+                h.since = 0;
+            }
+        }
+        return;
+    }
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // The timestamp may come from another CPU: never negative.
+    let wait = now.saturating_sub(ts) & !(WAKE_WAITED | WAKE_OWN);
+    let own = if w.waker_tgid == ntgid { WAKE_OWN } else { 0 };
+    w.ts = 0;
+    w.wait = wait | WAKE_WAITED | own;
+    if !culprits {
+        return;
+    }
+    let Some(h) = HOLDERS.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; programs on one CPU do not nest on sched_switch.
+    let h = unsafe { &mut *h };
+    let (ptid, ptgid) = (R::i32(prev, o.pid) as u32, R::i32(prev, o.tgid) as u32);
+    let pid = row_id(ptid, ptgid);
+    // `prev` held the CPU since h.since when the history knows it (else: all the wait).
+    let known = h.id == pid && h.tgid == ptgid && h.since != 0;
+    if wait >= ro(&SCHED_CULPRIT_MIN_NS) {
+        let since = if known && h.since > ts { h.since } else { ts };
+        let key = PairKey {
+            a: row_id(ntid, ntgid),
+            a_tgid: ntgid,
+            b: pid,
+            b_tgid: ptgid,
+            gen: generation(),
+            _pad: 0,
+        };
+        pair_add(&CULPRITS, &key, 1, now.saturating_sub(since));
+        if since > ts {
+            // The task before it, for the part of the wait it ran.
+            let from = if h.before_since > ts { h.before_since } else { ts };
+            if since > from {
+                let key = PairKey {
+                    b: h.before_id,
+                    b_tgid: h.before_tgid,
+                    ..key
+                };
+                pair_add(&CULPRITS, &key, 1, since - from);
+            }
+        }
+    }
+    h.before_id = pid;
+    h.before_tgid = ptgid;
+    h.before_since = if known { h.since } else { 0 };
+    h.id = row_id(ntid, ntgid);
+    h.tgid = ntgid;
+    h.since = now;
+}
+
+/// 1 if `a == b`, else 0, without a branch (`a ^ b` is below 2^32, so `- 1` only sets the top
+/// bit when it is zero).
+#[inline(always)]
+fn eq01(a: u32, b: u32) -> u64 {
+    ((a ^ b) as u64).wrapping_sub(1) >> 63
+}
+
 /// `sched_switch(preempt, prev, next, prev_state)`.
 ///
 /// Shaped for the verifier: every path reaches one shared tail with a pointer to a baseline
@@ -173,7 +392,8 @@ static SNAP_SCRATCH: PerCpuArray<TaskSnap> = PerCpuArray::with_max_entries(1, 0)
 /// verified instructions before, ~21 ms of start-up). The first-switch cases only differ in the
 /// baseline they write (see `first_switch`).
 #[inline(always)]
-pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_state: u64) {
+fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_state: u64) {
+    switch_in::<R>(prev, next);
     let o = ro(&SCHED_OFFS);
     let tid = R::i32(prev, o.pid) as u32;
     if tid == 0 {
@@ -206,7 +426,7 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
     let vol = now.nvcsw.wrapping_sub(s.nvcsw);
     let invol = now.nivcsw.wrapping_sub(s.nivcsw);
     let migr = now.nr_migrations.wrapping_sub(s.nr_migrations);
-    let wait = now.run_delay.wrapping_sub(s.run_delay);
+    let delay = now.run_delay.wrapping_sub(s.run_delay);
     let flags = s.preempted;
     s.nvcsw = now.nvcsw;
     s.nivcsw = now.nivcsw;
@@ -214,14 +434,26 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
     s.nr_migrations = now.nr_migrations;
     // invol != 0, without a branch: the top bit of invol | -invol.
     s.preempted = ((invol | invol.wrapping_neg()) >> 63) as u32;
+    // The `WAKE` slot of this task: the measured wait of the run that ends now (consumed
+    // here), if its wakeup was seen. Its timestamp is left alone: a wakeup racing with this
+    // very switch-out from another CPU ends the sleep that begins now. The index is always in
+    // range; the check is for the verifier.
+    let Some(w) = wake_slot(tid) else {
+        return;
+    };
+    // SAFETY: a live array slot (see on_waking for the races).
+    let w = unsafe { &mut *w };
+    let wv = w.wait;
+    let measured = opaque((wv >> 63) & eq01(w.tid, tid));
+    if measured != 0 {
+        w.wait = 0;
+    }
+    let wall = wv & !(WAKE_WAITED | WAKE_OWN);
+    let own = opaque(((wv & WAKE_OWN) >> 62) & measured);
 
     let gen = generation();
     let key = SchedKey {
-        id: if ro(&SCHED_PER_THREAD) != 0 {
-            tid
-        } else {
-            tgid
-        },
+        id: row_id(tid, tgid),
         gen,
     };
     let val = match SCHED_AGG.get_ptr_mut(key) {
@@ -250,6 +482,13 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
             }
         }
     };
+    // Which wait this run began with, as 0/1 values the verifier cannot see as constants (so
+    // the tail below is verified once, not once per combination).
+    let has_wait = opaque((((flags & SNAP_NO_WAIT) >> 1) ^ 1) as u64);
+    let preempted = opaque((flags & SNAP_PREEMPTED) as u64);
+    // A wait after a wakeup is the wall-clock one when its wakeup was seen.
+    let wall_used = opaque((1 - preempted) * measured);
+    let wait = delay.wrapping_add(wall.wrapping_sub(delay).wrapping_mul(wall_used));
     // SAFETY: `val` is a live map value pointer.
     unsafe {
         if vol != 0 {
@@ -261,64 +500,54 @@ pub fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, pre
         if migr != 0 {
             atomic_add(&raw mut (*val).migrations, migr);
         }
-        if flags & SNAP_NO_WAIT == 0 {
+        if own != 0 {
+            atomic_add(&raw mut (*val).own_wakeups, 1);
+        }
+        if has_wait != 0 {
+            if delay != 0 {
+                atomic_add(&raw mut (*val).run_delay_ns, delay);
+            }
+            if (1 - preempted) * (1 - measured) != 0 {
+                atomic_add(&raw mut (*val).wake_unmeasured, 1);
+            }
             // `preempt` follows `wake` in SchedVal: pick it by offset, not by branch, so the
-            // histogram update is verified once. opaque() keeps LLVM from turning the
-            // multiplication back into a select (a jump on BPF).
-            let which = probes_common::hist::opaque((flags & SNAP_PREEMPTED) as u64);
+            // histogram update is verified once.
             let h = (&raw mut (*val).wake as *mut u8)
-                .add(which as usize * core::mem::size_of::<LatHist>())
+                .add(preempted as usize * core::mem::size_of::<LatHist>())
                 as *mut LatHist;
             hist_record(h, wait);
         }
     }
 
     if invol != 0 && ro(&SCHED_PREEMPTORS) != 0 {
-        let by = if next.is_null() {
-            0
+        let (btid, btgid) = if next.is_null() {
+            (0, 0)
         } else {
-            R::i32(next, o.tgid) as u32
+            (R::i32(next, o.pid) as u32, R::i32(next, o.tgid) as u32)
         };
-        let pk = PreemptKey {
-            victim: key.id,
-            by,
+        let pk = PairKey {
+            a: key.id,
+            a_tgid: tgid,
+            b: row_id(btid, btgid),
+            b_tgid: btgid,
             gen,
             _pad: 0,
         };
-        match PREEMPTORS.get_ptr_mut(pk) {
-            // SAFETY: `c` is a map value pointer from the lookup just above.
-            Some(c) => unsafe { atomic_add(c, invol) },
-            None => {
-                if PREEMPTORS.insert(pk, invol, BPF_NOEXIST_U64).is_err() {
-                    // Lost a race with another CPU creating the key, or the map is full.
-                    match PREEMPTORS.get_ptr_mut(pk) {
-                        // SAFETY: as above.
-                        Some(c) => unsafe { atomic_add(c, invol) },
-                        None => stat(STAT_PREEMPT_MAP_FULL),
-                    }
-                }
-            }
-        }
+        pair_add(&PREEMPTORS, &pk, invol, 0);
     }
 }
-
-const BPF_NOEXIST_U64: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
 
 /// `sched_process_exec`: the current task runs a new program, and `current->comm` already holds
 /// its name. Only the current interval's aggregate is renamed: later intervals create theirs
 /// with the new name anyway.
 #[inline(always)]
-pub fn on_exec() {
+fn on_exec() {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // No filter check: a key exists only for a task that passed the filters, and a --comm
     // filter would test the new name.
     let key = SchedKey {
-        id: if ro(&SCHED_PER_THREAD) != 0 {
-            tid
-        } else {
-            tgid
-        },
+        id: row_id(tid, tgid),
         gen: generation(),
     };
     let Some(v) = SCHED_AGG.get_ptr_mut(key) else {
@@ -383,9 +612,18 @@ fn first_switch<R: Reader>(
 
 /// `sched_process_free(p)`: the tid may be reused from now on.
 #[inline(always)]
-pub fn on_free<R: Reader>(task: *const u8) {
+fn on_free<R: Reader>(task: *const u8) {
     let tid = R::i32(task, ro(&SCHED_OFFS).pid) as u32;
     let _ = TASKS.remove(tid);
+    if let Some(w) = wake_slot(tid) {
+        // SAFETY: a live array slot.
+        unsafe {
+            if (*w).tid == tid {
+                (*w).ts = 0;
+                (*w).wait = 0;
+            }
+        }
+    }
 }
 
 // Entry points: tp_btf where the kernel has BTF for the tracepoint, raw_tp otherwise.
@@ -409,6 +647,30 @@ pub fn tk_sched_switch_raw(ctx: RawTracePointContext) -> i32 {
         ctx.arg(2),
         prev_state(|| ctx.arg::<u64>(3)),
     );
+    0
+}
+
+#[btf_tracepoint(function = "sched_waking")]
+pub fn tk_sched_waking(ctx: BtfTracePointContext) -> i32 {
+    on_waking::<Direct>(ctx.arg(0), false);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn tk_sched_waking_raw(ctx: RawTracePointContext) -> i32 {
+    on_waking::<Probe>(ctx.arg(0), false);
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn tk_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
+    on_waking::<Direct>(ctx.arg(0), true);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn tk_sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
+    on_waking::<Probe>(ctx.arg(0), true);
     0
 }
 
