@@ -265,6 +265,7 @@ async fn run_async(
         None => None,
     };
     let events = register(collectors)?;
+    let poll = collectors.iter().filter_map(|c| c.poll_interval()).min();
     let metas: Vec<Meta> = collectors.iter().map(|c| c.meta()).collect();
     if !emit.begin(&metas, opts)? {
         return Ok(Stop::ReaderGone);
@@ -287,6 +288,12 @@ async fn run_async(
                 None => MAX_SLEEP,
             };
             tokio::time::sleep(step).await
+        };
+        let polled = async {
+            match poll {
+                Some(p) => tokio::time::sleep(p).await,
+                None => std::future::pending().await,
+            }
         };
         let signalled = async {
             match &wake {
@@ -318,6 +325,12 @@ async fn run_async(
                 }
                 i = any_readable(&events) => {
                     collectors[i].on_events()?;
+                    continue;
+                }
+                _ = polled => {
+                    for c in collectors.iter_mut().filter(|c| c.poll_interval().is_some()) {
+                        c.on_events()?;
+                    }
                     continue;
                 }
                 quit = emit.input() => {
