@@ -9,7 +9,15 @@ use std::{process::Command, time::Duration};
 use serde_json::Value;
 use tracekit_tests::*;
 
-const TOOLS: &[&str] = &["fsync-lat", "memstall", "ctxsw", "runq-lat"];
+/// Every collector of the registry (`doctor`, `triage` and the hidden controls have their own
+/// tests).
+fn tools() -> Vec<&'static str> {
+    tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| !t.hidden)
+        .map(|t| t.name)
+        .collect()
+}
 
 /// Runs tracekit as nobody holding exactly `caps` (setpriv names, e.g. "bpf"), with `env`.
 fn as_nobody(caps: &[&str], args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
@@ -56,7 +64,7 @@ fn cap_name(c: &str) -> String {
 fn each_tool_runs_with_exactly_the_documented_capabilities() {
     require_root();
     let set = ["bpf", "perfmon"];
-    for tool in TOOLS {
+    for tool in tools() {
         let (code, lines, err) = as_nobody(&set, &[tool, "--json", "--duration", "300ms"], &[]);
         assert_eq!(code, 0, "{tool} as nobody with {set:?}: {err}");
         assert!(lines.iter().any(|l| l["type"] == "meta"), "{tool}: {err}");

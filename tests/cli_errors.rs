@@ -150,7 +150,7 @@ fn bare_tracekit_prints_usage_and_tools() {
     let (code, err) = run(&[], None);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("Usage: tracekit <COMMAND>"), "{err}");
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+    for tool in tools_and_commands() {
         assert!(err.contains(tool), "{tool} missing from {err}");
     }
     assert!(!err.contains("bench-floor"), "{err}");
@@ -160,7 +160,7 @@ fn bare_tracekit_prints_usage_and_tools() {
 /// the --max-keys range, and the privileges it needs.
 #[test]
 fn every_help_shows_examples_range_and_privileges() {
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+    for tool in tools_and_commands() {
         let o = Command::new(tracekit_bin())
             .args([tool, "--help"])
             .output()
@@ -277,7 +277,7 @@ fn announcement_says_how_the_run_ends() {
     if !is_root() {
         return;
     }
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+    for tool in tools() {
         let (code, err) = run(&[tool, "--duration", "200ms"], None);
         assert_eq!(code, 0, "{err}");
         assert!(!err.contains("Ctrl-C"), "{tool}: {err}");
@@ -318,7 +318,7 @@ fn help_examples_run() {
         return;
     }
     let dir = scratch("examples");
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"] {
+    for tool in tools_and_commands() {
         let o = Command::new(tracekit_bin())
             .args([tool, "--help"])
             .output()

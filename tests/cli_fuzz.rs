@@ -70,7 +70,7 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
     ];
     let numbers = ["0", "1", "16", "1000000", "3"];
     let bad_numbers = ["15", "1000001", "-1", "abc", "99999999999999999999"];
-    let tools = ["fsync-lat", "memstall", "ctxsw", "runq-lat", "doctor"];
+    let tools = tools_and_commands();
     let mut a = vec![if bad(r) {
         r.pick(&["no-such-tool", "--json", "", "bench-floor"])
             .to_string()

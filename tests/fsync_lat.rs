@@ -137,6 +137,70 @@ fn by_file_names_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A descriptor reused for another file (issue #17: "open A, fsync, close; then 100 × (open B,
+/// fsync, close)" was all reported on A): each call's file is identified in the kernel.
+#[test]
+fn reused_descriptor_names_each_file() {
+    require_root();
+    let dir = scratch("fsync-reuse");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-reuse", dir.to_str().unwrap(), "100"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap();
+    let count_of = |name: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "file" && l["pid"] == pid)
+            .filter(|l| l["file"].as_str().unwrap_or("").ends_with(name))
+            .filter_map(|l| l["count"].as_u64())
+            .sum()
+    };
+    assert_eq!(count_of("/A"), 1, "{lines:?}");
+    assert_eq!(count_of("/B"), 100, "{lines:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The WAL pattern: a file written and synced under a temporary name, then renamed over the
+/// live one, again and again on the same fd number. Each round is its own file (inode), and a
+/// name that no longer names it is shown as renamed.
+#[test]
+fn rename_over_is_shown_per_file() {
+    require_root();
+    let dir = scratch("fsync-wal");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file", "--top-files", "50"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-wal", dir.to_str().unwrap(), "15"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap();
+    let files: Vec<_> = lines
+        .iter()
+        .filter(|l| l["type"] == "file" && l["pid"] == pid)
+        .collect();
+    assert_eq!(files.len(), 15, "one row per segment: {files:?}");
+    // File systems reuse a freed inode number at once; (inode, generation) does not repeat.
+    let inodes: std::collections::BTreeSet<(u64, u64)> = files
+        .iter()
+        .map(|l| {
+            (
+                l["inode"].as_u64().unwrap(),
+                l["inode_generation"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(inodes.len(), 15, "{files:?}");
+    for f in &files {
+        assert_eq!(f["count"], 1, "{f:?}");
+        assert!(f["file"].as_str().unwrap().ends_with("wal.tmp"), "{f:?}");
+        assert_eq!(f["file_state"], "renamed", "{f:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn three_thousand_short_lived_processes_are_all_counted() {
     require_root();
@@ -296,4 +360,140 @@ fn rate_is_fractional() {
         "rate {rate} for 1 call in {secs} s"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workloads `tk-workload` runs for these tests and for the VM check (tests/workload/build.rs finds
+// them), and the check each guest kernel of `cargo xtask vm-test` runs.
+
+/// `fsync PATH N M`, `fsync-procs PATH N`, `fsync-reuse DIR N`, `fsync-wal DIR N`.
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["fsync", path, n, m] => fsync_workload(path, n.parse().ok()?, m.parse().ok()?),
+        ["fsync-procs", path, n] => fsync_procs(path, n.parse().ok()?),
+        ["fsync-reuse", dir, n] => fsync_reuse(dir, n.parse().ok()?),
+        ["fsync-wal", dir, n] => fsync_wal(dir, n.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}
+
+/// Opens DIR/A, fsyncs, closes; then N times opens DIR/B, fsyncs, closes: the same fd number
+/// every time.
+fn fsync_reuse(dir: &str, n: usize) {
+    let once = |name: &str| {
+        let mut f = open_trunc(&format!("{dir}/{name}"));
+        timed_sync(&mut f, "fsync", 1);
+    };
+    once("A");
+    for _ in 0..n {
+        once("B");
+    }
+    println!("{}", serde_json::json!({"pid": std::process::id()}));
+}
+
+/// N times: writes DIR/wal.tmp, fsyncs it, renames it over DIR/wal (a new inode each round).
+fn fsync_wal(dir: &str, n: usize) {
+    for _ in 0..n {
+        let tmp = format!("{dir}/wal.tmp");
+        let mut f = open_trunc(&tmp);
+        timed_sync(&mut f, "fsync", 1);
+        drop(f);
+        std::fs::rename(&tmp, format!("{dir}/wal")).expect("rename over wal");
+    }
+    println!("{}", serde_json::json!({"pid": std::process::id()}));
+}
+
+/// N fsyncs then M fdatasyncs on PATH, each timed.
+fn fsync_workload(path: &str, n: usize, m: usize) {
+    let mut f = open_trunc(path);
+    let fs = timed_sync(&mut f, "fsync", n);
+    let fds = timed_sync(&mut f, "fdatasync", m);
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "fsync_ns": fs, "fdatasync_ns": fds})
+    );
+}
+
+/// N short-lived processes, one after another, each doing one fsync on PATH and exiting.
+fn fsync_procs(path: &str, n: usize) {
+    let mut pids = Vec::with_capacity(n);
+    for _ in 0..n {
+        // SAFETY: fork in a single-threaded process; the child only makes syscalls and _exits.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            0 => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path);
+                let rc = match f {
+                    // SAFETY: plain syscall on an fd we own.
+                    Ok(f) => unsafe { libc::fsync(std::os::fd::AsRawFd::as_raw_fd(&f)) },
+                    Err(_) => -1,
+                };
+                // SAFETY: leaves the child without running the parent's destructors.
+                unsafe { libc::_exit(if rc == 0 { 0 } else { 1 }) };
+            }
+            p if p > 0 => {
+                let mut status = 0;
+                // SAFETY: waits for our own child.
+                unsafe { libc::waitpid(p, &mut status, 0) };
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child failed"
+                );
+                pids.push(p);
+            }
+            _ => panic!("fork failed"),
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "children": pids.len(), "pids": pids})
+    );
+}
+
+/// fsync-lat: exact counts N and M for the workload's pid (the root test's workload, smaller).
+pub fn vm_check() -> Result<String, String> {
+    const N: u64 = 40;
+    const M: u64 = 20;
+    let (lines, w, modes) = tracekit_tests::vm::traced(
+        &["fsync-lat"],
+        &["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()],
+    )?;
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")? as u32;
+    let rows = rows_for(&lines, "fsync-lat", pid);
+    let mut got = Vec::new();
+    for (syscall, key, n) in [("fsync", "fsync_ns", N), ("fdatasync", "fdatasync_ns", M)] {
+        let row = rows
+            .iter()
+            .find(|r| r["syscall"] == syscall)
+            .ok_or_else(|| format!("no {syscall} row for pid {pid}"))?;
+        if row["count"] != n || row["errors"] != 0 {
+            return Err(format!(
+                "{syscall}: count {} errors {}, expected {n} and 0",
+                row["count"], row["errors"]
+            ));
+        }
+        // The kernel times inside the syscall, the workload around it.
+        let own: u64 = w[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_u64)
+            .sum();
+        let total = row["total_ns"].as_u64().unwrap_or(u64::MAX);
+        if total > own {
+            return Err(format!(
+                "{syscall}: total {total} ns exceeds the workload's own {own} ns"
+            ));
+        }
+        got.push(format!("{syscall} {n}/{n}"));
+    }
+    Ok(format!(
+        "{} exact for pid {pid}; {modes}; programs unloaded",
+        got.join(", ")
+    ))
 }

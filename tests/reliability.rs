@@ -1,19 +1,23 @@
-//! Every exit path leaves nothing in the kernel, for every tool. A new tool joins by adding one
-//! line to `TOOLS`.
+//! Every exit path leaves nothing in the kernel, for every tool of the registry
+//! (`tracekit::tools::TOOLS`): a new tool is covered without a line here.
 
 use std::time::Duration;
 
 use tracekit_tests::*;
 
-/// One invocation per tool (JSON mode, so the meta line reports program ids).
-/// `ctxsw --top` with --json takes the non-terminal path (one JSON set per interval).
-const TOOLS: &[&[&str]] = &[
-    &["fsync-lat", "--json"],
-    &["memstall", "--json"],
-    &["ctxsw", "--json"],
-    &["ctxsw", "--top", "--json"],
-    &["runq-lat", "--json"],
-];
+/// One invocation per registered tool (JSON mode, so the meta line reports program ids), plus
+/// the modes with paths of their own: `--top` with --json takes the non-terminal path (one JSON
+/// set per interval).
+fn invocations() -> Vec<Vec<&'static str>> {
+    let mut v = Vec::new();
+    for t in tracekit::tools::TOOLS.iter().filter(|t| !t.hidden) {
+        v.push(vec![t.name, "--json"]);
+        if t.name == "ctxsw" {
+            v.push(vec![t.name, "--top", "--json"]);
+        }
+    }
+    v
+}
 
 fn check_path(args: &[&str], how: &str) {
     let mut full: Vec<&str> = args.to_vec();
@@ -76,7 +80,8 @@ fn check_path(args: &[&str], how: &str) {
 fn no_programs_remain_after_any_exit() {
     require_root();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for args in TOOLS {
+    for args in invocations() {
+        let args = args.as_slice();
         for how in [
             "duration", "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "panic", "error",
         ] {
@@ -105,7 +110,8 @@ fn bad_output_is_refused_before_attaching() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("bad-output");
     let trailing = format!("{}/", dir.join("new").display());
-    for args in TOOLS {
+    for args in invocations() {
+        let args = args.as_slice();
         for target in [
             "/nonexistent-dir/report.json",
             dir.to_str().unwrap(),
@@ -547,7 +553,7 @@ fn inherited_ignored_sighup_is_respected() {
 fn detaching_takes_milliseconds() {
     require_root();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+    for tool in tools() {
         let mut best = Duration::MAX;
         // The best of three: the machine is shared with other test runs.
         for _ in 0..3 {
@@ -596,7 +602,7 @@ fn btf_from_the_environment_is_bounded_and_checked() {
     let dir = scratch("btf-env");
     let garbage = dir.join("garbage");
     std::fs::write(&garbage, b"this is not BTF\n").unwrap();
-    for tool in ["fsync-lat", "memstall", "ctxsw", "runq-lat"] {
+    for tool in tools() {
         for (btf, why) in [
             ("/dev/zero", "larger than"),
             (garbage.to_str().unwrap(), "not BTF"),

@@ -12,6 +12,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod vm;
+
 /// The release `tracekit` that `cargo xtask test` built (`TRACEKIT_BIN`), else the usual place.
 pub fn tracekit_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACEKIT_BIN") {
@@ -333,4 +335,51 @@ pub fn run_exec_workload() -> u32 {
     let status = { out }.wait().expect("wait sh");
     assert!(status.success());
     pid
+}
+
+/// Creates (or truncates) `path` for writing; panics with the path on failure.
+pub fn open_trunc(path: &str) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Writes 4 KiB then calls `kind` (fsync or fdatasync), `count` times, timing each call.
+pub fn timed_sync(f: &mut std::fs::File, kind: &str, count: usize) -> Vec<u64> {
+    let buf = vec![0x5au8; 4096];
+    (0..count)
+        .map(|_| {
+            std::io::Write::write_all(f, &buf).expect("write");
+            let t = std::time::Instant::now();
+            // SAFETY: plain syscalls on an fd we own.
+            let rc = unsafe {
+                if kind == "fsync" {
+                    libc::fsync(std::os::fd::AsRawFd::as_raw_fd(f))
+                } else {
+                    libc::fdatasync(std::os::fd::AsRawFd::as_raw_fd(f))
+                }
+            };
+            let d = t.elapsed().as_nanos() as u64;
+            assert_eq!(rc, 0, "{kind} failed");
+            d
+        })
+        .collect()
+}
+
+/// The registry's visible collectors (`fsync-lat`, `ctxsw`, …): what "every tool" means in the
+/// shared tests, so a new tool is covered without a line here.
+pub fn tools() -> Vec<&'static str> {
+    tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| !t.hidden)
+        .map(|t| t.name)
+        .collect()
+}
+
+/// [`tools`] and the visible commands (`doctor`, …).
+pub fn tools_and_commands() -> Vec<&'static str> {
+    tracekit::tools::visible().map(|t| t.name).collect()
 }

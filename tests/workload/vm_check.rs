@@ -1,5 +1,5 @@
-//! `tk-workload vm-check`: the checks `cargo xtask vm-test` runs inside the VM (Debian's 6.1
-//! kernel). Each tool `tracekit doctor` lists gets a verdict on the serial console:
+//! `tk-workload vm-check`: the checks `cargo xtask vm-test` runs in each guest kernel (and on
+//! the host). Each tool `tracekit doctor` lists gets a verdict on the serial console:
 //!
 //! - `ok`: the tool loaded, attached, saw its culprit triggered by the same workload as the root
 //!   test, and its numbers match the guest kernel's own (or the workload's own) counts;
@@ -7,55 +7,60 @@
 //!   one clear line and exit code 4 (what "detect, degrade, explain" means for a whole tool);
 //! - `known-fail`: the tool gets something wrong on this kernel and the detail names the change it
 //!   waits for (accepted only where `cargo xtask vm-test`'s kernel list expects it);
-//! - `FAIL`: anything else, including a tool that has no check here.
+//! - `FAIL`: anything else, including a tool that has no check.
 //!
-//! Every check also holds the tool to doctor's word ([`attach_policy`]): each program attaches
-//! to the hooks doctor listed for the tool, in the mode doctor said, and to every hook doctor
-//! said attaches. One attach policy, whichever of the two a user asks.
+//! Every check also holds the tool to doctor's word (`tracekit_tests::vm::attach_policy`): each
+//! program attaches to the hooks doctor listed for the tool, in the mode doctor said, and to
+//! every hook doctor said attaches. One attach policy, whichever of the two a user asks.
 //!
-//! A new tool joins by adding one line to [`CHECKS`].
+//! A tool's check is `pub fn vm_check()` in `tests/<tool>.rs`, found by `tests/workload/build.rs`
+//! ([`crate::VM_CHECKS`]); the registry's tools without one fail here.
 //!
 //! `cargo xtask vm-test` runs this on the host kernel too (without `TKVM_GUEST`), so every
 //! kernel gets the same verdicts.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
     panic::{catch_unwind, AssertUnwindSafe},
     process::Command,
-    sync::OnceLock,
-    time::Duration,
 };
 
 use serde_json::Value;
-use tracekit_tests::*;
+use tracekit_tests::{
+    vm::{refuses_clearly, sum, traced, DOCTOR, KNOWN},
+    *,
+};
 
 type Check = fn() -> Result<String, String>;
 
-/// Per-tool checks, by the tool's subcommand name.
-const CHECKS: &[(&str, Check)] = &[
-    ("fsync-lat", fsync_lat),
+/// Checks of tools whose root-test files do not hold them yet (moved there as each tool is
+/// ported onto the collector kit).
+const LEGACY: &[(&str, Check)] = &[
     ("ctxsw", ctxsw),
     ("runq-lat", runq_lat),
     ("memstall", memstall),
-    ("bench-floor", bench_floor),
 ];
 
-/// Tools hidden from `--help` and from doctor's list, checked without doctor's verdict.
-const HIDDEN: &[&str] = &["bench-floor"];
+/// Every check: the tools' own, then the legacy ones of tools in the registry.
+fn checks() -> Vec<(&'static str, Check)> {
+    let registered = |n: &str| tracekit::tools::TOOLS.iter().any(|t| t.name == n);
+    crate::VM_CHECKS
+        .iter()
+        .copied()
+        .chain(LEGACY.iter().copied().filter(|(n, _)| registered(n)))
+        .collect()
+}
+
+/// Registered tools hidden from `--help` and from doctor's list (`bench-floor`), checked
+/// without doctor's verdict.
+fn hidden() -> Vec<&'static str> {
+    tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| t.hidden)
+        .map(|t| t.name)
+        .collect()
+}
 
 const PREFIX: &str = "TKVM|";
-
-/// Tools run on one of their hooks only, as asked on the command line: doctor's other hooks
-/// for them may go unattached.
-const PARTIAL: &[&str] = &["bench-floor"];
-
-/// A check's error starting with this is a known failure of the tool on this kernel, pending the
-/// change it names: verdict `known-fail`, which `cargo xtask vm-test` accepts only on the kernels
-/// its list says (`Spec::known_failures`).
-const KNOWN: &str = "known failure pending a change in ";
-
-/// This kernel's `doctor --json` lines, for [`attach_policy`].
-static DOCTOR: OnceLock<Vec<Value>> = OnceLock::new();
 
 fn verdict(name: &str, v: &str, detail: &str) {
     // One line each: the console is the only channel back to the host.
@@ -156,7 +161,7 @@ pub fn main() -> i32 {
 
     for (name, can_run, why) in &tools {
         let t = std::time::Instant::now();
-        let check = CHECKS.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+        let check = checks().iter().find(|(n, _)| n == name).map(|(_, c)| *c);
         let res = if !can_run {
             refuses_clearly(name, why).map(|d| ("degraded", d))
         } else if let Some(check) = check {
@@ -169,7 +174,7 @@ pub fn main() -> i32 {
                     .unwrap_or_else(|| "panicked".into())),
             }
         } else {
-            Err("no VM check for this tool: add one to CHECKS in tests/workload/vm_check.rs".into())
+            Err("no VM check for this tool: add `pub fn vm_check()` to its tests/<tool>.rs".into())
         };
         let took = format!(" ({:.1}s)", t.elapsed().as_secs_f64());
         let res = res.map(|(v, d)| (v, d + &took)).map_err(|e| e + &took);
@@ -182,11 +187,14 @@ pub fn main() -> i32 {
             }
         }
     }
-    for (n, check) in CHECKS {
-        if tools.iter().any(|t| t.0 == *n) {
+    let hidden = hidden();
+    for (n, check) in checks() {
+        if tools.iter().any(|t| t.0 == n) {
             continue;
         }
-        if !HIDDEN.contains(n) {
+        // Without doctor's list (doctor itself failed, reported above) every check still runs,
+        // so one broken tool does not hide the others' verdicts.
+        if !hidden.contains(&n) && !tools.is_empty() {
             failed += 1;
             verdict(n, "FAIL", "has a VM check but doctor does not list it");
             continue;
@@ -194,7 +202,7 @@ pub fn main() -> i32 {
         // Hidden from --help and doctor (benchmark controls), checked all the same.
         let t = std::time::Instant::now();
         let took = || format!(" ({:.1}s)", t.elapsed().as_secs_f64());
-        match catch_unwind(AssertUnwindSafe(*check)) {
+        match catch_unwind(AssertUnwindSafe(check)) {
             Ok(Ok(d)) => verdict(n, "ok", &(d + &took())),
             Ok(Err(e)) => {
                 failed += 1;
@@ -207,179 +215,6 @@ pub fn main() -> i32 {
         }
     }
     i32::from(failed > 0)
-}
-
-/// A tool doctor says cannot run must say so itself: exit 4, one line on stderr.
-fn refuses_clearly(tool: &str, why: &str) -> Result<String, String> {
-    let out = Command::new(tracekit_bin())
-        .args([tool, "--json", "--duration", "1s"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    let err = err.trim();
-    if out.status.code() != Some(4) || err.lines().count() != 1 {
-        return Err(format!(
-            "doctor says it cannot run ({why}) but `tracekit {tool}` exited {:?} with stderr {err:?}",
-            out.status.code()
-        ));
-    }
-    Ok(format!("cannot run here ({why}); the tool says: {err}"))
-}
-
-/// fsync-lat: exact counts N and M for the workload's pid (the root test's workload, smaller).
-fn fsync_lat() -> Result<String, String> {
-    const N: u64 = 40;
-    const M: u64 = 20;
-    let (lines, w, modes) = traced(
-        &["fsync-lat"],
-        &["fsync", "/tmp/tk-fsync", &N.to_string(), &M.to_string()],
-    )?;
-    let pid = w["pid"].as_u64().ok_or("workload printed no pid")? as u32;
-    let rows = rows_for(&lines, "fsync-lat", pid);
-    let mut got = Vec::new();
-    for (syscall, key, n) in [("fsync", "fsync_ns", N), ("fdatasync", "fdatasync_ns", M)] {
-        let row = rows
-            .iter()
-            .find(|r| r["syscall"] == syscall)
-            .ok_or_else(|| format!("no {syscall} row for pid {pid}"))?;
-        if row["count"] != n || row["errors"] != 0 {
-            return Err(format!(
-                "{syscall}: count {} errors {}, expected {n} and 0",
-                row["count"], row["errors"]
-            ));
-        }
-        // The kernel times inside the syscall, the workload around it.
-        let own: u64 = w[key]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_u64)
-            .sum();
-        let total = row["total_ns"].as_u64().unwrap_or(u64::MAX);
-        if total > own {
-            return Err(format!(
-                "{syscall}: total {total} ns exceeds the workload's own {own} ns"
-            ));
-        }
-        got.push(format!("{syscall} {n}/{n}"));
-    }
-    Ok(format!(
-        "{} exact for pid {pid}; {modes}; programs unloaded",
-        got.join(", ")
-    ))
-}
-
-/// Runs `tracekit ARGS --json` around `workload`; returns its JSON lines, the workload's report
-/// and the attach modes; checks exit status and that the programs are unloaded afterwards.
-fn traced(args: &[&str], workload: &[&str]) -> Result<(Vec<Value>, Value, String), String> {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let mut tk = Tracer::spawn(&a);
-    let meta = tk.wait_attached();
-    let ids = program_ids(&meta);
-    let tool = args[0];
-    let policy = attach_policy(
-        tool,
-        DOCTOR.get().map_or(&[][..], Vec::as_slice),
-        &meta,
-        !PARTIAL.contains(&tool),
-    );
-    let modes: Vec<String> = meta["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            format!(
-                "{}={}",
-                p["name"].as_str().unwrap_or("?"),
-                p["attach"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
-    if !status.success() {
-        return Err(format!("exit {status}: {stderr}"));
-    }
-    let left = wait_unloaded(&ids);
-    if !left.is_empty() {
-        return Err(format!("programs {left:?} still loaded after exit"));
-    }
-    let policy = policy?;
-    Ok((lines, w, format!("{}; {policy}", modes.join(" "))))
-}
-
-/// The name part of an event or attach target: `sched:sched_switch` and `sched_switch` are the
-/// same hook (raw and BTF tracepoints are named without their category).
-fn event_name(e: &str) -> &str {
-    e.rsplit_once(':').map_or(e, |(_, n)| n)
-}
-
-/// Checks what a tool attached (its meta line's `programs`: name, `attach` mode, `targets`)
-/// against what doctor said for it on the same kernel: every target is one of doctor's hooks
-/// for the tool, attached in the mode doctor chose; with `all_hooks`, every hook doctor says
-/// attaches was attached, so a hook doctor calls usable is never silently skipped.
-pub fn attach_policy(
-    tool: &str,
-    doctor: &[Value],
-    meta: &Value,
-    all_hooks: bool,
-) -> Result<String, String> {
-    let said: BTreeMap<&str, Option<&str>> = doctor
-        .iter()
-        .filter(|l| l["type"] == "hook" && l["for"] == tool)
-        .filter_map(|l| Some((event_name(l["event"].as_str()?), l["mode"].as_str())))
-        .collect();
-    if said.is_empty() {
-        return Err(format!("doctor lists no hooks for {tool}"));
-    }
-    let mut errors = Vec::new();
-    let mut attached = BTreeSet::new();
-    for p in meta["programs"].as_array().into_iter().flatten() {
-        let prog = p["name"].as_str().unwrap_or("?");
-        let mode = p["attach"].as_str().unwrap_or("?");
-        for t in p["targets"].as_array().into_iter().flatten() {
-            let t = event_name(t.as_str().unwrap_or("?"));
-            attached.insert(t);
-            match said.get(t) {
-                None => errors.push(format!(
-                    "{prog} attached to {t}, a hook doctor does not list"
-                )),
-                Some(None) => errors.push(format!(
-                    "{prog} attached to {t} ({mode}) where doctor says it cannot attach"
-                )),
-                Some(Some(m)) if *m != mode => {
-                    errors.push(format!("{prog} attached to {t} as {mode}, doctor said {m}"))
-                }
-                Some(Some(_)) => {}
-            }
-        }
-    }
-    if all_hooks {
-        for (e, m) in &said {
-            if let (Some(m), false) = (m, attached.contains(e)) {
-                errors.push(format!(
-                    "doctor says {e} attaches ({m}) but {tool} did not attach it"
-                ));
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(format!(
-            "{} hook(s) attached as doctor said",
-            attached.len()
-        ))
-    } else {
-        Err(format!("attach policy: {}", errors.join("; ")))
-    }
-}
-
-fn sum(lines: &[Value], tool: &str, pid: u32, key: &str) -> u64 {
-    rows_for(lines, tool, pid)
-        .iter()
-        .filter_map(|r| r[key].as_u64())
-        .sum()
 }
 
 /// ctxsw: per-pid voluntary/involuntary equal the children's own /proc deltas (+ the exit).
@@ -541,107 +376,4 @@ fn memstall_collapse() -> Result<String, String> {
         "MADV_COLLAPSE {N}/{N} collapsed, thp_collapse_alloc +{delta}, stall {} ns",
         n(r, "total_ns")
     ))
-}
-
-/// bench-floor: the cheapest sched_switch program attaches and counts.
-fn bench_floor() -> Result<String, String> {
-    let (lines, _, modes) = traced(
-        &["bench-floor", "--hook", "sched-switch"],
-        &["pingpong", "200"],
-    )?;
-    let events: u64 = lines
-        .iter()
-        .filter(|l| l["type"] == "stats")
-        .filter_map(|l| l["events"].as_u64())
-        .sum();
-    if events < 400 {
-        return Err(format!(
-            "only {events} sched_switch events for 400 pipe hops"
-        ));
-    }
-    Ok(format!("{events} events; {modes}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn doctor() -> Vec<Value> {
-        let hook = |tool: &str, event: &str, mode: Option<&str>| json!({"type": "hook", "for": tool, "event": event, "mode": mode});
-        vec![
-            json!({"type": "system"}),
-            hook("ctxsw", "sched:sched_switch", Some("tp_btf")),
-            hook("ctxsw", "sched:sched_process_free", Some("tp_btf")),
-            hook("fsync-lat", "syscalls:sys_enter_fsync", Some("tracepoint")),
-            hook("fsync-lat", "syscalls:sys_enter_syncfs", None),
-            hook("bench-floor", "sched:sched_switch", Some("tp_btf")),
-            hook(
-                "bench-floor",
-                "syscalls:sys_enter_fsync",
-                Some("tracepoint"),
-            ),
-        ]
-    }
-
-    fn meta(progs: &[(&str, &str, &[&str])]) -> Value {
-        let p: Vec<Value> = progs
-            .iter()
-            .map(|(n, m, t)| json!({"name": n, "id": 1, "attach": m, "targets": t}))
-            .collect();
-        json!({"type": "meta", "programs": p})
-    }
-
-    #[test]
-    fn tools_attach_as_doctor_said() {
-        let d = doctor();
-        let ok = meta(&[
-            ("sw", "tp_btf", &["sched_switch"]),
-            ("free", "tp_btf", &["sched_process_free"]),
-        ]);
-        assert_eq!(
-            attach_policy("ctxsw", &d, &ok, true),
-            Ok("2 hook(s) attached as doctor said".into())
-        );
-        // The 5.10 failure mode: doctor predicts tp_btf, the tool falls back to raw_tp.
-        let fell_back = meta(&[
-            ("sw_raw", "raw_tp", &["sched_switch"]),
-            ("free", "tp_btf", &["sched_process_free"]),
-        ]);
-        let e = attach_policy("ctxsw", &d, &fell_back, true).unwrap_err();
-        assert!(
-            e.contains("sched_switch as raw_tp, doctor said tp_btf"),
-            "{e}"
-        );
-        // A hook doctor calls usable but the tool skipped.
-        let skipped = meta(&[("sw", "tp_btf", &["sched_switch"])]);
-        let e = attach_policy("ctxsw", &d, &skipped, true).unwrap_err();
-        assert!(
-            e.contains("sched_process_free attaches (tp_btf) but ctxsw did not"),
-            "{e}"
-        );
-        // Classic tracepoint targets carry their category.
-        let fs = meta(&[("enter", "tracepoint", &["syscalls:sys_enter_fsync"])]);
-        assert!(attach_policy("fsync-lat", &d, &fs, true).is_ok());
-        let fs = meta(&[(
-            "enter",
-            "tracepoint",
-            &["syscalls:sys_enter_fsync", "syscalls:sys_enter_syncfs"],
-        )]);
-        let e = attach_policy("fsync-lat", &d, &fs, true).unwrap_err();
-        assert!(e.contains("where doctor says it cannot attach"), "{e}");
-        let e = attach_policy(
-            "fsync-lat",
-            &d,
-            &meta(&[("x", "tracepoint", &["a:b"])]),
-            true,
-        )
-        .unwrap_err();
-        assert!(e.contains("a hook doctor does not list"), "{e}");
-        // A tool run on one hook by request.
-        let floor = meta(&[("f", "tp_btf", &["sched_switch"])]);
-        assert!(attach_policy("bench-floor", &d, &floor, false).is_ok());
-        assert!(attach_policy("bench-floor", &d, &floor, true).is_err());
-        assert!(attach_policy("nope", &d, &floor, false).is_err());
-    }
 }

@@ -40,6 +40,17 @@ pub fn window_keys(w: &Window) -> Map<String, Value> {
     m
 }
 
+/// The keys of each window's `stats` line that are about the run, not the tool: why the window
+/// ended, and tracekit's own memory (`rss_kib`, `rss_peak_kib`).
+pub fn run_keys(w: &Window) -> Map<String, Value> {
+    let (rss, hwm) = crate::host::proc::self_rss_kib();
+    let mut m = Map::new();
+    m.insert("stop".into(), w.stop.as_str().into());
+    m.insert("rss_kib".into(), rss.into());
+    m.insert("rss_peak_kib".into(), hwm.into());
+    m
+}
+
 /// The `"type":"meta"` line of a collector (tests and scripts wait for it).
 pub fn meta_json(m: &Meta) -> Value {
     let mut v = json!({
@@ -127,14 +138,12 @@ impl Emitter for Stream {
 
     fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool> {
         let keys = window_keys(w);
+        let run = run_keys(w);
         let mut s = String::new();
         for (i, o) in outs.iter().enumerate() {
             if self.json {
-                s.push_str(&render::json(
-                    o,
-                    self.tools.get(i).copied().unwrap_or("?"),
-                    &keys,
-                ));
+                let tool = self.tools.get(i).copied().unwrap_or("?");
+                s.push_str(&render::json(o, tool, &keys, &run));
             } else {
                 if i > 0 {
                     s.push('\n');

@@ -274,8 +274,14 @@ fn put_default(v: &mut Value, key: &str, x: &Value) {
 }
 
 /// Every NDJSON line of one tool's window, with the keys every line carries (`tool`, `type`,
-/// and the window's `common` keys such as `interval_ns`) added in this one place.
-pub fn json_lines(out: &Output, tool: &str, common: &Map<String, Value>) -> Vec<Value> {
+/// and the window's `common` keys such as `interval_ns`) added in this one place; `run` keys
+/// (why the window ended, tracekit's own memory) go on the `stats` line.
+pub fn json_lines(
+    out: &Output,
+    tool: &str,
+    common: &Map<String, Value>,
+    run: &Map<String, Value>,
+) -> Vec<Value> {
     let mut lines = Vec::new();
     let mut add = |mut v: Value, kind: &str| {
         put_default(&mut v, "tool", &Value::from(tool));
@@ -303,7 +309,7 @@ pub fn json_lines(out: &Output, tool: &str, common: &Map<String, Value>) -> Vec<
                 m.insert(name.to_string(), (*value).into());
             }
         }
-        for (k, x) in &st.extra {
+        for (k, x) in run.iter().chain(&st.extra) {
             m.insert(k.clone(), x.clone());
         }
         add(Value::Object(m), "stats");
@@ -312,9 +318,14 @@ pub fn json_lines(out: &Output, tool: &str, common: &Map<String, Value>) -> Vec<
 }
 
 /// NDJSON text of [`json_lines`].
-pub fn json(out: &Output, tool: &str, common: &Map<String, Value>) -> String {
+pub fn json(
+    out: &Output,
+    tool: &str,
+    common: &Map<String, Value>,
+    run: &Map<String, Value>,
+) -> String {
     let mut s = String::new();
-    for v in json_lines(out, tool, common) {
+    for v in json_lines(out, tool, common, run) {
         s.push_str(&v.to_string());
         s.push('\n');
     }
@@ -391,7 +402,7 @@ mod tests {
 
     #[test]
     fn json_report_matches_golden() {
-        let j = json(&sample(), "fsync-lat", &Map::new());
+        let j = json(&sample(), "fsync-lat", &Map::new(), &Map::new());
         golden("report.ndjson", &j);
         for line in j.lines() {
             let v: Value = serde_json::from_str(line).unwrap();
@@ -422,7 +433,9 @@ mod tests {
         o.extra_json.push(json!({"type": "system", "switches": 5}));
         let mut common = Map::new();
         common.insert("interval_ns".into(), 10u64.into());
-        let lines = json_lines(&o, "t", &common);
+        let mut run = Map::new();
+        run.insert("stop".into(), "duration elapsed".into());
+        let lines = json_lines(&o, "t", &common, &run);
         assert_eq!(lines.len(), 3);
         for l in &lines {
             assert_eq!(l["tool"], "t");
@@ -433,6 +446,7 @@ mod tests {
         assert_eq!(lines[2]["type"], "stats");
         assert_eq!(lines[2]["events"], 1);
         assert_eq!(lines[2]["missed"], 3);
+        assert_eq!(lines[2]["stop"], "duration elapsed");
         assert!(lines[2].get("reserved5").is_none());
     }
 

@@ -15,7 +15,9 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod doctor;
 pub mod fsync_lat;
+pub mod triage;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +33,9 @@ pub struct ToolInfo {
     pub triage: bool,
     /// Hidden from `--help`, `doctor` and the README (benchmark controls).
     pub hidden: bool,
+    /// Needs the kernel's BTF whatever the attach mode (struct offsets it reads, such as
+    /// `task_struct`'s): on a kernel without BTF, doctor says it cannot run.
+    pub needs_btf: bool,
 }
 
 /// What opening a collector needs: the scope, and the kernel facts shared by every collector
@@ -43,7 +48,8 @@ pub struct OpenCtx {
 }
 
 impl OpenCtx {
-    pub fn new(scope: Scope, opts: RunOpts) -> OpenCtx {
+    pub fn new(mut scope: Scope, opts: RunOpts) -> OpenCtx {
+        scope.expand_children();
         OpenCtx {
             scope,
             opts,
@@ -98,7 +104,12 @@ registry! {
         #[command(hide = true)]
         BenchFloor => bench_floor,
     }
-    commands {}
+    commands {
+        /// Run first on a sick node: every collector at once, findings ranked by harm.
+        Triage => triage,
+        /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
+        Doctor => doctor,
+    }
 }
 
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s
@@ -113,6 +124,27 @@ fn default_args<A: clap::Args + clap::FromArgMatches>() -> Result<A> {
 /// The visible tools and commands, for `doctor`, the README and the docs.
 pub fn visible() -> impl Iterator<Item = &'static ToolInfo> {
     TOOLS.iter().chain(COMMANDS).filter(|t| !t.hidden)
+}
+
+/// The README's tool table, generated from the registry (`README.md` holds it between the
+/// `tools:begin` and `tools:end` markers; a unit test fails when it is stale, and
+/// `UPDATE_README=1 cargo test -p tracekit readme` rewrites it).
+pub fn readme_table() -> String {
+    let mut s = String::from("| tool | what it answers |\n|---|---|\n");
+    for t in COMMANDS
+        .iter()
+        .filter(|t| !t.hidden && t.name == "triage")
+        .chain(COMMANDS.iter().filter(|t| !t.hidden && t.name == "doctor"))
+        .chain(TOOLS.iter().filter(|t| !t.hidden))
+        .chain(
+            COMMANDS
+                .iter()
+                .filter(|t| !t.hidden && t.name != "triage" && t.name != "doctor"),
+        )
+    {
+        s.push_str(&format!("| `tracekit {}` | {} |\n", t.name, t.summary));
+    }
+    s
 }
 
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
@@ -194,5 +226,25 @@ mod tests {
             assert_eq!(sub.unwrap().is_hide_set(), t.hidden, "{}", t.name);
         }
         assert!(default_args::<fsync_lat::Args>().is_ok());
+    }
+
+    #[test]
+    fn readme_tool_table_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = ("<!-- tools:begin -->\n", "<!-- tools:end -->");
+        let a = readme.find(begin).expect("README has a tools:begin marker") + begin.len();
+        let b = readme.find(end).expect("README has a tools:end marker");
+        let want = readme_table();
+        if std::env::var_os("UPDATE_README").is_some() {
+            let new = format!("{}{want}{}", &readme[..a], &readme[b..]);
+            std::fs::write(&path, new).unwrap();
+            return;
+        }
+        assert_eq!(
+            &readme[a..b],
+            want,
+            "README's tool table is stale: run UPDATE_README=1 cargo test -p tracekit readme"
+        );
     }
 }

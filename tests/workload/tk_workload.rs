@@ -8,15 +8,18 @@
 use std::{
     fs::OpenOptions,
     io::{BufRead, Write},
-    os::fd::AsRawFd,
     time::Instant,
 };
 
 mod vm_check;
 
+include!(concat!(env!("OUT_DIR"), "/tools.rs"));
+
+use tracekit_tests::{open_trunc, timed_sync};
+
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       (and each tool's own workloads, in tests/<tool>.rs)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
     );
     std::process::exit(2);
 }
@@ -29,9 +32,12 @@ fn main() {
         let mut line = String::new();
         let _ = std::io::stdin().lock().read_line(&mut line);
     }
+    for dispatch in WORKLOADS {
+        if let Some(code) = dispatch(&args) {
+            std::process::exit(code);
+        }
+    }
     match args.first().map(String::as_str) {
-        Some("fsync") if args.len() == 4 => fsync(&args[1], parse(&args[2]), parse(&args[3])),
-        Some("fsync-procs") if args.len() == 3 => fsync_procs(&args[1], parse(&args[2])),
         Some("named") if args.len() == 4 => named(&args[1], &args[2], parse(&args[3])),
         Some("compact") if args.len() == 1 => compact(),
         Some("collapse") if args.len() == 2 => collapse(parse(&args[1])),
@@ -56,84 +62,6 @@ fn parse(s: &str) -> usize {
     s.parse().unwrap_or_else(|_| usage())
 }
 
-fn open(path: &str) -> std::fs::File {
-    OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// Writes 4 KiB then calls `kind` (fsync or fdatasync), `count` times, timing each call.
-fn timed(f: &mut std::fs::File, kind: &str, count: usize) -> Vec<u64> {
-    let buf = vec![0x5au8; 4096];
-    (0..count)
-        .map(|_| {
-            f.write_all(&buf).expect("write");
-            let t = Instant::now();
-            // SAFETY: plain syscalls on an fd we own.
-            let rc = unsafe {
-                if kind == "fsync" {
-                    libc::fsync(f.as_raw_fd())
-                } else {
-                    libc::fdatasync(f.as_raw_fd())
-                }
-            };
-            let d = t.elapsed().as_nanos() as u64;
-            assert_eq!(rc, 0, "{kind} failed");
-            d
-        })
-        .collect()
-}
-
-/// N fsyncs then M fdatasyncs on PATH, each timed.
-fn fsync(path: &str, n: usize, m: usize) {
-    let mut f = open(path);
-    let fs = timed(&mut f, "fsync", n);
-    let fds = timed(&mut f, "fdatasync", m);
-    println!(
-        "{}",
-        serde_json::json!({"pid": std::process::id(), "fsync_ns": fs, "fdatasync_ns": fds})
-    );
-}
-
-/// N short-lived processes, one after another, each doing one fsync on PATH and exiting.
-fn fsync_procs(path: &str, n: usize) {
-    let mut pids = Vec::with_capacity(n);
-    for _ in 0..n {
-        // SAFETY: fork in a single-threaded process; the child only makes syscalls and _exits.
-        let pid = unsafe { libc::fork() };
-        match pid {
-            0 => {
-                let f = OpenOptions::new().create(true).append(true).open(path);
-                let rc = match f {
-                    // SAFETY: plain syscall on an fd we own.
-                    Ok(f) => unsafe { libc::fsync(f.as_raw_fd()) },
-                    Err(_) => -1,
-                };
-                // SAFETY: leaves the child without running the parent's destructors.
-                unsafe { libc::_exit(if rc == 0 { 0 } else { 1 }) };
-            }
-            p if p > 0 => {
-                let mut status = 0;
-                // SAFETY: waits for our own child.
-                unsafe { libc::waitpid(p, &mut status, 0) };
-                assert!(
-                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                    "child failed"
-                );
-                pids.push(p);
-            }
-            _ => panic!("fork failed"),
-        }
-    }
-    println!(
-        "{}",
-        serde_json::json!({"pid": std::process::id(), "children": pids.len(), "pids": pids})
-    );
-}
-
 fn hex_bytes(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)
@@ -155,8 +83,8 @@ fn set_name(bytes: &[u8]) {
 /// point) with prctl(PR_SET_NAME), then does N fsyncs.
 fn named(hex: &str, path: &str, n: usize) {
     set_name(&hex_bytes(hex));
-    let mut f = open(path);
-    let fs = timed(&mut f, "fsync", n);
+    let mut f = open_trunc(path);
+    let fs = timed_sync(&mut f, "fsync", n);
     println!(
         "{}",
         serde_json::json!({"pid": std::process::id(), "fsync_ns": fs})
