@@ -17,6 +17,7 @@ use crate::{
 pub mod bench_floor;
 pub mod doctor;
 pub mod fsync_lat;
+pub mod memstall;
 pub mod triage;
 
 /// What the registry knows of a tool or command.
@@ -100,6 +101,8 @@ registry! {
     tools {
         /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
         FsyncLat => fsync_lat,
+        /// Time processes lose stalled in direct compaction, reclaim, memcg reclaim and THP collapse, with THP settings, vmstat, cgroup counters and OOM kills as evidence.
+        Memstall => memstall,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,
