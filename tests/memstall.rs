@@ -96,16 +96,22 @@ struct Setting {
 
 impl Setting {
     fn set(path: &'static str, value: &str) -> Setting {
-        let text = std::fs::read_to_string(path).unwrap();
+        Setting::try_set(path, value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_set(path: &'static str, value: &str) -> Result<Setting, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         // `always [madvise] never` keeps its selected word; plain values stay as they are.
         let old = match (text.find('['), text.find(']')) {
             (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
             _ => text.trim().to_string(),
         };
-        std::fs::write(path, value).unwrap_or_else(|e| panic!("{path} <- {value}: {e}"));
-        Setting { path, old }
+        std::fs::write(path, value).map_err(|e| format!("{path} <- {value}: {e}"))?;
+        Ok(Setting { path, old })
     }
 }
+
+const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
 impl Drop for Setting {
     fn drop(&mut self) {
@@ -411,3 +417,11 @@ fn header_count_matches_the_rows() {
 
 #[path = "memstall/accuracy.rs"]
 mod accuracy;
+#[path = "memstall/vm.rs"]
+mod vm_check;
+
+/// memstall's VM check (`tests/memstall/vm.rs`): compaction and THP collapse against the
+/// kernel's counters, attach modes as doctor said.
+pub fn vm_check() -> Result<String, String> {
+    vm_check::check()
+}

@@ -5,7 +5,6 @@
 
 use super::*;
 
-const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 const THP_DEFRAG: &str = "/sys/kernel/mm/transparent_hugepage/defrag";
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
