@@ -425,3 +425,12 @@ mod vm_check;
 pub fn vm_check() -> Result<String, String> {
     vm_check::check()
 }
+
+/// memstall's workloads for `tk-workload` (`thp-fault N`).
+pub fn workload(args: &[String]) -> Option<i32> {
+    match args {
+        [w, n] if w == "thp-fault" => vm_check::thp_fault(n.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}

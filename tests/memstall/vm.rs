@@ -3,7 +3,9 @@
 //! zone of the node(s) (`/proc/zoneinfo`), attributed to the writer, no allocation stall among
 //! them, and every direct-compaction stall traced is one of `/proc/vmstat compact_stall`; then
 //! THP collapse by `MADV_COLLAPSE` equals `thp_collapse_alloc`, or, before 6.1, memstall says
-//! the kernel has no `MADV_COLLAPSE` and shows no stall. Attach modes are held to doctor's.
+//! the kernel has no `MADV_COLLAPSE` and shows no stall; then whole THP faults, where fentry or
+//! kprobes time them, are one each per `thp_fault_alloc` / `thp_fault_fallback`. Attach modes
+//! are held to doctor's.
 
 use serde_json::Value;
 use tracekit_tests::{rows_for, vm::traced};
@@ -52,11 +54,103 @@ fn in_guest() -> bool {
 }
 
 pub fn check() -> Result<String, String> {
-    let compaction = compaction()?;
-    match collapse() {
-        Ok(c) => Ok(format!("{compaction}; {c}")),
-        Err(e) => Err(format!("{e}; {compaction}")),
+    let mut done = vec![compaction()?];
+    for part in [collapse, faults] {
+        match part() {
+            Ok(c) => done.push(c),
+            Err(e) => return Err(format!("{e}; {}", done.join("; "))),
+        }
     }
+    Ok(done.join("; "))
+}
+
+const HUGE: usize = 2 << 20;
+
+/// `thp-fault N`: N aligned 2 MiB ranges of an anonymous mapping marked MADV_HUGEPAGE, each
+/// written once (one THP fault each); prints pid, wall time of the touches, and the result.
+pub fn thp_fault(n: usize) {
+    let len = (n + 1) * HUGE;
+    // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED, "mmap");
+    let aligned = (base as usize).next_multiple_of(HUGE) as *mut u8;
+    // SAFETY: the range is mapped and ours.
+    let rc = unsafe { libc::madvise(aligned.cast(), n * HUGE, libc::MADV_HUGEPAGE) };
+    assert_eq!(rc, 0, "madvise(MADV_HUGEPAGE)");
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        // SAFETY: inside the mapping (aligned + n * HUGE <= base + len).
+        unsafe { aligned.add(i * HUGE).write_volatile(1) };
+    }
+    let wall = t.elapsed().as_nanos() as u64;
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "faults": n, "wall_ns": wall})
+    );
+}
+
+/// Whole THP faults: where memstall times them (fentry/fexit or kprobes), the caller's row
+/// counts one per fault, `thp_fault_alloc` + `thp_fault_fallback` exactly (in a guest, where
+/// nothing else asks for huge pages), its fallbacks are `thp_fault_fallback`, and the time is
+/// within the caller's wall time; where it cannot, memstall says the faults are not timed.
+fn faults() -> Result<String, String> {
+    const N: u64 = 8;
+    let _thp = if in_guest() {
+        Some(Setting::try_set(THP_ENABLED, "madvise")?)
+    } else {
+        None
+    };
+    let (alloc, fallback) = (vmstat("thp_fault_alloc"), vmstat("thp_fault_fallback"));
+    let (lines, w, _) = traced(&["memstall"], &["thp-fault", &N.to_string()])?;
+    let alloc = vmstat("thp_fault_alloc") - alloc;
+    let fallback = vmstat("thp_fault_fallback") - fallback;
+    let pid = w["pid"]
+        .as_u64()
+        .ok_or("thp-fault workload printed no pid")? as u32;
+    let meta = lines
+        .iter()
+        .find(|l| l["type"] == "meta" && l["tool"] == "memstall")
+        .ok_or("no meta line")?;
+    let row = rows_for(&lines, "memstall", pid)
+        .into_iter()
+        .find(|r| r["kind"] == "thp_fault");
+    if meta["thp_fault_timed"] != true {
+        let said = lines.iter().any(|l| {
+            l.to_string()
+                .contains("a whole fault is not timed on this kernel")
+        });
+        return match (row, said || alloc + fallback == 0) {
+            (None, true) => Ok(format!(
+                "THP faults not timed here (no fentry or kprobes), and said so; thp_fault_alloc +{alloc}"
+            )),
+            _ => Err(format!(
+                "THP faults untimed but row {row:?}, note said {said}, thp_fault_alloc +{alloc}"
+            )),
+        };
+    }
+    let r = row.ok_or_else(|| {
+        format!("no thp_fault row for pid {pid} (thp_fault_alloc +{alloc}, fallback +{fallback})")
+    })?;
+    let (count, falls, total) = (n(r, "count"), n(r, "fallbacks"), n(r, "total_ns"));
+    let exact = count == alloc + fallback && falls == fallback;
+    if count != N || (in_guest() && !exact) || total == 0 || total > n(&w, "wall_ns") {
+        return Err(format!(
+            "THP faults: {count} timed ({falls} fell back) in {total} ns, expected {N} within the {} ns of the touches; thp_fault_alloc +{alloc}, thp_fault_fallback +{fallback}",
+            n(&w, "wall_ns")
+        ));
+    }
+    Ok(format!(
+        "{count} whole THP faults ({falls} fell back) = thp_fault_alloc +{alloc} + thp_fault_fallback +{fallback}, {total} ns"
+    ))
 }
 
 fn compaction() -> Result<String, String> {

@@ -204,13 +204,16 @@ pub const HOOKS: &[Hook] = &[
         optional: true,
         ..Hook::event("do_huge_pmd_anonymous_page")
     },
+    // The return of the same function, named as perf names a kretprobe (`func%return`) so
+    // doctor and `attach_policy` tell the two hooks apart; `raw` is where it attaches.
     Hook {
+        raw: Some("do_huge_pmd_anonymous_page"),
         programs: &[
             (AttachMode::Fexit, "tk_ms_fault_exit"),
             (AttachMode::Kretprobe, "tk_ms_fault_krp"),
         ],
         optional: true,
-        ..Hook::event("do_huge_pmd_anonymous_page")
+        ..Hook::event("do_huge_pmd_anonymous_page%return")
     },
 ];
 
