@@ -75,7 +75,7 @@ impl Cgroups {
         }
     }
 
-    pub fn from_proc(&self) -> bool {
+    pub fn reads_proc(&self) -> bool {
         self.from_proc
     }
 

@@ -346,7 +346,7 @@ impl Memstall {
         for ((id, kind), v) in &merged {
             let facts = self.facts.get(v.tgid).cloned();
             let comm = row_comm(*id, v.tgid, threads, &v.comm);
-            let cgroup = if self.cgroups.from_proc() {
+            let cgroup = if self.cgroups.reads_proc() {
                 facts.as_ref().and_then(|f| f.cgroup.clone())
             } else {
                 self.cgroups.path(v.cgroup_id)
@@ -411,7 +411,7 @@ impl Memstall {
                 if comm.is_empty() {
                     comm = facts.as_ref().map(|f| f.comm.clone()).unwrap_or_default();
                 }
-                let cgroup = if self.cgroups.from_proc() {
+                let cgroup = if self.cgroups.reads_proc() {
                     facts.and_then(|f| f.cgroup)
                 } else {
                     self.cgroups.path(e.cgroup.id)
@@ -441,7 +441,7 @@ impl Memstall {
                     .iter()
                     .filter(|o| o.cgroup_raw.as_ref() == Some(&p))
                     .count();
-                if self.cgroups.from_proc() {
+                if self.cgroups.reads_proc() {
                     self.cgroups.first_seen(&p);
                 }
                 let c = self.cgroups.window_counters(&p);
