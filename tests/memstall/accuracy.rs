@@ -84,6 +84,9 @@ fn direct_compaction_stalls_equal_compact_stall() {
         .collect();
     let traced: u64 = compaction.iter().map(|r| n(r, "direct_stalls")).sum();
     let zones: u64 = compaction.iter().map(|r| n(r, "zones")).sum();
+    eprintln!(
+        "direct-compaction stalls traced {traced} (over {zones} zones), compact_stall +{stalls}"
+    );
     assert_eq!(
         traced, stalls,
         "direct-compaction stalls traced (over {zones} zone compactions) vs /proc/vmstat compact_stall +{stalls}: {compaction:?}"
@@ -144,6 +147,10 @@ fn short_lived_cgroup_is_named_from_the_kernel() {
         assert_eq!(r[0]["comm"], "dd");
     }
     let longest = procs.iter().map(|p| p.1).max().unwrap();
+    eprintln!(
+        "{} processes in {name} (id {id}), longest life {longest:?}, named after removal",
+        procs.len()
+    );
     assert!(
         longest < Duration::from_secs(1),
         "processes lived up to {longest:?}"
@@ -210,8 +217,12 @@ fn oom_kills_in_a_cgroup_are_reported_with_its_counters() {
         .iter()
         .find(|c| c["cgroup"] == name)
         .unwrap_or_else(|| panic!("{lines:?}"));
+    eprintln!("OOM kills traced {}, cgroup line {c}", kills.len());
     // A fresh cgroup: its cumulative counters are these kills.
     assert_eq!(n(&c["events"], "oom_kill"), 3, "{c}");
+    // Counted from the start of the run, though memstall first saw the cgroup after the first
+    // kill (its first reclaim announced).
+    assert_eq!(n(&c["events_delta"], "oom_kill"), 3, "{c}");
     assert_eq!(n(c, "oom_kills"), 3, "{c}");
     if cg.v1 {
         assert!(n(c, "failcnt") > 0, "{c}");
@@ -325,6 +336,9 @@ fn two_instances_at_once_agree() {
     // What remains is the other instance's own work at the end of a zone: a few us. A vCPU
     // preempted between the two instances' programs (a loaded VM) can add more to any one
     // event, so the medians are compared.
+    eprintln!(
+        "two instances, per process (min diff ns, total diff per zone ns, p50 close): {diffs:?}"
+    );
     let median = |f: fn(&(u64, u64, bool)) -> u64| {
         let mut v: Vec<u64> = diffs.iter().map(f).collect();
         v.sort_unstable();

@@ -9,7 +9,10 @@ use probes_common::memstall::{MsCgroup, MsOom, CG_LEVELS};
 use serde::Serialize;
 
 use crate::{
-    host::cgroup::{IdResolver, Layout, MemoryCounters},
+    host::{
+        cgroup::{IdResolver, Layout, MemoryCounters},
+        memcg::MemcgCounters,
+    },
     report::{
         rows::Column,
         sanitize::{self, name_fields},
@@ -29,6 +32,43 @@ pub struct Cgroups {
     prev: HashMap<Vec<u8>, MemoryCounters>,
     /// Paths the kernel copied, by id: names cgroups removed before their id was resolved.
     kernel_paths: HashMap<u64, Vec<u8>>,
+    /// The memory cgroups' limit counters when the run began (walked in the background so
+    /// start-up does not wait), so a cgroup's growth counts its events before memstall first
+    /// saw it (a kill before its first reclaim was announced); one created since has counted
+    /// everything during the run.
+    at_start: Option<std::thread::JoinHandle<BTreeMap<String, MemcgCounters>>>,
+    start: Option<BTreeMap<String, MemcgCounters>>,
+}
+
+/// Beyond this many cgroups the walk stops, and the start set is not trusted.
+const WALK_CAP: usize = 4096;
+
+/// The baseline of a cgroup first seen with counters `first`: its limit counters (v1
+/// `failcnt`, `oom_kill`, v2 `max`) as they were when the run began (`at_start`), zeros for a
+/// cgroup created during the run (`start_known` and no `at_start`), else `first`.
+pub fn baseline(
+    first: &MemoryCounters,
+    at_start: Option<&MemcgCounters>,
+    start_known: bool,
+) -> MemoryCounters {
+    let mut b = first.clone();
+    let (hit, kills) = match at_start {
+        Some(s) => (s.hit_limit, s.oom_kills),
+        None if start_known => (0, 0),
+        None => return b,
+    };
+    if let Some(f) = b.failcnt.as_mut() {
+        *f = hit;
+    } else if let Some(m) = b.events.get_mut("max") {
+        *m = hit;
+    }
+    if let Some(k) = b.events.get_mut("oom_kill") {
+        *k = kills;
+    }
+    if at_start.is_none() {
+        b.events.values_mut().for_each(|v| *v = 0);
+    }
+    b
 }
 
 /// The path the kernel copied (as `/proc/<pid>/cgroup` shows it, `/` for the root, `/…` first
@@ -55,12 +95,18 @@ pub fn kernel_path(c: &MsCgroup) -> Option<Vec<u8>> {
 impl Cgroups {
     pub fn new(from_proc: bool) -> Cgroups {
         let layout = Layout::detect();
+        let walk = layout.clone();
         Cgroups {
             resolver: IdResolver::at(layout.memory_root().map(Into::into)),
             layout,
             from_proc,
             prev: HashMap::new(),
             kernel_paths: HashMap::new(),
+            at_start: std::thread::Builder::new()
+                .name("memcg-walk".into())
+                .spawn(move || crate::host::memcg::snapshot(&walk))
+                .ok(),
+            start: None,
         }
     }
 
@@ -108,7 +154,15 @@ impl Cgroups {
             return;
         }
         if let Some(c) = self.read(path) {
-            self.prev.insert(path.to_vec(), c);
+            if let Some(h) = self.at_start.take() {
+                self.start = h.join().ok().filter(|s| s.len() < WALK_CAP);
+            }
+            let at = self
+                .start
+                .as_ref()
+                .and_then(|s| s.get(String::from_utf8_lossy(path).as_ref()));
+            let base = baseline(&c, at, self.start.is_some());
+            self.prev.insert(path.to_vec(), base);
         }
     }
 
@@ -329,5 +383,43 @@ mod tests {
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["failcnt_delta"], 5);
         assert_eq!(j["events_delta"]["oom_kill"], 3);
+    }
+
+    #[test]
+    fn growth_counts_from_the_start_of_the_run() {
+        let mut first = MemoryCounters::default();
+        first.failcnt = Some(200);
+        first.events.insert("oom_kill".into(), 1);
+        first.events.insert("under_oom".into(), 0);
+        let now = MemoryCounters {
+            failcnt: Some(220),
+            events: [("oom_kill".to_string(), 3), ("under_oom".to_string(), 0)].into(),
+        };
+        // Older than the run: counted from its counters at the start, not when first seen.
+        let s = MemcgCounters {
+            hit_limit: 20,
+            oom_kills: 0,
+            ..Default::default()
+        };
+        let d = now.since(&baseline(&first, Some(&s), true));
+        assert_eq!((d.failcnt, d.get("oom_kill")), (Some(200), Some(3)));
+        // Created during the run: all of it.
+        let d = now.since(&baseline(&first, None, true));
+        assert_eq!((d.failcnt, d.get("oom_kill")), (Some(220), Some(3)));
+        // Start unknown: since first seen.
+        let d = now.since(&baseline(&first, None, false));
+        assert_eq!((d.failcnt, d.get("oom_kill")), (Some(20), Some(2)));
+        // v2: `max` is the limit counter.
+        let v2 = MemoryCounters {
+            failcnt: None,
+            events: [("max".to_string(), 9), ("oom_kill".to_string(), 1)].into(),
+        };
+        let s = MemcgCounters {
+            hit_limit: 4,
+            oom_kills: 1,
+            ..Default::default()
+        };
+        let d = v2.since(&baseline(&v2, Some(&s), true));
+        assert_eq!((d.get("max"), d.get("oom_kill")), (Some(5), Some(0)));
     }
 }

@@ -603,7 +603,7 @@ impl Memstall {
         }
         out.sections.push(
             Section::build("cgroup", &cgroups, CGROUP_COLUMNS, &ctx, 0).caption(
-                "Memory cgroups (counters cumulative, (+growth) over the window or since first seen):",
+                "Memory cgroups (counters cumulative; (+growth) over the window, or since the run began for a cgroup first seen in it):",
             ),
         );
         out.sections
