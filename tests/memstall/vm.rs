@@ -69,26 +69,17 @@ const HUGE: usize = 2 << 20;
 /// `thp-fault N`: N aligned 2 MiB ranges of an anonymous mapping marked MADV_HUGEPAGE, each
 /// written once (one THP fault each); prints pid, wall time of the touches, and the result.
 pub fn thp_fault(n: usize) {
-    let len = (n + 1) * HUGE;
-    // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED, "mmap");
-    let aligned = (base as usize).next_multiple_of(HUGE) as *mut u8;
+    // Large and 2 MiB-aligned: the allocator maps fresh anonymous memory, untouched.
+    let layout = std::alloc::Layout::from_size_align(n * HUGE, HUGE).expect("layout");
+    // SAFETY: a non-zero size; checked for null below, never freed (the process exits).
+    let aligned = unsafe { std::alloc::alloc(layout) };
+    assert!(!aligned.is_null(), "alloc");
     // SAFETY: the range is mapped and ours.
     let rc = unsafe { libc::madvise(aligned.cast(), n * HUGE, libc::MADV_HUGEPAGE) };
     assert_eq!(rc, 0, "madvise(MADV_HUGEPAGE)");
     let t = std::time::Instant::now();
     for i in 0..n {
-        // SAFETY: inside the mapping (aligned + n * HUGE <= base + len).
+        // SAFETY: inside the allocation (n * HUGE bytes from aligned).
         unsafe { aligned.add(i * HUGE).write_volatile(1) };
     }
     let wall = t.elapsed().as_nanos() as u64;
