@@ -1,15 +1,13 @@
 //! Fuzzing of every parser of /proc and /sys text tracekit owns or feeds: /proc/stat
-//! (`sysstat`), /proc/vmstat (`memstall`), mountinfo and /proc/<pid>/cgroup (`cgroup`).
+//! (`sysstat`), /proc/vmstat (`host::vmstat`, what memstall reports), cgroup counter files
+//! (`host::cgroup`), mountinfo and /proc/<pid>/cgroup (`cgroup`).
 //! Truncations and byte mutations of the seed corpus in `tests/fixtures` plus arbitrary text:
 //! each parser returns a value or an error, never panics.
 
 use std::path::Path;
 
 use proptest::prelude::*;
-use tracekit::{
-    host::{cgroup, sysstat::SysStat},
-    tools::memstall::parse_vmstat,
-};
+use tracekit::host::{cgroup, sysstat::SysStat, vmstat::Vmstat};
 
 fn corpus(dir: &str) -> Vec<Vec<u8>> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -31,7 +29,9 @@ const PROC_CGROUP: &str = "12:memory:/kubepods/pod1/abc\n0::/system.slice/x.serv
 
 fn all_parsers(text: &str) {
     let _ = SysStat::parse(text.as_bytes());
-    let _ = parse_vmstat(text);
+    let _ = Vmstat::parse(text);
+    let _ = cgroup::parse_flat_keyed(text);
+    let _ = tracekit::host::proc::kb_field(text, "AnonHugePages");
     let _ = cgroup::Layout::from_mountinfo(text);
     let _ = cgroup::memory_path(text.as_bytes());
 }

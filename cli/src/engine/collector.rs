@@ -22,9 +22,17 @@ pub trait Collector {
     fn event_fds(&self) -> Vec<RawFd> {
         Vec::new()
     }
-    /// Called when one of [`Collector::event_fds`] is readable, and before each collection.
+    /// Called when one of [`Collector::event_fds`] is readable, every
+    /// [`Collector::poll_interval`], and before each collection.
     fn on_events(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// How often the engine calls [`Collector::on_events`] regardless of readiness: for
+    /// kernel programs that stream without waking userspace (`BPF_RB_NO_WAKEUP`), because a
+    /// wakeup from inside a traced operation (an IPI, then the tracer's event loop) lands in
+    /// the durations this and every other tracer on the same event measure.
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
     }
     /// Ends the window in the kernel: the programs switch to the other generation. The engine
     /// flips every collector, waits once for programs still writing the old generation, then

@@ -269,6 +269,7 @@ async fn run_async(
         None => None,
     };
     let events = register(collectors)?;
+    let poll = collectors.iter().filter_map(|c| c.poll_interval()).min();
     let metas: Vec<Meta> = collectors.iter().map(|c| c.meta()).collect();
     if !emit.begin(&metas, opts)? {
         return Ok(Stop::ReaderGone);
@@ -291,6 +292,12 @@ async fn run_async(
                 None => MAX_SLEEP,
             };
             tokio::time::sleep(step).await
+        };
+        let polled = async {
+            match poll {
+                Some(p) => tokio::time::sleep(p).await,
+                None => std::future::pending().await,
+            }
         };
         let follow = async {
             if opts.children_of.is_empty() {
@@ -328,6 +335,12 @@ async fn run_async(
                 }
                 i = any_readable(&events) => {
                     collectors[i].on_events()?;
+                    continue;
+                }
+                _ = polled => {
+                    for c in collectors.iter_mut().filter(|c| c.poll_interval().is_some()) {
+                        c.on_events()?;
+                    }
                     continue;
                 }
                 quit = emit.input() => {

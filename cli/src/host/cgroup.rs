@@ -1,10 +1,12 @@
 //! Cgroup paths for processes, on cgroup v2 and on v1 (or hybrid) hosts.
 //!
-//! The kernel side records `bpf_get_current_cgroup_id()`, the id of the task's cgroup in the v2
-//! (unified) hierarchy, which is the inode number of that cgroup's directory. On a pure v2 host
-//! that names the cgroup even after the process is gone. On a v1 or hybrid host the unified tree
-//! is usually empty (every id is its root), so the path that matters (the memory controller's)
-//! comes from `/proc/<pid>/cgroup`, read while the process lives.
+//! A cgroup's id is its kernfs node id, the inode number of its directory in the hierarchy's
+//! mount: `bpf_get_current_cgroup_id()` gives the task's id in the v2 (unified) hierarchy, and a
+//! kernel program that reads `task->cgroups->subsys[memory_cgrp_id]->cgroup->kn->id` gets its
+//! id in the v1 memory hierarchy. [`IdResolver`] turns either back into a path (while the
+//! cgroup exists), so the cgroup of a process that is gone can still be named. On a v1 or
+//! hybrid host the unified tree is usually empty (every v2 id is its root); where no kernel id
+//! is at hand, [`memory_path_of`] reads `/proc/<pid>/cgroup` while the process lives.
 
 use std::{
     collections::HashMap,
@@ -57,6 +59,82 @@ impl Layout {
     pub fn memory_on_v2(&self) -> bool {
         self.v1_memory.is_none() && self.v2_root.is_some()
     }
+
+    /// Where the memory controller's cgroups are: the v1 memory hierarchy when mounted, else
+    /// the v2 root.
+    pub fn memory_root(&self) -> Option<&Path> {
+        self.v1_memory.as_deref().or(self.v2_root.as_deref())
+    }
+}
+
+/// A memory cgroup's limit counters, as its files say: v1 `memory.failcnt` (times usage hit the
+/// limit) and `memory.oom_control`'s `oom_kill`; v2 `memory.events` (`max`: times usage hit
+/// `memory.max`, `high`, `oom`, `oom_kill`, `oom_group_kill`). Counters are cumulative since
+/// the cgroup was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryCounters {
+    /// v1 `memory.failcnt`.
+    pub failcnt: Option<u64>,
+    /// v2 `memory.events` and v1 `memory.oom_control` lines, by name.
+    pub events: std::collections::BTreeMap<String, u64>,
+}
+
+impl MemoryCounters {
+    /// Reads the counters of memory cgroup `path` (as `/proc/<pid>/cgroup` shows it) under
+    /// `root`; `None` when the cgroup is gone or has none of the files.
+    pub fn read(root: &Path, path: &[u8]) -> Option<MemoryCounters> {
+        let rel = std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path));
+        let dir = root.join(rel);
+        let failcnt = crate::host::read_u64(&dir.join("memory.failcnt"));
+        let mut events = std::collections::BTreeMap::new();
+        for f in ["memory.events", "memory.oom_control"] {
+            if let Ok(t) = crate::host::read_text_capped(&dir.join(f), crate::host::SMALL_FILE) {
+                events.extend(parse_flat_keyed(&t));
+            }
+        }
+        (failcnt.is_some() || !events.is_empty()).then_some(MemoryCounters { failcnt, events })
+    }
+
+    /// Counter `key` (`failcnt`, or an event name).
+    pub fn get(&self, key: &str) -> Option<u64> {
+        if key == "failcnt" {
+            return self.failcnt;
+        }
+        self.events.get(key).copied()
+    }
+
+    /// `self - before`, per counter present in both (cumulative counters only grow; a
+    /// recreated cgroup of the same path restarts them, which saturates at 0).
+    pub fn since(&self, before: &MemoryCounters) -> MemoryCounters {
+        MemoryCounters {
+            failcnt: self
+                .failcnt
+                .zip(before.failcnt)
+                .map(|(a, b)| a.saturating_sub(b)),
+            events: self
+                .events
+                .iter()
+                .filter_map(|(k, a)| {
+                    before
+                        .events
+                        .get(k)
+                        .map(|b| (k.clone(), a.saturating_sub(*b)))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `key value` lines (cgroup `memory.events`, `memory.stat`, `memory.oom_control`); lines that
+/// do not parse are skipped.
+pub fn parse_flat_keyed(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (k, v) = (it.next()?, it.next()?);
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The memory cgroup path in a `/proc/<pid>/cgroup` text (`ID:controllers:path` lines): the v1
@@ -104,6 +182,31 @@ impl IdResolver {
             root: layout.v2_root.clone(),
             cache: HashMap::new(),
         }
+    }
+
+    /// Resolves ids of cgroups in the hierarchy mounted at `root` (on v1 every hierarchy has
+    /// its own ids: a cgroup's id is its directory's inode number in that mount).
+    pub fn at(root: Option<PathBuf>) -> IdResolver {
+        IdResolver {
+            root,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The path of `id` if already resolved (no walk).
+    pub fn cached(&self, id: u64) -> Option<&[u8]> {
+        self.cache.get(&id).and_then(|p| p.as_deref())
+    }
+
+    /// Whether `path` (relative to `root`, as `/proc/<pid>/cgroup` shows it) is the cgroup
+    /// `id`; if so it is cached, sparing a walk of the hierarchy.
+    pub fn verify(&mut self, root: &Path, id: u64, path: &[u8]) -> bool {
+        let rel = std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path));
+        let ok = std::fs::metadata(root.join(rel)).is_ok_and(|m| m.ino() == id);
+        if ok {
+            self.cache.insert(id, Some(path.to_vec()));
+        }
+        ok
     }
 
     pub fn path(&mut self, id: u64) -> Option<Vec<u8>> {
@@ -179,6 +282,46 @@ mod tests {
     }
 
     #[test]
+    fn memory_counters_v1_and_v2() {
+        let d = std::env::temp_dir().join(format!("tk-cgmem-{}", std::process::id()));
+        let v1 = d.join("v1/tkrw");
+        let v2 = d.join("v2/a:b");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v1.join("memory.failcnt"), "17\n").unwrap();
+        std::fs::write(
+            v1.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+        )
+        .unwrap();
+        std::fs::write(
+            v2.join("memory.events"),
+            "low 0\nhigh 4\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\ngarbage\n",
+        )
+        .unwrap();
+        let a = MemoryCounters::read(&d.join("v1"), b"/tkrw").unwrap();
+        assert_eq!((a.get("failcnt"), a.get("oom_kill")), (Some(17), Some(3)));
+        let b = MemoryCounters::read(&d.join("v2"), b"/a:b").unwrap();
+        assert_eq!(b.failcnt, None);
+        assert_eq!((b.get("max"), b.get("oom_kill")), (Some(12), Some(1)));
+        assert_eq!(b.events.len(), 6, "{b:?}");
+        let mut later = b.clone();
+        later.events.insert("max".into(), 20);
+        assert_eq!(later.since(&b).get("max"), Some(8));
+        assert_eq!(later.since(&a).get("max"), None);
+        assert!(MemoryCounters::read(&d, b"/nonexistent").is_none());
+        let _ = std::fs::remove_dir_all(d);
+        assert_eq!(
+            Layout::from_mountinfo(HYBRID).memory_root(),
+            Some(Path::new("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(
+            Layout::from_mountinfo(PURE_V2).memory_root(),
+            Some(Path::new("/sys/fs/cgroup"))
+        );
+    }
+
+    #[test]
     fn resolves_an_inode_under_a_root() {
         let d = std::env::temp_dir().join(format!("tk-cg-{}", std::process::id()));
         std::fs::create_dir_all(d.join("a/b")).unwrap();
@@ -189,6 +332,10 @@ mod tests {
         });
         assert_eq!(r.path(ino).as_deref(), Some(&b"/a/b"[..]));
         assert_eq!(r.path(u64::MAX), None);
+        let mut r = IdResolver::at(Some(d.clone()));
+        assert!(!r.verify(&d, ino, b"/a"));
+        assert!(r.verify(&d, ino, b"/a/b"));
+        assert_eq!(r.cached(ino), Some(&b"/a/b"[..]));
         let _ = std::fs::remove_dir_all(d);
     }
 }

@@ -114,6 +114,25 @@ pub fn title_of(raw: &[u8]) -> Option<Vec<u8>> {
     (!t.is_empty()).then_some(t)
 }
 
+/// A `Key:   N kB` line of `/proc/<pid>/smaps_rollup` (or `status`, `meminfo`), in KiB.
+pub fn kb_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// `AnonHugePages` of a live process (KiB of anonymous memory mapped by transparent huge
+/// pages), from `/proc/<pid>/smaps_rollup`; `None` when the process is gone or not readable.
+pub fn anon_huge_kb(pid: u32) -> Option<u64> {
+    let t = read_text_capped(
+        &super::proc_path(&format!("{pid}/smaps_rollup")),
+        SMALL_FILE,
+    )
+    .ok()?;
+    kb_field(&t, "AnonHugePages")
+}
+
 /// What fd `fd` of thread `tid` in process `tgid` refers to, while the process lives:
 /// a path (with the kernel's " (deleted)" suffix when unlinked), `socket:[…]`, …; `[closed]`
 /// when the process lives but the fd is gone, `[exited]` when the process is gone,
@@ -282,6 +301,16 @@ mod tests {
             cap_list(&[Cap::Bpf, Cap::Perfmon, Cap::DacReadSearch]),
             "CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH"
         );
+    }
+
+    #[test]
+    fn smaps_rollup_fields() {
+        let t = crate::host::fixture("memstall/smaps_rollup");
+        assert_eq!(kb_field(&t, "AnonHugePages"), Some(4096));
+        assert!(kb_field(&t, "Rss").is_some());
+        assert_eq!(kb_field(&t, "NoSuchField"), None);
+        assert_eq!(kb_field("AnonHugePages: x kB\n", "AnonHugePages"), None);
+        assert!(anon_huge_kb(std::process::id()).is_some());
     }
 
     #[test]

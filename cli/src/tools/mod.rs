@@ -18,6 +18,7 @@ pub mod bench_floor;
 pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
+pub mod memstall;
 pub mod net_rx;
 pub mod numa;
 pub mod runq_lat;
@@ -109,6 +110,8 @@ registry! {
         Ctxsw => ctxsw,
         /// Run-queue latency per process or thread: waits after wakeups and preemptions, and who held the CPU.
         RunqLat => runq_lat,
+        /// Time processes lose stalled in direct compaction, reclaim, memcg reclaim and THP collapse, with THP settings, vmstat, cgroup counters and OOM kills as evidence.
+        Memstall => memstall,
         /// Who loses received packets and why, and which CPU drowns in NET_RX softirq.
         NetRx => net_rx,
         /// Processes running on one NUMA node while their memory sits on another.

@@ -1,0 +1,338 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::tools::memstall::report::VM_KEYS;
+
+fn thp(defrag: &str) -> ThpSettings {
+    ThpSettings {
+        enabled: Some("always".into()),
+        defrag: Some(defrag.into()),
+        khugepaged_defrag: Some("1".into()),
+        scan_sleep_ms: Some(10000),
+        pages_to_scan: Some(4096),
+    }
+}
+
+fn vm(pairs: &[(&str, i64)]) -> Vmstat {
+    let mut v: BTreeMap<String, i64> = VM_KEYS.iter().map(|k| (k.to_string(), 0)).collect();
+    v.extend(pairs.iter().map(|(k, x)| (k.to_string(), *x)));
+    Vmstat(v)
+}
+
+fn row(comm: &str, pid: u32, kind: u32, count: u64, total_ns: u64) -> Subj {
+    Subj {
+        pid,
+        comm: comm.into(),
+        kind,
+        count,
+        total_ns,
+        p99_ns: 180_000_000,
+        max_ns: 200_000_000,
+        direct: if kind == KIND_COMPACTION { count } else { 0 },
+        zones: if kind == KIND_COMPACTION { count } else { 0 },
+        ..Default::default()
+    }
+}
+
+fn run(secs: f64, thp: &ThpSettings, vm: &Vmstat, rows: &[Subj]) -> (Vec<Finding>, Vec<String>) {
+    findings(&Evidence {
+        secs,
+        thp,
+        vm,
+        rows,
+        cgroups: &[],
+        ooms: &[],
+        per_allocation: true,
+    })
+}
+
+#[test]
+fn defrag_always_names_the_process_and_the_fix() {
+    let s = thp("always");
+    let v = vm(&[
+        ("compact_stall", 23),
+        ("compact_success", 20),
+        ("compact_fail", 3),
+        ("thp_fault_alloc", 50),
+    ]);
+    let mut r = row("postgres", 42, KIND_COMPACTION, 23, 1_900_000_000);
+    r.zones = 40;
+    let (out, notes) = run(10.0, &s, &v, &[r]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(notes.is_empty(), "{notes:?}");
+    let f = &out[0];
+    assert_eq!(f.cause, Cause::ThpCompaction);
+    assert_eq!(f.score, Score::NsPerS(190_000_000));
+    assert!(
+        f.summary.starts_with("THP defrag=always: direct compaction stalled postgres (pid 42) 23 times, 1.90 s in 10 s (19.0 % of the time; p99 180ms"),
+        "{}",
+        f.summary
+    );
+    assert!(
+        f.summary.contains("(allocations, 40 zones)"),
+        "{}",
+        f.summary
+    );
+    assert!(f.summary.contains("compact_stall +23"), "{}", f.summary);
+    assert!(f.advice.contains("defrag=madvise or never"), "{}", f.advice);
+    assert!(f.advice.contains("persistent"), "{}", f.advice);
+    let j = f.json();
+    assert_eq!(j["evidence"]["direct_stalls"], 23);
+    assert_eq!(j["evidence"]["vmstat_compact_stall"], 23);
+    assert_eq!(
+        j["next"],
+        "tracekit memstall --pid 42 --duration 30s --hist"
+    );
+}
+
+#[test]
+fn share_of_the_time_is_of_the_time_alive() {
+    let s = thp("always");
+    let v = vm(&[("compact_stall", 2), ("thp_fault_alloc", 2)]);
+    let mut r = row("worker", 7, KIND_COMPACTION, 2, 1_500_000_000);
+    r.alive_ns = 3_000_000_000;
+    let (out, _) = run(22.0, &s, &v, &[r]);
+    assert!(
+        out[0]
+            .summary
+            .contains("(50.0 % of the 3.00 s it was alive;"),
+        "{}",
+        out[0].summary
+    );
+    // The score stays per second of wall time, to rank against every other tool.
+    assert_eq!(out[0].score, Score::NsPerS(68_181_818));
+}
+
+#[test]
+fn compaction_for_no_allocation_is_not_called_a_stall() {
+    let s = thp("madvise");
+    let v = vm(&[("compact_stall", 4)]);
+    let mut r = row("sh", 7, KIND_COMPACTION, 3, 30_000_000);
+    r.direct = 0;
+    let (out, notes) = run(1.0, &s, &v, &[r]);
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0].summary.contains("for no allocation"),
+        "{}",
+        out[0].summary
+    );
+    assert!(
+        out[0].summary.contains("compact_memory"),
+        "{}",
+        out[0].summary
+    );
+    // The four compact_stall were someone else's: said, not hidden.
+    assert!(
+        notes[0].contains("compact_stall +4 but 0 direct"),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn madvise_defrag_and_no_thp_faults() {
+    let v = vm(&[("compact_stall", 5)]);
+    let rows = [row("java", 9, KIND_COMPACTION, 5, 10_000_000)];
+    let s = thp("madvise");
+    let (out, _) = run(5.0, &s, &v, &rows);
+    assert!(
+        out[0].advice.contains("high-order kernel allocations"),
+        "{}",
+        out[0].advice
+    );
+    let v = vm(&[("compact_stall", 5), ("thp_fault_alloc", 5)]);
+    let (out, _) = run(5.0, &s, &v, &rows);
+    assert!(out[0].advice.contains("defer+madvise"), "{}", out[0].advice);
+}
+
+#[test]
+fn reclaim_memcg_thp_and_kthreads() {
+    let s = thp("madvise");
+    let v = vm(&[
+        ("allocstall", 4),
+        ("pgscan_direct", 900),
+        ("thp_collapse_alloc", 2),
+    ]);
+    let mut memcg = row("writer", 11, KIND_MEMCG_RECLAIM, 100, 50_000_000);
+    memcg.cgroup = Some("/tk-test".into());
+    memcg.reclaimed_pages = 8000;
+    let mut reclaim = row("redis", 12, KIND_RECLAIM, 4, 80_000_000);
+    reclaim.reclaimed_pages = 128;
+    let mut collapse = row("app", 13, KIND_THP_COLLAPSE, 1, 3_000_000);
+    collapse.collapses = 2;
+    collapse.collapsed = 2;
+    let mut khp = row("khugepaged", 50, KIND_THP_COLLAPSE, 0, 0);
+    khp.kthread = true;
+    khp.collapses = 5;
+    khp.collapsed = 4;
+    khp.scans = 9;
+    let mut kcd = row("kcompactd0", 51, KIND_COMPACTION, 2, 9_000_000);
+    kcd.kthread = true;
+    kcd.direct = 0;
+    let cgroups = [CgFacts {
+        path: "/tk-test".into(),
+        failcnt: Some(130),
+        ..Default::default()
+    }];
+    let rows = [khp, collapse, memcg, reclaim, kcd];
+    let (out, _) = findings(&Evidence {
+        secs: 2.0,
+        thp: &s,
+        vm: &v,
+        rows: &rows,
+        cgroups: &cgroups,
+        ooms: &[],
+        per_allocation: true,
+    });
+    assert_eq!(out.len(), 5, "{out:?}");
+    let s: Vec<&str> = out.iter().map(|f| f.summary.as_str()).collect();
+    // Applications first, most stall time first; background work last.
+    assert!(
+        s[0].starts_with("direct reclaim stalled redis (pid 12) 4 times"),
+        "{}",
+        s[0]
+    );
+    assert!(
+        s[0].contains("allocstall +4, pgscan_direct +900 (global reclaim only"),
+        "{}",
+        s[0]
+    );
+    assert!(
+        s[1].contains("writer (pid 11) in memory cgroup /tk-test hit its limit"),
+        "{}",
+        s[1]
+    );
+    assert!(s[1].contains("8000 pages; memory.failcnt +130"), "{}", s[1]);
+    assert_eq!(out[1].subject.cgroup.as_deref(), Some("/tk-test"));
+    assert_eq!(out[1].json()["evidence"]["failcnt_delta"], 130);
+    assert!(
+        s[2].starts_with("app (pid 13) collapsed 2 of 2"),
+        "{}",
+        s[2]
+    );
+    assert!(s[2].contains("thp_collapse_alloc +2"), "{}", s[2]);
+    assert!(matches!(out[3].score, Score::RatePerS(_)));
+    let bg: Vec<&&str> = s[3..].iter().collect();
+    assert!(
+        bg.iter()
+            .any(|l| l.starts_with("kcompactd0 (pid 51) compacted in the background")),
+        "{bg:?}"
+    );
+    assert!(
+        bg.iter().any(|l| l.starts_with("khugepaged")
+            && l.contains("4 of 5")
+            && l.contains("9 PMD scans")),
+        "{bg:?}"
+    );
+}
+
+#[test]
+fn the_root_cgroup_never_hit_a_limit() {
+    let s = thp("madvise");
+    let v = vm(&[]);
+    let mut r = row("w", 3, KIND_MEMCG_RECLAIM, 1, 1_000_000);
+    r.cgroup = Some("/".into());
+    let (out, _) = run(1.0, &s, &v, &[r.clone()]);
+    assert!(
+        !out[0].summary.contains("hit its limit"),
+        "{}",
+        out[0].summary
+    );
+    r.cgroup = None;
+    let (out, _) = run(1.0, &s, &v, &[r]);
+    assert!(
+        out[0].summary.contains("could not be named"),
+        "{}",
+        out[0].summary
+    );
+}
+
+#[test]
+fn oom_kills_per_cgroup_with_counters() {
+    let s = thp("madvise");
+    let v = vm(&[]);
+    let ooms: Vec<Oom> = (0..3)
+        .map(|i| Oom {
+            pid: 100 + i,
+            comm: "worker".into(),
+            cgroup: Some("/tkrw".into()),
+            killer: "worker".into(),
+        })
+        .collect();
+    let cgroups = [CgFacts {
+        path: "/tkrw".into(),
+        failcnt: Some(40),
+        oom_kill: Some(3),
+        ..Default::default()
+    }];
+    let (out, notes) = findings(&Evidence {
+        secs: 2.0,
+        thp: &s,
+        vm: &v,
+        rows: &[],
+        cgroups: &cgroups,
+        ooms: &ooms,
+        per_allocation: true,
+    });
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(out.len(), 1);
+    let f = &out[0];
+    assert_eq!(f.cause, Cause::OomKill);
+    assert_eq!(f.subject.kind, "cgroup");
+    assert!(
+        f.summary.starts_with(
+            "the OOM killer killed 3 process(es) in memory cgroup /tkrw: worker (pid 100)"
+        ),
+        "{}",
+        f.summary
+    );
+    assert!(
+        f.summary.contains("memory.failcnt +40, oom_kill +3"),
+        "{}",
+        f.summary
+    );
+    assert_eq!(f.json()["evidence"]["oom_kills"], 3);
+}
+
+#[test]
+fn thp_faults_say_what_the_time_covers() {
+    let s = thp("always");
+    let v = vm(&[("thp_fault_alloc", 30), ("thp_fault_fallback", 2)]);
+    let mut r = row("db", 5, KIND_THP_FAULT, 32, 4_400_000_000);
+    r.fallbacks = 2;
+    let (out, _) = run(22.0, &s, &v, &[r]);
+    assert_eq!(out[0].cause, Cause::ThpFault);
+    assert!(
+        out[0].summary.contains("whole 2 MiB faults"),
+        "{}",
+        out[0].summary
+    );
+    assert!(
+        out[0].summary.contains("zeroing 2 MiB"),
+        "{}",
+        out[0].summary
+    );
+    assert!(out[0].summary.contains("2 fell back"), "{}", out[0].summary);
+}
+
+#[test]
+fn nothing_seen_says_so_with_evidence() {
+    let s = thp("madvise");
+    let (out, notes) = run(10.0, &s, &vm(&[]), &[]);
+    assert!(out.is_empty());
+    assert_eq!(notes.len(), 1);
+    assert!(
+        notes[0].starts_with("no memory stalls seen in 10 s"),
+        "{}",
+        notes[0]
+    );
+    assert!(notes[0].contains("compact_stall +0"), "{}", notes[0]);
+    // Counters moved but nothing in scope was traced: said, not hidden.
+    let (_, notes) = run(10.0, &s, &vm(&[("compact_stall", 3)]), &[]);
+    assert!(
+        notes[0].contains("compact_stall +3 but 0 direct compaction stall(s) traced"),
+        "{notes:?}"
+    );
+    // Counters this kernel lacks are "n/a", never a made-up zero.
+    let (_, notes) = run(1.0, &s, &Vmstat::default(), &[]);
+    assert!(notes[0].contains("compact_stall n/a"), "{}", notes[0]);
+}
