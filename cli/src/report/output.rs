@@ -507,11 +507,11 @@ mod tests {
             .is_char_device());
         let mut full = Sink::open(Some(Path::new("/dev/full")), false).unwrap();
         let e = full.write("x").unwrap_err();
+        assert_eq!(e.to_string().matches("No space left").count(), 1, "{e}");
         assert_eq!(
             crate::error::Error::from(e).exit(),
             crate::error::Exit::Failure
         );
-        assert_eq!(e.to_string().matches("No space left").count(), 1, "{e}");
     }
 
     #[test]
