@@ -32,6 +32,30 @@ pub fn name(major: u32, minor: u32) -> String {
         .unwrap_or_else(|| format!("{major}:{minor}"))
 }
 
+/// Whole disks (`/sys/block/*`: partitions are not listed there) as (name, major, minor),
+/// by name.
+pub fn whole_disks() -> Vec<(String, u32, u32)> {
+    whole_disks_in(&sys_path("block"))
+}
+
+/// [`whole_disks`] under a `/sys/block`-like directory (entries with a `dev` file `MAJ:MIN`).
+pub fn whole_disks_in(dir: &std::path::Path) -> Vec<(String, u32, u32)> {
+    let mut v: Vec<(String, u32, u32)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().to_str()?.to_string();
+                    let dev = read_trim(&e.path().join("dev"))?;
+                    let (maj, min) = dev.split_once(':')?;
+                    Some((name, maj.parse().ok()?, min.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// Request-queue settings of a disk (a partition reports its disk's queue).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct QueueFacts {
@@ -173,6 +197,31 @@ mod tests {
         let later = DiskCounters { reads: 150, ..*vda };
         assert_eq!(later.since(vda).reads, 50);
         assert_eq!(later.since(vda).discards, Some(0));
+    }
+
+    #[test]
+    fn whole_disks_from_a_tree() {
+        let d = std::env::temp_dir().join(format!("tk-disks-{}", std::process::id()));
+        for (n, dev) in [
+            ("vda", "254:0\n"),
+            ("loop0", "7:0"),
+            ("bad", "x"),
+            ("nodev", ""),
+        ] {
+            std::fs::create_dir_all(d.join(n)).unwrap();
+            if !dev.is_empty() {
+                std::fs::write(d.join(n).join("dev"), dev).unwrap();
+            }
+        }
+        assert_eq!(
+            whole_disks_in(&d),
+            [("loop0".to_string(), 7, 0), ("vda".to_string(), 254, 0)]
+        );
+        let _ = std::fs::remove_dir_all(&d);
+        assert!(whole_disks_in(std::path::Path::new("/nonexistent")).is_empty());
+        for (name, maj, min) in whole_disks() {
+            assert_eq!(super::name(maj, min), name);
+        }
     }
 
     #[test]

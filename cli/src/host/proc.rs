@@ -73,6 +73,15 @@ pub enum Cap {
 }
 
 impl Cap {
+    /// Every capability tracekit may need, in the order `doctor` lists them.
+    pub const ALL: &'static [Cap] = &[
+        Cap::Bpf,
+        Cap::Perfmon,
+        Cap::SysAdmin,
+        Cap::DacReadSearch,
+        Cap::SysPtrace,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Cap::DacReadSearch => "CAP_DAC_READ_SEARCH",
