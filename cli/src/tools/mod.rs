@@ -16,6 +16,7 @@ use crate::{
 
 pub mod bench_floor;
 pub mod fsync_lat;
+pub mod io_lat;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +95,8 @@ registry! {
     tools {
         /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.
         FsyncLat => fsync_lat,
+        /// Block I/O per device and issuing process: queue time vs device time, depth, findings.
+        IoLat => io_lat,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,

@@ -1,0 +1,916 @@
+//! Root tests for `tracekit io-lat` on loop devices of our own (over files in the work tree,
+//! with direct I/O to the backing file), so other workloads on the machine cannot disturb the
+//! counts: fio does O_DIRECT random reads and writes, and tracekit must report exactly the
+//! reads and writes `/proc/diskstats` counted for that device, attribute them to fio, and match
+//! fio's own completion-latency percentiles; schedulers, writeback, cgroups and the findings on
+//! the same devices. Also the VM check (`vm_check`) and its workload (`io-direct`).
+
+use std::{
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+/// The tests of this file run one at a time: they compare counters and time latencies, which a
+/// concurrent test's traffic (on the same backing disk) would disturb.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// fio from Debian, installed on first use.
+fn ensure_fio() {
+    if Command::new("fio").arg("--version").output().is_ok() {
+        return;
+    }
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends", "fio"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        assert!(install(), "installing fio failed");
+    }
+}
+
+/// A loop device over a 64 MiB file of real (allocated) blocks, detached on drop.
+struct LoopDev {
+    dev: String,
+    name: String,
+    dir: PathBuf,
+}
+
+impl LoopDev {
+    fn new(tag: &str) -> LoopDev {
+        let dir = scratch(tag);
+        let file = dir.join("disk.img");
+        // Written, not sparse: reads of holes would never reach the backing disk.
+        std::fs::write(&file, vec![0x5au8; 64 << 20]).unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(&file)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let name = dev.trim_start_matches("/dev/").to_string();
+        let lo = LoopDev { dev, name, dir };
+        lo.set("scheduler", "none");
+        lo
+    }
+
+    /// Writes a queue attribute (`scheduler`, `nr_requests`, `rotational`).
+    fn set(&self, attr: &str, v: &str) {
+        std::fs::write(format!("/sys/block/{}/queue/{attr}", self.name), v)
+            .unwrap_or_else(|e| panic!("setting {attr}={v} on {}: {e}", self.name));
+    }
+
+    /// (reads completed, writes completed) from /proc/diskstats.
+    fn diskstats(&self) -> (u64, u64) {
+        diskstats_of(&self.name).unwrap_or_else(|| panic!("{} not in /proc/diskstats", self.name))
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        // A loop device keeps its queue settings across detach: leave the defaults for the
+        // next user.
+        for (attr, v) in [
+            ("scheduler", "none"),
+            ("nr_requests", "128"),
+            ("rotational", "1"),
+        ] {
+            let _ = std::fs::write(format!("/sys/block/{}/queue/{attr}", self.name), v);
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// (reads, writes) completed on disk `name` according to /proc/diskstats.
+fn diskstats_of(name: &str) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/diskstats").ok()?;
+    s.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() > 8 && f[2] == name {
+            Some((f[3].parse().ok()?, f[7].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+/// Runs fio on `dev` (bounded by --io_size and --runtime) at SCHED_FIFO priority, so its own
+/// wakeups are not delayed behind other work on this 2-CPU machine (that delay is in fio's
+/// clat but is no block-layer time). Returns fio's JSON job report.
+fn fio(dev: &str, extra: &[&str]) -> Value {
+    let out = Command::new("chrt")
+        .args(["-f", "20", "fio", "--name=tk", "--direct=1", "--size=64M"])
+        .arg(format!("--filename={dev}"))
+        .args(["--runtime=60", "--output-format=json"])
+        .args(extra)
+        .output()
+        .expect("fio");
+    assert!(
+        out.status.success(),
+        "fio failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("fio JSON");
+    v["jobs"][0].clone()
+}
+
+fn rows<'a>(lines: &'a [Value], dev: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|v| v["tool"] == "io-lat" && v["type"] == "summary" && v["dev"] == dev)
+        .collect()
+}
+
+fn sum(rows: &[&Value], op: &str, key: &str) -> u64 {
+    rows.iter()
+        .filter(|r| r["op"] == op)
+        .map(|r| r[key].as_u64().unwrap())
+        .sum()
+}
+
+fn device<'a>(lines: &'a [Value], dev: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["type"] == "device" && l["dev"] == dev)
+        .unwrap_or_else(|| panic!("no device line for {dev}"))
+}
+
+fn findings(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|l| l["type"] == "finding").collect()
+}
+
+/// What one traced run gave.
+struct Run {
+    lines: Vec<Value>,
+    /// /proc/diskstats (reads, writes) delta around the work.
+    disk: (u64, u64),
+    job: Value,
+}
+
+/// Traces the loop device (`--dev`, plus `extra`) while `work` runs.
+fn traced(lo: &LoopDev, extra: &[&str], work: impl FnOnce() -> Value) -> Run {
+    let mut args = vec!["io-lat", "--json", "--dev", &lo.name];
+    args.extend_from_slice(extra);
+    let mut tk = Tracer::spawn(&args);
+    tk.wait_attached();
+    let before = lo.diskstats();
+    let job = work();
+    // fio's psync/libaio jobs end when their last request completed: nothing is in flight.
+    let after = lo.diskstats();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "exit {status}: {stderr}");
+    Run {
+        lines,
+        disk: (after.0 - before.0, after.1 - before.1),
+        job,
+    }
+}
+
+/// Other helpers' tracers and I/O run on this machine at the same time; see `counts_case` for
+/// why a disturbed run is measured again (every attempt is printed).
+const ATTEMPTS: usize = 3;
+
+#[test]
+fn counts_equal_diskstats_and_rows_name_fio() {
+    require_root();
+    let _serial = serial();
+    counts_case(&[], "tp_btf", "struct request *");
+}
+
+#[test]
+fn raw_tracepoints_count_equal_diskstats() {
+    require_root();
+    let _serial = serial();
+    counts_case(&["--attach", "raw-tp"], "raw_tp", "struct request *");
+}
+
+#[test]
+fn classic_tracepoint_fallback_counts_equal_diskstats() {
+    require_root();
+    let _serial = serial();
+    counts_case(&["--attach", "tracepoint"], "tracepoint", "dev, sector");
+}
+
+/// Counted reads and writes must equal the diskstats delta exactly. The device line accounts for
+/// every difference: `untracked_*` (completions the programs saw without a start) and
+/// `unseen_*` (diskstats − counted − untracked: completions the kernel never ran the programs
+/// for). On this shared 2-vCPU machine the kernel has been seen to skip our programs for a few
+/// completions while other tracers attach and detach (see the io-lat design note and the stats
+/// line's `recursion_misses`); such a run is printed and measured again, and the test fails
+/// when no run of three is exact.
+fn counts_case(extra: &[&str], attach: &str, keyed_by: &str) {
+    ensure_fio();
+    let mut failures = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match counts_attempt(extra, attach, keyed_by, 11 + attempt as u64) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {}: {e}", attempt + 1);
+                failures.push(e);
+            }
+        }
+    }
+    panic!("no exact run in {ATTEMPTS}: {failures:?}");
+}
+
+fn counts_attempt(extra: &[&str], attach: &str, keyed_by: &str, seed: u64) -> Result<(), String> {
+    let lo = LoopDev::new("iolat-count");
+    let seed = format!("--randseed={seed}");
+    let run = traced(&lo, extra, || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randrw",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--io_size=8M",
+                &seed,
+            ],
+        )
+    });
+    let lines = &run.lines;
+    let meta = lines.iter().find(|l| l["type"] == "meta").unwrap();
+    assert_eq!(meta["keyed_by"], keyed_by);
+    assert_eq!(meta["attach"], attach);
+    let r = rows(lines, &lo.name);
+    let (reads, writes) = (sum(&r, "read", "count"), sum(&r, "write", "count"));
+    let (dr, dw) = run.disk;
+    let st = last_stats(lines);
+    let dev = device(lines, &lo.name);
+    eprintln!(
+        "io-lat {attach} {}: counted {reads}/{writes}, diskstats {dr}/{dw}, fio {}/{}; untracked {}/{} unseen {}/{}; recursion_misses {} anomalies {}",
+        lo.name,
+        run.job["read"]["total_ios"],
+        run.job["write"]["total_ios"],
+        dev["untracked_reads"],
+        dev["untracked_writes"],
+        dev["unseen_reads"],
+        dev["unseen_writes"],
+        st["recursion_misses"],
+        st["anomaly_kinds"]
+    );
+    assert!(dr > 500 && dw > 500, "fio did too little I/O: {dr}/{dw}");
+    for row in &r {
+        assert_eq!(row["comm"], "fio", "issuer of {row}");
+        assert_eq!(row["kthread"], false, "{row}");
+        assert_eq!(row["sync"], true, "O_DIRECT I/O is sync: {row}");
+        assert_eq!(row["bytes"], row["count"].as_u64().unwrap() * 4096);
+        assert_eq!(
+            row["direct"], row["count"],
+            "scheduler none: issued directly"
+        );
+        for k in [
+            "queue_p50_ns",
+            "queue_p99_ns",
+            "device_p50_ns",
+            "device_p99_ns",
+            "p99_ns",
+            "max_ns",
+        ] {
+            assert!(row[k].is_u64(), "JSON contract: {k} in {row}");
+        }
+    }
+    assert_eq!(st["missed"], 0);
+    // The device line carries the kernel's count and accounts for any difference.
+    assert_eq!(dev["diskstats_reads"], dr);
+    assert_eq!(dev["diskstats_writes"], dw);
+    assert_eq!(dev["reads"], reads);
+    assert_eq!(dev["writes"], writes);
+    let acc = |k: &str| dev[k].as_i64().unwrap();
+    assert_eq!(
+        dr as i64,
+        reads as i64 + acc("untracked_reads") + acc("unseen_reads")
+    );
+    assert_eq!(
+        dw as i64,
+        writes as i64 + acc("untracked_writes") + acc("unseen_writes")
+    );
+    if (reads, writes) != (dr, dw) {
+        return Err(format!(
+            "counted {reads}/{writes}, diskstats {dr}/{dw} (untracked {}/{}, unseen {}/{}, recursion_misses {}, anomalies {})",
+            dev["untracked_reads"], dev["untracked_writes"], dev["unseen_reads"], dev["unseen_writes"],
+            st["recursion_misses"], st["anomaly_kinds"]
+        ));
+    }
+    Ok(())
+}
+
+/// fio's clat covers the whole system call (page pinning and bio set-up before the request is
+/// issued, waking fio and unpinning after it completes); tracekit's request time covers the
+/// request (issue → completion, no queue under `none`). The difference is the software path
+/// outside the block layer, measured on this VM: 5–45 µs per 4 KiB request at the median, up to
+/// ~60 µs in the tail, while this loop device answers 4 KiB in 50–150 µs. So each percentile must
+/// be within 10 % of fio's, or below fio's by at most this constant (never above fio's by more
+/// than 10 %: the request is inside the call). Measured errors are printed either way.
+const SOFTWARE_PATH_NS: u64 = 60_000;
+
+#[test]
+fn percentiles_match_fio_clat() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let mut failures = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match percentiles_attempt(12 + attempt as u64) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {}: {e:?}", attempt + 1);
+                failures.push(e);
+            }
+        }
+    }
+    panic!("no run within bounds in {ATTEMPTS}: {failures:?}");
+}
+
+fn percentiles_attempt(seed: u64) -> Result<(), Vec<String>> {
+    let lo = LoopDev::new("iolat-pct");
+    let seed = format!("--randseed={seed}");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randrw",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--io_size=16M",
+                &seed,
+            ],
+        )
+    });
+    let r = rows(&run.lines, &lo.name);
+    let mut failures = Vec::new();
+    if (sum(&r, "read", "count"), sum(&r, "write", "count")) != run.disk {
+        failures.push(format!("counts differ from diskstats {:?}", run.disk));
+    }
+    for op in ["read", "write"] {
+        let row = r
+            .iter()
+            .find(|x| x["op"] == op)
+            .unwrap_or_else(|| panic!("no {op} row: {r:?}"));
+        for (q, key) in [("50.000000", "p50_ns"), ("99.000000", "p99_ns")] {
+            let want = run.job[op]["clat_ns"]["percentile"][q].as_u64().unwrap();
+            let got = row[key].as_u64().unwrap();
+            let err = got.abs_diff(want) as f64 / want as f64;
+            eprintln!(
+                "{op} {key}: tracekit {got} ns, fio clat {want} ns ({:+.1} %, {:+} us)",
+                (got as f64 - want as f64) * 100.0 / want as f64,
+                (got as i64 - want as i64) / 1000
+            );
+            let below_by_path = got <= want && want - got <= SOFTWARE_PATH_NS;
+            if err > 0.10 && !below_by_path {
+                failures.push(format!("{op} {key}: {got} vs fio {want}"));
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures)
+    }
+}
+
+const RANDREAD_QD16: [&str; 6] = [
+    "--rw=randread",
+    "--bs=4k",
+    "--ioengine=libaio",
+    "--iodepth=16",
+    "--io_size=16M",
+    "--randseed=13",
+];
+
+/// `none` then `mq-deadline` on one device: queue time is 0 with none (every request issued
+/// directly) and visible with mq-deadline (every request inserted first); the device line names
+/// the scheduler in use; and one run across a switch made during tracing still counts exactly.
+#[test]
+fn scheduler_none_vs_mq_deadline() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-sched");
+    let mut seen = Vec::new();
+    for sched in ["none", "mq-deadline"] {
+        lo.set("scheduler", sched);
+        let run = traced(&lo, &[], || fio(&lo.dev, &RANDREAD_QD16));
+        let r = rows(&run.lines, &lo.name);
+        let count = sum(&r, "read", "count");
+        assert_eq!(
+            count,
+            run.disk.0,
+            "{sched}: reads vs diskstats; stats {}",
+            last_stats(&run.lines)
+        );
+        let queued = sum(&r, "read", "queued");
+        let direct = sum(&r, "read", "direct");
+        let row = r.iter().max_by_key(|x| x["count"].as_u64()).unwrap();
+        let dev = device(&run.lines, &lo.name);
+        assert_eq!(dev["scheduler"], sched);
+        eprintln!(
+            "{sched}: {count} reads, {queued} queued, {direct} issued directly; queue p50 {} p99 {}, device p50 {}; in flight mean {} max {} (at issue: mean {} max {})",
+            row["queue_p50_ns"], row["queue_p99_ns"], row["device_p50_ns"], dev["inflight_mean"],
+            dev["inflight_max"], dev["inflight_at_issue_mean"], dev["inflight_at_issue_max"]
+        );
+        assert!(row["device_p50_ns"].as_u64().unwrap() > 0);
+        assert!(dev["inflight_at_issue_max"].as_u64().unwrap() <= 16);
+        seen.push((queued, direct, row["queue_p50_ns"].as_u64().unwrap()));
+    }
+    let (none_q, none_direct, none_p50) = seen[0];
+    let (dl_q, dl_direct, dl_p50) = seen[1];
+    // none: every request goes straight to the driver (no insert, no queue time).
+    assert_eq!(none_q, 0, "queue samples under none");
+    assert!(none_direct > 0);
+    assert_eq!(none_p50, 0);
+    // mq-deadline: every request passes through the scheduler and waits there.
+    assert_eq!(dl_direct, 0, "direct issues under mq-deadline");
+    assert!(dl_q > 0 && dl_p50 > 0, "queue time under mq-deadline");
+
+    // One trace across a switch: the requests of both schedulers, exactly.
+    lo.set("scheduler", "none");
+    let run = traced(&lo, &[], || {
+        let a = fio(&lo.dev, &RANDREAD_QD16);
+        lo.set("scheduler", "mq-deadline");
+        let b = fio(&lo.dev, &RANDREAD_QD16);
+        serde_json::json!([a, b])
+    });
+    let r = rows(&run.lines, &lo.name);
+    let (count, queued) = (sum(&r, "read", "count"), sum(&r, "read", "queued"));
+    eprintln!(
+        "across the switch: {count} reads ({queued} queued), diskstats {}",
+        run.disk.0
+    );
+    assert_eq!(count, run.disk.0, "stats {}", last_stats(&run.lines));
+    assert!(queued > 0 && queued < count);
+    assert_eq!(device(&run.lines, &lo.name)["scheduler"], "mq-deadline");
+}
+
+/// A loop device with an ext4 file system, mounted; unmounted on drop.
+struct Mounted {
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn new(lo: &LoopDev) -> Option<Mounted> {
+        if Command::new("mkfs.ext4").arg("-V").output().is_err() {
+            return None;
+        }
+        let mnt = lo.dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let mk = Command::new("mkfs.ext4")
+            .args(["-q", "-F", &lo.dev])
+            .status()
+            .unwrap();
+        assert!(mk.success());
+        let m = Command::new("mount").arg(&lo.dev).arg(&mnt).status();
+        assert!(m.unwrap().success());
+        Some(Mounted { mnt })
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
+#[test]
+fn writeback_is_attributed_to_the_flusher_and_async() {
+    require_root();
+    let _serial = serial();
+    let lo = LoopDev::new("iolat-wb");
+    let Some(m) = Mounted::new(&lo) else {
+        eprintln!("skipped: mkfs.ext4 (e2fsprogs) is not installed");
+        return;
+    };
+    let mut tk = Tracer::spawn(&["io-lat", "--json", "--dev", &lo.name]);
+    tk.wait_attached();
+    // Buffered writes (no fsync): the data is written back later, by the flusher.
+    let me = std::process::id();
+    std::fs::write(m.mnt.join("data"), vec![1u8; 8 << 20]).unwrap();
+    let t = Instant::now();
+    assert!(Command::new("sync").status().unwrap().success());
+    eprintln!("sync took {:?}", t.elapsed());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let r = rows(&lines, &lo.name);
+    for row in &r {
+        eprintln!(
+            "pid {} comm {} kthread {} op {} sync {} count {} bytes {} cgroup {}",
+            row["pid"],
+            row["comm"],
+            row["kthread"],
+            row["op"],
+            row["sync"],
+            row["count"],
+            row["bytes"],
+            row["cgroup"]
+        );
+    }
+    let data: Vec<&&Value> = r
+        .iter()
+        .filter(|x| x["op"] == "write" && x["bytes"].as_u64().unwrap() >= 4 << 20)
+        .collect();
+    assert!(!data.is_empty(), "no row carries the 8 MiB of data: {r:?}");
+    for row in data {
+        assert_ne!(row["pid"], me, "writeback attributed to the writer");
+        assert_eq!(row["sync"], false, "writeback is async: {row}");
+        assert!(
+            row["comm"].as_str().unwrap().starts_with("kworker"),
+            "issuer should be the flusher: {row}"
+        );
+        assert_eq!(row["kthread"], true);
+        // Charged to a cgroup (the root here: cgroup writeback needs the v2 io controller).
+        assert!(
+            row["cgroup"].as_str().is_some_and(|c| c.starts_with('/')),
+            "{row}"
+        );
+    }
+}
+
+/// The blkio cgroup the kernel charges a direct-I/O request to is the issuer's: fio run inside
+/// a cgroup of our own shows that cgroup on its rows.
+#[test]
+fn direct_io_is_charged_to_the_issuers_cgroup() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    // This host is cgroup v1 hybrid: the blk-cgroup the kernel charges is the blkio
+    // controller's. (On a pure v2 host the io controller would have to be enabled first.)
+    let root = Path::new("/sys/fs/cgroup/blkio");
+    if !root.join("cgroup.procs").exists() {
+        eprintln!("skipped: no v1 blkio hierarchy here");
+        return;
+    }
+    let name = format!("tk-iolat-{}", std::process::id());
+    let cg = root.join(&name);
+    std::fs::create_dir_all(&cg).unwrap();
+    struct Rmdir(PathBuf);
+    impl Drop for Rmdir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _rm = Rmdir(cg.clone());
+    let lo = LoopDev::new("iolat-cg");
+    let procs = cg.join("cgroup.procs");
+    let run = traced(&lo, &[], || {
+        let script = format!(
+            "echo $$ > {} && exec fio --name=tk --direct=1 --filename={} --rw=randread --bs=4k --io_size=2M --size=64M --output-format=json",
+            procs.display(),
+            lo.dev
+        );
+        let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Value::Null
+    });
+    let r = rows(&run.lines, &lo.name);
+    let fio_rows: Vec<&&Value> = r.iter().filter(|x| x["comm"] == "fio").collect();
+    assert!(!fio_rows.is_empty(), "{r:?}");
+    for row in fio_rows {
+        assert_eq!(row["cgroup"], format!("/{name}"), "{row}");
+        assert!(row["cgroup_id"].as_u64().unwrap() > 1);
+    }
+    assert_eq!(sum(&r, "read", "count"), run.disk.0);
+}
+
+/// A lightly loaded device: the rows are there, and no finding.
+#[test]
+fn no_finding_when_nothing_is_wrong() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-calm");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--rate_iops=100",
+                "--runtime=2",
+                "--time_based",
+            ],
+        )
+    });
+    let r = rows(&run.lines, &lo.name);
+    assert!(sum(&r, "read", "count") >= 100, "{r:?}");
+    let dev = device(&run.lines, &lo.name);
+    eprintln!("util {} full {}", dev["util_pct"], dev["full_pct"]);
+    assert!(
+        findings(&run.lines).is_empty(),
+        "{:?}",
+        findings(&run.lines)
+    );
+}
+
+/// `nr_requests` lowered to 4 under a queue depth of 32: requests sit at the limit most of the
+/// window, and the finding says so, with the fix; the issuer is named too.
+#[test]
+fn shallow_queue_is_a_finding() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-shallow");
+    lo.set("nr_requests", "4");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=libaio",
+                "--iodepth=32",
+                "--io_size=16M",
+            ],
+        )
+    });
+    let dev = device(&run.lines, &lo.name);
+    eprintln!(
+        "nr_requests {} full {} % in flight mean {} max {}",
+        dev["nr_requests"], dev["full_pct"], dev["inflight_mean"], dev["inflight_max"]
+    );
+    assert_eq!(dev["nr_requests"], 4);
+    assert!(dev["inflight_max"].as_u64().unwrap() <= 4, "{dev}");
+    let f = findings(&run.lines);
+    for x in &f {
+        eprintln!("finding: {}", x["summary"]);
+    }
+    let q = f
+        .iter()
+        .find(|x| x["cause"] == "io-queue")
+        .unwrap_or_else(|| panic!("no io-queue finding: {f:?}"));
+    assert_eq!(q["subject"]["name"], lo.name.as_str());
+    assert!(q["evidence"]["full_pct"].as_f64().unwrap() >= 20.0, "{q}");
+    assert!(q["advice"].as_str().unwrap().contains("nr_requests"), "{q}");
+    assert_eq!(q["culprit_comm"], "fio");
+}
+
+/// mq-deadline on a device marked non-rotational, with more requests than the device takes at
+/// once: they wait in the scheduler, and the finding suggests `none`.
+#[test]
+fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-deadline");
+    lo.set("scheduler", "mq-deadline");
+    lo.set("rotational", "0");
+    lo.set("nr_requests", "512");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=libaio",
+                "--iodepth=256",
+                "--io_size=32M",
+            ],
+        )
+    });
+    let dev = device(&run.lines, &lo.name);
+    eprintln!(
+        "queue share {} %, queue p99 {} device p99 {}, queued mean {}",
+        dev["queue_share_pct"], dev["queue_p99_ns"], dev["device_p99_ns"], dev["queued_mean"]
+    );
+    let f = findings(&run.lines);
+    for x in &f {
+        eprintln!("finding: {}", x["summary"]);
+    }
+    let s = f
+        .iter()
+        .find(|x| x["cause"] == "io-scheduler")
+        .unwrap_or_else(|| panic!("no io-scheduler finding: {f:?}"));
+    assert_eq!(s["subject"]["name"], lo.name.as_str());
+    assert!(s["advice"].as_str().unwrap().contains("none"), "{s}");
+    assert!(s["evidence"]["queue_share_pct"].as_f64().unwrap() >= 25.0);
+}
+
+#[test]
+fn unknown_device_and_threads_are_usage_errors() {
+    require_root();
+    for (args, want) in [
+        (
+            &["io-lat", "--dev", "no-such-disk", "--duration", "1s"][..],
+            "no such block device",
+        ),
+        (
+            &["io-lat", "--threads", "--duration", "1s"][..],
+            "--threads",
+        ),
+    ] {
+        let out = Command::new(tracekit_bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
+// The VM check and its workload.
+
+/// `io-direct DEV N`: N 4 KiB O_DIRECT requests on block device DEV (reads and writes in turn,
+/// at offsets spread over its first 16 MiB), with DEV's diskstats delta around them.
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["io-direct", dev, n] => io_direct(dev, n.parse().ok()?),
+        ["io-idle"] => println!("{}", serde_json::json!({"pid": std::process::id()})),
+        _ => return None,
+    }
+    Some(0)
+}
+
+fn io_direct(dev: &str, n: u64) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let name = dev.trim_start_matches("/dev/");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(dev)
+        .unwrap_or_else(|e| panic!("{dev}: {e}"));
+    // O_DIRECT needs an aligned buffer.
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+    // SAFETY: a fresh 4 KiB allocation, freed below; filled before use.
+    let buf = unsafe { std::slice::from_raw_parts_mut(std::alloc::alloc(layout), 4096) };
+    buf.fill(0x5a);
+    let before = diskstats_of(name).expect("device in diskstats");
+    let (mut reads, mut writes) = (0u64, 0u64);
+    for i in 0..n {
+        let off = (i * 2_654_435_761 % 4096) * 4096;
+        if i % 2 == 0 {
+            f.read_exact_at(buf, off).expect("read");
+            reads += 1;
+        } else {
+            f.write_all_at(buf, off).expect("write");
+            writes += 1;
+        }
+    }
+    let after = diskstats_of(name).expect("device in diskstats");
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf.as_mut_ptr(), layout) };
+    println!(
+        "{}",
+        serde_json::json!({
+            "pid": std::process::id(), "reads": reads, "writes": writes,
+            "diskstats_reads": after.0 - before.0, "diskstats_writes": after.1 - before.1,
+        })
+    );
+}
+
+/// A loop device set up with ioctls (no losetup in the guest) over a file; detached on drop.
+struct GuestLoop {
+    dev: String,
+    file: PathBuf,
+}
+
+impl GuestLoop {
+    fn new() -> Result<GuestLoop, String> {
+        const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+        const LOOP_SET_FD: libc::c_ulong = 0x4C00;
+        let ctl = std::fs::File::open("/dev/loop-control")
+            .map_err(|e| format!("/dev/loop-control: {e}"))?;
+        // SAFETY: plain ioctl on our fd.
+        let n = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE) };
+        if n < 0 {
+            return Err(format!(
+                "LOOP_CTL_GET_FREE: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let file = std::env::temp_dir().join(format!("tk-iolat-{}.img", std::process::id()));
+        std::fs::write(&file, vec![0x5au8; 16 << 20])
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let backing = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&file)
+            .map_err(|e| e.to_string())?;
+        let dev = format!("/dev/loop{n}");
+        let lo = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&dev)
+            .map_err(|e| format!("{dev}: {e}"))?;
+        // SAFETY: plain ioctl with a file descriptor argument.
+        if unsafe { libc::ioctl(lo.as_raw_fd(), LOOP_SET_FD, backing.as_raw_fd()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_file(&file);
+            return Err(format!("LOOP_SET_FD on {dev}: {e}"));
+        }
+        Ok(GuestLoop { dev, file })
+    }
+}
+
+impl Drop for GuestLoop {
+    fn drop(&mut self) {
+        const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+        if let Ok(lo) = std::fs::File::open(&self.dev) {
+            // SAFETY: plain ioctl on our fd.
+            unsafe { libc::ioctl(lo.as_raw_fd(), LOOP_CLR_FD) };
+        }
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A disk to do I/O on in the guest: `TK_IO_DEV`, else a virtio or RAM disk (`vd*`, `ram*`,
+/// `nullb*`: the guest has no root disk, so any is a test disk), else a loop device over a file
+/// when the loop driver is there.
+fn guest_disk() -> Result<(String, Option<GuestLoop>), String> {
+    if let Ok(d) = std::env::var("TK_IO_DEV") {
+        return Ok((d, None));
+    }
+    if std::env::var_os("TKVM_GUEST").is_some() {
+        let mut names: Vec<String> = std::fs::read_dir("/sys/block")
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| ["vd", "ram", "nullb"].iter().any(|p| n.starts_with(p)))
+            .collect();
+        names.sort();
+        if let Some(n) = names.first() {
+            return Ok((format!("/dev/{n}"), None));
+        }
+    }
+    let lo = GuestLoop::new()?;
+    Ok((lo.dev.clone(), Some(lo)))
+}
+
+pub fn vm_check() -> Result<String, String> {
+    let (dev, _lo) = match guest_disk() {
+        Ok(d) => d,
+        Err(why) => {
+            // No disk: still hold the tool to doctor's word on attach and detach.
+            let (_, _, modes) = tracekit_tests::vm::traced(&["io-lat"], &["io-idle"])?;
+            return Ok(format!(
+                "degraded: no block device to do I/O on in this guest ({why}; no loop module, no virtio or RAM disk, TK_IO_DEV unset): attached and detached as doctor said ({modes}); the exact-count check needs a guest disk"
+            ));
+        }
+    };
+    let name = dev.trim_start_matches("/dev/").to_string();
+    const N: u64 = 400;
+    let (lines, w, modes) = tracekit_tests::vm::traced(
+        &["io-lat", "--dev", &name],
+        &["io-direct", &dev, &N.to_string()],
+    )?;
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")?;
+    let (dr, dw) = (
+        w["diskstats_reads"].as_u64().unwrap_or(0),
+        w["diskstats_writes"].as_u64().unwrap_or(0),
+    );
+    let mine: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary" && l["dev"] == name.as_str() && l["pid"] == pid)
+        .collect();
+    let count = |op: &str| {
+        mine.iter()
+            .filter(|r| r["op"] == op)
+            .filter_map(|r| r["count"].as_u64())
+            .sum::<u64>()
+    };
+    let (reads, writes) = (count("read"), count("write"));
+    if (reads, writes) != (N / 2, N / 2) || (dr, dw) != (N / 2, N / 2) {
+        return Err(format!(
+            "{name}: counted {reads}/{writes} for pid {pid}, workload did {}/{}, diskstats {dr}/{dw}",
+            N / 2,
+            N / 2
+        ));
+    }
+    let dev_line = lines
+        .iter()
+        .find(|l| l["type"] == "device" && l["dev"] == name.as_str())
+        .ok_or("no device line")?;
+    if dev_line["unseen_reads"] != 0 || dev_line["unseen_writes"] != 0 {
+        return Err(format!(
+            "{name}: device line reports unseen requests: {dev_line}"
+        ));
+    }
+    Ok(format!(
+        "{name}: {reads} reads, {writes} writes = diskstats, attributed to pid {pid}; {modes}; programs unloaded"
+    ))
+}
