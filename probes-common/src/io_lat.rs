@@ -129,6 +129,57 @@ pub struct RqOffsets {
     pub _pad: u32,
 }
 
+impl RqOffsets {
+    /// Before userspace patches it in (`__REQ_SYNC` as on 6.x).
+    pub const INIT: RqOffsets = RqOffsets {
+        rq_q: 0,
+        rq_cmd_flags: 0,
+        rq_data_len: 0,
+        rq_bio: 0,
+        q_disk: 0,
+        disk_major: 0,
+        disk_first_minor: 0,
+        bio_blkg: 0,
+        blkg_blkcg: 0,
+        blkcg_cgroup: 0,
+        cgroup_kn: 0,
+        kn_id: 0,
+        req_sync: 1 << 11,
+        _pad: 0,
+    };
+}
+
+/// Field offsets of the classic `block:block_rq_*` records, from their format files (the
+/// fallback mode): `dev` (dev_t, 4) and `sector` (8) sit at one offset in every event; `bytes`
+/// (4) and `rwbs` (char[8+]) of insert/issue; `error` (int), `nr_sector` (4) and `rwbs` of
+/// complete.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TpOffsets {
+    pub dev: u32,
+    pub sector: u32,
+    pub bytes: u32,
+    pub rwbs: u32,
+    pub error: u32,
+    pub cpl_nr_sector: u32,
+    pub cpl_rwbs: u32,
+    pub _pad: u32,
+}
+
+impl TpOffsets {
+    /// The 6.18 layout, until userspace patches in this kernel's.
+    pub const INIT: TpOffsets = TpOffsets {
+        dev: 8,
+        sector: 16,
+        bytes: 28,
+        rwbs: 34,
+        error: 28,
+        cpl_nr_sector: 24,
+        cpl_rwbs: 34,
+        _pad: 0,
+    };
+}
+
 /// What is remembered per in-flight request (`IO_START` keyed by the request's address, or
 /// `IO_START_TP` keyed by [`SectorKey`]). An entry is queued (`issue_ns` 0) or issued.
 #[repr(C)]
@@ -288,6 +339,37 @@ pub struct IoNew {
     pub dev: u32,
 }
 
+/// (op, sync) from a `rwbs` string as `blk_fill_rwbs` writes it: an optional `F`
+/// (REQ_PREFLUSH), the op (`W` write, `R` read, `D` discard (`DE` secure erase), `F` flush,
+/// `N` other), then flags, `S` being REQ_SYNC.
+#[inline(always)]
+pub fn rwbs_op(r: &[u8; 8]) -> u32 {
+    let op_at = if r[0] == b'F' && matches!(r[1], b'W' | b'R' | b'D' | b'F' | b'N') {
+        1
+    } else {
+        0
+    };
+    let op = match r[op_at] {
+        b'R' => 0,
+        b'W' => 1,
+        b'F' => 2,
+        b'D' => 3,
+        _ => REQ_OP_MASK,
+    };
+    let mut sync = 0;
+    let mut i = op_at + 1;
+    while i < 8 {
+        if r[i] == 0 {
+            break;
+        }
+        if r[i] == b'S' {
+            sync = OP_SYNC;
+        }
+        i += 1;
+    }
+    op | sync
+}
+
 /// Size bucket of a request of `bytes` bytes (see [`NSIZES`]).
 #[inline(always)]
 pub const fn size_bucket(bytes: u32) -> usize {
@@ -299,7 +381,9 @@ pub const fn size_bucket(bytes: u32) -> usize {
     }
 }
 
-crate::impl_pod!(RqOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew);
+crate::impl_pod!(
+    RqOffsets, TpOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew
+);
 
 #[cfg(test)]
 mod tests {
@@ -309,6 +393,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<RqOffsets>(), 56);
+        assert_eq!(size_of::<TpOffsets>(), 32);
         assert_eq!(size_of::<IoStart>(), 64);
         assert_eq!(size_of::<IoKey>(), 24);
         assert_eq!(size_of::<SectorKey>(), 16);
@@ -329,6 +414,25 @@ mod tests {
         assert_eq!(size_bucket(4095), 12);
         assert_eq!(size_bucket(4096), 13);
         assert_eq!(size_bucket(u32::MAX), NSIZES - 1);
+    }
+
+    #[test]
+    fn rwbs_strings() {
+        let r = |s: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..s.len()].copy_from_slice(s);
+            rwbs_op(&b)
+        };
+        assert_eq!(r(b"R"), 0);
+        assert_eq!(r(b"RS"), OP_SYNC);
+        assert_eq!(r(b"WS"), 1 | OP_SYNC);
+        assert_eq!(r(b"W"), 1);
+        assert_eq!(r(b"FWFS"), 1 | OP_SYNC, "preflush + write + FUA + sync");
+        assert_eq!(r(b"FF"), 2, "a flush with preflush");
+        assert_eq!(r(b"F"), 2);
+        assert_eq!(r(b"DS"), 3 | OP_SYNC);
+        assert_eq!(r(b"N"), REQ_OP_MASK);
+        assert_eq!(r(b"WSMFEDCB"), 1 | OP_SYNC);
     }
 
     #[test]

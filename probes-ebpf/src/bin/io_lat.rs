@@ -49,10 +49,10 @@ use aya_ebpf::{
 };
 use probes_common::{
     io_lat::{
-        op_group, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal, RqOffsets,
-        SectorKey, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY, ANOM_REISSUE,
-        ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NSTATUS, OFF_NONE, OP_REQUEUED,
-        OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
+        op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
+        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
+        ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NSTATUS, OFF_NONE,
+        OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
     },
     stats,
 };
@@ -63,22 +63,7 @@ use probes_ebpf::{
 };
 
 #[no_mangle]
-static IO_OFFS: RqOffsets = RqOffsets {
-    rq_q: 0,
-    rq_cmd_flags: 0,
-    rq_data_len: 0,
-    rq_bio: 0,
-    q_disk: 0,
-    disk_major: 0,
-    disk_first_minor: 0,
-    bio_blkg: 0,
-    blkg_blkcg: 0,
-    blkcg_cgroup: 0,
-    cgroup_kn: 0,
-    kn_id: 0,
-    req_sync: 1 << 11,
-    _pad: 0,
-};
+static IO_OFFS: RqOffsets = RqOffsets::INIT;
 /// Only this device (kernel `dev_t` encoding), 0 = all.
 #[no_mangle]
 static IO_DEV: u32 = 0;
@@ -90,29 +75,13 @@ static IO_Q_ARG: u8 = 0;
 /// `blk_status_t` (6.x): errors are then slotted by errno.
 #[no_mangle]
 static IO_ERR_ERRNO: u8 = 0;
-/// Classic `block:block_rq_*` field offsets from the format files (fallback mode): `dev`
-/// (dev_t, 4) and `sector` (8), the same in every event; `bytes` (4) and `rwbs` (char[8+]) of
-/// insert/issue; `error` (int), `nr_sector` (4) and `rwbs` of complete. 6.18 values as defaults.
+/// Classic `block:block_rq_*` field offsets from the format files (fallback mode).
 #[no_mangle]
-static IO_TP_DEV: u32 = 8;
-#[no_mangle]
-static IO_TP_SECTOR: u32 = 16;
-#[no_mangle]
-static IO_TP_BYTES: u32 = 28;
-#[no_mangle]
-static IO_TP_RWBS: u32 = 34;
-#[no_mangle]
-static IO_TP_ERROR: u32 = 28;
-#[no_mangle]
-static IO_TP_CPL_NR_SECTOR: u32 = 24;
-#[no_mangle]
-static IO_TP_CPL_RWBS: u32 = 34;
+static IO_TP: TpOffsets = TpOffsets::INIT;
 
-/// In-flight requests by address. A plain preallocated hash, not an LRU: requests live in
-/// preallocated tag sets, so the addresses are a bounded set and an entry whose completion we
-/// missed (attached while it was in flight) is replaced when its request is reused (the BPF LRU
-/// evicts per CPU before it is full, which lost live requests silently). Sized by userspace
-/// from the devices' queue sizes.
+/// In-flight requests by address, sized from the disks' queues. A plain preallocated hash, not
+/// an LRU (which evicts per CPU before it is full, losing live requests silently): requests live
+/// in preallocated tag sets, so an entry whose completion was missed is replaced on reuse.
 #[map]
 static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
 
@@ -155,12 +124,15 @@ static IO_ANOM: PerCpuArray<u64> = PerCpuArray::with_max_entries(NANOM, 0);
 #[map]
 static IO_LIVE: HashMap<u32, DevLive> = HashMap::with_max_entries(1024, 0);
 
-/// Reads one field of `IO_OFFS`: a volatile load per field keeps each offset a constant the
-/// verifier sees (needed for the plain loads of tp_btf).
+/// Reads one field of a global userspace patches before load (`IO_OFFS`, `IO_TP`): a volatile
+/// load per field keeps each offset a constant the verifier sees (tp_btf's plain loads need it).
 macro_rules! off {
     ($f:ident) => {
-        // SAFETY: IO_OFFS is a static patched by userspace before load (read-only data).
-        unsafe { core::ptr::read_volatile(&IO_OFFS.$f) }
+        off!(IO_OFFS.$f)
+    };
+    ($g:ident . $f:ident) => {
+        // SAFETY: a static in read-only data, patched by userspace before load.
+        unsafe { core::ptr::read_volatile(&$g.$f) }
     };
 }
 
@@ -244,12 +216,12 @@ fn depth_sample(dev: u32, queued: bool, depth: u64) {
     // SAFETY: `v` is a live map value pointer. A wrapped (negative) counter, possible only
     // around attach, is clamped to 0.
     unsafe {
-        let d = if depth > (1 << 32) { 0 } else { depth };
-        if queued {
-            hist_record(&raw mut (*v).queued, d);
+        let h = if queued {
+            &raw mut (*v).queued
         } else {
-            hist_record(&raw mut (*v).inflight, d);
-        }
+            &raw mut (*v).inflight
+        };
+        hist_record(h, if depth > (1 << 32) { 0 } else { depth });
     }
 }
 
@@ -261,9 +233,9 @@ fn untracked(dev: u32, op: u32) {
         return;
     }
     let Some(v) = dev_val(dev) else { return };
-    let g = core::hint::black_box(op_group(op));
-    // SAFETY: live map value; the index is bounded here.
+    // SAFETY: live map value; the index is bounded here, on the value used (see hist_record).
     unsafe {
+        let g = core::ptr::read_volatile(&op_group(op));
         if g < (*v).untracked.len() {
             atomic_add(&raw mut (*v).untracked[g], 1);
         }
@@ -525,11 +497,7 @@ fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
     }
     let (tgid, comm) = issuer()?;
     let flags = R::u32(rq, off!(rq_cmd_flags));
-    let sync = if flags & off!(req_sync) != 0 {
-        OP_SYNC
-    } else {
-        0
-    };
+    let sync = OP_SYNC * u32::from(flags & off!(req_sync) != 0);
     Some(IoStart {
         cgroup_id: rq_cgroup::<R>(rq),
         comm,
@@ -542,7 +510,8 @@ fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
 }
 
 #[inline(always)]
-fn rq_complete<R: Kread>(rq: u64, error: u32, nr_bytes: u32) {
+fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
+    let (error, nr_bytes) = (error as u32, nr_bytes as u32);
     let code = if ro(&IO_ERR_ERRNO) != 0 {
         (error as i32).unsigned_abs()
     } else {
@@ -574,75 +543,63 @@ macro_rules! rq_arg {
     };
 }
 
-#[btf_tracepoint(function = "block_rq_insert")]
-pub fn tk_io_insert(ctx: BtfTracePointContext) -> i32 {
-    let rq = rq_arg!(ctx);
-    on_insert(&IO_START, &rq, || rq_start::<Direct>(rq));
-    0
+/// The tp_btf and raw_tp programs of one request event: `$f` on the request argument, with
+/// plain loads (`Direct`) or probe reads (`Probe`).
+macro_rules! rq_programs {
+    ($tp:tt, $btf:ident, $raw:ident, $f:ident) => {
+        #[btf_tracepoint(function = $tp)]
+        pub fn $btf(ctx: BtfTracePointContext) -> i32 {
+            $f::<Direct>(rq_arg!(ctx));
+            0
+        }
+
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw(ctx: RawTracePointContext) -> i32 {
+            $f::<Probe>(rq_arg!(ctx));
+            0
+        }
+    };
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_insert")]
-pub fn tk_io_insert_raw(ctx: RawTracePointContext) -> i32 {
-    let rq = rq_arg!(ctx);
-    on_insert(&IO_START, &rq, || rq_start::<Probe>(rq));
-    0
+#[inline(always)]
+fn rq_insert<R: Kread>(rq: u64) {
+    on_insert(&IO_START, &rq, || rq_start::<R>(rq));
 }
 
-#[btf_tracepoint(function = "block_rq_issue")]
-pub fn tk_io_issue(ctx: BtfTracePointContext) -> i32 {
-    let rq = rq_arg!(ctx);
-    on_issue(&IO_START, &rq, || rq_start::<Direct>(rq));
-    0
+#[inline(always)]
+fn rq_issue<R: Kread>(rq: u64) {
+    on_issue(&IO_START, &rq, || rq_start::<R>(rq));
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_issue")]
-pub fn tk_io_issue_raw(ctx: RawTracePointContext) -> i32 {
-    let rq = rq_arg!(ctx);
-    on_issue(&IO_START, &rq, || rq_start::<Probe>(rq));
-    0
+#[inline(always)]
+fn rq_requeue<R: Kread>(rq: u64) {
+    on_requeue(&IO_START, &rq);
 }
 
-#[btf_tracepoint(function = "block_rq_requeue")]
-pub fn tk_io_requeue(ctx: BtfTracePointContext) -> i32 {
-    on_requeue(&IO_START, &rq_arg!(ctx));
-    0
+#[inline(always)]
+fn rq_merge<R: Kread>(rq: u64) {
+    on_merge(&IO_START, &rq);
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_requeue")]
-pub fn tk_io_requeue_raw(ctx: RawTracePointContext) -> i32 {
-    on_requeue(&IO_START, &rq_arg!(ctx));
-    0
-}
-
-#[btf_tracepoint(function = "block_rq_merge")]
-pub fn tk_io_merge(ctx: BtfTracePointContext) -> i32 {
-    on_merge(&IO_START, &rq_arg!(ctx));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_merge")]
-pub fn tk_io_merge_raw(ctx: RawTracePointContext) -> i32 {
-    on_merge(&IO_START, &rq_arg!(ctx));
-    0
-}
+rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);
+rq_programs!("block_rq_issue", tk_io_issue, tk_io_issue_raw, rq_issue);
+rq_programs!(
+    "block_rq_requeue",
+    tk_io_requeue,
+    tk_io_requeue_raw,
+    rq_requeue
+);
+rq_programs!("block_rq_merge", tk_io_merge, tk_io_merge_raw, rq_merge);
 
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn tk_io_complete(ctx: BtfTracePointContext) -> i32 {
-    rq_complete::<Direct>(
-        ctx.arg(0),
-        ctx.arg::<u64>(1) as u32,
-        ctx.arg::<u64>(2) as u32,
-    );
+    rq_complete::<Direct>(ctx.arg(0), ctx.arg(1), ctx.arg(2));
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn tk_io_complete_raw(ctx: RawTracePointContext) -> i32 {
-    rq_complete::<Probe>(
-        ctx.arg(0),
-        ctx.arg::<u64>(1) as u32,
-        ctx.arg::<u64>(2) as u32,
-    );
+    rq_complete::<Probe>(ctx.arg(0), ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -653,50 +610,19 @@ pub fn tk_io_complete_raw(ctx: RawTracePointContext) -> i32 {
 // from the last one (the 6.x `block_rq_complete` record has no byte count), so it ends the
 // request early.
 
-/// (op, sync) from a `rwbs` string as `blk_fill_rwbs` writes it: an optional `F`
-/// (REQ_PREFLUSH), the op (`W` write, `R` read, `D` discard (`DE` secure erase), `F` flush,
-/// `N` other), then flags, `S` being REQ_SYNC.
-#[inline(always)]
-fn rwbs_op(r: &[u8; 8]) -> u32 {
-    let op_at = if r[0] == b'F' && matches!(r[1], b'W' | b'R' | b'D' | b'F' | b'N') {
-        1
-    } else {
-        0
-    };
-    let op = match r[op_at] {
-        b'R' => 0,
-        b'W' => 1,
-        b'F' => 2,
-        b'D' => 3,
-        _ => REQ_OP_MASK,
-    };
-    let mut sync = 0;
-    let mut i = op_at + 1;
-    while i < 8 {
-        if r[i] == 0 {
-            break;
-        }
-        if r[i] == b'S' {
-            sync = OP_SYNC;
-        }
-        i += 1;
-    }
-    op | sync
-}
-
 /// Reads a field of a classic record at an offset from its format file.
 #[inline(always)]
-fn field<T: Copy + Default>(ctx: &TracePointContext, off: &u32) -> T {
+fn field<T: Copy + Default>(ctx: &TracePointContext, off: u32) -> T {
     // SAFETY: offsets come from the event's format file; read_at goes through the helper.
-    unsafe { ctx.read_at::<T>(ro(off) as usize) }.unwrap_or_default()
+    unsafe { ctx.read_at::<T>(off as usize) }.unwrap_or_default()
 }
 
 /// The (dev, sector) key of a classic record.
 #[inline(always)]
 fn tp_key(ctx: &TracePointContext) -> SectorKey {
     SectorKey {
-        sector: field(ctx, &IO_TP_SECTOR),
-        dev: field(ctx, &IO_TP_DEV),
+        sector: field(ctx, off!(IO_TP.sector)),
+        dev: field(ctx, off!(IO_TP.dev)),
         _pad: 0,
     }
 }
@@ -712,8 +638,8 @@ fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
         comm,
         tgid,
         dev,
-        bytes: field(ctx, &IO_TP_BYTES),
-        op: rwbs_op(&field(ctx, &IO_TP_RWBS)),
+        bytes: field(ctx, off!(IO_TP.bytes)),
+        op: rwbs_op(&field(ctx, off!(IO_TP.rwbs))),
         ..IoStart::default()
     })
 }
@@ -753,18 +679,18 @@ pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
     let key = tp_key(&ctx);
-    let err: i32 = field(&ctx, &IO_TP_ERROR);
+    let err: i32 = field(&ctx, off!(IO_TP.error));
     on_complete(
         &IO_START_TP,
         &key,
         err.unsigned_abs(),
         || true,
         || {
-            let sectors: u32 = field(&ctx, &IO_TP_CPL_NR_SECTOR);
+            let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
             if sectors == 0 {
                 return None;
             }
-            Some((key.dev, rwbs_op(&field(&ctx, &IO_TP_CPL_RWBS))))
+            Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
         },
     );
     0

@@ -1,17 +1,21 @@
 //! io-lat's rows: one per (device, issuing process, cgroup, op) and one per device, each a
-//! typed row (JSON keys and text columns from one struct), plus the time-weighted depth sampler.
+//! typed row (JSON keys and text columns from one struct).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap as StdHashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use probes_common::{
     hist::LatHist,
     io_lat::{
-        op_group, DevKey, DevLive, DevVal, IoKey, IoVal, GROUP_DISCARD, GROUP_READ, GROUP_WRITE,
-        NGROUPS, NSIZES, NSTATUS, OP_SYNC, REQ_OP_MASK,
+        op_group, DevKey, DevVal, IoKey, IoVal, GROUP_DISCARD, GROUP_READ, GROUP_WRITE, NGROUPS,
+        NSIZES, OP_SYNC,
     },
 };
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
+use super::{
+    depth::{limits_of, Depth},
+    names::Names,
+};
 use crate::{
     host::{
         cgroup::IdResolver,
@@ -25,157 +29,6 @@ use crate::{
         sanitize,
     },
 };
-
-/// Names of ops (from BTF `enum req_op`, so new ops are named without a rebuild) and errors.
-pub struct Names {
-    ops: StdHashMap<u32, String>,
-    /// Error slots hold errnos (4.13–5.x kernels, classic tracepoints), not `blk_status_t`.
-    errno: bool,
-}
-
-impl Names {
-    pub fn new(errno: bool) -> Names {
-        let mut ops: StdHashMap<u32, String> = crate::kernel::btf::vmlinux()
-            .map(|b| b.enum_values("REQ_OP_"))
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(n, _)| n != "REQ_OP_LAST")
-            .filter_map(|(n, v)| Some((v as u32, n.strip_prefix("REQ_OP_")?.to_lowercase())))
-            .collect();
-        for (v, n) in [(0, "read"), (1, "write"), (2, "flush"), (3, "discard")] {
-            ops.entry(v).or_insert_with(|| n.to_string());
-        }
-        Names { ops, errno }
-    }
-
-    pub fn op(&self, op: u32) -> String {
-        let op = op & REQ_OP_MASK;
-        self.ops
-            .get(&op)
-            .cloned()
-            .unwrap_or_else(|| format!("op{op}"))
-    }
-
-    /// The errno name of error slot `s`.
-    pub fn error(&self, s: usize) -> String {
-        error_name(s, self.errno)
-    }
-}
-
-/// errno name of an error slot: the errno itself where the kernel passes one, else a 6.x
-/// `blk_status_t` (`blk_errors[]` in block/blk-core.c; the numbers have moved between
-/// kernels, so unknown ones are shown raw). The last slot holds everything from there up.
-pub fn error_name(s: usize, errno: bool) -> String {
-    const ERRNO: &[(usize, &str)] = &[
-        (5, "EIO"),
-        (11, "EAGAIN"),
-        (12, "ENOMEM"),
-        (16, "EBUSY"),
-        (19, "ENODEV"),
-        (22, "EINVAL"),
-        (28, "ENOSPC"),
-    ];
-    const BLK: [&str; 20] = [
-        "",
-        "EOPNOTSUPP",
-        "ETIMEDOUT",
-        "ENOSPC",
-        "ENOLINK",
-        "EREMOTEIO",
-        "EBADE",
-        "ENODATA",
-        "EILSEQ",
-        "ENOMEM",
-        "EIO",
-        "EREMCHG",
-        "EAGAIN",
-        "EBUSY",
-        "ETOOMANYREFS",
-        "EOVERFLOW",
-        "ENODEV",
-        "ETIME",
-        "",
-        "EINVAL",
-    ];
-    let last = s >= NSTATUS - 1;
-    let named = if errno {
-        ERRNO.iter().find(|(n, _)| *n == s).map(|(_, e)| *e)
-    } else {
-        BLK.get(s).copied().filter(|e| !e.is_empty())
-    };
-    match (named, last, errno) {
-        (Some(n), false, _) => n.to_string(),
-        (_, true, true) => format!("errno>={s}"),
-        (_, true, false) => format!("blk_status>={s}"),
-        (None, false, true) => format!("errno {s}"),
-        (None, false, false) => format!("blk_status {s}"),
-    }
-}
-
-/// Time-weighted depth of one device over a window, from the sampler.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DepthAcc {
-    pub samples: u64,
-    pub inflight_sum: u64,
-    pub queued_sum: u64,
-    pub inflight_max: u64,
-    pub queued_max: u64,
-    /// Samples with queued + in flight at the request limit (`nr_requests` per hardware queue).
-    pub limit_full: u64,
-    /// Samples with in flight at the device's own queue depth (driver tags).
-    pub hw_full: u64,
-}
-
-/// What the sampler saw in a window: ticks, and per device (kernel `dev_t`) its depth.
-#[derive(Clone, Debug, Default)]
-pub struct Depth {
-    pub ticks: u64,
-    pub per_dev: BTreeMap<u32, DepthAcc>,
-}
-
-/// Samples the live counters (`IO_LIVE`) on each timer tick.
-#[derive(Default)]
-pub struct Sampler {
-    depth: Depth,
-    /// (request limit, hardware queue depth) per device, read once per window.
-    limits: StdHashMap<u32, (Option<u64>, Option<u64>)>,
-}
-
-/// The request limit (`nr_requests` per hardware queue) and the driver-tag depth of `dev`.
-pub fn limits_of(q: &QueueFacts) -> (Option<u64>, Option<u64>) {
-    let hwq = q.nr_hw_queues.unwrap_or(1).max(1);
-    (q.nr_requests.map(|n| n * hwq), q.hw_queue_depth)
-}
-
-impl Sampler {
-    pub fn sample(&mut self, live: &[(u32, DevLive)]) {
-        self.depth.ticks += 1;
-        for (dev, l) in live {
-            let (limit, hw) = *self.limits.entry(*dev).or_insert_with(|| {
-                let (maj, min) = disks::split_kdev(*dev);
-                limits_of(&QueueFacts::read(maj, min))
-            });
-            // A counter below zero (requests in flight at attach ended) reads as 0.
-            let v = |x: u64| if x > 1 << 32 { 0 } else { x };
-            let (i, q) = (v(l.inflight), v(l.queued));
-            let a = self.depth.per_dev.entry(*dev).or_default();
-            a.samples += 1;
-            a.inflight_sum += i;
-            a.queued_sum += q;
-            a.inflight_max = a.inflight_max.max(i);
-            a.queued_max = a.queued_max.max(q);
-            a.limit_full += u64::from(limit.is_some_and(|n| n > 0 && i + q >= n));
-            a.hw_full += u64::from(hw.is_some_and(|n| n > 0 && i >= n));
-        }
-    }
-
-    /// The window's samples; limits are read afresh next window (a scheduler or nr_requests
-    /// change shows from then on).
-    pub fn take(&mut self) -> Depth {
-        self.limits.clear();
-        std::mem::take(&mut self.depth)
-    }
-}
 
 /// A latency distribution's JSON keys under a prefix (`queue_p50_ns`, …; none for the total).
 pub struct Lat {
@@ -754,17 +607,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_names_per_kernel_kind() {
-        assert_eq!(error_name(10, false), "EIO");
-        assert_eq!(error_name(19, false), "EINVAL");
-        assert_eq!(error_name(18, false), "blk_status 18");
-        assert_eq!(error_name(31, false), "blk_status>=31");
-        assert_eq!(error_name(5, true), "EIO");
-        assert_eq!(error_name(7, true), "errno 7");
-        assert_eq!(error_name(31, true), "errno>=31");
-    }
-
-    #[test]
     fn sizes_show_the_commonest() {
         let mut s = [0u64; NSIZES];
         s[13] = 10;
@@ -774,26 +616,6 @@ mod tests {
         assert_eq!(sizes_text(&[0; NSIZES]), "-");
         s[0] = 1;
         assert!(sizes_text(&s).starts_with("128K"));
-    }
-
-    #[test]
-    fn sampler_weights_by_time_and_counts_full_queues() {
-        let mut s = Sampler::default();
-        let dev = disks::kdev(4095, 7);
-        // A device sysfs does not know: limits from a fixed QueueFacts instead.
-        s.limits.insert(dev, (Some(4), Some(2)));
-        let at = |inflight, queued| [(dev, DevLive { queued, inflight })];
-        s.sample(&at(2, 2));
-        s.sample(&at(1, 0));
-        s.sample(&at(u64::MAX, 1)); // below zero around attach: 0
-        s.sample(&at(2, 3));
-        let d = s.take();
-        assert_eq!(d.ticks, 4);
-        let a = &d.per_dev[&dev];
-        assert_eq!((a.samples, a.inflight_sum, a.queued_sum), (4, 5, 6));
-        assert_eq!((a.inflight_max, a.queued_max), (2, 3));
-        assert_eq!((a.limit_full, a.hw_full), (2, 2));
-        assert_eq!(s.take().ticks, 0);
     }
 
     #[test]
