@@ -168,14 +168,114 @@ fn answers_match_the_kernel() {
     }
     let all = tools.iter().all(|t| t["can_run"] == true);
     assert_eq!(code, if all { 0 } else { 6 }, "stderr {stderr}");
-    // fsync-lat's hooks exist on this kernel: BTF tracepoints on sys_enter (fast to detach),
-    // and the classic tracepoint's fields are found for the fallback.
+    // fsync-lat's classic tracepoints exist on this kernel, with the fields its programs read.
     let fs = lines
         .iter()
         .find(|l| l["type"] == "hook" && l["event"] == "syscalls:sys_enter_fsync")
         .unwrap();
-    assert_eq!(fs["mode"], "tp_btf", "{fs}");
     assert_eq!(fs["fields_found"], serde_json::json!(["__syscall_nr"]));
+    assert_eq!(fs["layout"]["__syscall_nr"]["size"], 4, "{fs}");
+    assert_eq!(fs["group"], "sync", "{fs}");
+    node_facts_match_sysfs(sys);
+}
+
+/// The facts added for the node, each against the file the kernel shows it in.
+fn node_facts_match_sysfs(sys: &Value) {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    for (i, node) in sys["numa"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(node["id"], sys["numa_node_ids"][i]);
+        if let Some(d) = read(&format!(
+            "/sys/devices/system/node/node{}/distance",
+            node["id"]
+        )) {
+            let want: Vec<u64> = d.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            assert_eq!(node["distance"], serde_json::json!(want), "{node}");
+        }
+    }
+    assert_eq!(
+        sys["numa_balancing"].as_str().map(String::from),
+        read("/proc/sys/kernel/numa_balancing")
+    );
+    let disks = sys["disks"].as_array().unwrap();
+    let mut names: Vec<String> = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let listed: Vec<&str> = disks.iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(listed, names);
+    for d in disks {
+        let sched = read(&format!(
+            "/sys/block/{}/queue/scheduler",
+            d["name"].as_str().unwrap()
+        ));
+        if let Some(s) = sched {
+            let chosen = s
+                .split('[')
+                .nth(1)
+                .and_then(|x| x.split(']').next())
+                .unwrap_or(&s);
+            assert_eq!(d["scheduler"], chosen, "{d}");
+        }
+    }
+    let conntrack = std::path::Path::new("/proc/sys/net/netfilter/nf_conntrack_count").exists();
+    assert_eq!(
+        !sys["conntrack"].is_null(),
+        conntrack,
+        "{}",
+        sys["conntrack"]
+    );
+    assert_eq!(sys["capabilities"]["missing"], serde_json::json!([]));
+    assert!(sys["capabilities"]["effective"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("CAP_BPF")));
+}
+
+/// doctor's word against the tool's deed: every program fsync-lat attaches on this kernel is
+/// one doctor named for that hook, in the mode doctor said, and every hook doctor says attaches
+/// is attached.
+#[test]
+fn fsync_lat_attaches_as_doctor_says() {
+    require_root();
+    let (_, lines, _, stderr) = doctor(true);
+    let said: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "hook" && l["for"] == "fsync-lat")
+        .collect();
+    assert!(!said.is_empty(), "stderr {stderr}");
+    let o = Command::new(tracekit_bin())
+        .args(["fsync-lat", "--duration", "200ms", "--json"])
+        .output()
+        .unwrap();
+    let meta: Value = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["type"] == "meta")
+        .unwrap_or_else(|| panic!("no meta line: {}", String::from_utf8_lossy(&o.stderr)));
+    let mut attached = std::collections::BTreeSet::new();
+    for p in meta["programs"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let h = said
+                .iter()
+                .find(|h| h["event"] == *t)
+                .unwrap_or_else(|| panic!("{p} attached to {t}, which doctor does not list"));
+            assert_eq!(h["mode"], p["attach"], "{h} vs {p}");
+            assert_eq!(h["program"], p["name"], "{h} vs {p}");
+            attached.insert(t.as_str().unwrap().to_string());
+        }
+    }
+    for h in &said {
+        assert_eq!(
+            !h["mode"].is_null(),
+            attached.contains(h["event"].as_str().unwrap()),
+            "doctor and fsync-lat disagree on {h}"
+        );
+    }
 }
 
 #[test]

@@ -137,6 +137,70 @@ fn by_file_names_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A descriptor reused for another file (issue #17: "open A, fsync, close; then 100 × (open B,
+/// fsync, close)" was all reported on A): each call's file is identified in the kernel.
+#[test]
+fn reused_descriptor_names_each_file() {
+    require_root();
+    let dir = scratch("fsync-reuse");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-reuse", dir.to_str().unwrap(), "100"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap();
+    let count_of = |name: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "file" && l["pid"] == pid)
+            .filter(|l| l["file"].as_str().unwrap_or("").ends_with(name))
+            .filter_map(|l| l["count"].as_u64())
+            .sum()
+    };
+    assert_eq!(count_of("/A"), 1, "{lines:?}");
+    assert_eq!(count_of("/B"), 100, "{lines:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The WAL pattern: a file written and synced under a temporary name, then renamed over the
+/// live one, again and again on the same fd number. Each round is its own file (inode), and a
+/// name that no longer names it is shown as renamed.
+#[test]
+fn rename_over_is_shown_per_file() {
+    require_root();
+    let dir = scratch("fsync-wal");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file", "--top-files", "50"]);
+    tk.wait_attached();
+    let w = run_workload(&["fsync-wal", dir.to_str().unwrap(), "15"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    let pid = w["pid"].as_u64().unwrap();
+    let files: Vec<_> = lines
+        .iter()
+        .filter(|l| l["type"] == "file" && l["pid"] == pid)
+        .collect();
+    assert_eq!(files.len(), 15, "one row per segment: {files:?}");
+    // File systems reuse a freed inode number at once; (inode, generation) does not repeat.
+    let inodes: std::collections::BTreeSet<(u64, u64)> = files
+        .iter()
+        .map(|l| {
+            (
+                l["inode"].as_u64().unwrap(),
+                l["inode_generation"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(inodes.len(), 15, "{files:?}");
+    for f in &files {
+        assert_eq!(f["count"], 1, "{f:?}");
+        assert!(f["file"].as_str().unwrap().ends_with("wal.tmp"), "{f:?}");
+        assert_eq!(f["file_state"], "renamed", "{f:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn three_thousand_short_lived_processes_are_all_counted() {
     require_root();
@@ -302,15 +366,43 @@ fn rate_is_fractional() {
 // The workloads `tk-workload` runs for these tests and for the VM check (tests/workload/build.rs finds
 // them), and the check each guest kernel of `cargo xtask vm-test` runs.
 
-/// `fsync PATH N M`, `fsync-procs PATH N`.
+/// `fsync PATH N M`, `fsync-procs PATH N`, `fsync-reuse DIR N`, `fsync-wal DIR N`.
 pub fn workload(args: &[String]) -> Option<i32> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["fsync", path, n, m] => fsync_workload(path, n.parse().ok()?, m.parse().ok()?),
         ["fsync-procs", path, n] => fsync_procs(path, n.parse().ok()?),
+        ["fsync-reuse", dir, n] => fsync_reuse(dir, n.parse().ok()?),
+        ["fsync-wal", dir, n] => fsync_wal(dir, n.parse().ok()?),
         _ => return None,
     }
     Some(0)
+}
+
+/// Opens DIR/A, fsyncs, closes; then N times opens DIR/B, fsyncs, closes: the same fd number
+/// every time.
+fn fsync_reuse(dir: &str, n: usize) {
+    let once = |name: &str| {
+        let mut f = open_trunc(&format!("{dir}/{name}"));
+        timed_sync(&mut f, "fsync", 1);
+    };
+    once("A");
+    for _ in 0..n {
+        once("B");
+    }
+    println!("{}", serde_json::json!({"pid": std::process::id()}));
+}
+
+/// N times: writes DIR/wal.tmp, fsyncs it, renames it over DIR/wal (a new inode each round).
+fn fsync_wal(dir: &str, n: usize) {
+    for _ in 0..n {
+        let tmp = format!("{dir}/wal.tmp");
+        let mut f = open_trunc(&tmp);
+        timed_sync(&mut f, "fsync", 1);
+        drop(f);
+        std::fs::rename(&tmp, format!("{dir}/wal")).expect("rename over wal");
+    }
+    println!("{}", serde_json::json!({"pid": std::process::id()}));
 }
 
 /// N fsyncs then M fdatasyncs on PATH, each timed.

@@ -21,6 +21,11 @@ pub struct Common {
     #[arg(long = "pid", short = 'p', value_parser = parse_pid, value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
 
+    /// With --pid: also trace every descendant of those processes (found at start and every
+    /// half second while tracing), so `--pid <nginx master> --children` covers the workers.
+    #[arg(long, requires = "pids")]
+    pub children: bool,
+
     /// Trace only tasks whose comm is exactly COMM (the kernel keeps 15 bytes).
     #[arg(long, value_parser = parse_comm, value_name = "COMM")]
     pub comm: Option<String>,
@@ -104,6 +109,7 @@ impl Common {
             comm: self.comm.clone(),
             threads: self.threads,
             max_keys: self.max_keys,
+            children: self.children,
         }
     }
 
@@ -114,6 +120,11 @@ impl Common {
             interval: self.interval,
             json: self.json,
             hist: self.hist,
+            children_of: if self.children {
+                self.pids.clone()
+            } else {
+                Vec::new()
+            },
         }
     }
 }

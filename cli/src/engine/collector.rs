@@ -36,6 +36,11 @@ pub trait Collector {
     fn slow_links(&self) -> usize {
         0
     }
+    /// The loaded object, for what the engine does to every collector alike (refreshing the
+    /// `--pid --children` filter).
+    fn session(&mut self) -> Option<&mut Session> {
+        None
+    }
 }
 
 /// What a collector attached, once, for the text announcement and the JSON `meta` line.

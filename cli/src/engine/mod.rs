@@ -172,6 +172,9 @@ impl std::os::fd::AsRawFd for Fd {
 /// no timer ever holds an instant the clock cannot represent.
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 
+/// How often `--children` looks for new descendants.
+const CHILDREN_EVERY: Duration = Duration::from_millis(500);
+
 /// How long programs may still be writing the generation that was just flipped away from: they
 /// run for microseconds, so 2 ms is ample (one wait for every collector of the run).
 const FLIP_SETTLE: Duration = Duration::from_millis(2);
@@ -288,6 +291,12 @@ async fn run_async(
             };
             tokio::time::sleep(step).await
         };
+        let follow = async {
+            if opts.children_of.is_empty() {
+                std::future::pending::<()>().await
+            }
+            tokio::time::sleep(CHILDREN_EVERY).await
+        };
         let signalled = async {
             match &wake {
                 Some(fd) => match fd.readable().await {
@@ -322,6 +331,15 @@ async fn run_async(
                 }
                 quit = emit.input() => {
                     if quit { Stop::Signal("q") } else { continue }
+                }
+                _ = follow => {
+                    let pids = crate::host::proc::with_descendants(&opts.children_of);
+                    for c in collectors.iter_mut() {
+                        if let Some(s) = c.session() {
+                            s.set_filter_pids(&pids)?;
+                        }
+                    }
+                    continue;
                 }
                 _ = signalled => match stop_signal() {
                     Some(sig) => Stop::Signal(sig),

@@ -16,6 +16,8 @@ pub struct Scope {
     pub threads: bool,
     /// Cap on distinct keys the kernel holds at once (`--max-keys`), else from pid_max.
     pub max_keys: Option<u32>,
+    /// `--children`: the processes of `pids` and their descendants, refreshed while running.
+    pub children: bool,
 }
 
 impl Scope {
@@ -27,6 +29,14 @@ impl Scope {
             b[..n].copy_from_slice(&c.as_bytes()[..n]);
             b
         })
+    }
+
+    /// With `--children`: `pids` becomes the processes and their descendants now (the run loop
+    /// follows new ones through [`RunOpts::children_of`]).
+    pub fn expand_children(&mut self) {
+        if self.children && !self.pids.is_empty() {
+            self.pids = crate::host::proc::with_descendants(&self.pids);
+        }
     }
 
     /// What every program filters on.
@@ -81,6 +91,9 @@ pub struct RunOpts {
     pub json: bool,
     /// bpftrace-style bars after the tables.
     pub hist: bool,
+    /// `--pid … --children`: the processes whose descendants the loop adds to every
+    /// collector's pid filter as they appear (checked every half second).
+    pub children_of: Vec<u32>,
 }
 
 #[cfg(test)]

@@ -39,6 +39,39 @@ pub fn check_pids(pids: &[u32]) -> Result<(), HostError> {
     Ok(())
 }
 
+/// `pids` and every process descending from them now (parents from `/proc/*/stat`), sorted.
+pub fn with_descendants(pids: &[u32]) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    if let Ok(rd) = fs::read_dir(super::proc_path("")) {
+        for e in rd.filter_map(Result::ok) {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let stat = read_text_capped(&e.path().join("stat"), SMALL_FILE).unwrap_or_default();
+            // `pid (comm) S ppid …`: the comm may hold spaces and parentheses.
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+                .and_then(|p| p.parse().ok());
+            if let Some(pp) = ppid {
+                parent_of.push((pid, pp));
+            }
+        }
+    }
+    let mut out: Vec<u32> = pids.to_vec();
+    let mut frontier = pids.to_vec();
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &parent_of {
+            if pp == p && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// `/proc/<pid>/comm` as bytes, without the trailing newline.
 pub fn comm(pid: u32) -> Option<Vec<u8>> {
     let mut b = read_capped(Path::new(&format!("/proc/{pid}/comm")), SMALL_FILE).ok()?;
@@ -237,6 +270,19 @@ mod tests {
         );
         done_tx.send(()).unwrap();
         h.join().unwrap();
+    }
+
+    #[test]
+    fn descendants_include_a_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let all = with_descendants(&[me]);
+        assert!(all.contains(&me) && all.contains(&child.id()), "{all:?}");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

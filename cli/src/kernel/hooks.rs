@@ -401,10 +401,21 @@ pub fn choose(f: &Facts) -> Choice {
 /// the first of their (shared) modes in which every required hook of the group and at least one
 /// hook can attach.
 pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
-    let mut out: Vec<Choice> = hooks
-        .iter()
-        .map(|h| choose(&Facts::new(h, env, symbols)))
-        .collect();
+    choose_all_with_facts(hooks, env, symbols)
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect()
+}
+
+/// [`choose_all`], with each hook's [`Facts`] as the policy read them (each read once), for
+/// `doctor` to show the fields, offsets and sizes the event's format has.
+pub fn choose_all_with_facts<'a>(
+    hooks: &'a [Hook],
+    env: &'a Env,
+    symbols: &'a Symbols,
+) -> Vec<(Choice, Facts<'a>)> {
+    let all: Vec<Facts> = hooks.iter().map(|h| Facts::new(h, env, symbols)).collect();
+    let mut out: Vec<Choice> = all.iter().map(choose).collect();
     let mut done: Vec<&str> = Vec::new();
     for h in hooks {
         let g = h.group;
@@ -414,10 +425,7 @@ pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
         done.push(g);
         let members: Vec<usize> = (0..hooks.len()).filter(|&i| hooks[i].group == g).collect();
         let modes: Vec<AttachMode> = hooks[members[0]].modes().collect();
-        let facts: Vec<Facts> = members
-            .iter()
-            .map(|&i| Facts::new(&hooks[i], env, symbols))
-            .collect();
+        let facts: Vec<&Facts> = members.iter().map(|&i| &all[i]).collect();
         let mut chosen = None;
         for m in &modes {
             let ok: Vec<bool> = facts.iter().map(|f| try_mode(*m, f).is_ok()).collect();
@@ -445,7 +453,7 @@ pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
                             .programs
                             .iter()
                             .take_while(|(pm, _)| pm != m)
-                            .map(|(pm, _)| (*pm, group_reason(*pm, &facts[k], g)))
+                            .map(|(pm, _)| (*pm, group_reason(*pm, facts[k], g)))
                             .collect();
                         c.why = format!("group {g} attaches as {}", m.as_str());
                         c.mode = Some((*m, program));
@@ -456,7 +464,7 @@ pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
                     c.why = format!(
                         "group {g} attaches as {}, which this hook cannot ({})",
                         m.as_str(),
-                        try_mode(*m, &facts[k]).err().unwrap_or_default()
+                        try_mode(*m, facts[k]).err().unwrap_or_default()
                     );
                 }
                 None => {
@@ -466,7 +474,7 @@ pub fn choose_all(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Vec<Choice> {
             }
         }
     }
-    out
+    out.into_iter().zip(all).collect()
 }
 
 fn group_reason(mode: AttachMode, f: &Facts, group: &str) -> String {

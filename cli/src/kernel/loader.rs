@@ -263,6 +263,27 @@ impl Session {
         })
     }
 
+    /// Replaces the processes `--pid` traces (with `--children`, the descendants found since).
+    /// Only for a session loaded with a pid filter: the filter's on/off switch is fixed at load.
+    pub fn set_filter_pids(&mut self, pids: &[u32]) -> Result<(), LoadError> {
+        let mut m: HashMap<_, u32, u8> =
+            HashMap::try_from(self.ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
+                object: self.object,
+                map: "FILTER_PIDS".into(),
+            })?)
+            .map_err(map_err("FILTER_PIDS"))?;
+        let old: Vec<u32> = m.keys().filter_map(Result::ok).collect();
+        for p in pids {
+            if !old.contains(p) {
+                m.insert(p, 1, 0).map_err(map_err("FILTER_PIDS"))?;
+            }
+        }
+        for p in old.iter().filter(|p| !pids.contains(p)) {
+            let _ = m.remove(p);
+        }
+        Ok(())
+    }
+
     fn record(&mut self, program: &str, mode: AttachMode, target: String) {
         if let Some(a) = self.attached.iter_mut().find(|a| a.program == program) {
             a.targets.push(target);

@@ -216,7 +216,7 @@ impl Finding {
         if let Some(p) = self.subject.pid {
             m.insert("pid".into(), p.into());
         }
-        if let Some(n) = &self.subject.name {
+        if let (Some(n), "process" | "thread") = (&self.subject.name, self.subject.kind) {
             m.insert("comm".into(), n.clone().into());
         }
         if let Some(c) = &self.subject.cgroup {

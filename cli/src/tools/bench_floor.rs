@@ -21,6 +21,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: HOOKS,
     triage: false,
     hidden: true,
+    needs_btf: false,
 };
 
 const OBJECT: Object = crate::object!("floor");

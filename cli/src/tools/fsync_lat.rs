@@ -15,7 +15,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use probes_common::{
-    fsync::{FileEvent, FsyncKey, FsyncVal},
+    fsync::{FileEvent, FileOffsets, FsyncKey, FsyncVal},
     hist::LatHist,
     stats,
 };
@@ -46,6 +46,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hooks: HOOKS,
     triage: true,
     hidden: false,
+    needs_btf: false,
 };
 
 const OBJECT: Object = crate::object!("fsync_lat");
@@ -105,8 +106,10 @@ pub struct Args {
     #[command(flatten)]
     pub common: Common,
 
-    /// Show the files behind the time: the top files by total sync time per process (fds are
-    /// resolved to paths while the process lives).
+    /// Show the files behind the time: the top files by total sync time per process. Each call's
+    /// file is identified in the kernel (device and inode behind the fd at the call), so a
+    /// reused descriptor is never mistaken for its earlier file; names are resolved while the
+    /// process lives, and renamed or deleted files are shown as such.
     #[arg(long)]
     pub by_file: bool,
 
@@ -170,6 +173,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         AttachMode::TpBtf => btf_globals(spec, &traced)?,
         _ => classic_globals(spec, ctx, &traced)?,
     };
+    if args.by_file {
+        spec = spec.global("FS_FILE_OFFS", &file_offsets()?);
+    }
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let hist = GenMap::take(
@@ -249,6 +255,37 @@ fn classic_globals(spec: LoadSpec, ctx: &OpenCtx, traced: &[(&str, i64)]) -> Res
         .global("FS_RET_OFF", &ret_off.unwrap_or(16)))
 }
 
+/// Where the file behind an fd is, from the current task (`--by-file`): offsets from the
+/// kernel's BTF of `task_struct.files`, `files_struct.fdt`, `fdtable.max_fds`, `fdtable.fd`,
+/// `file.f_inode`, `inode.i_ino`, `inode.i_sb`, `super_block.s_dev`.
+fn file_offsets() -> Result<FileOffsets> {
+    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
+        Error::KernelFeature(format!(
+            "--by-file identifies each call's file through the kernel's BTF: {e}"
+        ))
+    })?;
+    let at = |s: &str, m: &str| -> Result<u32> {
+        Ok(btf
+            .member(s, m)
+            .map_err(|e| Error::KernelFeature(format!("--by-file: {e}")))?
+            .offset)
+    };
+    Ok(FileOffsets {
+        task_files: at("task_struct", "files")?,
+        files_fdt: at("files_struct", "fdt")?,
+        fdt_max_fds: at("fdtable", "max_fds")?,
+        fdt_fd: at("fdtable", "fd")?,
+        file_inode: at("file", "f_inode")?,
+        inode_ino: at("inode", "i_ino")?,
+        inode_sb: at("inode", "i_sb")?,
+        sb_dev: at("super_block", "s_dev")?,
+        inode_generation: at("inode", "i_generation")?,
+        file_dentry: at("file", "f_path.dentry")?,
+        dentry_name: at("dentry", "d_name.name")?,
+        _pad: 0,
+    })
+}
+
 /// BTF tracepoints on `sys_enter` / `sys_exit`: the syscall numbers to keep, and where the
 /// first argument and the syscall number are in `struct pt_regs` (x86_64: `di`, and `orig_ax`,
 /// which keeps the number for the exit path).
@@ -289,8 +326,8 @@ struct FsyncLat {
     session: Session,
     hist: GenMap<FsyncKey, FsyncVal>,
     files: Option<RingBuf<MapData>>,
-    /// (id, fd) → path, resolved when the ring buffer reported the pair.
-    paths: StdHashMap<(u32, i32), Vec<u8>>,
+    /// (id, device, inode) → the file's name, resolved when the kernel announced the key.
+    paths: StdHashMap<(u32, u32, u64, u32), FileName>,
     names: StdHashMap<u32, &'static str>,
     traced: Vec<&'static str>,
     scope: crate::engine::Scope,
@@ -377,6 +414,16 @@ struct FileRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<Vec<u8>>,
     fd: i32,
+    /// `major:minor` of the file's device.
+    dev: String,
+    inode: u64,
+    /// The inode's generation: file systems reuse inode numbers, (inode, generation) does not
+    /// repeat.
+    inode_generation: u32,
+    /// `open`, `deleted` (unlinked while open), `renamed` (its name now names another file, or
+    /// nothing), `closed` (closed before its directory could be read: `…/name` from the kernel),
+    /// or `unknown`.
+    file_state: &'static str,
     file: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     file_bytes: Option<Vec<u8>>,
@@ -416,10 +463,26 @@ fn columns<R>(cols: &[Column<R>], threads: bool) -> Vec<Column<R>> {
 }
 
 impl FsyncLat {
-    fn resolve(&mut self, id: u32, tgid: u32, tid: u32, fd: i32) {
+    /// Names the file the kernel announced, if not named yet: what the fd points to now, if it
+    /// is still the same file (device and inode), else any other fd of the process holding it.
+    fn resolve(&mut self, e: &FileEvent) {
+        if self.paths.len() >= MAX_NAMES {
+            self.paths.clear();
+        }
         self.paths
-            .entry((id, fd))
-            .or_insert_with(|| crate::host::proc::fd_path(tgid, tid, fd));
+            .entry((e.id, e.dev, e.ino, e.igen))
+            .or_insert_with(|| {
+                let mut n = FileName::resolve(e.tgid, e.tid, e.fd, e.dev, e.ino);
+                if n.state == "unknown" {
+                    // Closed before we looked: the kernel's own name for it, without directory.
+                    let own = sanitize::comm_bytes(&e.name);
+                    if !own.is_empty() {
+                        n.path = [b"\xe2\x80\xa6/".as_slice(), own].concat();
+                        n.state = "closed";
+                    }
+                }
+                n
+            });
     }
 
     fn summary_row(
@@ -496,9 +559,7 @@ impl Collector for FsyncLat {
             }
         }
         for e in evs {
-            // A new interval may reuse the fd for another file: resolve afresh.
-            self.paths.remove(&(e.id, e.fd));
-            self.resolve(e.id, e.tgid, e.tid, e.fd);
+            self.resolve(&e);
         }
         Ok(())
     }
@@ -512,25 +573,29 @@ impl Collector for FsyncLat {
         self.session.slow_links()
     }
 
+    fn session(&mut self) -> Option<&mut Session> {
+        Some(&mut self.session)
+    }
+
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
         let secs = w.secs();
         let threads = self.scope.threads;
 
-        // Rows per (id, syscall), merging fds; files per (id, fd).
+        // Rows per (id, syscall), merging files; files per (id, device, inode).
         type Acc = (u32, [u8; 16], u64, LatHist);
         let mut per_call: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
-        let mut per_file: BTreeMap<(u32, i32), (u32, [u8; 16], LatHist)> = BTreeMap::new();
+        let mut per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)> = BTreeMap::new();
         for (k, v) in &drained.rows {
             let e = per_call
                 .entry((k.id, k.nr))
                 .or_insert((v.tgid, v.comm, 0, LatHist::ZERO));
             e.2 += v.errors;
             e.3.merge(&v.hist);
-            if k.fd >= 0 {
+            if k.ino != 0 {
                 per_file
-                    .entry((k.id, k.fd))
+                    .entry((k.id, k.dev, k.ino, k.igen))
                     .or_insert((v.tgid, v.comm, LatHist::ZERO))
                     .2
                     .merge(&v.hist);
@@ -629,9 +694,6 @@ impl Collector for FsyncLat {
                     "[no access]: the file of another user's process; resolving it needs CAP_SYS_PTRACE.".into(),
                 );
             }
-            if w.interval {
-                self.paths.clear();
-            }
         }
         out.footnotes.push(
             "%TIME: share of the window spent in these calls (summed over the process's threads)."
@@ -644,17 +706,17 @@ impl Collector for FsyncLat {
 
 impl FsyncLat {
     /// The top files of each process, most total time first.
-    fn file_rows(
-        &mut self,
-        per_file: BTreeMap<(u32, i32), (u32, [u8; 16], LatHist)>,
-    ) -> Vec<FileRow> {
+    fn file_rows(&mut self, per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)>) -> Vec<FileRow> {
         let threads = self.scope.threads;
-        let mut per_id: BTreeMap<u32, Vec<(i32, LatStats, u32, [u8; 16])>> = BTreeMap::new();
-        for ((id, fd), (tgid, comm, h)) in &per_file {
-            per_id
-                .entry(*id)
-                .or_default()
-                .push((*fd, hist::stats(h), *tgid, *comm));
+        type PerId = Vec<((u32, u64, u32), LatStats, u32, [u8; 16])>;
+        let mut per_id: BTreeMap<u32, PerId> = BTreeMap::new();
+        for ((id, dev, ino, igen), (tgid, comm, h)) in &per_file {
+            per_id.entry(*id).or_default().push((
+                (*dev, *ino, *igen),
+                hist::stats(h),
+                *tgid,
+                *comm,
+            ));
         }
         let mut ids: Vec<(u32, u64)> = per_id
             .iter()
@@ -665,18 +727,29 @@ impl FsyncLat {
         for (id, _) in ids {
             let mut v = per_id.remove(&id).unwrap_or_default();
             v.sort_by_key(|x| std::cmp::Reverse(x.1.total_ns));
-            for (fd, s, tgid, kcomm) in v.into_iter().take(self.top_files) {
-                self.resolve(id, tgid, id, fd);
-                let path = self.paths.get(&(id, fd)).cloned().unwrap_or_default();
+            for ((dev, ino, igen), s, tgid, kcomm) in v.into_iter().take(self.top_files) {
+                let name = self
+                    .paths
+                    .get_mut(&(id, dev, ino, igen))
+                    .map(|n| {
+                        n.refresh();
+                        n.clone()
+                    })
+                    .unwrap_or_else(|| FileName::unknown(dev, ino));
                 let comm = row_comm(id, tgid, threads, &kcomm);
                 let (c, cb) = sanitize::name_fields(&comm);
-                let (f, fb) = sanitize::name_fields(&path);
+                let (f, fb) = sanitize::name_fields(&name.path);
+                let (maj, min) = crate::host::disks::split_kdev(dev);
                 out.push(FileRow {
                     pid: if threads { tgid } else { id },
                     tid: threads.then_some(id),
                     comm: c,
                     comm_bytes: cb,
-                    fd,
+                    fd: name.fd,
+                    dev: format!("{maj}:{min}"),
+                    inode: ino,
+                    inode_generation: igen,
+                    file_state: name.state,
                     file: f,
                     file_bytes: fb,
                     count: s.count,
@@ -686,7 +759,7 @@ impl FsyncLat {
                     total_ns: s.total_ns,
                     id,
                     comm_raw: comm,
-                    file_raw: path,
+                    file_raw: name.path,
                 });
             }
         }
@@ -718,8 +791,8 @@ impl FsyncLat {
             let file = self
                 .paths
                 .iter()
-                .filter(|((id, _), _)| *id == top.id)
-                .map(|(_, p)| sanitize::text(p))
+                .filter(|((id, _, _, _), _)| *id == top.id)
+                .map(|(_, n)| sanitize::text(&n.path))
                 .next();
             let on = file.map(|f| format!(" on {f}")).unwrap_or_default();
             let rate_s = count as f64 / secs;
@@ -763,6 +836,108 @@ impl FsyncLat {
         }
         crate::report::findings::rank(&mut out);
         out
+    }
+}
+
+/// A file of a process in the aggregation: (id, device, inode, inode generation).
+type FileKey = (u32, u32, u64, u32);
+
+/// Names kept at most (a process syncing a new file each call must not grow the map forever).
+const MAX_NAMES: usize = 65_536;
+
+/// The name of a file identified by (device, inode), and what became of it.
+#[derive(Clone, Debug)]
+struct FileName {
+    path: Vec<u8>,
+    fd: i32,
+    dev: u32,
+    ino: u64,
+    state: &'static str,
+}
+
+/// `(major, minor)` of a userspace `st_dev`.
+fn user_dev(st_dev: u64) -> (u32, u32) {
+    (libc::major(st_dev), libc::minor(st_dev))
+}
+
+impl FileName {
+    fn unknown(dev: u32, ino: u64) -> FileName {
+        FileName {
+            path: b"[closed before it could be named]".to_vec(),
+            fd: -1,
+            dev,
+            ino,
+            state: "unknown",
+        }
+    }
+
+    /// What `fd` of `tgid` names now, if it is still the file (`dev`, `ino`); else the first fd
+    /// of the process that holds it.
+    fn resolve(tgid: u32, tid: u32, fd: i32, dev: u32, ino: u64) -> FileName {
+        use std::os::unix::fs::MetadataExt;
+        let want = crate::host::disks::split_kdev(dev);
+        let mut denied = false;
+        let mut same = |link: &std::path::Path| match std::fs::metadata(link) {
+            Ok(m) => m.ino() == ino && user_dev(m.dev()) == want,
+            Err(e) => {
+                denied |= e.kind() == std::io::ErrorKind::PermissionDenied;
+                false
+            }
+        };
+        let named = |fd: i32| {
+            let raw = crate::host::proc::fd_path(tgid, tid, fd);
+            let (path, state) = match raw.strip_suffix(b" (deleted)") {
+                Some(p) => (p.to_vec(), "deleted"),
+                None => (raw, "open"),
+            };
+            FileName {
+                path,
+                fd,
+                dev,
+                ino,
+                state,
+            }
+        };
+        if same(&crate::host::proc_path(&format!(
+            "{tgid}/task/{tid}/fd/{fd}"
+        ))) {
+            return named(fd);
+        }
+        if let Ok(rd) = std::fs::read_dir(crate::host::proc_path(&format!("{tgid}/fd"))) {
+            for e in rd.filter_map(Result::ok) {
+                let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                    continue;
+                };
+                if same(&e.path()) {
+                    return named(other);
+                }
+            }
+        }
+        if denied {
+            return FileName {
+                path: b"[no access]".to_vec(),
+                fd,
+                dev,
+                ino,
+                state: "open",
+            };
+        }
+        FileName::unknown(dev, ino)
+    }
+
+    /// A name that now names another file (or nothing) was renamed over or removed since.
+    fn refresh(&mut self) {
+        use std::os::unix::{ffi::OsStrExt, fs::MetadataExt};
+        if self.state != "open" || self.path.first() != Some(&b'/') {
+            return;
+        }
+        let p = std::path::Path::new(std::ffi::OsStr::from_bytes(&self.path));
+        let still = std::fs::metadata(p).is_ok_and(|m| {
+            m.ino() == self.ino && user_dev(m.dev()) == crate::host::disks::split_kdev(self.dev)
+        });
+        if !still {
+            self.state = "renamed";
+        }
     }
 }
 

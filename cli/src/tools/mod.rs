@@ -15,8 +15,10 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod doctor;
 pub mod fsync_lat;
 pub mod io_lat;
+pub mod triage;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +34,9 @@ pub struct ToolInfo {
     pub triage: bool,
     /// Hidden from `--help`, `doctor` and the README (benchmark controls).
     pub hidden: bool,
+    /// Needs the kernel's BTF whatever the attach mode (struct offsets it reads, such as
+    /// `task_struct`'s): on a kernel without BTF, doctor says it cannot run.
+    pub needs_btf: bool,
 }
 
 /// What opening a collector needs: the scope, and the kernel facts shared by every collector
@@ -44,7 +49,8 @@ pub struct OpenCtx {
 }
 
 impl OpenCtx {
-    pub fn new(scope: Scope, opts: RunOpts) -> OpenCtx {
+    pub fn new(mut scope: Scope, opts: RunOpts) -> OpenCtx {
+        scope.expand_children();
         OpenCtx {
             scope,
             opts,
@@ -101,7 +107,12 @@ registry! {
         #[command(hide = true)]
         BenchFloor => bench_floor,
     }
-    commands {}
+    commands {
+        /// Run first on a sick node: every collector at once, findings ranked by harm.
+        Triage => triage,
+        /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
+        Doctor => doctor,
+    }
 }
 
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s

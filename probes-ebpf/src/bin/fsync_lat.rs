@@ -21,13 +21,16 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+    },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use probes_common::{
-    fsync::{FileEvent, FsyncKey, FsyncStart, FsyncVal},
+    fsync::{FileEvent, FileOffsets, FsyncKey, FsyncStart, FsyncVal},
     stats,
 };
 use probes_ebpf::{
@@ -57,6 +60,22 @@ static FS_REGS_ARG0_OFF: u32 = 112;
 static FS_REGS_NR_OFF: u32 = 120;
 #[no_mangle]
 static FS_BY_FILE: u8 = 0;
+/// Offsets followed from the task to the file behind an fd (`--by-file`), from the kernel's BTF.
+#[no_mangle]
+static FS_FILE_OFFS: FileOffsets = FileOffsets {
+    task_files: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    file_inode: 0,
+    inode_ino: 0,
+    inode_sb: 0,
+    sb_dev: 0,
+    inode_generation: 0,
+    file_dentry: 0,
+    dentry_name: 0,
+    _pad: 0,
+};
 
 /// In-flight calls by tid. Sized by userspace from pid_max.
 #[map]
@@ -80,12 +99,66 @@ static FSYNC_SCRATCH: PerCpuArray<FsyncVal> = PerCpuArray::with_max_entries(1, 0
 static FSYNC_FILES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 
 #[inline(always)]
-fn key_for(tgid: u32, tid: u32, nr: u32, fd: i32) -> FsyncKey {
+fn key_for(tgid: u32, tid: u32, nr: u32, f: FileId) -> FsyncKey {
     FsyncKey {
         id: if ro(&FS_PER_THREAD) != 0 { tid } else { tgid },
         nr,
-        fd: if ro(&FS_BY_FILE) != 0 { fd } else { -1 },
+        dev: f.dev,
         gen: generation(),
+        ino: f.ino,
+        igen: f.igen,
+        _pad: 0,
+    }
+}
+
+/// A file as the kernel knows it: device, inode number, inode generation, and where its
+/// `struct file` is (to read its name when the key is announced).
+#[derive(Clone, Copy, Default)]
+struct FileId {
+    dev: u32,
+    igen: u32,
+    ino: u64,
+    file: u64,
+}
+
+/// Reads a kernel pointer-sized or smaller value at `base + off`; 0 when unreadable.
+#[inline(always)]
+fn read<T: Copy + Default>(base: u64, off: u32) -> T {
+    if base == 0 {
+        return T::default();
+    }
+    // SAFETY: the helper validates the address; a failed read yields the default.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.unwrap_or_default()
+}
+
+/// The file open as `fd` in the current task (all zero when none): `current->files->fdt->
+/// fd[fd]->f_inode->{i_sb->s_dev, i_ino, i_generation}`, every pointer read with the helper (the
+/// file table is RCU-protected; a stale read names a file that was open an instant ago, never a
+/// fault).
+#[inline(always)]
+fn file_id(fd: i32) -> FileId {
+    if fd < 0 {
+        return FileId::default();
+    }
+    let o = ro(&FS_FILE_OFFS);
+    // SAFETY: plain helper call returning the current task's address.
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = read(task, o.task_files);
+    let fdt: u64 = read(files, o.files_fdt);
+    let max: u32 = read(fdt, o.fdt_max_fds);
+    if fd as u32 >= max {
+        return FileId::default();
+    }
+    let fds: u64 = read(fdt, o.fdt_fd);
+    let file: u64 = read(fds, fd as u32 * 8);
+    let inode: u64 = read(file, o.file_inode);
+    let ino: u64 = read(inode, o.inode_ino);
+    let sb: u64 = read(inode, o.inode_sb);
+    FileId {
+        dev: read(sb, o.sb_dev),
+        igen: read(inode, o.inode_generation),
+        ino,
+        file,
     }
 }
 
@@ -113,17 +186,41 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
     } else {
         arg0() as i32
     };
-    if ro(&FS_BY_FILE) != 0 && fd >= 0 {
-        let key = key_for(tgid, tid, nr, fd);
+    let file = if ro(&FS_BY_FILE) != 0 {
+        file_id(fd)
+    } else {
+        FileId::default()
+    };
+    if ro(&FS_BY_FILE) != 0 && file.ino != 0 {
+        let key = key_for(tgid, tid, nr, file);
         if FSYNC_HIST.get_ptr(key).is_none() {
-            let ev = FileEvent {
-                tgid,
-                tid,
-                fd,
-                id: key.id,
-            };
-            if FSYNC_FILES.output::<FileEvent>(&ev, 0).is_err() {
-                stat(stats::RINGBUF_FULL);
+            // Built in place: the event is larger than is wise for the 512-byte BPF stack.
+            match FSYNC_FILES.reserve::<FileEvent>(0) {
+                Some(mut slot) => {
+                    let o = ro(&FS_FILE_OFFS);
+                    let dentry: u64 = read(file.file, o.file_dentry);
+                    let name: u64 = read(dentry, o.dentry_name);
+                    // SAFETY: writing the fields of a reserved ring-buffer slot we own.
+                    unsafe {
+                        let ev = slot.as_mut_ptr();
+                        (*ev).tgid = tgid;
+                        (*ev).tid = tid;
+                        (*ev).fd = fd;
+                        (*ev).id = key.id;
+                        (*ev).dev = file.dev;
+                        (*ev).igen = file.igen;
+                        (*ev).ino = file.ino;
+                        (*ev).name = [0; probes_common::fsync::NAME_LEN];
+                        if name != 0 {
+                            let _ = bpf_probe_read_kernel_str_bytes(
+                                name as *const u8,
+                                &mut (*ev).name,
+                            );
+                        }
+                    }
+                    slot.submit(0);
+                }
+                None => stat(stats::RINGBUF_FULL),
             }
         }
     }
@@ -132,6 +229,9 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
         ts_ns: unsafe { bpf_ktime_get_ns() },
         nr,
         fd,
+        dev: file.dev,
+        igen: file.igen,
+        ino: file.ino,
     };
     if FSYNC_START.insert(tid, start, 0).is_err() {
         stat(stats::START_MAP_FULL);
@@ -185,7 +285,17 @@ fn on_exit(ret: i64) {
     let delta = now.saturating_sub(start.ts_ns);
     stat(stats::EVENTS);
 
-    let key = key_for(tgid, tid, start.nr, start.fd);
+    let key = key_for(
+        tgid,
+        tid,
+        start.nr,
+        FileId {
+            dev: start.dev,
+            igen: start.igen,
+            ino: start.ino,
+            file: 0,
+        },
+    );
     let val = match FSYNC_HIST.get_ptr_mut(key) {
         Some(p) => Some(p),
         None => match FSYNC_SCRATCH.get_ptr_mut(0) {

@@ -30,6 +30,8 @@ mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 # Production nodes mostly run pure cgroup v2 (the host here is a v1 hybrid).
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mkdir -p /tmp
+# The guest kernel's own modules, if xtask found them in its package (loop, for the I/O checks).
+for m in /lib/modules/*.ko; do [ -e "$m" ] && insmod "$m" 2>/dev/null; done
 echo "TKVM|boot $(cat /proc/uptime)"
 TKVM_GUEST=1 TRACEKIT_BIN=/bin/tracekit TK_WORKLOAD=/bin/tk-workload /bin/tk-workload vm-check
 echo "TKVM|exit $?"
@@ -64,6 +66,35 @@ pub fn initramfs(tracekit: &Path, workload: &Path) -> Result<PathBuf> {
     let mut c = Command::new("sh");
     c.args(["-c", &sh]);
     status(c)?;
+    Ok(out)
+}
+
+/// `shared` plus a second archive holding the kernel's guest `modules` in /lib/modules (the
+/// kernel unpacks concatenated newc archives in order), for one kernel.
+pub fn initramfs_with(shared: &Path, modules: Option<&Path>, label: &str) -> Result<PathBuf> {
+    let Some(modules) = modules else {
+        return Ok(shared.to_path_buf());
+    };
+    let dir = root().join("target/vm");
+    let tree = dir.join(format!("modules-{label}"));
+    let _ = fs::remove_dir_all(&tree);
+    fs::create_dir_all(tree.join("lib/modules"))?;
+    for e in fs::read_dir(modules)?.filter_map(|e| e.ok()) {
+        fs::copy(e.path(), tree.join("lib/modules").join(e.file_name()))?;
+    }
+    let extra = dir.join(format!("modules-{label}.cpio"));
+    let sh = format!(
+        "cd '{}' && find . | cpio --quiet -o -H newc -R 0:0 > '{}'",
+        tree.display(),
+        extra.display()
+    );
+    let mut c = Command::new("sh");
+    c.args(["-c", &sh]);
+    status(c)?;
+    let out = dir.join(format!("initramfs-{label}.cpio"));
+    let mut bytes = fs::read(shared)?;
+    bytes.extend(fs::read(&extra)?);
+    fs::write(&out, bytes)?;
     Ok(out)
 }
 

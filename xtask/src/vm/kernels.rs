@@ -399,6 +399,120 @@ fn download(apt: &PrivateApt, pkg: &str, image: &Path) -> Result<()> {
     res
 }
 
+/// Modules a guest loads from its own kernel's package (Debian builds them as modules): `loop`,
+/// for the I/O checks (a loop device over a file in the guest's RAM). Best effort: a guest
+/// without them reports the checks that need a disk as degraded.
+const GUEST_MODULES: &[&str] = &["drivers/block/loop.ko"];
+
+/// The directory of `image`'s kernel's guest modules, decompressed (busybox `insmod` reads plain
+/// .ko files), downloading the package again if they were not extracted with the image.
+pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
+    let dir = image.with_extension("modules");
+    if GUEST_MODULES
+        .iter()
+        .all(|m| dir.join(module_name(m)).exists())
+    {
+        return Some(dir);
+    }
+    let res = (|| -> Result<()> {
+        let cache = spec.cache();
+        let _lock = Lock::take(&cache.join(".lock"))?;
+        let pkg = image
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| {
+                n.strip_suffix(".vmlinuz")
+                    .or_else(|| n.strip_suffix(".vmlinux"))
+            })
+            .context("image name is not <package>.vmlinu[xz]")?
+            .to_string();
+        let apt = PrivateApt::new(spec)?;
+        let dl = cache.join(format!("modules-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dl);
+        fs::create_dir_all(&dl)?;
+        let r = (|| -> Result<()> {
+            let mut c = apt.cmd("apt-get", &["download", &pkg]);
+            c.current_dir(&dl).stdout(Stdio::null());
+            status(c)?;
+            let deb = fs::read_dir(&dl)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| p.extension().is_some_and(|x| x == "deb"))
+                .context("apt-get download left no .deb")?;
+            let pats: Vec<String> = GUEST_MODULES
+                .iter()
+                // ./lib/modules (bullseye, bookworm) or ./usr/lib/modules (trixie's merged /usr).
+                .map(|m| format!("'./*lib/modules/*/kernel/{m}*'"))
+                .collect();
+            let sh = format!(
+                "dpkg-deb --fsys-tarfile '{}' | tar -x -C '{}' --wildcards {}",
+                deb.display(),
+                dl.display(),
+                pats.join(" ")
+            );
+            let mut c = Command::new("sh");
+            c.args(["-c", &sh]);
+            status(c).with_context(|| format!("unpacking modules of {}", deb.display()))?;
+            let tmp = cache.join(format!(".modules.{}.tmp", std::process::id()));
+            let _ = fs::remove_dir_all(&tmp);
+            fs::create_dir_all(&tmp)?;
+            for m in GUEST_MODULES {
+                let name = module_name(m);
+                let found = find_file(&dl, name).with_context(|| format!("{pkg} has no {name}"))?;
+                let dest = tmp.join(name);
+                let f = found.to_string_lossy();
+                let sh = if f.ends_with(".xz") {
+                    format!("xz -dc '{f}' > '{}'", dest.display())
+                } else if f.ends_with(".zst") {
+                    format!("zstd -qdc '{f}' > '{}'", dest.display())
+                } else {
+                    format!("cp '{f}' '{}'", dest.display())
+                };
+                let mut c = Command::new("sh");
+                c.args(["-c", &sh]);
+                status(c).with_context(|| format!("decompressing {f}"))?;
+            }
+            let _ = fs::remove_dir_all(&dir);
+            fs::rename(&tmp, &dir)?;
+            Ok(())
+        })();
+        let _ = fs::remove_dir_all(&dl);
+        r
+    })();
+    match res {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            eprintln!(
+                "xtask: {}: no guest modules ({e:#}); the guest has no loop device",
+                spec.name
+            );
+            None
+        }
+    }
+}
+
+/// `loop.ko` for `drivers/block/loop.ko`.
+fn module_name(m: &str) -> &str {
+    m.rsplit('/').next().unwrap_or(m)
+}
+
+/// The first file under `dir` whose name starts with `name` (`loop.ko`, `loop.ko.xz`, …).
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    for e in fs::read_dir(dir).ok()?.filter_map(|e| e.ok()) {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, name) {
+                return Some(f);
+            }
+        } else if p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(name))
+        {
+            return Some(p);
+        }
+    }
+    None
+}
+
 /// Cached images of this spec, oldest first.
 fn cached(spec: &Spec) -> Vec<PathBuf> {
     let mut v: Vec<(String, PathBuf)> = fs::read_dir(spec.cache())

@@ -144,7 +144,7 @@ fn boot_one(spec: &'static Spec, image: PathBuf, initrd: &Path, timeout: Duratio
 }
 
 /// Boots every kernel, `jobs` at a time, in list order.
-fn boot_all(images: Vec<(&'static Spec, PathBuf)>, initrd: &Path, jobs: usize) -> Vec<KernelRun> {
+fn boot_all(images: Vec<(&'static Spec, PathBuf, PathBuf)>, jobs: usize) -> Vec<KernelRun> {
     let timeout = BOOT_TIMEOUT * jobs as u32;
     let queue = Mutex::new(images.into_iter().enumerate());
     let done = Mutex::new(Vec::new());
@@ -152,7 +152,7 @@ fn boot_all(images: Vec<(&'static Spec, PathBuf)>, initrd: &Path, jobs: usize) -
         for _ in 0..jobs {
             s.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                let Some((i, (spec, image))) = next else {
+                let Some((i, (spec, image, initrd))) = next else {
                     break;
                 };
                 eprintln!(
@@ -161,7 +161,7 @@ fn boot_all(images: Vec<(&'static Spec, PathBuf)>, initrd: &Path, jobs: usize) -
                     spec.distro,
                     spec.name
                 );
-                let run = boot_one(spec, image, initrd, timeout);
+                let run = boot_one(spec, image, &initrd, timeout);
                 done.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push((i, run));
@@ -301,7 +301,13 @@ pub fn vm_test(tracekit: &Path, kernels: &str) -> Result<()> {
         .join("target")
         .join(HOST_TARGET)
         .join("release/tk-workload");
-    let initrd = guest::initramfs(tracekit, &workload)?;
+    let shared = guest::initramfs(tracekit, &workload)?;
+    let mut booted = Vec::new();
+    for (spec, image) in images {
+        let modules = kernels::modules(spec, &image);
+        let initrd = guest::initramfs_with(&shared, modules.as_deref(), spec.name)?;
+        booted.push((spec, image, initrd));
+    }
     let t_prep = t0.elapsed();
 
     let mut failures = Vec::new();
@@ -318,7 +324,7 @@ pub fn vm_test(tracekit: &Path, kernels: &str) -> Result<()> {
 
     let jobs = jobs(specs.len());
     let t1 = Instant::now();
-    let runs = boot_all(images, &initrd, jobs);
+    let runs = boot_all(booted, jobs);
     let t_vms = t1.elapsed();
 
     let mut guests: Vec<(&str, GuestRun)> = Vec::new();

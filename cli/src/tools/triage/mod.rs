@@ -1,0 +1,306 @@
+//! `tracekit triage`: one command on a sick node. Every collector the registry marks for triage
+//! runs at once, in one process, for one window (15 s by default), beside the node checks of
+//! [`node`]; then every finding is ranked by harm (time lost per second of wall time first, then
+//! rates) and printed in one screen, with what ran and what could not.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde_json::{json, Value};
+
+use crate::{
+    engine::{self, Collector, Emitter, Meta, Output, RunOpts, Scope, Window},
+    error::{one_line, Result},
+    options::{parse_comm, parse_duration, parse_pid},
+    report::{
+        findings::{rank, Cause, Finding},
+        output::Sink,
+    },
+    tools::{self, OpenCtx, ToolInfo},
+};
+
+pub mod node;
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "triage",
+    summary: "Run it first on a sick node: every collector that can run here, at once, for 15 s, plus the node's own counters (CPU steal, pressure, memory cgroups at their limit, swap, conntrack, backlog drops); prints the findings ranked by harm, each with who, why, the evidence, the fix and the next command. `--output report.md` for an incident channel.",
+    hooks: &[],
+    triage: false,
+    hidden: false,
+    needs_btf: false,
+};
+
+const EXAMPLES: &str = "  tracekit triage                                   # 15 s, ranked findings
+  tracekit triage --duration 60s --output incident.md   # Markdown to paste in the incident channel
+  tracekit triage --json | jq 'select(.type==\"finding\")'";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = tools::help_footer(EXAMPLES, "root, or the union of the collectors' capabilities (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH); collectors that cannot run are listed with the reason and triage goes on."))]
+pub struct Args {
+    /// How long to watch (humantime).
+    #[arg(long, short = 'd', value_parser = parse_duration, default_value = "15s", value_name = "DURATION")]
+    pub duration: Duration,
+
+    /// Watch only this process (repeatable; also comma-separated); node checks stay node-wide.
+    #[arg(long = "pid", short = 'p', value_parser = parse_pid, value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Watch only tasks whose comm is exactly COMM.
+    #[arg(long, value_parser = parse_comm, value_name = "COMM")]
+    pub comm: Option<String>,
+
+    /// NDJSON: one `finding` line per finding (ranked), then one `checked` line.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the report to FILE (Markdown when FILE ends in `.md`).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Collectors to run (comma-separated), instead of every one the registry marks for triage.
+    #[arg(long, value_delimiter = ',', value_name = "TOOL")]
+    pub tools: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let common = crate::options::Common {
+        duration: Some(args.duration),
+        pids: args.pids.clone(),
+        comm: args.comm.clone(),
+        json: args.json,
+        output: args.output.clone(),
+        ..Default::default()
+    };
+    let sink = tools::preflight(INFO.name, &common)?;
+    let scope = Scope {
+        pids: args.pids.clone(),
+        comm: args.comm.clone(),
+        ..Default::default()
+    };
+    let opts = RunOpts {
+        duration: Some(args.duration),
+        json: args.json,
+        ..Default::default()
+    };
+    let ctx = OpenCtx::new(scope, opts.clone());
+    let wanted: Vec<&ToolInfo> = tools::TOOLS
+        .iter()
+        .filter(|t| {
+            if args.tools.is_empty() {
+                t.triage && !t.hidden
+            } else {
+                args.tools.iter().any(|n| n == t.name)
+            }
+        })
+        .collect();
+    if let Some(bad) = args
+        .tools
+        .iter()
+        .find(|n| !tools::TOOLS.iter().any(|t| t.name == n.as_str()))
+    {
+        return Err(crate::error::Error::Usage(format!(
+            "--tools: no collector named {bad:?}"
+        )));
+    }
+    let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
+    let mut ran = Vec::new();
+    let mut cannot = Vec::new();
+    for t in wanted {
+        match tools::open_default(t.name, &ctx) {
+            Some(Ok(c)) => {
+                ran.push(t.name);
+                collectors.push(c);
+            }
+            Some(Err(e)) => cannot.push((t.name, one_line(&e))),
+            None => {}
+        }
+    }
+    collectors.push(Box::new(node::Node::open()));
+    let markdown = args
+        .output
+        .as_ref()
+        .is_some_and(|p| p.extension().is_some_and(|x| x == "md"));
+    let mut emit = Triage {
+        sink,
+        json: args.json,
+        markdown,
+        ran,
+        cannot,
+    };
+    engine::run(&mut collectors, &opts, &mut emit)?;
+    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    Ok(())
+}
+
+/// Ranks every collector's findings at the end of the window and writes one report.
+struct Triage {
+    sink: Sink,
+    json: bool,
+    markdown: bool,
+    ran: Vec<&'static str>,
+    cannot: Vec<(&'static str, String)>,
+}
+
+/// A node-check finding that a collector's finding covers (same cause and cgroup) is dropped:
+/// the collector's names the process and the advice is given once.
+fn dedupe(f: &mut Vec<Finding>) {
+    let covered: Vec<(Cause, Option<String>)> = f
+        .iter()
+        .filter(|x| x.tool != "triage")
+        .map(|x| (x.cause, x.subject.cgroup.clone()))
+        .collect();
+    f.retain(|x| {
+        x.tool != "triage"
+            || !covered
+                .iter()
+                .any(|(c, g)| *c == x.cause && (g.is_none() || *g == x.subject.cgroup))
+    });
+}
+
+impl Triage {
+    fn put(&mut self, s: &str) -> Result<bool> {
+        match self.sink.write(s) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_broken_pipe() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn checked(&self, w: &Window) -> Value {
+        json!({
+            "tool": "triage",
+            "type": "checked",
+            "ran": self.ran,
+            "could_not_run": self.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+            "node_checks": node::Node::checks(),
+            "interval_ns": w.elapsed.as_nanos() as u64,
+        })
+    }
+
+    fn render_text(&self, w: &Window, f: &[Finding]) -> String {
+        let md = self.markdown;
+        let mut s = String::new();
+        let head = format!(
+            "tracekit triage: {:.1} s on Linux {}; ran {}; node checks",
+            w.secs(),
+            crate::host::read_trim(&crate::host::proc_path("sys/kernel/osrelease"))
+                .unwrap_or_default(),
+            if self.ran.is_empty() {
+                "no collector".to_string()
+            } else {
+                self.ran.join(", ")
+            },
+        );
+        s.push_str(&if md {
+            format!("# {head}\n\n")
+        } else {
+            format!("{head}\n")
+        });
+        for (t, why) in &self.cannot {
+            s.push_str(&format!(
+                "{}could not run {t}: {why}\n",
+                if md { "- " } else { "  " }
+            ));
+        }
+        s.push('\n');
+        if f.is_empty() {
+            s.push_str("Nothing abnormal seen: no collector and no node check found anything above its threshold.\n");
+        }
+        for (i, x) in f.iter().enumerate() {
+            let who = match &x.culprit {
+                Some(c) => format!(" (culprit: {})", c.text()),
+                None => String::new(),
+            };
+            if md {
+                s.push_str(&format!(
+                    "{}. **{}** — {}{who}\n   - Fix: {}\n",
+                    i + 1,
+                    x.cause.as_str(),
+                    x.summary,
+                    x.advice
+                ));
+                if let Some(n) = &x.next {
+                    s.push_str(&format!("   - Next: `{n}`\n"));
+                }
+            } else {
+                s.push_str(&format!(
+                    "{}\n",
+                    Finding {
+                        summary: format!("[{}] {}{who}", x.cause.as_str(), x.summary),
+                        ..x.clone()
+                    }
+                    .text(&format!("{}. ", i + 1))
+                ));
+            }
+        }
+        s.push_str(&format!(
+            "\n{}Checked: {}; node: {}.\n",
+            if md { "_" } else { "" },
+            if self.ran.is_empty() {
+                "no collector".into()
+            } else {
+                self.ran.join(", ")
+            },
+            node::Node::checks().join(", ")
+        ));
+        s
+    }
+}
+
+impl Emitter for Triage {
+    fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool> {
+        if !self.json {
+            use std::io::Write;
+            let names: Vec<&str> = metas.iter().map(|m| m.tool).collect();
+            let _ = writeln!(
+                std::io::stderr(),
+                "Triage: watching with {} for {}{}.",
+                names.join(", "),
+                humantime::format_duration(opts.duration.unwrap_or_default()),
+                if self.cannot.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; could not run: {}",
+                        self.cannot
+                            .iter()
+                            .map(|(t, _)| *t)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            );
+        }
+        Ok(true)
+    }
+
+    fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool> {
+        let mut f: Vec<Finding> = outs
+            .iter()
+            .flat_map(|o| o.findings.iter().cloned())
+            .collect();
+        dedupe(&mut f);
+        rank(&mut f);
+        let text = if self.json {
+            let mut s = String::new();
+            for (i, x) in f.iter().enumerate() {
+                let mut v = x.json();
+                v["tool"] = "triage".into();
+                v["type"] = "finding".into();
+                v["rank"] = (i + 1).into();
+                v["from"] = x.tool.into();
+                s.push_str(&v.to_string());
+                s.push('\n');
+            }
+            s.push_str(&self.checked(w).to_string());
+            s.push('\n');
+            s
+        } else {
+            self.render_text(w, &f)
+        };
+        self.put(&text)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.finish()?)
+    }
+}
