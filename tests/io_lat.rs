@@ -18,10 +18,6 @@ use tracekit_tests::*;
 mod fixtures;
 use fixtures::*;
 
-/// Other helpers' tracers and I/O run on this machine at the same time; see `counts_case` for
-/// why a disturbed run is measured again (every attempt is printed).
-const ATTEMPTS: usize = 3;
-
 #[test]
 fn counts_equal_diskstats_and_rows_name_fio() {
     require_root();
@@ -221,14 +217,20 @@ fn percentiles_attempt(seed: u64) -> Result<(), Vec<String>> {
     }
 }
 
-const RANDREAD_QD16: [&str; 6] = [
-    "--rw=randread",
-    "--bs=4k",
-    "--ioengine=libaio",
-    "--iodepth=16",
-    "--io_size=16M",
-    "--randseed=13",
-];
+/// fio: 4 KiB random reads through libaio at queue depth `depth`, `size` in all.
+fn randread_libaio(lo: &LoopDev, depth: u32, size: &str) -> Value {
+    fio(
+        &lo.dev,
+        &[
+            "--rw=randread",
+            "--bs=4k",
+            "--ioengine=libaio",
+            &format!("--iodepth={depth}"),
+            &format!("--io_size={size}"),
+            "--randseed=13",
+        ],
+    )
+}
 
 /// `none` then `mq-deadline` on one device: queue time is 0 with none (every request issued
 /// directly) and visible with mq-deadline (every request inserted first); the device line names
@@ -242,7 +244,7 @@ fn scheduler_none_vs_mq_deadline() {
     let mut seen = Vec::new();
     for sched in ["none", "mq-deadline"] {
         lo.set("scheduler", sched);
-        let run = traced(&lo, &[], || fio(&lo.dev, &RANDREAD_QD16));
+        let run = traced_exact(&lo, &[], || randread_libaio(&lo, 16, "16M"));
         let r = rows(&run.lines, &lo.name);
         let count = sum(&r, "read", "count");
         assert_eq!(
@@ -276,11 +278,11 @@ fn scheduler_none_vs_mq_deadline() {
     assert!(dl_q > 0 && dl_p50 > 0, "queue time under mq-deadline");
 
     // One trace across a switch: the requests of both schedulers, exactly.
-    lo.set("scheduler", "none");
-    let run = traced(&lo, &[], || {
-        let a = fio(&lo.dev, &RANDREAD_QD16);
+    let run = traced_exact(&lo, &[], || {
+        lo.set("scheduler", "none");
+        let a = randread_libaio(&lo, 16, "16M");
         lo.set("scheduler", "mq-deadline");
-        let b = fio(&lo.dev, &RANDREAD_QD16);
+        let b = randread_libaio(&lo, 16, "16M");
         serde_json::json!([a, b])
     });
     let r = rows(&run.lines, &lo.name);
@@ -375,7 +377,7 @@ fn direct_io_is_charged_to_the_issuers_cgroup() {
     let _rm = Rmdir(cg.clone());
     let lo = LoopDev::new("iolat-cg");
     let procs = cg.join("cgroup.procs");
-    let run = traced(&lo, &[], || {
+    let run = traced_exact(&lo, &[], || {
         let script = format!(
             "echo $$ > {} && exec fio --name=tk --direct=1 --filename={} --rw=randread --bs=4k --io_size=2M --size=64M --output-format=json",
             procs.display(),
@@ -439,18 +441,7 @@ fn shallow_queue_is_a_finding() {
     ensure_fio();
     let lo = LoopDev::new("iolat-shallow");
     lo.set("nr_requests", "4");
-    let run = traced(&lo, &[], || {
-        fio(
-            &lo.dev,
-            &[
-                "--rw=randread",
-                "--bs=4k",
-                "--ioengine=libaio",
-                "--iodepth=32",
-                "--io_size=16M",
-            ],
-        )
-    });
+    let run = traced(&lo, &[], || randread_libaio(&lo, 32, "16M"));
     let dev = device(&run.lines, &lo.name);
     eprintln!(
         "nr_requests {} full {} % in flight mean {} max {}",
@@ -483,18 +474,7 @@ fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
     lo.set("scheduler", "mq-deadline");
     lo.set("rotational", "0");
     lo.set("nr_requests", "512");
-    let run = traced(&lo, &[], || {
-        fio(
-            &lo.dev,
-            &[
-                "--rw=randread",
-                "--bs=4k",
-                "--ioengine=libaio",
-                "--iodepth=256",
-                "--io_size=32M",
-            ],
-        )
-    });
+    let run = traced(&lo, &[], || randread_libaio(&lo, 256, "32M"));
     let dev = device(&run.lines, &lo.name);
     eprintln!(
         "queue share {} %, queue p99 {} device p99 {}, queued mean {}",

@@ -4,7 +4,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use aya::maps::{HashMap, RingBuf};
-use probes_common::io_lat::{DevKey, DevVal, IoKey, IoVal, RqOffsets, NANOM, OFF_NONE};
+use probes_common::io_lat::{
+    DevKey, DevVal, IoKey, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE,
+};
 
 use super::{depth, hooks_for, names, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
@@ -21,6 +23,7 @@ use crate::{
         hooks::{AttachMode, Hook},
         loader::{self, LoadSpec, Session},
         maps::GenMap,
+        tracefs::EventFormat,
     },
     tools::OpenCtx,
 };
@@ -99,53 +102,54 @@ fn btf_globals(spec: LoadSpec) -> Result<(LoadSpec, bool)> {
     ))
 }
 
-/// Globals of the classic programs: field offsets from the format files of the events that
-/// attach. `dev` and `sector` must sit at one offset in all of them (one global each).
+/// Globals of the classic programs: [`tp_offsets`] from the format files of the events that
+/// attach.
 fn classic_globals(spec: LoadSpec, ctx: &OpenCtx, hooks: &[&Hook]) -> Result<LoadSpec> {
     let tracefs = ctx
         .env
         .tracefs()
         .as_ref()
         .map_err(|e| Error::KernelFeature(e.clone()))?;
-    let fmt = |name: &str| tracefs.format("block", name);
-    let cpl = fmt("block_rq_complete")?;
-    let iss = fmt("block_rq_issue")?;
-    let mut spec = spec;
-    for (global, field, sizes) in [
-        ("IO_TP_DEV", "dev", &[4u32][..]),
-        ("IO_TP_SECTOR", "sector", &[8][..]),
-    ] {
-        let at = cpl.offset_of(field, sizes)?;
-        for h in hooks {
-            let f = fmt(h.name())?;
-            if f.offset_of(field, sizes)? != at {
+    let names: Vec<&str> = hooks.iter().map(|h| h.name()).collect();
+    let offs = tp_offsets(|e| Ok(tracefs.format("block", e)?), &names)?;
+    Ok(spec.global("IO_TP", &offs))
+}
+
+/// Field offsets of the classic records ([`TpOffsets`]) from `format(event)`; `events` are
+/// the ones that attach. `dev` and `sector` must sit at one offset in all of them, `bytes` and
+/// `rwbs` at one offset in insert and issue (the programs read one global field each).
+pub(super) fn tp_offsets(
+    format: impl Fn(&str) -> Result<EventFormat>,
+    events: &[&str],
+) -> Result<TpOffsets> {
+    let cpl = format("block_rq_complete")?;
+    // The offset of `field` in `first`'s format, checked against every event of `others`.
+    let agreed = |first: &str, others: &[&str], field: &str, sizes: &[u32]| -> Result<u32> {
+        let at = format(first)?.offset_of(field, sizes)?;
+        for e in others {
+            if format(e)?.offset_of(field, sizes)? != at {
                 return Err(Error::KernelFeature(format!(
-                    "{}: `{field}` is not where block_rq_complete has it: unsupported layout",
-                    h.event
+                    "block:{e}: `{field}` is not where block:{first} has it: unsupported layout"
                 )));
             }
         }
-        spec = spec.global(global, &at);
-    }
-    for (global, field, sizes) in [
-        ("IO_TP_BYTES", "bytes", &[4u32][..]),
-        ("IO_TP_RWBS", "rwbs", &[8, 10][..]),
-    ] {
-        let at = iss.offset_of(field, sizes)?;
-        if hooks.iter().any(|h| h.name() == "block_rq_insert") {
-            let ins = fmt("block_rq_insert")?;
-            if ins.offset_of(field, sizes)? != at {
-                return Err(Error::KernelFeature(format!(
-                    "block_rq_insert and block_rq_issue disagree on `{field}`: unsupported layout"
-                )));
-            }
-        }
-        spec = spec.global(global, &at);
-    }
-    Ok(spec
-        .global("IO_TP_ERROR", &cpl.offset_of("error", &[4])?)
-        .global("IO_TP_CPL_NR_SECTOR", &cpl.offset_of("nr_sector", &[4])?)
-        .global("IO_TP_CPL_RWBS", &cpl.offset_of("rwbs", &[8, 10])?))
+        Ok(at)
+    };
+    let inserts: Vec<&str> = events
+        .iter()
+        .copied()
+        .filter(|n| *n == "block_rq_insert")
+        .collect();
+    Ok(TpOffsets {
+        dev: agreed("block_rq_complete", events, "dev", &[4])?,
+        sector: agreed("block_rq_complete", events, "sector", &[8])?,
+        bytes: agreed("block_rq_issue", &inserts, "bytes", &[4])?,
+        rwbs: agreed("block_rq_issue", &inserts, "rwbs", &[8, 10])?,
+        error: cpl.offset_of("error", &[4])?,
+        cpl_nr_sector: cpl.offset_of("nr_sector", &[4])?,
+        cpl_rwbs: cpl.offset_of("rwbs", &[8, 10])?,
+        _pad: 0,
+    })
 }
 
 /// Entries for the in-flight map: every request the disks can hold at once, twice (requests
@@ -313,3 +317,42 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tracefs::parse_format;
+
+    fn fixture(event: &str) -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/io_lat")
+            .join(format!("{event}.format.6.18"));
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    const ALL: [&str; 3] = ["block_rq_complete", "block_rq_issue", "block_rq_insert"];
+
+    /// The classic records of 6.18 give the offsets the kernel object was built with, and a
+    /// layout where insert and issue disagree is refused with a one-line reason.
+    #[test]
+    fn classic_offsets_from_format_files() {
+        let fmt = |e: &str| Ok(parse_format(&fixture(e), e)?);
+        assert_eq!(tp_offsets(fmt, &ALL).unwrap(), TpOffsets::INIT);
+        let moved = |e: &str| {
+            let text = fixture(e);
+            let text = if e == "block_rq_insert" {
+                text.replace("bytes;\toffset:28", "bytes;\toffset:36")
+            } else {
+                text
+            };
+            Ok(parse_format(&text, e)?)
+        };
+        let err = tp_offsets(moved, &ALL).unwrap_err().to_string();
+        assert!(err.contains("block:block_rq_insert: `bytes`"), "{err}");
+        // Without insert attached, its layout does not matter.
+        assert_eq!(
+            tp_offsets(moved, &ALL[..2]).unwrap(),
+            TpOffsets::INIT,
+        );
+    }
+}
