@@ -21,9 +21,7 @@
 //!   event's `error` field is always the errno): runs in interrupt or a driver's worker context,
 //!   so nothing about the issuer is read here. `blk_update_request` fires it once per partial
 //!   completion: only `nr_bytes >= rq->__data_len` (the last one) ends the request.
-//!
-//! Before 5.11 the insert/issue/requeue/merge events also passed the request_queue first
-//! (`IO_Q_ARG`).
+//!   Before 5.11 insert/issue/requeue/merge also passed the request_queue first (`IO_Q_ARG`).
 //!
 //! Attach modes: tp_btf (plain loads from the BTF-typed `rq`), else raw_tp (the same code with
 //! `bpf_probe_read_kernel`). Both are instantiated from one generic body ([`Kread`]). Fallback
@@ -488,6 +486,14 @@ fn rq_cgroup<R: Kread>(rq: u64) -> u64 {
     R::u64(R::u64(cgrp, off!(cgroup_kn)), off!(kn_id))
 }
 
+/// `rq` as a map key in a stack slot of its own: 6.1 and 6.12 turn a spilled tp_btf pointer
+/// into a scalar once a helper reads its slot, refusing later loads through `rq`.
+#[inline(always)]
+fn rq_key(rq: &u64) -> u64 {
+    // SAFETY: reads a local.
+    unsafe { core::ptr::read_volatile(rq) }
+}
+
 /// A new entry's identity for `rq`, with the current task as issuer.
 #[inline(always)]
 fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
@@ -519,7 +525,7 @@ fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
     };
     on_complete(
         &IO_START,
-        &rq,
+        &rq_key(&rq),
         code,
         || nr_bytes >= R::u32(rq, off!(rq_data_len)),
         || {
@@ -563,32 +569,27 @@ macro_rules! rq_programs {
 
 #[inline(always)]
 fn rq_insert<R: Kread>(rq: u64) {
-    on_insert(&IO_START, &rq, || rq_start::<R>(rq));
+    on_insert(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
 }
 
 #[inline(always)]
 fn rq_issue<R: Kread>(rq: u64) {
-    on_issue(&IO_START, &rq, || rq_start::<R>(rq));
+    on_issue(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
 }
 
 #[inline(always)]
 fn rq_requeue<R: Kread>(rq: u64) {
-    on_requeue(&IO_START, &rq);
+    on_requeue(&IO_START, &rq_key(&rq));
 }
 
 #[inline(always)]
 fn rq_merge<R: Kread>(rq: u64) {
-    on_merge(&IO_START, &rq);
+    on_merge(&IO_START, &rq_key(&rq));
 }
 
 rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);
 rq_programs!("block_rq_issue", tk_io_issue, tk_io_issue_raw, rq_issue);
-rq_programs!(
-    "block_rq_requeue",
-    tk_io_requeue,
-    tk_io_requeue_raw,
-    rq_requeue
-);
+rq_programs!("block_rq_requeue", tk_io_requeue, tk_io_requeue_raw, rq_requeue);
 rq_programs!("block_rq_merge", tk_io_merge, tk_io_merge_raw, rq_merge);
 
 #[btf_tracepoint(function = "block_rq_complete")]

@@ -4,9 +4,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use aya::maps::{HashMap, RingBuf};
-use probes_common::io_lat::{
-    DevKey, DevVal, IoKey, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE,
-};
+use probes_common::io_lat::{DevKey, DevVal, IoKey, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE};
 
 use super::{depth, hooks_for, names, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
@@ -317,7 +315,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,9 +347,6 @@ mod tests {
         let err = tp_offsets(moved, &ALL).unwrap_err().to_string();
         assert!(err.contains("block:block_rq_insert: `bytes`"), "{err}");
         // Without insert attached, its layout does not matter.
-        assert_eq!(
-            tp_offsets(moved, &ALL[..2]).unwrap(),
-            TpOffsets::INIT,
-        );
+        assert_eq!(tp_offsets(moved, &ALL[..2]).unwrap(), TpOffsets::INIT,);
     }
 }
