@@ -578,11 +578,13 @@ fn rq_issue<R: Kread>(rq: u64) {
 }
 
 #[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
 fn rq_requeue<R: Kread>(rq: u64) {
     on_requeue(&IO_START, &rq_key(&rq));
 }
 
 #[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
 fn rq_merge<R: Kread>(rq: u64) {
     on_merge(&IO_START, &rq_key(&rq));
 }
