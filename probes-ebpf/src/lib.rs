@@ -29,6 +29,10 @@ use probes_common::{
     COMM_LEN,
 };
 
+/// Readers of kernel struct members at BTF offsets (plain loads for tp_btf, probe reads else).
+/// Declares no maps: every map of this library lands in every object.
+pub mod kread;
+
 /// Set by userspace before load (read-only data, so the verifier prunes disabled filters).
 #[no_mangle]
 static FILTER_PIDS_ON: u8 = 0;

@@ -56,6 +56,25 @@ pub fn whole_disks_in(dir: &std::path::Path) -> Vec<(String, u32, u32)> {
     v
 }
 
+/// The whole disk a block device name (`vda`, `nvme0n1`, or a partition such as `vda1`) is on:
+/// its name and (major, minor). Block tracepoints report whole disks, as `/proc/diskstats`
+/// counts requests.
+pub fn disk_of(name: &str) -> Option<(String, u32, u32)> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    let dir = sys_path(&format!("class/block/{name}"));
+    let dir = if dir.join("partition").exists() {
+        std::fs::canonicalize(&dir).ok()?.parent()?.to_path_buf()
+    } else {
+        dir
+    };
+    let dev = read_trim(&dir.join("dev"))?;
+    let (major, minor) = dev.split_once(':')?;
+    let (major, minor) = (major.parse().ok()?, minor.parse().ok()?);
+    Some((self::name(major, minor), major, minor))
+}
+
 /// Request-queue settings of a disk (a partition reports its disk's queue).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct QueueFacts {
@@ -64,6 +83,9 @@ pub struct QueueFacts {
     pub rotational: Option<bool>,
     /// Hardware queues (directories under `mq/`), blk-mq devices only.
     pub nr_hw_queues: Option<u64>,
+    /// Driver tags over all hardware queues (`mq/*/nr_tags` summed): how many requests the
+    /// device itself can hold at once.
+    pub hw_queue_depth: Option<u64>,
     pub read_ahead_kb: Option<u64>,
     pub wbt_lat_usec: Option<u64>,
     pub max_sectors_kb: Option<u64>,
@@ -92,6 +114,11 @@ impl QueueFacts {
             nr_hw_queues: std::fs::read_dir(base.join("mq"))
                 .ok()
                 .map(|d| d.filter_map(Result::ok).count() as u64),
+            hw_queue_depth: std::fs::read_dir(base.join("mq")).ok().and_then(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| read_u64(&e.path().join("nr_tags")))
+                    .sum()
+            }),
             read_ahead_kb: read_u64(&q.join("read_ahead_kb")),
             wbt_lat_usec: read_u64(&q.join("wbt_lat_usec")),
             max_sectors_kb: read_u64(&q.join("max_sectors_kb")),
@@ -222,6 +249,27 @@ mod tests {
         for (name, maj, min) in whole_disks() {
             assert_eq!(super::name(maj, min), name);
         }
+    }
+
+    #[test]
+    fn whole_disk_of_a_name_and_its_queue_depth() {
+        for (n, maj, min) in whole_disks() {
+            assert_eq!(disk_of(&n), Some((n.clone(), maj, min)));
+            let q = QueueFacts::read(maj, min);
+            if q.nr_hw_queues.unwrap_or(0) > 0 {
+                assert!(q.hw_queue_depth.unwrap_or(0) > 0, "{n}: {q:?}");
+            }
+        }
+        // A partition means its disk.
+        for e in std::fs::read_dir("/sys/class/block").unwrap().flatten() {
+            if e.path().join("partition").exists() {
+                let part = e.file_name().into_string().unwrap();
+                let (disk, ..) = disk_of(&part).unwrap();
+                assert!(part.starts_with(&disk), "{part} -> {disk}");
+            }
+        }
+        assert_eq!(disk_of("no-such-disk"), None);
+        assert_eq!(disk_of("../block"), None);
     }
 
     #[test]

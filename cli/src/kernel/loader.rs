@@ -4,7 +4,7 @@
 //! Nothing is pinned: every program, link and map lives on a file descriptor of this process,
 //! so the kernel frees them on any exit, SIGKILL included.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use aya::{
     maps::{Array, HashMap, PerCpuArray},
@@ -625,6 +625,24 @@ impl Session {
         .map_err(map_err("CONTROL"))?;
         std::thread::sleep(Duration::from_millis(2));
         Ok(old)
+    }
+
+    /// Runs the kernel skipped, summed over the attached programs (`recursion_misses` of each
+    /// program's fdinfo, 5.12+): a raw/BTF tracepoint program firing while it already runs on
+    /// that CPU, or a classic tracepoint/kprobe program while any such program (or a `bpf()`
+    /// map update) holds that CPU's `bpf_prog_active`. Such losses are invisible otherwise.
+    pub fn recursion_misses(&self) -> u64 {
+        use std::os::fd::{AsFd, AsRawFd};
+        let of = |fd: i32| -> Option<u64> {
+            let t = crate::host::read_text(Path::new(&format!("/proc/self/fdinfo/{fd}")));
+            let misses = |l: &str| l.strip_prefix("recursion_misses:")?.trim().parse().ok();
+            t.ok()?.lines().find_map(misses)
+        };
+        self.attached
+            .iter()
+            .filter_map(|a| self.ebpf.program(&a.program)?.fd().ok())
+            .filter_map(|fd| of(fd.as_fd().as_raw_fd()))
+            .sum()
     }
 
     /// Attached programs for the JSON meta line.

@@ -18,6 +18,7 @@ pub mod bench_floor;
 pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
+pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
@@ -112,6 +113,8 @@ registry! {
         RunqLat => runq_lat,
         /// Time processes lose stalled in direct compaction, reclaim, memcg reclaim and THP collapse, with THP settings, vmstat, cgroup counters and OOM kills as evidence.
         Memstall => memstall,
+        /// Block I/O per device and issuing process: queue time vs device time, depth, findings.
+        IoLat => io_lat,
         /// Who loses received packets and why, and which CPU drowns in NET_RX softirq.
         NetRx => net_rx,
         /// Processes running on one NUMA node while their memory sits on another.

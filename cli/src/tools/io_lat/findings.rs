@@ -1,0 +1,254 @@
+//! io-lat's findings: the I/O scheduler adding queue time on a device that needs none, the
+//! request queue at its limit, and one process saturating a device. Each scores the I/O wait of
+//! the processes that wait (sync requests) per second, or the request rate when nobody waits.
+
+use std::collections::BTreeMap;
+
+use probes_common::hist::LatHist;
+
+use super::rows::{DeviceRow, SummaryRow};
+use crate::report::{
+    findings::{rank, Cause, Finding, Score, Subject},
+    hist,
+    render::fmt_ns,
+};
+
+/// Below this many requests in a window a device's numbers are too few to conclude from.
+const MIN_REQUESTS: u64 = 50;
+/// Queue time share of an op's request time that makes the scheduler worth a finding.
+const SCHED_SHARE_PCT: f64 = 25.0;
+/// ... and its p99 queue time must be at least this (the scheduler's own cost is ~1 µs).
+const SCHED_MIN_P99_NS: u64 = 50_000;
+/// Share of the window at the request limit worth a finding.
+const FULL_PCT: f64 = 20.0;
+/// A device this busy (diskstats util) with one process behind most of its requests.
+const BUSY_UTIL_PCT: f64 = 50.0;
+const TOP_SHARE_PCT: f64 = 75.0;
+
+/// Time per second where a process waits (`ns`: summed over sync requests), else the rate.
+fn score(wait_ns: u64, count: u64, secs: f64) -> Score {
+    if wait_ns > 0 {
+        Score::NsPerS((wait_ns as f64 / secs) as u64)
+    } else {
+        Score::RatePerS((count as f64 / secs * 1000.0).round() / 1000.0)
+    }
+}
+
+/// One process's requests on one device.
+struct Issuer {
+    pid: u32,
+    comm: String,
+    cgroup: Option<String>,
+    kthread: bool,
+    count: u64,
+    sync_ns: u64,
+    async_writes: u64,
+}
+
+/// Issuers of `dev`'s requests, most requests first (tracekit itself left out).
+fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
+    let me = std::process::id();
+    let mut by: BTreeMap<u32, Issuer> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| !r.other && r.kdev == kdev && r.pid != me)
+    {
+        let e = by.entry(r.pid).or_insert_with(|| Issuer {
+            pid: r.pid,
+            comm: crate::report::sanitize::text(&r.comm_raw),
+            cgroup: r.cgroup.clone(),
+            kthread: r.kthread == Some(true),
+            count: 0,
+            sync_ns: 0,
+            async_writes: 0,
+        });
+        e.count += r.count;
+        if r.sync {
+            e.sync_ns += r.total.s.total_ns;
+        } else if r.op == "write" {
+            e.async_writes += r.count;
+        }
+    }
+    let mut v: Vec<Issuer> = by.into_values().collect();
+    v.sort_by(|a, b| b.count.cmp(&a.count).then(a.pid.cmp(&b.pid)));
+    v
+}
+
+fn subject(i: &Issuer) -> Subject {
+    Subject::process(i.pid, i.comm.clone()).with_cgroup(i.cgroup.clone())
+}
+
+/// `fio (pid 812)`, or `kworker/u8:3 (pid 95, writeback for /app)` for a flusher.
+fn who(i: &Issuer) -> String {
+    let wb = if i.kthread && i.async_writes * 2 >= i.count {
+        match &i.cgroup {
+            Some(c) => format!(", writeback charged to {c}"),
+            None => ", writeback".to_string(),
+        }
+    } else {
+        String::new()
+    };
+    format!("{} (pid {}{wb})", i.comm, i.pid)
+}
+
+/// The top issuer when it stands for at least half of the device's requests.
+fn culprit(top: Option<&Issuer>, count: u64) -> Option<Subject> {
+    top.filter(|t| t.count * 2 >= count).map(subject)
+}
+
+pub fn find(rows: &[SummaryRow], devices: &[DeviceRow], secs: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for d in devices.iter().filter(|d| d.count >= MIN_REQUESTS) {
+        let iss = issuers(rows, d.kdev);
+        out.extend(scheduler(d, iss.first(), secs));
+        out.extend(queue_full(d, iss.first(), secs));
+        out.extend(top_issuer(d, iss.first(), secs));
+    }
+    rank(&mut out);
+    out
+}
+
+/// A scheduler's queue time on a non-rotational device: the op with the largest share.
+fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> {
+    let sched = d.facts.scheduler.as_deref()?;
+    if sched == "none" || d.facts.rotational != Some(false) {
+        return None;
+    }
+    let share = |q: &LatHist, t: &LatHist| {
+        if t.sum == 0 {
+            0.0
+        } else {
+            q.sum as f64 * 100.0 / t.sum as f64
+        }
+    };
+    let (op, o) = d
+        .by_op
+        .iter()
+        .filter(|(_, o)| o.count >= MIN_REQUESTS)
+        .max_by(|a, b| share(&a.1.queue, &a.1.total).total_cmp(&share(&b.1.queue, &b.1.total)))?;
+    let pct = share(&o.queue, &o.total);
+    let (q, dv) = (hist::stats(&o.queue), hist::stats(&o.device));
+    if pct < SCHED_SHARE_PCT || q.p99_ns < SCHED_MIN_P99_NS {
+        return None;
+    }
+    Some(
+        Finding {
+            tool: super::INFO.name,
+            cause: Cause::IoScheduler,
+            subject: Subject::named("device", d.dev.clone()),
+            culprit: culprit(top, d.count),
+            score: score(o.sync_queue_ns, o.count, secs),
+            summary: format!(
+                "{}: {pct:.0} % of {op} latency is queue time under {sched} (p99 queue {}, device {}) on a non-rotational device.",
+                d.dev,
+                fmt_ns(q.p99_ns),
+                fmt_ns(dv.p99_ns),
+            ),
+            evidence: vec![],
+            advice: format!(
+                "try the `none` scheduler (echo none > /sys/block/{}/queue/scheduler; persist it with a udev rule); a fast device reorders on its own, the scheduler only serialises dispatch",
+                d.dev
+            ),
+            next: Some(format!("tracekit io-lat --dev {} --duration 30s", d.dev)),
+        }
+        .evidence("queue_share_pct", (pct * 10.0).round() / 10.0)
+        .evidence("queue_p99_ns", q.p99_ns)
+        .evidence("device_p99_ns", dv.p99_ns)
+        .evidence("queue_ns", o.queue.sum)
+        .evidence("request_ns", o.total.sum)
+        .evidence("requests", o.count),
+    )
+}
+
+/// Requests at the limit the block layer allows (`nr_requests`) for much of the window.
+fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> {
+    let full = d.full_pct?;
+    let limit = d.queue_limit?;
+    if full < FULL_PCT {
+        return None;
+    }
+    let nr = d.facts.nr_requests.unwrap_or(limit);
+    let hw = d.facts.hw_queue_depth.unwrap_or(0);
+    let sched = d.facts.scheduler.as_deref().unwrap_or("none");
+    // Without a scheduler nr_requests is the driver's own depth: raising it is not possible.
+    let advice = if sched != "none" || limit < hw {
+        format!(
+            "raise nr_requests (echo {} > /sys/block/{}/queue/nr_requests), or lower the issuers' queue depth: submitters beyond the limit sleep for a free request before the block layer sees them",
+            (nr * 4).min(1024).max(nr + 1),
+            d.dev
+        )
+    } else {
+        "the device's own queue (its driver tags) is full: the device is saturated; spread the load over more devices or lower the issuers' queue depth".to_string()
+    };
+    Some(
+        Finding {
+            tool: super::INFO.name,
+            cause: Cause::IoQueue,
+            subject: Subject::named("device", d.dev.clone()),
+            culprit: culprit(top, d.count),
+            score: score(d.sync_time_ns, d.count, secs),
+            summary: format!(
+                "{}: requests at nr_requests ({nr}{}) {full:.0} % of the window (in flight mean {:.1}, queued mean {:.1}; device queue depth {hw}).",
+                d.dev,
+                if limit != nr { format!(" × {} hardware queues", limit / nr.max(1)) } else { String::new() },
+                d.inflight_mean.unwrap_or(0.0),
+                d.queued_mean.unwrap_or(0.0),
+            ),
+            evidence: vec![],
+            advice,
+            next: Some(format!("tracekit io-lat --dev {} --interval 1s --duration 30s", d.dev)),
+        }
+        .evidence("full_pct", full)
+        .evidence("nr_requests", nr)
+        .evidence("queue_limit", limit)
+        .evidence("hw_queue_depth", hw)
+        .evidence("inflight_max", d.inflight_max.unwrap_or(0))
+        .evidence("queued_max", d.queued_max.unwrap_or(0))
+        .evidence("requests", d.count),
+    )
+}
+
+/// A busy device with one process behind most of its requests.
+fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> {
+    let t = top?;
+    let share = t.count as f64 * 100.0 / d.count.max(1) as f64;
+    if d.util_pct < BUSY_UTIL_PCT || share < TOP_SHARE_PCT || t.count < MIN_REQUESTS {
+        return None;
+    }
+    let p99 = d.total.s.p99_ns;
+    Some(
+        Finding {
+            tool: super::INFO.name,
+            cause: Cause::IoLatency,
+            subject: subject(t),
+            culprit: None,
+            score: score(t.sync_ns, t.count, secs),
+            summary: format!(
+                "{} issues {share:.0} % of {}'s I/O ({} of {} requests, {:.0}/s); {} is busy {:.0} % of the time, p99 request {}.",
+                who(t),
+                d.dev,
+                t.count,
+                d.count,
+                t.count as f64 / secs,
+                d.dev,
+                d.util_pct,
+                fmt_ns(p99),
+            ),
+            evidence: vec![],
+            advice: format!(
+                "if other work on {} suffers, throttle this issuer (its cgroup's io.max or blkio.throttle, ionice -c3 for batch work) or move it to another device; if it is the workload that matters, the device is its limit",
+                d.dev
+            ),
+            next: Some(format!(
+                "tracekit io-lat --dev {} --pid {} --duration 30s",
+                d.dev, t.pid
+            )),
+        }
+        .evidence("share_pct", (share * 10.0).round() / 10.0)
+        .evidence("requests", t.count)
+        .evidence("device_requests", d.count)
+        .evidence("util_pct", d.util_pct)
+        .evidence("p99_ns", p99)
+        .evidence("wait_ns", t.sync_ns),
+    )
+}

@@ -1,0 +1,631 @@
+//! io-lat's rows: one per (device, issuing process, cgroup, op) and one per device, each a
+//! typed row (JSON keys and text columns from one struct).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use probes_common::{
+    hist::LatHist,
+    io_lat::{
+        op_group, DevKey, DevVal, IoKey, IoVal, GROUP_DISCARD, GROUP_READ, GROUP_WRITE, NGROUPS,
+        NSIZES, OP_SYNC,
+    },
+};
+use serde::{ser::SerializeMap, Serialize, Serializer};
+
+use super::{
+    depth::{limits_of, Depth},
+    names::Names,
+};
+use crate::{
+    host::{
+        cgroup::IdResolver,
+        disks::{self, DiskCounters, QueueFacts},
+        facts::FactsCache,
+    },
+    report::{
+        hist::{self, LatStats},
+        render::fmt_ns,
+        rows::Column,
+        sanitize,
+    },
+};
+
+/// A latency distribution's JSON keys under a prefix (`queue_p50_ns`, …; none for the total).
+pub struct Lat {
+    prefix: &'static str,
+    pub s: LatStats,
+}
+
+impl Lat {
+    fn of(prefix: &'static str, h: &LatHist) -> Lat {
+        Lat {
+            prefix,
+            s: hist::stats(h),
+        }
+    }
+}
+
+impl Serialize for Lat {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = &self.s;
+        let mut m = ser.serialize_map(Some(7))?;
+        for (k, v) in [
+            ("p50_ns", s.p50_ns),
+            ("p90_ns", s.p90_ns),
+            ("p99_ns", s.p99_ns),
+            ("p999_ns", s.p999_ns),
+            ("max_ns", s.max_ns),
+            ("mean_ns", s.mean_ns),
+            ("total_ns", s.total_ns),
+        ] {
+            m.serialize_entry(&format!("{}{k}", self.prefix), &v)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+pub struct SizeCount {
+    pub min_bytes: u64,
+    pub count: u64,
+}
+
+/// One (device, issuing process, cgroup, op) in one window.
+#[derive(Serialize)]
+pub struct SummaryRow {
+    pub dev: String,
+    pub major: u32,
+    pub minor: u32,
+    pub pid: u32,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    /// A kernel thread (writeback kworker, jbd2, kblockd); `null` when it exited unseen.
+    pub kthread: Option<bool>,
+    pub cgroup_id: u64,
+    /// The cgroup the I/O is charged to (writeback: the one that dirtied the pages).
+    pub cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_bytes: Option<Vec<u8>>,
+    pub op: String,
+    pub sync: bool,
+    pub count: u64,
+    pub iops: f64,
+    pub bytes: u64,
+    pub bytes_per_s: f64,
+    /// Requests that never waited in a queue (issued directly).
+    pub direct: u64,
+    /// Requests with queue time (inserted, or requeued).
+    pub queued: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub sizes: Vec<SizeCount>,
+    #[serde(flatten)]
+    pub queue: Lat,
+    #[serde(flatten)]
+    pub device: Lat,
+    #[serde(flatten)]
+    pub total: Lat,
+    #[serde(skip)]
+    pub other: bool,
+    #[serde(skip)]
+    pub comm_raw: Vec<u8>,
+    #[serde(skip)]
+    pub cgroup_raw: Vec<u8>,
+    #[serde(skip)]
+    pub kdev: u32,
+    #[serde(skip)]
+    pub sizes_raw: [u64; NSIZES],
+    #[serde(skip)]
+    pub device_hist: LatHist,
+}
+
+impl SummaryRow {
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    pub fn hist_label(&self) -> String {
+        format!(
+            "device {} {} [{} {}]",
+            self.dev,
+            self.op,
+            self.pid,
+            sanitize::text(&self.comm_raw)
+        )
+    }
+}
+
+/// One device in one window: sysfs facts, what was counted, `/proc/diskstats` deltas and the
+/// queue depth.
+#[derive(Serialize)]
+pub struct DeviceRow {
+    pub dev: String,
+    pub major: u32,
+    pub minor: u32,
+    #[serde(flatten)]
+    pub facts: QueueFacts,
+    /// `nr_requests` × hardware queues: requests the block layer lets wait or run at once.
+    pub queue_limit: Option<u64>,
+    pub count: u64,
+    pub iops: f64,
+    pub bytes: u64,
+    pub bytes_per_s: f64,
+    /// Completed requests counted, by diskstats group.
+    pub reads: u64,
+    pub writes: u64,
+    pub discards: u64,
+    pub diskstats_reads: u64,
+    pub diskstats_writes: u64,
+    pub diskstats_discards: Option<u64>,
+    pub diskstats_flushes: Option<u64>,
+    /// Completions the programs saw without a start (in flight at attach, `--pid`/`--comm`
+    /// filtered out, ended before issue).
+    pub untracked_reads: u64,
+    pub untracked_writes: u64,
+    /// diskstats − counted − untracked: completions the kernel accounted but never ran the
+    /// programs for (0 when every completion was seen; a request still in flight at a window
+    /// edge may shift one to the next window).
+    pub unseen_reads: i64,
+    pub unseen_writes: i64,
+    /// Busy time (diskstats `io_ticks`) per window, %.
+    pub util_pct: f64,
+    /// Average requests in flight by diskstats (`weighted time` / window: iostat's aqu-sz).
+    pub aqu_sz: f64,
+    /// Request time summed over requests where a process waits (sync).
+    pub sync_time_ns: u64,
+    /// Queue time as a share of request time, %.
+    pub queue_share_pct: f64,
+    #[serde(flatten)]
+    pub queue: Lat,
+    #[serde(flatten)]
+    pub device: Lat,
+    #[serde(flatten)]
+    pub total: Lat,
+    /// Time-sampled (every 10 ms) depth: mean and max in flight and queued, share of the
+    /// window at the request limit and at the device's queue depth.
+    pub depth_samples: u64,
+    pub inflight_mean: Option<f64>,
+    pub inflight_max: Option<u64>,
+    pub queued_mean: Option<f64>,
+    pub queued_max: Option<u64>,
+    pub full_pct: Option<f64>,
+    pub hw_full_pct: Option<f64>,
+    /// Event-weighted depth: what each issued (inserted) request found, itself included.
+    pub inflight_at_issue_mean: f64,
+    pub inflight_at_issue_max: u64,
+    pub queued_at_insert_mean: f64,
+    pub queued_at_insert_max: u64,
+    #[serde(skip)]
+    pub kdev: u32,
+    /// Per op (read, write, …): the split findings cite.
+    #[serde(skip)]
+    pub by_op: BTreeMap<String, OpLat>,
+}
+
+/// One op's requests on one device.
+#[derive(Clone, Debug)]
+pub struct OpLat {
+    pub count: u64,
+    pub queue: LatHist,
+    pub device: LatHist,
+    pub total: LatHist,
+    /// Queue time of requests a process waited for (sync).
+    pub sync_queue_ns: u64,
+}
+
+impl DeviceRow {
+    pub fn unseen(&self) -> i64 {
+        self.unseen_reads.abs() + self.unseen_writes.abs()
+    }
+}
+
+fn mbps(bytes_per_s: f64) -> String {
+    format!("{:.2}", bytes_per_s / 1e6)
+}
+
+/// `512`, `4K`, `1M`.
+fn size_label(n: u64) -> String {
+    match n {
+        0..1024 => n.to_string(),
+        1024..0x10_0000 => format!("{}K", n >> 10),
+        _ => format!("{}M", n >> 20),
+    }
+}
+
+/// The one or two commonest request sizes and their shares: `4K`, `4K 60%,128K 40%`.
+fn sizes_text(sizes: &[u64; NSIZES]) -> String {
+    let total: u64 = sizes.iter().sum();
+    let mut v: Vec<(usize, u64)> = sizes
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|x| x.1 > 0)
+        .collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
+    let label = |b: usize| size_label(if b == 0 { 0 } else { 1 << (b - 1) });
+    match v.as_slice() {
+        [] => "-".into(),
+        [(b, c), ..] if *c == total => label(*b),
+        v => v
+            .iter()
+            .take(2)
+            .map(|(b, c)| format!("{} {:.0}%", label(*b), *c as f64 * 100.0 / total as f64))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+fn op_text(r: &SummaryRow) -> String {
+    if r.sync || r.other {
+        r.op.clone()
+    } else {
+        format!("{} async", r.op)
+    }
+}
+
+pub const SUMMARY: &[Column<SummaryRow>] = &[
+    Column::left("DEV", |r, _| r.dev.clone()),
+    Column::right("PID", |r, _| r.pid.to_string()),
+    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("OP", |r, _| op_text(r)),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
+    Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
+    Column::right("SIZE", |r, _| sizes_text(&r.sizes_raw)),
+    Column::right("Q P50", |r, _| fmt_ns(r.queue.s.p50_ns)),
+    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
+    Column::right("D P50", |r, _| fmt_ns(r.device.s.p50_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.total.s.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.total.s.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.total.s.max_ns)),
+    Column::right("ERR", |r, _| r.error_count().to_string()),
+    Column::left("CGROUP", |r, _| {
+        if r.cgroup_raw.is_empty() {
+            "-".into()
+        } else {
+            sanitize::text(&r.cgroup_raw)
+        }
+    }),
+];
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn mean_max(mean: Option<f64>, max: Option<u64>) -> String {
+    match (mean, max) {
+        (Some(m), Some(x)) => format!("{m:.1}/{x}"),
+        _ => "-".into(),
+    }
+}
+
+pub const DEVICES: &[Column<DeviceRow>] = &[
+    Column::left("DEV", |r, _| r.dev.clone()),
+    Column::left("SCHED", |r, _| opt(r.facts.scheduler.clone())),
+    Column::left("ROT", |r, _| match r.facts.rotational {
+        Some(true) => "yes".into(),
+        Some(false) => "no".into(),
+        None => "-".into(),
+    }),
+    Column::right("NR_REQ", |r, _| opt(r.facts.nr_requests)),
+    Column::right("HW DEPTH", |r, _| opt(r.facts.hw_queue_depth)),
+    Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
+    Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
+    Column::right("UTIL%", |r, _| format!("{:.0}", r.util_pct)),
+    Column::right("AQU", |r, _| format!("{:.1}", r.aqu_sz)),
+    Column::right("INFLIGHT", |r, _| mean_max(r.inflight_mean, r.inflight_max)),
+    Column::right("QUEUED", |r, _| mean_max(r.queued_mean, r.queued_max)),
+    Column::right("FULL%", |r, _| {
+        r.full_pct.map(|p| format!("{p:.0}")).unwrap_or("-".into())
+    }),
+    Column::right("Q SHARE%", |r, _| format!("{:.0}", r.queue_share_pct)),
+    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
+    Column::right("DISKSTATS R/W", |r, _| {
+        format!("{}/{}", r.diskstats_reads, r.diskstats_writes)
+    }),
+    Column::right("UNSEEN", |r, _| r.unseen().to_string()),
+];
+
+pub const FOOTNOTES: &[&str] = &[
+    "Q: queue time (insert -> issue: in the I/O scheduler, waiting for a driver tag); D: device time (issue -> complete); P99/MAX: the whole request.",
+    "INFLIGHT/QUEUED: requests at the driver / in the queue, mean/max sampled every 10 ms; FULL%: share of the window at nr_requests; UNSEEN: diskstats - counted - untracked.",
+];
+
+/// What one window's rows are built from.
+pub struct Input<'a> {
+    pub agg: &'a [(IoKey, IoVal)],
+    pub other: &'a IoVal,
+    pub devs: &'a [(DevKey, DevVal)],
+    pub depth: &'a Depth,
+    pub disk_before: &'a BTreeMap<(u32, u32), (String, DiskCounters)>,
+    pub disk_now: &'a BTreeMap<(u32, u32), (String, DiskCounters)>,
+    /// `--dev` (major, minor).
+    pub only: Option<(u32, u32)>,
+    pub secs: f64,
+}
+
+fn summary_row(
+    key: &IoKey,
+    v: &IoVal,
+    names: &Names,
+    facts: &mut FactsCache,
+    cgroups: &mut IdResolver,
+    secs: f64,
+) -> SummaryRow {
+    let (major, minor) = disks::split_kdev(key.dev);
+    let pf = facts.get(key.tgid).cloned();
+    let kcomm = sanitize::comm_bytes(&v.comm).to_vec();
+    // A kernel thread's /proc name carries its current work item (kworker/u8:3-events):
+    // the comm captured at issue is the one that did this I/O.
+    let comm = match &pf {
+        Some(p) if !p.kthread => p.comm.clone(),
+        _ => kcomm,
+    };
+    let cg = if key.cgroup_id == 0 {
+        Vec::new()
+    } else {
+        cgroups.path(key.cgroup_id).unwrap_or_default()
+    };
+    let (c, cb) = sanitize::name_fields(&comm);
+    let (g, gb) = sanitize::name_fields(&cg);
+    let errors = v
+        .errors
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(s, c)| (names.error(s), *c))
+        .collect();
+    let sizes = v
+        .sizes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(b, c)| SizeCount {
+            min_bytes: if b == 0 { 0 } else { 1 << (b - 1) },
+            count: *c,
+        })
+        .collect();
+    SummaryRow {
+        dev: disks::name(major, minor),
+        major,
+        minor,
+        pid: key.tgid,
+        comm: c,
+        comm_bytes: cb,
+        kthread: pf.map(|p| p.kthread),
+        cgroup_id: key.cgroup_id,
+        cgroup: (!cg.is_empty()).then_some(g),
+        cgroup_bytes: gb,
+        op: names.op(key.op),
+        sync: key.op & OP_SYNC != 0,
+        count: v.count,
+        iops: rate(v.count, secs),
+        bytes: v.bytes,
+        bytes_per_s: rate(v.bytes, secs),
+        direct: v.direct,
+        queued: v.queue.count,
+        errors,
+        sizes,
+        queue: Lat::of("queue_", &v.queue),
+        device: Lat::of("device_", &v.device),
+        total: Lat::of("", &v.total),
+        other: false,
+        comm_raw: comm,
+        cgroup_raw: cg,
+        kdev: key.dev,
+        sizes_raw: v.sizes,
+        device_hist: v.device,
+    }
+}
+
+/// Per second, to the thousandth.
+pub fn rate(n: u64, secs: f64) -> f64 {
+    (n as f64 / secs * 1000.0).round() / 1000.0
+}
+
+/// The summary rows (most request time first, `[other]` last) and the device rows.
+pub fn build(
+    input: &Input,
+    names: &Names,
+    facts: &mut FactsCache,
+    cgroups: &mut IdResolver,
+) -> (Vec<SummaryRow>, Vec<DeviceRow>) {
+    let secs = input.secs;
+    let mut rows: Vec<SummaryRow> = input
+        .agg
+        .iter()
+        .map(|(k, v)| summary_row(k, v, names, facts, cgroups, secs))
+        .collect();
+    rows.sort_by(|a, b| {
+        b.total
+            .s
+            .total_ns
+            .cmp(&a.total.s.total_ns)
+            .then(b.count.cmp(&a.count))
+            .then(a.pid.cmp(&b.pid))
+    });
+    if input.other.count > 0 {
+        let mut o = summary_row(&IoKey::default(), input.other, names, facts, cgroups, secs);
+        o.other = true;
+        o.dev = "[other]".into();
+        o.op = "all".into();
+        o.comm = "[other]".into();
+        o.comm_raw = b"[other]".to_vec();
+        o.kthread = None;
+        rows.push(o);
+    }
+    let devices = device_rows(input, names, &rows);
+    (rows, devices)
+}
+
+fn device_rows(input: &Input, names: &Names, rows: &[SummaryRow]) -> Vec<DeviceRow> {
+    let mut kdevs: BTreeSet<u32> = rows.iter().filter(|r| !r.other).map(|r| r.kdev).collect();
+    kdevs.extend(input.devs.iter().map(|(k, _)| k.dev));
+    kdevs.extend(input.depth.per_dev.keys());
+    // Request-based disks that did I/O the programs never saw at all (bio-based devices such
+    // as zram, dm, md have no requests: their I/O shows on the disks below them).
+    let whole: BTreeSet<(u32, u32)> = disks::whole_disks()
+        .into_iter()
+        .map(|(_, maj, min)| (maj, min))
+        .collect();
+    for (d, (_, now)) in input.disk_now {
+        let Some((_, before)) = input.disk_before.get(d) else {
+            continue;
+        };
+        let delta = now.since(before);
+        if whole.contains(d)
+            && delta.reads + delta.writes > 0
+            && disks::QueueFacts::read(d.0, d.1).nr_hw_queues.is_some()
+        {
+            kdevs.insert(disks::kdev(d.0, d.1));
+        }
+    }
+    if let Some((maj, min)) = input.only {
+        kdevs.retain(|&k| k == disks::kdev(maj, min));
+        kdevs.insert(disks::kdev(maj, min));
+    }
+    kdevs
+        .into_iter()
+        .map(|kdev| device_row(input, names, rows, kdev))
+        .collect()
+}
+
+fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> DeviceRow {
+    let secs = input.secs;
+    let (major, minor) = disks::split_kdev(kdev);
+    let facts = QueueFacts::read(major, minor);
+    let mine: Vec<&SummaryRow> = rows.iter().filter(|r| !r.other && r.kdev == kdev).collect();
+    let mut by_group = [0u64; NGROUPS];
+    let (mut queue, mut device, mut total) = (LatHist::ZERO, LatHist::ZERO, LatHist::ZERO);
+    let mut sync_time = 0;
+    let mut by_op: BTreeMap<String, OpLat> = BTreeMap::new();
+    for (k, v) in input.agg.iter().filter(|(k, _)| k.dev == kdev) {
+        let o = by_op.entry(names.op(k.op)).or_insert(OpLat {
+            count: 0,
+            queue: LatHist::ZERO,
+            device: LatHist::ZERO,
+            total: LatHist::ZERO,
+            sync_queue_ns: 0,
+        });
+        o.count += v.count;
+        o.queue.merge(&v.queue);
+        o.device.merge(&v.device);
+        o.total.merge(&v.total);
+        if k.op & OP_SYNC != 0 {
+            o.sync_queue_ns += v.queue.sum;
+        }
+        by_group[op_group(k.op)] += v.count;
+        queue.merge(&v.queue);
+        device.merge(&v.device);
+        total.merge(&v.total);
+        if k.op & OP_SYNC != 0 {
+            sync_time += v.total.sum;
+        }
+    }
+    let mut dv = DevVal::ZERO;
+    for (_, v) in input.devs.iter().filter(|(k, _)| k.dev == kdev) {
+        dv.inflight.merge(&v.inflight);
+        dv.queued.merge(&v.queued);
+        for (a, b) in dv.untracked.iter_mut().zip(v.untracked) {
+            *a += b;
+        }
+    }
+    let delta = match (
+        input.disk_now.get(&(major, minor)),
+        input.disk_before.get(&(major, minor)),
+    ) {
+        (Some((_, n)), Some((_, b))) => n.since(b),
+        _ => DiskCounters::default(),
+    };
+    let ms = secs * 1000.0;
+    let count: u64 = mine.iter().map(|r| r.count).sum();
+    let bytes: u64 = mine.iter().map(|r| r.bytes).sum();
+    let unseen = |ds: u64, g: usize| ds as i64 - by_group[g] as i64 - dv.untracked[g] as i64;
+    let d = input.depth.per_dev.get(&kdev);
+    let ticks = input.depth.ticks.max(1) as f64;
+    let mean = |h: &LatHist| {
+        if h.count == 0 {
+            0.0
+        } else {
+            h.sum as f64 / h.count as f64
+        }
+    };
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    let (queue_limit, _) = limits_of(&facts);
+    DeviceRow {
+        dev: disks::name(major, minor),
+        major,
+        minor,
+        queue_limit,
+        facts,
+        count,
+        iops: rate(count, secs),
+        bytes,
+        bytes_per_s: rate(bytes, secs),
+        reads: by_group[GROUP_READ],
+        writes: by_group[GROUP_WRITE],
+        discards: by_group[GROUP_DISCARD],
+        diskstats_reads: delta.reads,
+        diskstats_writes: delta.writes,
+        diskstats_discards: delta.discards,
+        diskstats_flushes: delta.flushes,
+        untracked_reads: dv.untracked[GROUP_READ],
+        untracked_writes: dv.untracked[GROUP_WRITE],
+        unseen_reads: unseen(delta.reads, GROUP_READ),
+        unseen_writes: unseen(delta.writes, GROUP_WRITE),
+        util_pct: round((delta.io_ms as f64 / ms * 100.0).min(100.0)),
+        aqu_sz: round(delta.weighted_ms as f64 / ms),
+        sync_time_ns: sync_time,
+        queue_share_pct: if total.sum == 0 {
+            0.0
+        } else {
+            round(queue.sum as f64 * 100.0 / total.sum as f64)
+        },
+        queue: Lat::of("queue_", &queue),
+        device: Lat::of("device_", &device),
+        total: Lat::of("", &total),
+        depth_samples: d.map_or(0, |d| d.samples),
+        inflight_mean: d.map(|d| round(d.inflight_sum as f64 / ticks)),
+        inflight_max: d.map(|d| d.inflight_max),
+        queued_mean: d.map(|d| round(d.queued_sum as f64 / ticks)),
+        queued_max: d.map(|d| d.queued_max),
+        full_pct: d.map(|d| round(d.limit_full as f64 * 100.0 / ticks)),
+        hw_full_pct: d.map(|d| round(d.hw_full as f64 * 100.0 / ticks)),
+        inflight_at_issue_mean: round(mean(&dv.inflight)),
+        inflight_at_issue_max: dv.inflight.max,
+        queued_at_insert_mean: round(mean(&dv.queued)),
+        queued_at_insert_max: dv.queued.max,
+        kdev,
+        by_op,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_show_the_commonest() {
+        let mut s = [0u64; NSIZES];
+        s[13] = 10;
+        assert_eq!(sizes_text(&s), "4K");
+        s[18] = 30;
+        assert_eq!(sizes_text(&s), "128K 75%,4K 25%");
+        assert_eq!(sizes_text(&[0; NSIZES]), "-");
+        s[0] = 1;
+        assert!(sizes_text(&s).starts_with("128K"));
+    }
+
+    #[test]
+    fn latency_keys_carry_their_prefix() {
+        let mut h = LatHist::ZERO;
+        h.record(1000);
+        let v = serde_json::to_value(Lat::of("queue_", &h)).unwrap();
+        assert_eq!(v["queue_p50_ns"], 1000);
+        assert_eq!(v["queue_total_ns"], 1000);
+        let v = serde_json::to_value(Lat::of("", &h)).unwrap();
+        assert_eq!(v["max_ns"], 1000);
+    }
+}

@@ -1,0 +1,457 @@
+//! `io-lat`: shared types for the block-layer request tracepoints
+//! (`block:block_rq_insert`, `block_rq_issue`, `block_rq_complete`, and `block_rq_requeue`,
+//! `block_rq_merge` to keep the in-flight state exact).
+//!
+//! Requests are tracked from insert (or issue, when the request never saw an insert: scheduler
+//! `none`, direct issue) to completion, by `struct request *` (tp_btf, raw_tp) or, on the classic
+//! tracepoints, by (dev, sector). Everything about the issuer is captured at insert/issue, never
+//! at completion, which runs in interrupt (or another task's) context. Aggregation happens in the
+//! kernel per (cgroup, device, process, op, generation).
+
+use crate::{hist::LatHist, COMM_LEN};
+
+/// Error slots: a `blk_status_t` (6.x), or the errno where the kernel passes one; values at or
+/// above the last slot share it. The kernel's own values are small (`BLK_STS_IOERR` is 10,
+/// `BLK_STS_INVAL` 19 on 6.x); userspace names them (`blk_status_to_errno`).
+pub const NSTATUS: usize = 32;
+/// Request-size buckets: bucket 0 holds 0-byte requests (flushes), bucket `i` ≥ 1 holds sizes in
+/// `[2^(i-1), 2^i)` bytes; the last bucket takes everything larger.
+pub const NSIZES: usize = 32;
+
+/// Bit set in [`IoKey::op`] when the request had `REQ_SYNC` (rwbs `S`): reads and O_DIRECT
+/// writes are sync, writeback is async.
+pub const OP_SYNC: u32 = 1 << 8;
+/// Bit set in [`IoStart::op`] (never in a key) once the request was requeued: the insert that
+/// follows continues it (its first timestamp is kept) instead of replacing a stale entry.
+pub const OP_REQUEUED: u32 = 1 << 9;
+/// Mask of the `enum req_op` part of `cmd_flags` (`REQ_OP_BITS` = 8 since 4.10).
+pub const REQ_OP_MASK: u32 = 0xff;
+
+/// An offset in [`RqOffsets`] that does not apply on this kernel.
+pub const OFF_NONE: u32 = u32::MAX;
+
+/// `/proc/diskstats` groups (`op_stat_group`), as [`DevVal::untracked`] and userspace count them.
+pub const GROUP_READ: usize = 0;
+pub const GROUP_WRITE: usize = 1;
+pub const GROUP_DISCARD: usize = 2;
+/// Flushes and passthrough commands: not in the read/write/discard counters of diskstats.
+pub const GROUP_OTHER: usize = 3;
+pub const NGROUPS: usize = 4;
+
+/// The diskstats group of `enum req_op` value `op` (`op_stat_group` in the kernel: discards
+/// (3, secure erase 5) apart, odd ops are writes, even ones reads; flush (2) and passthrough
+/// (`REQ_OP_DRV_*`, 34 and up) are not counted as either).
+#[inline(always)]
+pub const fn op_group(op: u32) -> usize {
+    let op = op & REQ_OP_MASK;
+    if op == 2 || op >= 34 {
+        GROUP_OTHER
+    } else if op == 3 || op == 5 {
+        GROUP_DISCARD
+    } else if op & 1 == 1 {
+        GROUP_WRITE
+    } else {
+        GROUP_READ
+    }
+}
+
+/// Slots of the per-CPU `IO_ANOM` array: request-lifecycle anomalies, cumulative, named in the
+/// stats line so every count that does not add up can be explained.
+/// An issue found an entry already issued: a stale entry (its completion never reached the
+/// programs) at a recycled request address, replaced.
+pub const ANOM_REISSUE: u32 = 0;
+/// A completion found the request never issued.
+pub const ANOM_UNISSUED: u32 = 1;
+/// A completion found no entry (in flight at attach, filtered out, or lost).
+pub const ANOM_NO_ENTRY: u32 = 2;
+/// Deleting the in-flight entry at completion failed.
+pub const ANOM_REMOVE_FAILED: u32 = 3;
+/// An insert replaced an entry that had been issued (stale, as for [`ANOM_REISSUE`]).
+pub const ANOM_INSERT_OVER_ISSUED: u32 = 4;
+/// A request went back to the queue (`block_rq_requeue`: driver busy, timeout).
+pub const ANOM_REQUEUE: u32 = 5;
+/// A queued request was merged into another (`block_rq_merge`) and its entry dropped.
+pub const ANOM_MERGED: u32 = 6;
+pub const NANOM: u32 = 7;
+pub const ANOM_NAMES: [&str; NANOM as usize] = [
+    "reissue",
+    "unissued",
+    "no_entry",
+    "remove_failed",
+    "insert_over_issued",
+    "requeue",
+    "merged",
+];
+
+/// Per-CPU stats slot: a completion covered only part of the request (`nr_bytes` < the bytes
+/// left); the request is recorded once, at its final completion.
+pub const STAT_PARTIAL: u32 = 5;
+/// A request was issued without a preceding insert (scheduler `none`, direct issue, or a
+/// flush): it has device time and no queue time.
+pub const STAT_DIRECT: u32 = 6;
+/// A request-lifecycle anomaly (stale entry replaced, completed without issue); the kinds are in
+/// `IO_ANOM`.
+pub const STAT_ANOMALY: u32 = 7;
+
+/// Byte offsets into kernel structs, computed in userspace from the kernel's BTF and passed in
+/// as one read-only global. A zero `blkg_*` chain (no `CONFIG_BLK_CGROUP`) disables the cgroup
+/// read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RqOffsets {
+    /// `request.q` (struct request_queue *), or `request.rq_disk` (struct gendisk *) on kernels
+    /// before 5.15, where `q_disk` is then [`OFF_NONE`].
+    pub rq_q: u32,
+    /// `request.cmd_flags` (u32): op in the low 8 bits, REQ_* flags above.
+    pub rq_cmd_flags: u32,
+    /// `request.__data_len` (unsigned int): bytes left to complete.
+    pub rq_data_len: u32,
+    /// `request.bio` (struct bio *): the first bio, for its blkcg.
+    pub rq_bio: u32,
+    /// `request_queue.disk` (struct gendisk *), 5.15+; [`OFF_NONE`] when `rq_q` is `rq_disk`.
+    pub q_disk: u32,
+    /// `gendisk.major` (int).
+    pub disk_major: u32,
+    /// `gendisk.first_minor` (int).
+    pub disk_first_minor: u32,
+    /// `bio.bi_blkg` (struct blkcg_gq *), 0 without CONFIG_BLK_CGROUP.
+    pub bio_blkg: u32,
+    /// `blkcg_gq.blkcg` (struct blkcg *).
+    pub blkg_blkcg: u32,
+    /// `blkcg.css.cgroup` (struct cgroup *).
+    pub blkcg_cgroup: u32,
+    /// `cgroup.kn` (struct kernfs_node *).
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id` (u64): the cgroup id userspace resolves to a path.
+    pub kn_id: u32,
+    /// `REQ_SYNC` as a mask of `cmd_flags` (1 << `__REQ_SYNC` from BTF `enum req_flag_bits`).
+    pub req_sync: u32,
+    pub _pad: u32,
+}
+
+impl RqOffsets {
+    /// Before userspace patches it in (`__REQ_SYNC` as on 6.x).
+    pub const INIT: RqOffsets = RqOffsets {
+        rq_q: 0,
+        rq_cmd_flags: 0,
+        rq_data_len: 0,
+        rq_bio: 0,
+        q_disk: 0,
+        disk_major: 0,
+        disk_first_minor: 0,
+        bio_blkg: 0,
+        blkg_blkcg: 0,
+        blkcg_cgroup: 0,
+        cgroup_kn: 0,
+        kn_id: 0,
+        req_sync: 1 << 11,
+        _pad: 0,
+    };
+}
+
+/// Field offsets of the classic `block:block_rq_*` records, from their format files (the
+/// fallback mode): `dev` (dev_t, 4) and `sector` (8) sit at one offset in every event; `bytes`
+/// (4) and `rwbs` (char[8+]) of insert/issue; `error` (int), `nr_sector` (4) and `rwbs` of
+/// complete.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TpOffsets {
+    pub dev: u32,
+    pub sector: u32,
+    pub bytes: u32,
+    pub rwbs: u32,
+    pub error: u32,
+    pub cpl_nr_sector: u32,
+    pub cpl_rwbs: u32,
+    pub _pad: u32,
+}
+
+impl TpOffsets {
+    /// The 6.18 layout, until userspace patches in this kernel's.
+    pub const INIT: TpOffsets = TpOffsets {
+        dev: 8,
+        sector: 16,
+        bytes: 28,
+        rwbs: 34,
+        error: 28,
+        cpl_nr_sector: 24,
+        cpl_rwbs: 34,
+        _pad: 0,
+    };
+}
+
+/// What is remembered per in-flight request (`IO_START` keyed by the request's address, or
+/// `IO_START_TP` keyed by [`SectorKey`]). An entry is queued (`issue_ns` 0) or issued.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStart {
+    /// `bpf_ktime_get_ns()` when the request was first seen (insert, else issue); kept across
+    /// requeues: what the issuer waited for ends at the final completion.
+    pub first_ns: u64,
+    /// Last insert (or requeue), 0 if the request was issued directly.
+    pub insert_ns: u64,
+    /// Last issue, 0 while queued.
+    pub issue_ns: u64,
+    /// Cgroup id the request is charged to (`bio->bi_blkg->blkcg`), 0 if unknown.
+    pub cgroup_id: u64,
+    /// `comm` of the task that inserted (or issued) the request.
+    pub comm: [u8; COMM_LEN],
+    /// Process that inserted (or issued) the request.
+    pub tgid: u32,
+    /// `dev_t` in the kernel's encoding (`major << 20 | minor`).
+    pub dev: u32,
+    /// Request size in bytes at insert/issue.
+    pub bytes: u32,
+    /// `enum req_op` | [`OP_SYNC`] | [`OP_REQUEUED`].
+    pub op: u32,
+}
+
+/// In-flight key of the classic-tracepoint fallback, which has no request pointer: the
+/// request's device and start sector (`dev`, `sector` of the records).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SectorKey {
+    pub sector: u64,
+    pub dev: u32,
+    pub _pad: u32,
+}
+
+/// Aggregation key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IoKey {
+    /// Cgroup the I/O is charged to (writeback: the dirtying cgroup, not the flusher's).
+    pub cgroup_id: u64,
+    /// `dev_t` in the kernel's encoding (`major << 20 | minor`).
+    pub dev: u32,
+    /// Issuer's tgid (kernel threads included: the flusher is `kworker/u…`).
+    pub tgid: u32,
+    /// `enum req_op` | [`OP_SYNC`].
+    pub op: u32,
+    /// Interval generation (see [`crate::stats::Control`]).
+    pub gen: u32,
+}
+
+/// Aggregated value per key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoVal {
+    /// `comm` of the issuer that created the key (captured at insert/issue).
+    pub comm: [u8; COMM_LEN],
+    /// Completed requests.
+    pub count: u64,
+    /// Bytes of the completed requests (sizes at insert/issue).
+    pub bytes: u64,
+    /// Requests that never waited in a queue (no insert, no requeue): no queue time.
+    pub direct: u64,
+    /// Completions with an error, by `blk_status_t` or errno (slot 0 unused).
+    pub errors: [u64; NSTATUS],
+    /// Request sizes, see [`NSIZES`].
+    pub sizes: [u64; NSIZES],
+    /// insert → issue (requests that waited in a queue).
+    pub queue: LatHist,
+    /// issue → complete.
+    pub device: LatHist,
+    /// first seen (insert, else issue) → complete: what the issuer waited for.
+    pub total: LatHist,
+}
+
+impl IoVal {
+    pub const ZERO: IoVal = IoVal {
+        comm: [0; COMM_LEN],
+        count: 0,
+        bytes: 0,
+        direct: 0,
+        errors: [0; NSTATUS],
+        sizes: [0; NSIZES],
+        queue: LatHist::ZERO,
+        device: LatHist::ZERO,
+        total: LatHist::ZERO,
+    };
+
+    /// Adds another value's counters (not its identity) into this one.
+    pub fn merge(&mut self, o: &IoVal) {
+        self.count += o.count;
+        self.bytes += o.bytes;
+        self.direct += o.direct;
+        for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
+            *a += *b;
+        }
+        for (a, b) in self.sizes.iter_mut().zip(o.sizes.iter()) {
+            *a += *b;
+        }
+        self.queue.merge(&o.queue);
+        self.device.merge(&o.device);
+        self.total.merge(&o.total);
+    }
+}
+
+/// Key of the per-device values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevKey {
+    pub dev: u32,
+    pub gen: u32,
+}
+
+/// Per device and generation: queue depth sampled at every issue and insert (event-weighted: a
+/// mean over requests, the depth each request met), and the completions the programs saw
+/// without an entry, so that `/proc/diskstats` minus counted minus these is exactly what the
+/// kernel did not run the programs for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevVal {
+    /// Requests issued to the driver and not completed, seen by each issuing request (itself
+    /// included).
+    pub inflight: LatHist,
+    /// Requests inserted into the scheduler and not yet issued, seen by each inserted request
+    /// (itself included).
+    pub queued: LatHist,
+    /// Completions without an entry (in flight at attach, filtered out by `--pid`/`--comm`,
+    /// completed before issue), by [`op_group`].
+    pub untracked: [u64; NGROUPS],
+}
+
+impl DevVal {
+    pub const ZERO: DevVal = DevVal {
+        inflight: LatHist::ZERO,
+        queued: LatHist::ZERO,
+        untracked: [0; NGROUPS],
+    };
+}
+
+/// Live counters per device (`IO_LIVE`, keyed by dev; never reset): what is in the scheduler
+/// and in the driver right now, as far as requests seen since attach go. Userspace samples them
+/// on a timer for the time-weighted depth.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevLive {
+    pub queued: u64,
+    pub inflight: u64,
+}
+
+/// Streamed when a new aggregation key is created, so userspace learns the issuer's facts
+/// (name, kernel thread or not) while it lives.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoNew {
+    pub tgid: u32,
+    pub dev: u32,
+}
+
+/// (op, sync) from a `rwbs` string as `blk_fill_rwbs` writes it: an optional `F`
+/// (REQ_PREFLUSH), the op (`W` write, `R` read, `D` discard (`DE` secure erase), `F` flush,
+/// `N` other), then flags, `S` being REQ_SYNC.
+#[inline(always)]
+pub fn rwbs_op(r: &[u8; 8]) -> u32 {
+    let op_at = if r[0] == b'F' && matches!(r[1], b'W' | b'R' | b'D' | b'F' | b'N') {
+        1
+    } else {
+        0
+    };
+    let op = match r[op_at] {
+        b'R' => 0,
+        b'W' => 1,
+        b'F' => 2,
+        b'D' => 3,
+        _ => REQ_OP_MASK,
+    };
+    let mut sync = 0;
+    let mut i = op_at + 1;
+    while i < 8 {
+        if r[i] == 0 {
+            break;
+        }
+        if r[i] == b'S' {
+            sync = OP_SYNC;
+        }
+        i += 1;
+    }
+    op | sync
+}
+
+/// Size bucket of a request of `bytes` bytes (see [`NSIZES`]).
+#[inline(always)]
+pub const fn size_bucket(bytes: u32) -> usize {
+    let b = (32 - bytes.leading_zeros()) as usize;
+    if b >= NSIZES {
+        NSIZES - 1
+    } else {
+        b
+    }
+}
+
+crate::impl_pod!(
+    RqOffsets, TpOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        assert_eq!(size_of::<RqOffsets>(), 56);
+        assert_eq!(size_of::<TpOffsets>(), 32);
+        assert_eq!(size_of::<IoStart>(), 64);
+        assert_eq!(size_of::<IoKey>(), 24);
+        assert_eq!(size_of::<SectorKey>(), 16);
+        assert_eq!(
+            size_of::<IoVal>(),
+            16 + 24 + 8 * (NSTATUS + NSIZES) + 3 * size_of::<LatHist>()
+        );
+        assert_eq!(size_of::<DevKey>(), 8);
+        assert_eq!(size_of::<DevVal>(), 2 * size_of::<LatHist>() + 8 * NGROUPS);
+        assert_eq!(size_of::<DevLive>(), 16);
+        assert_eq!(size_of::<IoNew>(), 8);
+    }
+
+    #[test]
+    fn size_buckets() {
+        assert_eq!(size_bucket(0), 0);
+        assert_eq!(size_bucket(1), 1);
+        assert_eq!(size_bucket(4095), 12);
+        assert_eq!(size_bucket(4096), 13);
+        assert_eq!(size_bucket(u32::MAX), NSIZES - 1);
+    }
+
+    #[test]
+    fn rwbs_strings() {
+        let r = |s: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..s.len()].copy_from_slice(s);
+            rwbs_op(&b)
+        };
+        assert_eq!(r(b"R"), 0);
+        assert_eq!(r(b"RS"), OP_SYNC);
+        assert_eq!(r(b"WS"), 1 | OP_SYNC);
+        assert_eq!(r(b"W"), 1);
+        assert_eq!(r(b"FWFS"), 1 | OP_SYNC, "preflush + write + FUA + sync");
+        assert_eq!(r(b"FF"), 2, "a flush with preflush");
+        assert_eq!(r(b"F"), 2);
+        assert_eq!(r(b"DS"), 3 | OP_SYNC);
+        assert_eq!(r(b"N"), REQ_OP_MASK);
+        assert_eq!(r(b"WSMFEDCB"), 1 | OP_SYNC);
+    }
+
+    #[test]
+    fn diskstats_groups() {
+        // REQ_OP_READ, WRITE, FLUSH, DISCARD, SECURE_ERASE, ZONE_APPEND, WRITE_ZEROES, DRV_IN/OUT.
+        let want = [
+            (0, GROUP_READ),
+            (1, GROUP_WRITE),
+            (2, GROUP_OTHER),
+            (3, GROUP_DISCARD),
+            (5, GROUP_DISCARD),
+            (7, GROUP_WRITE),
+            (9, GROUP_WRITE),
+            (34, GROUP_OTHER),
+            (35, GROUP_OTHER),
+        ];
+        for (op, g) in want {
+            assert_eq!(op_group(op), g, "op {op}");
+            assert_eq!(op_group(op | OP_SYNC), g, "op {op} sync");
+        }
+    }
+}

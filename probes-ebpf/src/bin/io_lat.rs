@@ -1,0 +1,700 @@
+//! `io-lat` kernel programs: block I/O queue time (insert → issue) and device time
+//! (issue → complete) per (cgroup, device, issuing process, op), request sizes, errors, and
+//! per-device queue depth.
+//!
+//! Hooks, tracked by `struct request *` (BTF prototypes on 6.18, `btf_trace_<event>`):
+//! - `block:block_rq_insert(struct request *rq)`: the request enters the I/O scheduler (or the
+//!   hctx dispatch list). Fires in the submitter's context (`blk_mq_insert_request`, or a plug
+//!   flush at `blk_finish_plug`/`schedule`), so the issuer is `current`.
+//! - `block:block_rq_issue(struct request *rq)`: handed to the driver (`blk_mq_start_request`).
+//!   Requests never inserted (scheduler `none`: `blk_mq_try_issue_directly`,
+//!   `blk_mq_plug_issue_direct`) are first seen here, also in the submitter's context.
+//!   Requests dispatched from an elevator may be issued by kblockd: the issuer recorded at
+//!   insert is kept.
+//! - `block:block_rq_requeue(struct request *rq)`: back from the driver (`BLK_STS_RESOURCE` when
+//!   its ring is full, a timeout): the request waits in a queue again, and its next issue starts
+//!   its device time anew.
+//! - `block:block_rq_merge(struct request *rq)`: a queued request merged into another and freed
+//!   (`attempt_merge`): its entry goes.
+//! - `block:block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)`
+//!   (since 4.13; `error` was an `int` errno up to 5.x, see `IO_ERR_ERRNO`; the classic
+//!   event's `error` field is always the errno): runs in interrupt or a driver's worker context,
+//!   so nothing about the issuer is read here. `blk_update_request` fires it once per partial
+//!   completion: only `nr_bytes >= rq->__data_len` (the last one) ends the request.
+//!   Before 5.11 insert/issue/requeue/merge also passed the request_queue first (`IO_Q_ARG`).
+//!
+//! Attach modes: tp_btf (plain loads from the BTF-typed `rq`), else raw_tp (the same code with
+//! `bpf_probe_read_kernel`). Both are instantiated from one generic body ([`Kread`]). Fallback
+//! for kernels without BTF: the classic tracepoints, keyed by (dev, sector) (`*_tp` programs at
+//! the end of this file). The request lifecycle (queued → issued → completed, requeued, merged)
+//! is one generic state machine over either in-flight map.
+//!
+//! Struct members read (offsets from /sys/kernel/btf/vmlinux, [`RqOffsets`]):
+//! `request.{q,cmd_flags,__data_len,bio}`, `request_queue.disk` (`request.rq_disk` before 5.15),
+//! `gendisk.{major,first_minor}` (the whole disk, as `/proc/diskstats` and the classic event's
+//! `dev` count it), `bio.bi_blkg → blkcg_gq.blkcg → blkcg.css.cgroup → cgroup.kn →
+//! kernfs_node.id` (the cgroup the I/O is charged to: for writeback the cgroup that dirtied the
+//! pages, set by `wbc_init_bio`, while `current` is the flusher kworker).
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+};
+use probes_common::{
+    io_lat::{
+        op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
+        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
+        ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NSTATUS, OFF_NONE,
+        OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
+    },
+    stats,
+};
+use probes_ebpf::{
+    allowed, announce, atomic_add, generation, get_or_insert, hist_record,
+    kread::{Direct, Kread, Probe},
+    ro, slot, stat, take,
+};
+
+#[no_mangle]
+static IO_OFFS: RqOffsets = RqOffsets::INIT;
+/// Only this device (kernel `dev_t` encoding), 0 = all.
+#[no_mangle]
+static IO_DEV: u32 = 0;
+/// The request is argument 1 of insert/issue/requeue/merge (`(struct request_queue *q, struct
+/// request *rq)`, kernels up to 5.10) instead of argument 0 (5.11+).
+#[no_mangle]
+static IO_Q_ARG: u8 = 0;
+/// `block_rq_complete`'s `error` is a negative errno (`int`, 4.13 to 5.x) instead of a
+/// `blk_status_t` (6.x): errors are then slotted by errno.
+#[no_mangle]
+static IO_ERR_ERRNO: u8 = 0;
+/// Classic `block:block_rq_*` field offsets from the format files (fallback mode).
+#[no_mangle]
+static IO_TP: TpOffsets = TpOffsets::INIT;
+
+/// In-flight requests by address, sized from the disks' queues. A plain preallocated hash, not
+/// an LRU (which evicts per CPU before it is full, losing live requests silently): requests live
+/// in preallocated tag sets, so an entry whose completion was missed is replaced on reuse.
+#[map]
+static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
+
+/// In-flight requests by (dev, sector), for the classic-tracepoint fallback (no request
+/// pointer in the records). An entry whose completion was missed stays until its sector is
+/// reused; a full map is counted (`start_map_full`).
+#[map]
+static IO_START_TP: HashMap<SectorKey, IoStart> = HashMap::with_max_entries(16384, 0);
+
+/// Aggregates, sized by userspace (`--max-keys`).
+#[map]
+static IO_AGG: HashMap<IoKey, IoVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+/// What did not fit `IO_AGG`, one row per generation: the `[other]` row.
+#[map]
+static IO_OTHER: Array<IoVal> = Array::with_max_entries(2, 0);
+
+/// Initial value for new keys (comm filled in, counters zero).
+#[map]
+static IO_SCRATCH: PerCpuArray<IoVal> = PerCpuArray::with_max_entries(1, 0);
+
+/// New aggregation keys, so userspace learns the issuer while it lives (low rate: once per key
+/// and window).
+#[map]
+static IO_NEW: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// Queue-depth samples and untracked completions per device and generation.
+#[map]
+static IO_DEV_VALS: HashMap<DevKey, DevVal> = HashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+
+/// Zeroed initial value for `IO_DEV_VALS` (never written).
+#[map]
+static IO_DEV_SCRATCH: PerCpuArray<DevVal> = PerCpuArray::with_max_entries(1, 0);
+
+/// Request-lifecycle events by kind (`probes_common::io_lat::ANOM_*`), per CPU, cumulative.
+#[map]
+static IO_ANOM: PerCpuArray<u64> = PerCpuArray::with_max_entries(NANOM, 0);
+
+/// Live queued/in-flight counters per device (never reset), sampled by userspace on a timer.
+#[map]
+static IO_LIVE: HashMap<u32, DevLive> = HashMap::with_max_entries(1024, 0);
+
+/// Reads one field of a global userspace patches before load (`IO_OFFS`, `IO_TP`): a volatile
+/// load per field keeps each offset a constant the verifier sees (tp_btf's plain loads need it).
+macro_rules! off {
+    ($f:ident) => {
+        off!(IO_OFFS.$f)
+    };
+    ($g:ident . $f:ident) => {
+        // SAFETY: a static in read-only data, patched by userspace before load.
+        unsafe { core::ptr::read_volatile(&$g.$f) }
+    };
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: plain helper call.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn anom(kind: u32) {
+    if let Some(p) = IO_ANOM.get_ptr_mut(kind) {
+        // SAFETY: per-CPU slot; the programs of one kind do not nest on one CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+/// A lifecycle anomaly: counted in the stats line (`anomalies`) and by kind.
+#[inline(always)]
+fn anomaly(kind: u32) {
+    stat(STAT_ANOMALY);
+    anom(kind);
+}
+
+#[inline(always)]
+fn dev_wanted(dev: u32) -> bool {
+    let want = ro(&IO_DEV);
+    want == 0 || dev == want
+}
+
+/// Bumps a live counter of `dev` by `delta` (wrapping: `u64::MAX` decrements) and returns the
+/// new value.
+#[inline(always)]
+fn live_add(dev: u32, queued: bool, delta: u64) -> u64 {
+    let zero = DevLive::default();
+    let Some(l) = get_or_insert(&IO_LIVE, &dev, &zero) else {
+        return 0;
+    };
+    // SAFETY: `l` is a live map value; the add is atomic, the read after it may see another
+    // CPU's update too (a depth sample, not a count).
+    unsafe {
+        let p = if queued {
+            &raw mut (*l).queued
+        } else {
+            &raw mut (*l).inflight
+        };
+        atomic_add(p, delta);
+        core::ptr::read_volatile(p)
+    }
+}
+
+/// The old entry's request leaves the state it was counted in (queued or issued).
+#[inline(always)]
+fn leave(old: &IoStart) {
+    live_add(old.dev, old.issue_ns == 0, u64::MAX);
+}
+
+/// This window's per-device value of `dev`.
+#[inline(always)]
+fn dev_val(dev: u32) -> Option<*mut DevVal> {
+    let key = DevKey {
+        dev,
+        gen: generation(),
+    };
+    if let Some(v) = IO_DEV_VALS.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let init = IO_DEV_SCRATCH.get_ptr(0)?;
+    // SAFETY: per-CPU scratch slot, never written, so all zero.
+    let v = get_or_insert(&IO_DEV_VALS, &key, unsafe { &*init });
+    if v.is_none() {
+        stat(stats::KEY_MAP_FULL);
+    }
+    v
+}
+
+/// Records a queue-depth sample for `dev`.
+#[inline(always)]
+fn depth_sample(dev: u32, queued: bool, depth: u64) {
+    let Some(v) = dev_val(dev) else { return };
+    // SAFETY: `v` is a live map value pointer. A wrapped (negative) counter, possible only
+    // around attach, is clamped to 0.
+    unsafe {
+        let h = if queued {
+            &raw mut (*v).queued
+        } else {
+            &raw mut (*v).inflight
+        };
+        hist_record(h, if depth > (1 << 32) { 0 } else { depth });
+    }
+}
+
+/// A completion of `dev` (op `op`) without an entry to end: counted per device, so the
+/// diskstats comparison can tell it from a completion the programs never saw.
+#[inline(always)]
+fn untracked(dev: u32, op: u32) {
+    if !dev_wanted(dev) {
+        return;
+    }
+    let Some(v) = dev_val(dev) else { return };
+    // SAFETY: live map value; the index is bounded here, on the value used (see hist_record).
+    unsafe {
+        let g = core::ptr::read_volatile(&op_group(op));
+        if g < (*v).untracked.len() {
+            atomic_add(&raw mut (*v).untracked[g], 1);
+        }
+    }
+}
+
+/// The issuer: the current task, `None` when `--pid`/`--comm` leave it out.
+#[inline(always)]
+fn issuer() -> Option<(u32, [u8; 16])> {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !allowed(tgid) {
+        return None;
+    }
+    Some((tgid, bpf_get_current_comm().unwrap_or_default()))
+}
+
+// The request lifecycle, for either in-flight map. `mk` gives a new entry's identity (issuer,
+// device, size, op), `None` when filtered out; timestamps are set here.
+
+/// Insert: the request waits in a queue (scheduler, dispatch list).
+#[inline(always)]
+fn on_insert<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<IoStart>) {
+    let t = now();
+    let mut stale = false;
+    if let Some(p) = map.get_ptr_mut(key) {
+        // SAFETY: live map value; one CPU handles a request at a time.
+        let old = unsafe { &mut *p };
+        if old.issue_ns == 0 && old.op & OP_REQUEUED != 0 {
+            // Requeued, now inserted again: the same request and issuer, still queued.
+            old.op &= !OP_REQUEUED;
+            return;
+        }
+        if old.issue_ns != 0 {
+            anomaly(ANOM_INSERT_OVER_ISSUED);
+        }
+        leave(old);
+        stale = true;
+    }
+    let Some(mut s) = mk() else {
+        if stale {
+            let _ = map.remove(key);
+        }
+        return;
+    };
+    s.first_ns = t;
+    s.insert_ns = t;
+    if map.insert(key, s, 0).is_err() {
+        stat(stats::START_MAP_FULL);
+        return;
+    }
+    let q = live_add(s.dev, true, 1);
+    depth_sample(s.dev, true, q);
+}
+
+/// Issue: the driver has the request.
+#[inline(always)]
+fn on_issue<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<IoStart>) {
+    let t = now();
+    let mut stale = false;
+    if let Some(p) = map.get_ptr_mut(key) {
+        // SAFETY: live map value; a request is issued on one CPU at a time.
+        let s = unsafe { &mut *p };
+        if s.issue_ns == 0 {
+            s.issue_ns = t;
+            let dev = s.dev;
+            live_add(dev, true, u64::MAX);
+            let n = live_add(dev, false, 1);
+            depth_sample(dev, false, n);
+            return;
+        }
+        // Issued before, and neither completed nor requeued as far as the programs saw: a
+        // stale entry at a recycled request address.
+        anomaly(ANOM_REISSUE);
+        leave(s);
+        stale = true;
+    }
+    let Some(mut s) = mk() else {
+        if stale {
+            let _ = map.remove(key);
+        }
+        return;
+    };
+    s.first_ns = t;
+    s.issue_ns = t;
+    if map.insert(key, s, 0).is_err() {
+        stat(stats::START_MAP_FULL);
+        return;
+    }
+    stat(STAT_DIRECT);
+    let n = live_add(s.dev, false, 1);
+    depth_sample(s.dev, false, n);
+}
+
+/// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.
+#[inline(always)]
+fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
+    let Some(p) = map.get_ptr_mut(key) else {
+        return;
+    };
+    anom(ANOM_REQUEUE);
+    // SAFETY: live map value; one CPU handles a request at a time.
+    let s = unsafe { &mut *p };
+    if s.issue_ns != 0 {
+        live_add(s.dev, false, u64::MAX);
+        live_add(s.dev, true, 1);
+    }
+    s.issue_ns = 0;
+    s.insert_ns = now();
+    s.op |= OP_REQUEUED;
+}
+
+/// Merge: a queued request was merged into another and is freed without a completion.
+#[inline(always)]
+fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K) {
+    if let Some(old) = take(map, key) {
+        anom(ANOM_MERGED);
+        leave(&old);
+    }
+}
+
+/// Completion with error `code`. `whole` says whether it ends the request (not a partial
+/// completion); `who` gives the (dev, op) of a completion without an entry, `None` for the
+/// second completion of a request the flush machinery already ended (no bytes left).
+#[inline(always)]
+fn on_complete<K>(
+    map: &HashMap<K, IoStart>,
+    key: &K,
+    code: u32,
+    whole: impl FnOnce() -> bool,
+    who: impl FnOnce() -> Option<(u32, u32)>,
+) {
+    let t = now();
+    // SAFETY: the value is copied out before the delete below.
+    let Some(s) = (unsafe { map.get(key) }).copied() else {
+        // In flight at attach, filtered out, or never seen.
+        if let Some((dev, op)) = who() {
+            anom(ANOM_NO_ENTRY);
+            untracked(dev, op);
+        }
+        return;
+    };
+    if s.issue_ns == 0 {
+        // Ended in a queue (failed or aborted before dispatch): no device time.
+        let _ = map.remove(key);
+        leave(&s);
+        anomaly(ANOM_UNISSUED);
+        untracked(s.dev, s.op);
+        return;
+    }
+    if !whole() {
+        stat(STAT_PARTIAL);
+        return;
+    }
+    if map.remove(key).is_err() {
+        // The bucket lock was busy (this CPU interrupted an update of the same map): the
+        // stale entry is replaced when the request is reused.
+        anom(ANOM_REMOVE_FAILED);
+    }
+    leave(&s);
+    record(&s, t, code);
+}
+
+/// Aggregates one finished request: `s` as captured at insert/issue, completed at `now` with
+/// error `code` (a `blk_status_t`, or a positive errno where `IO_ERR_ERRNO` says so and on the
+/// classic tracepoints; 0 = success).
+#[inline(always)]
+fn record(s: &IoStart, now: u64, code: u32) {
+    stat(stats::EVENTS);
+    let gen = generation();
+    let key = IoKey {
+        cgroup_id: s.cgroup_id,
+        dev: s.dev,
+        tgid: s.tgid,
+        op: s.op & (REQ_OP_MASK | OP_SYNC),
+        gen,
+    };
+    let comm = s.comm;
+    let Some(at) = slot(&IO_AGG, &IO_OTHER, &IO_SCRATCH, &key, gen, |init| {
+        // SAFETY: this CPU's scratch slot; only comm is written, so its counters stay zero.
+        unsafe { (*init).comm = comm }
+    }) else {
+        return;
+    };
+    if at.created {
+        announce(
+            &IO_NEW,
+            &IoNew {
+                tgid: s.tgid,
+                dev: s.dev,
+            },
+        );
+    }
+    let val = at.ptr;
+    // SAFETY: `val` is a live map value pointer; indices are bounded below.
+    unsafe {
+        atomic_add(&raw mut (*val).count, 1);
+        atomic_add(&raw mut (*val).bytes, s.bytes as u64);
+        let sb = core::ptr::read_volatile(&size_bucket(s.bytes));
+        if sb < (*val).sizes.len() {
+            atomic_add(&raw mut (*val).sizes[sb], 1);
+        }
+        if code != 0 {
+            let e = core::ptr::read_volatile(&(code as usize));
+            let e = if e >= NSTATUS { NSTATUS - 1 } else { e };
+            if e < NSTATUS {
+                atomic_add(&raw mut (*val).errors[e], 1);
+            }
+        }
+        if s.insert_ns != 0 {
+            hist_record(
+                &raw mut (*val).queue,
+                s.issue_ns.saturating_sub(s.insert_ns),
+            );
+        } else {
+            atomic_add(&raw mut (*val).direct, 1);
+        }
+        hist_record(&raw mut (*val).device, now.saturating_sub(s.issue_ns));
+        hist_record(&raw mut (*val).total, now.saturating_sub(s.first_ns));
+    }
+}
+
+// Keyed by `struct request *` (tp_btf, raw_tp).
+
+/// The whole disk of `rq` (`rq->q->disk`, or `rq->rq_disk` before 5.15), in the kernel's
+/// `dev_t` encoding.
+#[inline(always)]
+fn rq_dev<R: Kread>(rq: u64) -> u32 {
+    let mut disk = R::u64(rq, off!(rq_q));
+    let q_disk = off!(q_disk);
+    if q_disk != OFF_NONE {
+        disk = R::u64(disk, q_disk);
+    }
+    if disk == 0 {
+        return 0;
+    }
+    let major = R::u32(disk, off!(disk_major));
+    let minor = R::u32(disk, off!(disk_first_minor));
+    (major << 20) | (minor & 0xf_ffff)
+}
+
+/// Cgroup id the request is charged to, 0 when unknown (no bio, no blkg, no blk-cgroup).
+#[inline(always)]
+fn rq_cgroup<R: Kread>(rq: u64) -> u64 {
+    let blkg_off = off!(bio_blkg);
+    if blkg_off == 0 {
+        return 0;
+    }
+    let blkg = R::u64(R::u64(rq, off!(rq_bio)), blkg_off);
+    let cgrp = R::u64(R::u64(blkg, off!(blkg_blkcg)), off!(blkcg_cgroup));
+    R::u64(R::u64(cgrp, off!(cgroup_kn)), off!(kn_id))
+}
+
+/// `rq` as a map key in a stack slot of its own: 6.1 and 6.12 turn a spilled tp_btf pointer
+/// into a scalar once a helper reads its slot, refusing later loads through `rq`.
+#[inline(always)]
+fn rq_key(rq: &u64) -> u64 {
+    // SAFETY: reads a local.
+    unsafe { core::ptr::read_volatile(rq) }
+}
+
+/// A new entry's identity for `rq`, with the current task as issuer.
+#[inline(always)]
+fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
+    let dev = rq_dev::<R>(rq);
+    if !dev_wanted(dev) {
+        return None;
+    }
+    let (tgid, comm) = issuer()?;
+    let flags = R::u32(rq, off!(rq_cmd_flags));
+    let sync = OP_SYNC * u32::from(flags & off!(req_sync) != 0);
+    Some(IoStart {
+        cgroup_id: rq_cgroup::<R>(rq),
+        comm,
+        tgid,
+        dev,
+        bytes: R::u32(rq, off!(rq_data_len)),
+        op: (flags & REQ_OP_MASK) | sync,
+        ..IoStart::default()
+    })
+}
+
+#[inline(always)]
+fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
+    let (error, nr_bytes) = (error as u32, nr_bytes as u32);
+    let code = if ro(&IO_ERR_ERRNO) != 0 {
+        (error as i32).unsigned_abs()
+    } else {
+        error & 0xff
+    };
+    on_complete(
+        &IO_START,
+        &rq_key(&rq),
+        code,
+        || nr_bytes >= R::u32(rq, off!(rq_data_len)),
+        || {
+            if nr_bytes == 0 && R::u32(rq, off!(rq_data_len)) == 0 {
+                return None;
+            }
+            Some((rq_dev::<R>(rq), R::u32(rq, off!(rq_cmd_flags))))
+        },
+    );
+}
+
+/// The request argument of insert/issue/requeue/merge (see [`IO_Q_ARG`]). Both loads are
+/// constant context offsets; the verifier prunes the branch not taken.
+macro_rules! rq_arg {
+    ($ctx:expr) => {
+        if ro(&IO_Q_ARG) != 0 {
+            $ctx.arg::<u64>(1)
+        } else {
+            $ctx.arg::<u64>(0)
+        }
+    };
+}
+
+/// The tp_btf and raw_tp programs of one request event: `$f` on the request argument, with
+/// plain loads (`Direct`) or probe reads (`Probe`).
+macro_rules! rq_programs {
+    ($tp:tt, $btf:ident, $raw:ident, $f:ident) => {
+        #[btf_tracepoint(function = $tp)]
+        pub fn $btf(ctx: BtfTracePointContext) -> i32 {
+            $f::<Direct>(rq_arg!(ctx));
+            0
+        }
+
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw(ctx: RawTracePointContext) -> i32 {
+            $f::<Probe>(rq_arg!(ctx));
+            0
+        }
+    };
+}
+
+#[inline(always)]
+fn rq_insert<R: Kread>(rq: u64) {
+    on_insert(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
+}
+
+#[inline(always)]
+fn rq_issue<R: Kread>(rq: u64) {
+    on_issue(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
+}
+
+#[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
+fn rq_requeue<R: Kread>(rq: u64) {
+    on_requeue(&IO_START, &rq_key(&rq));
+}
+
+#[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
+fn rq_merge<R: Kread>(rq: u64) {
+    on_merge(&IO_START, &rq_key(&rq));
+}
+
+rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);
+rq_programs!("block_rq_issue", tk_io_issue, tk_io_issue_raw, rq_issue);
+rq_programs!("block_rq_requeue", tk_io_requeue, tk_io_requeue_raw, rq_requeue);
+rq_programs!("block_rq_merge", tk_io_merge, tk_io_merge_raw, rq_merge);
+
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn tk_io_complete(ctx: BtfTracePointContext) -> i32 {
+    rq_complete::<Direct>(ctx.arg(0), ctx.arg(1), ctx.arg(2));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn tk_io_complete_raw(ctx: RawTracePointContext) -> i32 {
+    rq_complete::<Probe>(ctx.arg(0), ctx.arg(1), ctx.arg(2));
+    0
+}
+
+// Classic-tracepoint fallback: kernels without BTF (no struct offsets, so no request pointer
+// walk) or where neither tp_btf nor raw_tp attach. Requests are keyed by (dev, sector) from
+// the records; op and sync come from `rwbs`; the cgroup is unknown (0). Limits: two requests
+// in flight at one (dev, sector) (flushes) collide, and a partial completion cannot be told
+// from the last one (the 6.x `block_rq_complete` record has no byte count), so it ends the
+// request early.
+
+/// Reads a field of a classic record at an offset from its format file.
+#[inline(always)]
+fn field<T: Copy + Default>(ctx: &TracePointContext, off: u32) -> T {
+    // SAFETY: offsets come from the event's format file; read_at goes through the helper.
+    unsafe { ctx.read_at::<T>(off as usize) }.unwrap_or_default()
+}
+
+/// The (dev, sector) key of a classic record.
+#[inline(always)]
+fn tp_key(ctx: &TracePointContext) -> SectorKey {
+    SectorKey {
+        sector: field(ctx, off!(IO_TP.sector)),
+        dev: field(ctx, off!(IO_TP.dev)),
+        _pad: 0,
+    }
+}
+
+/// A new entry's identity from a classic insert/issue record, issuer = current task.
+#[inline(always)]
+fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
+    if !dev_wanted(dev) {
+        return None;
+    }
+    let (tgid, comm) = issuer()?;
+    Some(IoStart {
+        comm,
+        tgid,
+        dev,
+        bytes: field(ctx, off!(IO_TP.bytes)),
+        op: rwbs_op(&field(ctx, off!(IO_TP.rwbs))),
+        ..IoStart::default()
+    })
+}
+
+/// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    on_insert(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    0
+}
+
+/// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    on_issue(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    0
+}
+
+/// Classic `block:block_rq_requeue` (fields `dev`, `sector`).
+#[tracepoint]
+pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
+    on_requeue(&IO_START_TP, &tp_key(&ctx));
+    0
+}
+
+/// Classic `block:block_rq_merge` (fields `dev`, `sector`).
+#[tracepoint]
+pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
+    on_merge(&IO_START_TP, &tp_key(&ctx));
+    0
+}
+
+/// Classic `block:block_rq_complete` (fields `dev`, `sector`, `error` (an errno),
+/// `nr_sector`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    let err: i32 = field(&ctx, off!(IO_TP.error));
+    on_complete(
+        &IO_START_TP,
+        &key,
+        err.unsigned_abs(),
+        || true,
+        || {
+            let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
+            if sectors == 0 {
+                return None;
+            }
+            Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
+        },
+    );
+    0
+}

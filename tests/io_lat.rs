@@ -1,0 +1,531 @@
+//! Root tests for `tracekit io-lat` on loop devices of our own (over files in the work tree,
+//! with direct I/O to the backing file), so other workloads on the machine cannot disturb the
+//! counts: fio does O_DIRECT random reads and writes, and tracekit must report exactly the
+//! reads and writes `/proc/diskstats` counted for that device, attribute them to fio, and match
+//! fio's own completion-latency percentiles; schedulers, writeback, cgroups and the findings on
+//! the same devices. Also the VM check (`vm_check`) and its workload (`io-direct`).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+#[path = "io_lat/fixtures.rs"]
+mod fixtures;
+use fixtures::*;
+
+#[test]
+fn counts_equal_diskstats_and_rows_name_fio() {
+    require_root();
+    let _serial = serial();
+    counts_case(&[], "tp_btf", "struct request *");
+}
+
+#[test]
+fn raw_tracepoints_count_equal_diskstats() {
+    require_root();
+    let _serial = serial();
+    counts_case(&["--attach", "raw-tp"], "raw_tp", "struct request *");
+}
+
+#[test]
+fn classic_tracepoint_fallback_counts_equal_diskstats() {
+    require_root();
+    let _serial = serial();
+    counts_case(&["--attach", "tracepoint"], "tracepoint", "dev, sector");
+}
+
+/// Counted reads and writes must equal the diskstats delta exactly. The device line accounts for
+/// every difference: `untracked_*` (completions the programs saw without a start) and
+/// `unseen_*` (diskstats − counted − untracked: completions the kernel never ran the programs
+/// for). On this shared 2-vCPU machine the kernel has been seen to skip our programs for a few
+/// completions while other tracers attach and detach (see the io-lat design note and the stats
+/// line's `recursion_misses`); such a run is printed and measured again, and the test fails
+/// when no run of three is exact.
+fn counts_case(extra: &[&str], attach: &str, keyed_by: &str) {
+    ensure_fio();
+    let mut failures = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match counts_attempt(extra, attach, keyed_by, 11 + attempt as u64) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {}: {e}", attempt + 1);
+                failures.push(e);
+            }
+        }
+    }
+    panic!("no exact run in {ATTEMPTS}: {failures:?}");
+}
+
+fn counts_attempt(extra: &[&str], attach: &str, keyed_by: &str, seed: u64) -> Result<(), String> {
+    let lo = LoopDev::new("iolat-count");
+    let seed = format!("--randseed={seed}");
+    let run = traced(&lo, extra, || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randrw",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--io_size=8M",
+                &seed,
+            ],
+        )
+    });
+    let lines = &run.lines;
+    let meta = lines.iter().find(|l| l["type"] == "meta").unwrap();
+    assert_eq!(meta["keyed_by"], keyed_by);
+    assert_eq!(meta["attach"], attach);
+    let r = rows(lines, &lo.name);
+    let (reads, writes) = (sum(&r, "read", "count"), sum(&r, "write", "count"));
+    let (dr, dw) = run.disk;
+    let st = last_stats(lines);
+    let dev = device(lines, &lo.name);
+    eprintln!(
+        "io-lat {attach} {}: counted {reads}/{writes}, diskstats {dr}/{dw}, fio {}/{}; untracked {}/{} unseen {}/{}; recursion_misses {} anomalies {}",
+        lo.name,
+        run.job["read"]["total_ios"],
+        run.job["write"]["total_ios"],
+        dev["untracked_reads"],
+        dev["untracked_writes"],
+        dev["unseen_reads"],
+        dev["unseen_writes"],
+        st["recursion_misses"],
+        st["anomaly_kinds"]
+    );
+    assert!(dr > 500 && dw > 500, "fio did too little I/O: {dr}/{dw}");
+    for row in &r {
+        assert_eq!(row["comm"], "fio", "issuer of {row}");
+        assert_eq!(row["kthread"], false, "{row}");
+        assert_eq!(row["sync"], true, "O_DIRECT I/O is sync: {row}");
+        assert_eq!(row["bytes"], row["count"].as_u64().unwrap() * 4096);
+        assert_eq!(
+            row["direct"], row["count"],
+            "scheduler none: issued directly"
+        );
+        for k in [
+            "queue_p50_ns",
+            "queue_p99_ns",
+            "device_p50_ns",
+            "device_p99_ns",
+            "p99_ns",
+            "max_ns",
+        ] {
+            assert!(row[k].is_u64(), "JSON contract: {k} in {row}");
+        }
+    }
+    assert_eq!(st["missed"], 0);
+    // The device line carries the kernel's count and accounts for any difference.
+    assert_eq!(dev["diskstats_reads"], dr);
+    assert_eq!(dev["diskstats_writes"], dw);
+    assert_eq!(dev["reads"], reads);
+    assert_eq!(dev["writes"], writes);
+    let acc = |k: &str| dev[k].as_i64().unwrap();
+    assert_eq!(
+        dr as i64,
+        reads as i64 + acc("untracked_reads") + acc("unseen_reads")
+    );
+    assert_eq!(
+        dw as i64,
+        writes as i64 + acc("untracked_writes") + acc("unseen_writes")
+    );
+    if (reads, writes) != (dr, dw) {
+        return Err(format!(
+            "counted {reads}/{writes}, diskstats {dr}/{dw} (untracked {}/{}, unseen {}/{}, recursion_misses {}, anomalies {})",
+            dev["untracked_reads"], dev["untracked_writes"], dev["unseen_reads"], dev["unseen_writes"],
+            st["recursion_misses"], st["anomaly_kinds"]
+        ));
+    }
+    Ok(())
+}
+
+/// fio's clat covers the whole system call (page pinning and bio set-up before the request is
+/// issued, waking fio and unpinning after it completes); tracekit's request time covers the
+/// request (issue → completion, no queue under `none`). The difference is the software path
+/// outside the block layer, measured on this VM: 5–45 µs per 4 KiB request at the median, up to
+/// ~60 µs in the tail, while this loop device answers 4 KiB in 50–150 µs. So each percentile must
+/// be within 10 % of fio's, or below fio's by at most this constant (never above fio's by more
+/// than 10 %: the request is inside the call). Measured errors are printed either way.
+const SOFTWARE_PATH_NS: u64 = 60_000;
+
+#[test]
+fn percentiles_match_fio_clat() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let mut failures = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match percentiles_attempt(12 + attempt as u64) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {}: {e:?}", attempt + 1);
+                failures.push(e);
+            }
+        }
+    }
+    panic!("no run within bounds in {ATTEMPTS}: {failures:?}");
+}
+
+fn percentiles_attempt(seed: u64) -> Result<(), Vec<String>> {
+    let lo = LoopDev::new("iolat-pct");
+    let seed = format!("--randseed={seed}");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randrw",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--io_size=16M",
+                &seed,
+            ],
+        )
+    });
+    let r = rows(&run.lines, &lo.name);
+    let mut failures = Vec::new();
+    if (sum(&r, "read", "count"), sum(&r, "write", "count")) != run.disk {
+        failures.push(format!("counts differ from diskstats {:?}", run.disk));
+    }
+    for op in ["read", "write"] {
+        let row = r
+            .iter()
+            .find(|x| x["op"] == op)
+            .unwrap_or_else(|| panic!("no {op} row: {r:?}"));
+        for (q, key) in [("50.000000", "p50_ns"), ("99.000000", "p99_ns")] {
+            let want = run.job[op]["clat_ns"]["percentile"][q].as_u64().unwrap();
+            let got = row[key].as_u64().unwrap();
+            let err = got.abs_diff(want) as f64 / want as f64;
+            eprintln!(
+                "{op} {key}: tracekit {got} ns, fio clat {want} ns ({:+.1} %, {:+} us)",
+                (got as f64 - want as f64) * 100.0 / want as f64,
+                (got as i64 - want as i64) / 1000
+            );
+            let below_by_path = got <= want && want - got <= SOFTWARE_PATH_NS;
+            if err > 0.10 && !below_by_path {
+                failures.push(format!("{op} {key}: {got} vs fio {want}"));
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures)
+    }
+}
+
+/// fio: 4 KiB random reads through libaio at queue depth `depth`, `size` in all.
+fn randread_libaio(lo: &LoopDev, depth: u32, size: &str) -> Value {
+    fio(
+        &lo.dev,
+        &[
+            "--rw=randread",
+            "--bs=4k",
+            "--ioengine=libaio",
+            &format!("--iodepth={depth}"),
+            &format!("--io_size={size}"),
+            "--randseed=13",
+        ],
+    )
+}
+
+/// `none` then `mq-deadline` on one device: queue time is 0 with none (every request issued
+/// directly) and visible with mq-deadline (every request inserted first); the device line names
+/// the scheduler in use; and one run across a switch made during tracing still counts exactly.
+#[test]
+fn scheduler_none_vs_mq_deadline() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-sched");
+    let mut seen = Vec::new();
+    for sched in ["none", "mq-deadline"] {
+        lo.set("scheduler", sched);
+        let run = traced_exact(&lo, &[], || randread_libaio(&lo, 16, "16M"));
+        let r = rows(&run.lines, &lo.name);
+        let count = sum(&r, "read", "count");
+        assert_eq!(
+            count,
+            run.disk.0,
+            "{sched}: reads vs diskstats; stats {}",
+            last_stats(&run.lines)
+        );
+        let queued = sum(&r, "read", "queued");
+        let direct = sum(&r, "read", "direct");
+        let row = r.iter().max_by_key(|x| x["count"].as_u64()).unwrap();
+        let dev = device(&run.lines, &lo.name);
+        assert_eq!(dev["scheduler"], sched);
+        eprintln!(
+            "{sched}: {count} reads, {queued} queued, {direct} issued directly; queue p50 {} p99 {}, device p50 {}; in flight mean {} max {} (at issue: mean {} max {})",
+            row["queue_p50_ns"], row["queue_p99_ns"], row["device_p50_ns"], dev["inflight_mean"],
+            dev["inflight_max"], dev["inflight_at_issue_mean"], dev["inflight_at_issue_max"]
+        );
+        assert!(row["device_p50_ns"].as_u64().unwrap() > 0);
+        assert!(dev["inflight_at_issue_max"].as_u64().unwrap() <= 16);
+        seen.push((queued, direct, row["queue_p50_ns"].as_u64().unwrap()));
+    }
+    let (none_q, none_direct, none_p50) = seen[0];
+    let (dl_q, dl_direct, dl_p50) = seen[1];
+    // none: every request goes straight to the driver (no insert, no queue time).
+    assert_eq!(none_q, 0, "queue samples under none");
+    assert!(none_direct > 0);
+    assert_eq!(none_p50, 0);
+    // mq-deadline: every request passes through the scheduler and waits there.
+    assert_eq!(dl_direct, 0, "direct issues under mq-deadline");
+    assert!(dl_q > 0 && dl_p50 > 0, "queue time under mq-deadline");
+
+    // One trace across a switch: the requests of both schedulers, exactly.
+    let run = traced_exact(&lo, &[], || {
+        lo.set("scheduler", "none");
+        let a = randread_libaio(&lo, 16, "16M");
+        lo.set("scheduler", "mq-deadline");
+        let b = randread_libaio(&lo, 16, "16M");
+        serde_json::json!([a, b])
+    });
+    let r = rows(&run.lines, &lo.name);
+    let (count, queued) = (sum(&r, "read", "count"), sum(&r, "read", "queued"));
+    eprintln!(
+        "across the switch: {count} reads ({queued} queued), diskstats {}",
+        run.disk.0
+    );
+    assert_eq!(count, run.disk.0, "stats {}", last_stats(&run.lines));
+    assert!(queued > 0 && queued < count);
+    assert_eq!(device(&run.lines, &lo.name)["scheduler"], "mq-deadline");
+}
+
+#[test]
+fn writeback_is_attributed_to_the_flusher_and_async() {
+    require_root();
+    let _serial = serial();
+    let lo = LoopDev::new("iolat-wb");
+    let Some(m) = Mounted::new(&lo) else {
+        eprintln!("skipped: mkfs.ext4 (e2fsprogs) is not installed");
+        return;
+    };
+    let mut tk = Tracer::spawn(&["io-lat", "--json", "--dev", &lo.name]);
+    tk.wait_attached();
+    // Buffered writes (no fsync): the data is written back later, by the flusher.
+    let me = std::process::id();
+    std::fs::write(m.mnt.join("data"), vec![1u8; 8 << 20]).unwrap();
+    let t = Instant::now();
+    assert!(Command::new("sync").status().unwrap().success());
+    eprintln!("sync took {:?}", t.elapsed());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let r = rows(&lines, &lo.name);
+    for row in &r {
+        eprintln!(
+            "pid {} comm {} kthread {} op {} sync {} count {} bytes {} cgroup {}",
+            row["pid"],
+            row["comm"],
+            row["kthread"],
+            row["op"],
+            row["sync"],
+            row["count"],
+            row["bytes"],
+            row["cgroup"]
+        );
+    }
+    let data: Vec<&&Value> = r
+        .iter()
+        .filter(|x| x["op"] == "write" && x["bytes"].as_u64().unwrap() >= 4 << 20)
+        .collect();
+    assert!(!data.is_empty(), "no row carries the 8 MiB of data: {r:?}");
+    for row in data {
+        assert_ne!(row["pid"], me, "writeback attributed to the writer");
+        assert_eq!(row["sync"], false, "writeback is async: {row}");
+        assert!(
+            row["comm"].as_str().unwrap().starts_with("kworker"),
+            "issuer should be the flusher: {row}"
+        );
+        assert_eq!(row["kthread"], true);
+        // Charged to a cgroup (the root here: cgroup writeback needs the v2 io controller).
+        assert!(
+            row["cgroup"].as_str().is_some_and(|c| c.starts_with('/')),
+            "{row}"
+        );
+    }
+}
+
+/// The blkio cgroup the kernel charges a direct-I/O request to is the issuer's: fio run inside
+/// a cgroup of our own shows that cgroup on its rows.
+#[test]
+fn direct_io_is_charged_to_the_issuers_cgroup() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    // This host is cgroup v1 hybrid: the blk-cgroup the kernel charges is the blkio
+    // controller's. (On a pure v2 host the io controller would have to be enabled first.)
+    let root = Path::new("/sys/fs/cgroup/blkio");
+    if !root.join("cgroup.procs").exists() {
+        eprintln!("skipped: no v1 blkio hierarchy here");
+        return;
+    }
+    let name = format!("tk-iolat-{}", std::process::id());
+    let cg = root.join(&name);
+    std::fs::create_dir_all(&cg).unwrap();
+    struct Rmdir(PathBuf);
+    impl Drop for Rmdir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _rm = Rmdir(cg.clone());
+    let lo = LoopDev::new("iolat-cg");
+    let procs = cg.join("cgroup.procs");
+    let run = traced_exact(&lo, &[], || {
+        let script = format!(
+            "echo $$ > {} && exec fio --name=tk --direct=1 --filename={} --rw=randread --bs=4k --io_size=2M --size=64M --output-format=json",
+            procs.display(),
+            lo.dev
+        );
+        let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Value::Null
+    });
+    let r = rows(&run.lines, &lo.name);
+    let fio_rows: Vec<&&Value> = r.iter().filter(|x| x["comm"] == "fio").collect();
+    assert!(!fio_rows.is_empty(), "{r:?}");
+    for row in fio_rows {
+        assert_eq!(row["cgroup"], format!("/{name}"), "{row}");
+        assert!(row["cgroup_id"].as_u64().unwrap() > 1);
+    }
+    assert_eq!(sum(&r, "read", "count"), run.disk.0);
+}
+
+/// A lightly loaded device: the rows are there, and no finding.
+#[test]
+fn no_finding_when_nothing_is_wrong() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-calm");
+    let run = traced(&lo, &[], || {
+        fio(
+            &lo.dev,
+            &[
+                "--rw=randread",
+                "--bs=4k",
+                "--ioengine=psync",
+                "--rate_iops=100",
+                "--runtime=2",
+                "--time_based",
+            ],
+        )
+    });
+    let r = rows(&run.lines, &lo.name);
+    assert!(sum(&r, "read", "count") >= 100, "{r:?}");
+    let dev = device(&run.lines, &lo.name);
+    eprintln!("util {} full {}", dev["util_pct"], dev["full_pct"]);
+    assert!(
+        findings(&run.lines).is_empty(),
+        "{:?}",
+        findings(&run.lines)
+    );
+}
+
+/// `nr_requests` lowered to 4 under a queue depth of 32: requests sit at the limit most of the
+/// window, and the finding says so, with the fix; the issuer is named too.
+#[test]
+fn shallow_queue_is_a_finding() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-shallow");
+    lo.set("nr_requests", "4");
+    let run = traced(&lo, &[], || randread_libaio(&lo, 32, "16M"));
+    let dev = device(&run.lines, &lo.name);
+    eprintln!(
+        "nr_requests {} full {} % in flight mean {} max {}",
+        dev["nr_requests"], dev["full_pct"], dev["inflight_mean"], dev["inflight_max"]
+    );
+    assert_eq!(dev["nr_requests"], 4);
+    assert!(dev["inflight_max"].as_u64().unwrap() <= 4, "{dev}");
+    let f = findings(&run.lines);
+    for x in &f {
+        eprintln!("finding: {}", x["summary"]);
+    }
+    let q = f
+        .iter()
+        .find(|x| x["cause"] == "io-queue")
+        .unwrap_or_else(|| panic!("no io-queue finding: {f:?}"));
+    assert_eq!(q["subject"]["name"], lo.name.as_str());
+    assert!(q["evidence"]["full_pct"].as_f64().unwrap() >= 20.0, "{q}");
+    assert!(q["advice"].as_str().unwrap().contains("nr_requests"), "{q}");
+    assert_eq!(q["culprit_comm"], "fio");
+}
+
+/// mq-deadline on a device marked non-rotational, with more requests than the device takes at
+/// once: they wait in the scheduler, and the finding suggests `none`.
+#[test]
+fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
+    require_root();
+    let _serial = serial();
+    ensure_fio();
+    let lo = LoopDev::new("iolat-deadline");
+    lo.set("scheduler", "mq-deadline");
+    lo.set("rotational", "0");
+    lo.set("nr_requests", "512");
+    let run = traced(&lo, &[], || randread_libaio(&lo, 256, "32M"));
+    let dev = device(&run.lines, &lo.name);
+    eprintln!(
+        "queue share {} %, queue p99 {} device p99 {}, queued mean {}",
+        dev["queue_share_pct"], dev["queue_p99_ns"], dev["device_p99_ns"], dev["queued_mean"]
+    );
+    let f = findings(&run.lines);
+    for x in &f {
+        eprintln!("finding: {}", x["summary"]);
+    }
+    let s = f
+        .iter()
+        .find(|x| x["cause"] == "io-scheduler")
+        .unwrap_or_else(|| panic!("no io-scheduler finding: {f:?}"));
+    assert_eq!(s["subject"]["name"], lo.name.as_str());
+    assert!(s["advice"].as_str().unwrap().contains("none"), "{s}");
+    assert!(s["evidence"]["queue_share_pct"].as_f64().unwrap() >= 25.0);
+}
+
+#[test]
+fn unknown_device_and_threads_are_usage_errors() {
+    require_root();
+    for (args, want) in [
+        (
+            &["io-lat", "--dev", "no-such-disk", "--duration", "1s"][..],
+            "no such block device",
+        ),
+        (
+            &["io-lat", "--threads", "--duration", "1s"][..],
+            "--threads",
+        ),
+    ] {
+        let out = Command::new(tracekit_bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
+// The VM check and its workload live in `io_lat/guest.rs`.
+#[path = "io_lat/guest.rs"]
+mod guest;
+
+/// `io-direct DEV N` and `io-idle`, for the VM check (see `guest`).
+pub fn workload(args: &[String]) -> Option<i32> {
+    guest::workload(args)
+}
+
+/// The exact-count check on a guest kernel's disk (see `guest`).
+pub fn vm_check() -> Result<String, String> {
+    guest::vm_check()
+}
