@@ -32,18 +32,9 @@ use tracekit_tests::{
 
 type Check = fn() -> Result<String, String>;
 
-/// Checks of tools whose root-test files do not hold them yet (moved there as each tool is
-/// ported onto the collector kit).
-const LEGACY: &[(&str, Check)] = &[];
-
-/// Every check: the tools' own, then the legacy ones of tools in the registry.
+/// Every check: each tool's own, from its root-test file (`tests/<tool>.rs`).
 fn checks() -> Vec<(&'static str, Check)> {
-    let registered = |n: &str| tracekit::tools::TOOLS.iter().any(|t| t.name == n);
-    crate::VM_CHECKS
-        .iter()
-        .copied()
-        .chain(LEGACY.iter().copied().filter(|(n, _)| registered(n)))
-        .collect()
+    crate::VM_CHECKS.to_vec()
 }
 
 /// Registered tools hidden from `--help` and from doctor's list (`bench-floor`), checked
@@ -211,6 +202,4 @@ pub fn main() -> i32 {
         }
     }
     i32::from(failed > 0)
-}
-
 }

@@ -51,10 +51,7 @@ pub const KERNELS: &[Spec] = &[
         // Pinned: bullseye's last point release, frozen, so the oldest kernel does not drift.
         package: "linux-image-5.10.0-30-amd64-unsigned",
         degraded: &[],
-        known_failures: &[(
-            "memstall",
-            "no MADV_COLLAPSE before 6.1; memstall shows the failed (EINVAL) call as a collapse stall instead of saying so",
-        )],
+        known_failures: &[],
     },
     Spec {
         name: "6.1",
