@@ -81,7 +81,7 @@ fn run_traced(workload: &[&str]) -> (Value, Vec<Value>) {
 }
 
 /// Findings naming `pid`.
-fn findings_of<'a>(lines: &'a [Value], pid: u32) -> Vec<&'a Value> {
+fn findings_of(lines: &[Value], pid: u32) -> Vec<&Value> {
     of_type(lines, "finding")
         .into_iter()
         .filter(|f| f["pid"] == pid)

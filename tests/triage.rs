@@ -252,7 +252,7 @@ pub fn workload(args: &[String]) -> Option<i32> {
             while Instant::now() < end {
                 f.write_all(&buf).ok()?;
                 n += 1;
-                if n % 256 == 0 {
+                if n.is_multiple_of(256) {
                     f.rewind().ok()?;
                 }
                 std::thread::sleep(Duration::from_millis(10));

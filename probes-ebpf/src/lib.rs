@@ -14,8 +14,6 @@
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
-pub mod kread;
-
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},

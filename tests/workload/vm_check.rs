@@ -26,7 +26,7 @@ use std::{
 
 use serde_json::Value;
 use tracekit_tests::{
-    vm::{refuses_clearly, traced, DOCTOR, KNOWN},
+    vm::{refuses_clearly, DOCTOR, KNOWN},
     *,
 };
 

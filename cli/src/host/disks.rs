@@ -191,7 +191,10 @@ pub fn parse_diskstats(text: &str) -> BTreeMap<(u32, u32), (String, DiskCounters
         .collect()
 }
 
-pub fn diskstats() -> Result<BTreeMap<(u32, u32), (String, DiskCounters)>, HostError> {
+/// `/proc/diskstats` by (major, minor): the device name and its counters.
+pub type DiskStats = BTreeMap<(u32, u32), (String, DiskCounters)>;
+
+pub fn diskstats() -> Result<DiskStats, HostError> {
     Ok(parse_diskstats(&read_text(&proc_path("diskstats"))?))
 }
 

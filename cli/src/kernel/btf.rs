@@ -660,38 +660,6 @@ impl Btf {
         out
     }
 
-    /// Name of the type of parameter `idx` (0 = the tracepoint's `void *__data`) of the function
-    /// prototype behind typedef `name`, as written: `blk_status_t`, `int`, `struct request *`
-    /// (one level of pointer shown as ` *`). `None` when there is no such parameter.
-    pub fn proto_param_type(&self, name: &str, idx: usize) -> Option<String> {
-        let id = self.find_typedef(name)?;
-        let (_, _, _, _, mut t, _) = self.ty(id)?;
-        if let Some((_, KIND_PTR, _, _, p, _)) = self.ty(self.resolve(t)) {
-            t = p;
-        }
-        let (_, kind, _, vlen, _, at) = self.ty(self.resolve(t))?;
-        if kind != KIND_FUNC_PROTO || idx >= vlen {
-            return None;
-        }
-        let mut pt = self.u32_at(at + 12 + 8 * idx + 4).ok()?;
-        let mut suffix = "";
-        if let Some((_, KIND_PTR, _, _, p, _)) = self.ty(pt) {
-            pt = p;
-            suffix = " *";
-        }
-        let (n, kind, ..) = self.ty(pt)?;
-        let prefix = match kind {
-            KIND_STRUCT => "struct ",
-            KIND_UNION => "union ",
-            KIND_ENUM | KIND_ENUM64 => "enum ",
-            _ => "",
-        };
-        Some(format!(
-            "{prefix}{}{suffix}",
-            String::from_utf8_lossy(self.str_at(n))
-        ))
-    }
-
     /// The (name, value) pairs of `enum name` (e.g. `skb_drop_reason`, `req_flag_bits`), so
     /// values that change between kernels are named without a rebuild. `None` when absent.
     /// (By the enum's own name; [`Btf::enum_values`] matches enumerators by prefix.)
