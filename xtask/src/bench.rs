@@ -68,20 +68,18 @@ pub fn run(args: &[String]) -> Result<()> {
         .map(|(w, tracers)| passes::overhead(w, tracers, rounds, &wl, &scratch))
         .collect();
 
+    // Kernel time per program and per event, every tracer (the references too), on the
+    // workloads whose events the kernel counts (or, for fsync, the calls made).
     let mut prog_stats = Vec::new();
     let mut per_call = Vec::new();
-    let pipe = Workload::Pipe {
-        loops: config::pipe_loops(quick),
-        pinned: true,
-    };
-    let fsync_calls = match &cases[3].0 {
-        Workload::Fsync { n } => *n as f64,
-        _ => f64::NAN,
-    };
-    for (w, tracers, calls) in [
-        (&pipe, &cases[0].1, None),
-        (&cases[3].0, &cases[3].1, Some(fsync_calls)),
-    ] {
+    for (w, tracers) in &cases {
+        let calls = match w {
+            Workload::Pipe { pinned: true, .. }
+            | Workload::UdpDrops { .. }
+            | Workload::BlockRead { .. } => None,
+            Workload::Fsync { n } => Some(f64::from(*n)),
+            _ => continue,
+        };
         passes::kernel_time(
             w,
             tracers,

@@ -12,6 +12,17 @@ pub(super) fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
+const TRIAGE: &str = "tracekit triage (every collector, one process)";
+
+/// A bpftrace one-liner as a reference tracer.
+fn bpftrace(name: &str, script: &str) -> Tracer {
+    Tracer {
+        name: name.into(),
+        argv: s(&["stdbuf", "-oL", "bpftrace", "-e", script]),
+        ready: Ready::Line("Attaching"),
+    }
+}
+
 /// Every workload with its tracers, in the order they run and are reported.
 pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     let tk_s = tk.to_string_lossy().into_owned();
@@ -32,7 +43,8 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             ready: Ready::JsonMeta,
         },
     ];
-    for tool in ["ctxsw", "runq-lat"] {
+    // numa adds a sched_switch program of its own; triage runs every collector in one process.
+    for tool in ["ctxsw", "runq-lat", "numa"] {
         if tracekit_has(tk, tool) {
             sched.push(Tracer {
                 name: format!("tracekit {tool}"),
@@ -41,22 +53,21 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             });
         }
     }
+    let triage = tracekit_has(tk, "triage").then(|| Tracer {
+        name: TRIAGE.into(),
+        argv: s(&[&tk_s, "triage", "--duration", "1h"]),
+        ready: Ready::Line("Triage: watching"),
+    });
+    sched.extend(triage.clone());
     sched.push(Tracer {
         name: "libbpf-tools runqlat".into(),
         argv: s(&["stdbuf", "-oL", "runqlat"]),
         ready: Ready::Line("Tracing"),
     });
-    sched.push(Tracer {
-        name: "bpftrace count by comm".into(),
-        argv: s(&[
-            "stdbuf",
-            "-oL",
-            "bpftrace",
-            "-e",
-            "tracepoint:sched:sched_switch { @[comm] = count(); }",
-        ]),
-        ready: Ready::Line("Attaching"),
-    });
+    sched.push(bpftrace(
+        "bpftrace count by comm",
+        "tracepoint:sched:sched_switch { @[comm] = count(); }",
+    ));
     let fsync: Vec<Tracer> = vec![
         // The floor on the same hooks as fsync-lat (enter and exit), so per-call kernel time
         // compares like for like (it used to be on sys_enter_fsync only: one run per call
@@ -64,34 +75,58 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         Tracer { name: "floor: Aya counter, tracepoints sys_enter_fsync + sys_exit_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync-pair"]), ready: Ready::JsonMeta },
         Tracer { name: "floor: Aya counter, tp_btf sys_enter".into(), argv: tkj("bench-floor", &["--hook", "sys-enter"]), ready: Ready::JsonMeta },
         Tracer { name: "tracekit fsync-lat".into(), argv: tkj("fsync-lat", &[]), ready: Ready::JsonMeta },
-        Tracer {
-            name: "bpftrace fsync latency hist".into(),
-            argv: s(&[
-                "stdbuf",
-                "-oL",
-                "bpftrace",
-                "-e",
-                "tracepoint:syscalls:sys_enter_fsync { @s[tid] = nsecs; } tracepoint:syscalls:sys_exit_fsync /@s[tid]/ { @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }",
-            ]),
-            ready: Ready::Line("Attaching"),
-        },
+        bpftrace("bpftrace fsync latency hist", "tracepoint:syscalls:sys_enter_fsync { @s[tid] = nsecs; } tracepoint:syscalls:sys_exit_fsync /@s[tid]/ { @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
     ];
 
     let compaction: Vec<Tracer> = vec![
         Tracer { name: "tracekit memstall".into(), argv: tkj("memstall", &[]), ready: Ready::JsonMeta },
-        Tracer {
-            name: "bpftrace compaction latency hist".into(),
-            argv: s(&[
-                "stdbuf",
-                "-oL",
-                "bpftrace",
-                "-e",
-                "tracepoint:compaction:mm_compaction_begin { @s[tid] = nsecs; } tracepoint:compaction:mm_compaction_end /@s[tid]/ { @ns[comm] = hist(nsecs - @s[tid]); delete(@s[tid]); }",
-            ]),
-            ready: Ready::Line("Attaching"),
-        },
+        bpftrace("bpftrace compaction latency hist", "tracepoint:compaction:mm_compaction_begin { @s[tid] = nsecs; } tracepoint:compaction:mm_compaction_end /@s[tid]/ { @ns[comm] = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
     ];
+    let mut fsync_loop = fsync.clone();
+    fsync_loop.extend(triage);
+
+    // Receive drops: kfree_skb by reason. bench-floor has no kfree_skb hook (yet): the
+    // untraced run is the floor here.
+    let mut net = Vec::new();
+    if tracekit_has(tk, "net-rx") {
+        net.push(Tracer {
+            name: "tracekit net-rx".into(),
+            argv: tkj("net-rx", &[]),
+            ready: Ready::JsonMeta,
+        });
+    }
+    net.push(bpftrace(
+        "bpftrace kfree_skb count by reason",
+        "tracepoint:skb:kfree_skb { @[args->reason] = count(); }",
+    ));
+
+    // Block I/O latency: io-lat (when merged) beside libbpf-tools biolatency and bpftrace.
+    let mut block = Vec::new();
+    if tracekit_has(tk, "io-lat") {
+        block.push(Tracer {
+            name: "tracekit io-lat".into(),
+            argv: tkj("io-lat", &[]),
+            ready: Ready::JsonMeta,
+        });
+    }
+    block.push(Tracer {
+        name: "libbpf-tools biolatency".into(),
+        argv: s(&["stdbuf", "-oL", "biolatency"]),
+        ready: Ready::Line("Tracing"),
+    });
+    block.push(bpftrace(
+        "bpftrace block_rq issue→complete hist",
+        "tracepoint:block:block_rq_issue { @s[args->dev, args->sector] = nsecs; } tracepoint:block:block_rq_complete /@s[args->dev, args->sector]/ { @us = hist((nsecs - @s[args->dev, args->sector]) / 1000); delete(@s[args->dev, args->sector]); }",
+    ));
+
     let loops = pipe_loops(quick);
+    // The unpinned pipe and the switch storm: the same tracers without the classic floor,
+    // numa and triage (measured on the pinned pipe).
+    let sched_few: Vec<Tracer> = sched
+        .iter()
+        .filter(|t| !t.name.contains("classic") && t.name != "tracekit numa" && t.name != TRIAGE)
+        .cloned()
+        .collect();
     let cases: Vec<(Workload, Vec<Tracer>)> = vec![
         (
             Workload::Pipe {
@@ -105,27 +140,19 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
                 loops,
                 pinned: false,
             },
-            sched
-                .iter()
-                .filter(|t| !t.name.contains("classic"))
-                .cloned()
-                .collect(),
+            sched_few.clone(),
         ),
         (
             Workload::SwitchStorm {
                 secs: if quick { 1 } else { 3 },
             },
-            sched
-                .iter()
-                .filter(|t| !t.name.contains("classic"))
-                .cloned()
-                .collect(),
+            sched_few,
         ),
         (
             Workload::Fsync {
                 n: if quick { 300 } else { 2000 },
             },
-            fsync.clone(),
+            fsync_loop,
         ),
         (
             Workload::Syscalls {
@@ -139,12 +166,24 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             },
             compaction,
         ),
+        (
+            Workload::UdpDrops {
+                n: if quick { 20_000 } else { 100_000 },
+            },
+            net,
+        ),
+        (
+            Workload::BlockRead {
+                n: if quick { 2_000 } else { 10_000 },
+            },
+            block,
+        ),
     ];
     cases
 }
 
 /// Loops of the sched pipe workload.
-pub(super) fn pipe_loops(quick: bool) -> u32 {
+fn pipe_loops(quick: bool) -> u32 {
     if quick {
         50_000
     } else {

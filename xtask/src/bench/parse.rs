@@ -100,6 +100,50 @@ pub fn parse_strace_exit_ms(trace: &str) -> Option<f64> {
     Some((strace_ts(lines[end])? - strace_ts(lines[last_write])?) * 1000.0)
 }
 
+/// `prog_id:` of a /proc/<pid>/fdinfo file (a BPF program's or link's fd).
+pub fn parse_fdinfo_prog_id(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("prog_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Context switches since boot: the `ctxt` line of /proc/stat.
+pub fn parse_proc_stat_ctxt(stat: &str) -> Option<f64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("ctxt "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `Udp:` NoPorts + RcvbufErrors from /proc/net/snmp: the datagrams the kernel dropped for a
+/// closed port or a full receive buffer.
+pub fn parse_snmp_udp_drops(snmp: &str) -> Option<f64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let value = |key: &str| -> Option<f64> {
+        let i = names.split_whitespace().position(|n| n == key)?;
+        values.split_whitespace().nth(i)?.parse().ok()
+    };
+    Some(value("NoPorts")? + value("RcvbufErrors")?)
+}
+
+/// Requests completed (reads, writes, discards, flushes) from /sys/block/<dev>/stat.
+pub fn parse_block_stat_ios(stat: &str) -> Option<f64> {
+    let f: Vec<f64> = stat
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // reads completed @0, writes @4, discards @11, flushes @15 (the last two since 4.18/5.5).
+    Some([0, 4, 11, 15].iter().filter_map(|&i| f.get(i)).sum())
+}
+
+/// Mean latency of the reads of fio's first job (`--output-format=json`), in ns.
+pub fn parse_fio_read_lat_ns(json: &str) -> Option<f64> {
+    // fio may print notes before the JSON document.
+    let v: serde_json::Value = serde_json::from_str(&json[json.find('{')?..]).ok()?;
+    v["jobs"][0]["read"]["lat_ns"]["mean"].as_f64()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +201,32 @@ mod tests {
         let ms = parse_strace_attach_ms(t).unwrap();
         assert!((ms - 17.5).abs() < 1e-6, "{ms}");
         assert_eq!(parse_strace_attach_ms("nothing"), None);
+    }
+
+    #[test]
+    fn parses_kernel_event_counters() {
+        assert_eq!(parse_fdinfo_prog_id("pos:\t0\nflags:\t02000002\nlink_type:\tperf\nlink_id:\t7\nprog_tag:\tab\nprog_id:\t34725\n"), Some(34725));
+        assert_eq!(parse_fdinfo_prog_id("pos:\t0\nflags:\t02\n"), None);
+        assert_eq!(
+            parse_proc_stat_ctxt("cpu  1 2 3\nintr 5 0\nctxt 123456789\nbtime 1\n"),
+            Some(123456789.0)
+        );
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\nUdp: 10 300 40 7 40 0 0 0 0\nUdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n";
+        assert_eq!(parse_snmp_udp_drops(snmp), Some(340.0));
+        assert_eq!(parse_snmp_udp_drops("Ip: a\nIp: 1\n"), None);
+        let stat = "  100 0 800 50 20 0 160 30 0 60 80 5 0 40 0 3 1\n";
+        assert_eq!(parse_block_stat_ios(stat), Some(128.0));
+        assert_eq!(
+            parse_block_stat_ios("100 0 800 50 20 0 160 30 0 60 80\n"),
+            Some(120.0)
+        );
+        assert_eq!(parse_block_stat_ios("x"), None);
+    }
+
+    #[test]
+    fn parses_fio_json() {
+        let out = "note: both iodepth >= 1 and synchronous I/O engine are selected\n{\"fio version\": \"fio-3.33\", \"jobs\": [{\"jobname\": \"tk\", \"read\": {\"total_ios\": 2000, \"lat_ns\": {\"min\": 1, \"max\": 9, \"mean\": 123456.5}}}]}\n";
+        assert_eq!(parse_fio_read_lat_ns(out), Some(123456.5));
+        assert_eq!(parse_fio_read_lat_ns("fio: error"), None);
     }
 }

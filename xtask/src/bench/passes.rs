@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{
     parse::{median, spread},
-    tracer::{bpf_stats_pass, measure, startup_ms, Ready, Sample, Tracer},
+    tracer::{bpf_stats_pass, measure, startup_ms, Sample, Tracer},
     workload::Workload,
 };
 
@@ -90,9 +90,10 @@ pub(super) fn overhead(
 }
 
 /// Where the kernel time goes on one workload, per program (separate pass, bpf_stats on): every
-/// tracekit tracer once per round, interleaved like the overhead pass, medians over the rounds
-/// (one run each was mostly noise: the same program measured 147 and 460 ns per run a minute
-/// apart here). With `calls`, also the kernel time of all a tracer's programs per call.
+/// tracer once per round, interleaved like the overhead pass, medians over the rounds (one run
+/// each was mostly noise: the same program measured 147 and 460 ns per run a minute apart
+/// here). Also the kernel time of all a tracer's programs per event: per event the kernel
+/// counted over the run (`Workload::events`), else per call of `calls`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn kernel_time(
     w: &Workload,
@@ -104,17 +105,19 @@ pub(super) fn kernel_time(
     prog_stats: &mut Vec<Value>,
     per_call: &mut Vec<Value>,
 ) {
-    let tracers: Vec<&Tracer> = tracers
-        .iter()
-        .filter(|t| matches!(t.ready, Ready::JsonMeta))
-        .collect();
-    // (tracer, program) -> (attach, [ns per run], [run count]); tracer -> [ns per call]
+    eprintln!(
+        "bench: kernel time on {} ({} tracers × {rounds} rounds)",
+        w.name(),
+        tracers.len()
+    );
+    // (tracer, program) -> (attach, [ns per run], [run count]); tracer -> [ns per event]
     let mut runs: BTreeMap<(usize, String), ProgRounds> = BTreeMap::new();
     let mut calls_ns: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut events_seen: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for _ in 0..rounds {
         for (i, t) in tracers.iter().enumerate() {
             match bpf_stats_pass(w, t, wl, scratch) {
-                Ok(v) => {
+                Ok((v, events)) => {
                     let mut total = 0.0;
                     for p in v {
                         let e = runs
@@ -127,8 +130,9 @@ pub(super) fn kernel_time(
                         e.2.push(cnt);
                         total += p["run_time_ns"].as_f64().unwrap_or(0.0);
                     }
-                    if let Some(n) = calls {
+                    if let Some(n) = events.or(calls).filter(|n| *n > 0.0) {
                         calls_ns.entry(i).or_default().push(total / n);
+                        events_seen.entry(i).or_default().push(n);
                     }
                 }
                 Err(e) => eprintln!("bench: bpf stats for {}: {e:#}", t.name),
@@ -137,7 +141,7 @@ pub(super) fn kernel_time(
     }
     for ((i, prog), (attach, ns, cnt)) in runs {
         prog_stats.push(json!({
-            "tracer": tracers[i].name, "program": prog, "attach": attach,
+            "workload": w.name(), "tracer": tracers[i].name, "program": prog, "attach": attach,
             "run_cnt": median(&cnt), "ns_per_run": if ns.is_empty() { 0.0 } else { median(&ns) },
             "rounds": ns.len(),
         }));
@@ -145,11 +149,14 @@ pub(super) fn kernel_time(
     for (i, v) in calls_ns {
         let (lo, hi) = spread(&v);
         per_call.push(json!({
+            "workload": w.name(), "event": w.event_name(),
+            "events": events_seen.get(&i).map(|e| median(e)),
             "tracer": tracers[i].name, "ns_per_call": median(&v), "min": lo, "max": hi,
             "rounds": v.len(),
         }));
     }
 }
+
 /// Start-up (exec to the last attach syscall) and exit (the report's last write to the end) of
 /// each case.
 pub(super) fn startup(st_cases: &[(String, Vec<String>)], rounds: usize) -> Result<Vec<Value>> {

@@ -8,6 +8,88 @@ fn fmt_opt(v: &Value, digits: usize) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
+/// The entries of `key` (bpf_stats, bpf_per_call) of one workload (all of them in a document
+/// from before they named their workload, under "").
+fn of_workload<'a>(doc: &'a Value, key: &str, w: &str) -> Vec<&'a Value> {
+    doc[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["workload"].as_str().unwrap_or("") == w)
+        .collect()
+}
+
+/// Per workload: the kernel time per event of each tracer beside its slowdown in the overhead
+/// table, then per program.
+fn kernel_time(m: &mut String, doc: &Value) {
+    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\nKernel time per event is the run time of all a tracer's programs over one workload run, divided by the events the kernel itself counted over that run (context switches from /proc/stat `ctxt`, UDP drops from /proc/net/snmp NoPorts + RcvbufErrors, requests completed by the disk from its `stat`; for fsync, the calls made); the whole machine's events count on both sides. Slowdown is from the overhead table of the same workload.\n\n", doc["rounds"]));
+    let mut workloads: Vec<&str> = Vec::new();
+    for key in ["bpf_per_call", "bpf_stats"] {
+        for x in doc[key].as_array().into_iter().flatten() {
+            let w = x["workload"].as_str().unwrap_or("");
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
+    for w in workloads {
+        if !w.is_empty() {
+            m.push_str(&format!("### {w}\n\n"));
+        }
+        let calls = of_workload(doc, "bpf_per_call", w);
+        if let Some(first) = calls.first() {
+            let event = first["event"].as_str().unwrap_or("fsync call");
+            m.push_str(&format!("| tracer | ns per {event} | spread | × floor | events per run | slowdown |\n|---|---|---|---|---|---|\n"));
+            let floor = calls
+                .iter()
+                .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
+                .and_then(|c| c["ns_per_call"].as_f64());
+            let rows = doc["workloads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|x| x["workload"] == w)
+                .map(|x| &x["rows"]);
+            for c in &calls {
+                let ratio = match (c["ns_per_call"].as_f64(), floor) {
+                    (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
+                    _ => "–".into(),
+                };
+                let slowdown = rows
+                    .and_then(|r| r.as_array())
+                    .into_iter()
+                    .flatten()
+                    .find(|r| r["config"] == c["tracer"])
+                    .map(|r| fmt_opt(&r["slowdown_pct"], 1) + "%")
+                    .unwrap_or_else(|| "–".into());
+                m.push_str(&format!(
+                    "| {} | {} | {}–{} | {} | {} | {} |\n",
+                    c["tracer"].as_str().unwrap_or(""),
+                    fmt_opt(&c["ns_per_call"], 0),
+                    fmt_opt(&c["min"], 0),
+                    fmt_opt(&c["max"], 0),
+                    ratio,
+                    fmt_opt(&c["events"], 0),
+                    slowdown
+                ));
+            }
+            m.push('\n');
+        }
+        m.push_str("| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n");
+        for p in of_workload(doc, "bpf_stats", w) {
+            m.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                p["tracer"].as_str().unwrap_or(""),
+                p["program"].as_str().unwrap_or(""),
+                p["attach"].as_str().unwrap_or(""),
+                fmt_opt(&p["run_cnt"], 0),
+                fmt_opt(&p["ns_per_run"], 0)
+            ));
+        }
+        m.push('\n');
+    }
+}
+
 /// The report as Markdown: one table per workload, then start-up.
 pub fn markdown(doc: &Value) -> String {
     let mut m = String::new();
@@ -57,45 +139,7 @@ pub fn markdown(doc: &Value) -> String {
         }
         m.push('\n');
     }
-    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\n| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n", doc["rounds"]));
-    for p in doc["bpf_stats"].as_array().into_iter().flatten() {
-        m.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            p["tracer"].as_str().unwrap_or(""),
-            p["program"].as_str().unwrap_or(""),
-            p["attach"].as_str().unwrap_or(""),
-            fmt_opt(&p["run_cnt"], 0),
-            fmt_opt(&p["ns_per_run"], 0)
-        ));
-    }
-    m.push('\n');
-    let calls: Vec<&Value> = doc["bpf_per_call"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .collect();
-    if !calls.is_empty() {
-        m.push_str("Kernel time per fsync call, all of a tracer's programs (enter + exit), same hooks, median over the rounds:\n\n| tracer | ns per call | spread | × floor |\n|---|---|---|---|\n");
-        let floor = calls
-            .iter()
-            .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
-            .and_then(|c| c["ns_per_call"].as_f64());
-        for c in &calls {
-            let ratio = match (c["ns_per_call"].as_f64(), floor) {
-                (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
-                _ => "–".into(),
-            };
-            m.push_str(&format!(
-                "| {} | {} | {}–{} | {} |\n",
-                c["tracer"].as_str().unwrap_or(""),
-                fmt_opt(&c["ns_per_call"], 0),
-                fmt_opt(&c["min"], 0),
-                fmt_opt(&c["max"], 0),
-                ratio
-            ));
-        }
-        m.push('\n');
-    }
+    kernel_time(&mut m, doc);
     m.push_str(
         "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
     );
@@ -140,6 +184,11 @@ mod tests {
                 {"config": "tracekit ctxsw", "median": 4.4, "min": 4.3, "max": 4.6, "unit": "us/op", "slowdown_pct": 10.0, "tracer_cpu_ms": 12.0, "rss_kib": 4096.0, "rss_peak_kib": 8192.0, "events_lost": 0, "runs": 5},
                 {"config": "x", "status": "N/A: needs kprobes"}
             ]}],
+            "bpf_per_call": [
+                {"workload": "w1", "event": "context switch", "events": 100000.0, "tracer": "tracekit ctxsw", "ns_per_call": 60.0, "min": 55.0, "max": 70.0, "rounds": 5},
+                {"workload": "w1", "event": "context switch", "events": 100000.0, "tracer": "floor: x", "ns_per_call": 20.0, "min": 19.0, "max": 21.0, "rounds": 5}
+            ],
+            "bpf_stats": [{"workload": "w1", "tracer": "tracekit ctxsw", "program": "tk_ctxsw_switch", "attach": "tp_btf", "run_cnt": 100000.0, "ns_per_run": 60.0, "rounds": 5}],
             "startup": [{"tool": "tracekit", "median_ms": 17.0, "min_ms": 16.0, "max_ms": 18.0, "runs": 5,
                 "exit_median_ms": 2.5, "exit_min_ms": 2.0, "exit_max_ms": 3.0}]
         });
@@ -152,6 +201,17 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("| x | N/A: needs kprobes |"));
+        assert!(
+            m.contains(
+                "| tracer | ns per context switch | spread | × floor | events per run | slowdown |"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("| tracekit ctxsw | 60 | 55–70 | 3.0 | 100000 | 10.0% |"),
+            "{m}"
+        );
+        assert!(m.contains("| tracekit ctxsw | tk_ctxsw_switch | tp_btf | 100000 | 60 |"));
         assert!(
             m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | – | 2.5 ms | 2.0–3.0 ms |"),
             "{m}"

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use super::{
     parse::{
-        parse_proc_stat_cpu_ticks, parse_strace_attach_ms, parse_strace_exit_ms,
-        parse_sum_exec_runtime_ms,
+        parse_fdinfo_prog_id, parse_proc_stat_cpu_ticks, parse_strace_attach_ms,
+        parse_strace_exit_ms, parse_sum_exec_runtime_ms,
     },
     workload::Workload,
 };
@@ -25,7 +25,8 @@ use super::{
 pub(super) enum Ready {
     /// tracekit --json prints a `"type":"meta"` line after attaching.
     JsonMeta,
-    /// A line on stdout containing this text (runqlat: "Tracing", bpftrace: "Attaching").
+    /// A line on stdout or stderr containing this text (runqlat: "Tracing", bpftrace:
+    /// "Attaching", triage: "Triage: watching" on stderr).
     Line(&'static str),
 }
 
@@ -57,18 +58,12 @@ fn start(t: &Tracer) -> Result<Running> {
     let mut child = Command::new(&t.argv[0])
         .args(&t.argv[1..])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", t.name))?;
-    let out = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    forward_lines(child.stdout.take().unwrap(), tx.clone());
+    forward_lines(child.stderr.take().unwrap(), tx);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -87,6 +82,17 @@ fn start(t: &Tracer) -> Result<Running> {
             });
         }
     }
+}
+
+/// Sends every line `from` prints to `tx`, on a thread of its own.
+fn forward_lines(from: impl std::io::Read + Send + 'static, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        for l in BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// utime + stime of `pid` in ms, and (VmRSS, VmHWM) in KiB.
@@ -182,23 +188,25 @@ pub(super) fn measure(
     })
 }
 
-/// Where a tracekit tool's kernel time goes: with `kernel.bpf_stats_enabled=1`, each program's
-/// run count and run time over one workload run (a separate pass: the statistics themselves cost).
+/// Where a tracer's kernel time goes: with `kernel.bpf_stats_enabled=1`, each of its programs'
+/// run count and run time over one workload run (a separate pass: the statistics themselves
+/// cost), and the events the kernel itself counted over the run (`Workload::events`).
 pub(super) fn bpf_stats_pass(
     w: &Workload,
     t: &Tracer,
     wl: &Path,
     scratch: &Path,
-) -> Result<Vec<Value>> {
+) -> Result<(Vec<Value>, Option<f64>)> {
     let set = |v: &str| std::fs::write("/proc/sys/kernel/bpf_stats_enabled", v);
     set("1").context("enabling kernel.bpf_stats_enabled")?;
-    let res = (|| -> Result<Vec<Value>> {
+    let res = (|| -> Result<(Vec<Value>, Option<f64>)> {
         let r = start(t)?;
-        let meta: Value = serde_json::from_str(&r.ready_line).unwrap_or_default();
+        let progs = programs(&r)?;
+        let before = w.events(scratch);
         w.run(wl, scratch)?;
+        let events = before.zip(w.events(scratch)).map(|(a, b)| b - a);
         let mut out = Vec::new();
-        for p in meta["programs"].as_array().into_iter().flatten() {
-            let id = p["id"].as_u64().unwrap_or(0);
+        for (id, name, attach) in progs {
             let o = Command::new("bpftool")
                 .args(["prog", "show", "id", &id.to_string(), "--json"])
                 .output()?;
@@ -208,16 +216,50 @@ pub(super) fn bpf_stats_pass(
                 v["run_cnt"].as_u64().unwrap_or(0),
             );
             out.push(json!({
-                "tracer": t.name, "program": p["name"], "attach": p["attach"],
+                "tracer": t.name,
+                "program": name.unwrap_or_else(|| v["name"].clone()),
+                "attach": attach.unwrap_or_else(|| v["type"].clone()),
                 "run_cnt": cnt, "run_time_ns": ns,
                 "ns_per_run": if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 },
             }));
         }
         stop(r)?;
-        Ok(out)
+        Ok((out, events))
     })();
     let _ = set("0");
     res
+}
+
+/// A program's id, and its name and attach mode where the tracer said them.
+type Program = (u64, Option<Value>, Option<Value>);
+
+/// A running tracer's programs: (id, name, attach mode) from tracekit's meta line, or, for
+/// tracers that print none (the references, triage), every program the process holds an fd of
+/// (`prog_id:` in /proc/<pid>/fdinfo/*: program and link fds), names and types from bpftool.
+fn programs(r: &Running) -> Result<Vec<Program>> {
+    let meta: Value = serde_json::from_str(&r.ready_line).unwrap_or_default();
+    if let Some(ps) = meta["programs"].as_array() {
+        return Ok(ps
+            .iter()
+            .map(|p| {
+                (
+                    p["id"].as_u64().unwrap_or(0),
+                    Some(p["name"].clone()),
+                    Some(p["attach"].clone()),
+                )
+            })
+            .collect());
+    }
+    let dir = format!("/proc/{}/fdinfo", r.child.id());
+    let mut ids = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(&dir).with_context(|| dir.clone())? {
+        let text = std::fs::read_to_string(e?.path()).unwrap_or_default();
+        ids.extend(parse_fdinfo_prog_id(&text));
+    }
+    if ids.is_empty() {
+        bail!("no BPF program fd in {dir}");
+    }
+    Ok(ids.into_iter().map(|id| (id, None, None)).collect())
 }
 
 /// Per run: (exec to the last attach, the report's last write to the process's end), in ms.
