@@ -2,6 +2,7 @@
 //! stop it with SIGINT; its CPU time and memory, its programs' kernel time, its start-up.
 
 use std::{
+    collections::BTreeSet,
     io::{BufRead, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
@@ -75,6 +76,11 @@ fn start(t: &Tracer) -> Result<Running> {
             Ready::Line(s) => line.contains(s),
         };
         if ok {
+            if !matches!(t.ready, Ready::JsonMeta) {
+                // bpftrace says "Attaching" before it loads and attaches: wait until the
+                // process holds its programs and the set has stopped growing.
+                settle_programs(child.id(), deadline);
+            }
             return Ok(Running {
                 child,
                 lines: rx,
@@ -250,16 +256,37 @@ fn programs(r: &Running) -> Result<Vec<Program>> {
             })
             .collect());
     }
-    let dir = format!("/proc/{}/fdinfo", r.child.id());
-    let mut ids = std::collections::BTreeSet::new();
-    for e in std::fs::read_dir(&dir).with_context(|| dir.clone())? {
-        let text = std::fs::read_to_string(e?.path()).unwrap_or_default();
-        ids.extend(parse_fdinfo_prog_id(&text));
-    }
+    let ids = prog_ids(r.child.id());
     if ids.is_empty() {
-        bail!("no BPF program fd in {dir}");
+        bail!("no BPF program fd in /proc/{}/fdinfo", r.child.id());
     }
     Ok(ids.into_iter().map(|id| (id, None, None)).collect())
+}
+
+/// The ids of the BPF programs `pid` holds a program or link fd of.
+fn prog_ids(pid: u32) -> BTreeSet<u64> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|text| parse_fdinfo_prog_id(&text))
+        .collect()
+}
+
+/// Waits (until `deadline`) for `pid` to hold programs, the same set for 300 ms.
+fn settle_programs(pid: u32, deadline: Instant) {
+    let mut last = BTreeSet::new();
+    let mut since = Instant::now();
+    while Instant::now() < deadline {
+        let now = prog_ids(pid);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if !last.is_empty() && since.elapsed() >= Duration::from_millis(300) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Per run: (exec to the last attach, the report's last write to the process's end), in ms.
