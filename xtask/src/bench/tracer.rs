@@ -29,6 +29,8 @@ pub(super) enum Ready {
     /// A line on stdout or stderr containing this text (runqlat: "Tracing", bpftrace:
     /// "Attaching", triage: "Triage: watching" on stderr).
     Line(&'static str),
+    /// Not measurable on this host, and why (the row reads N/A with the reason).
+    NotHere(&'static str),
 }
 
 #[derive(Clone, Debug)]
@@ -56,6 +58,9 @@ struct Running {
 }
 
 fn start(t: &Tracer) -> Result<Running> {
+    if let Ready::NotHere(why) = t.ready {
+        bail!("{why}");
+    }
     let mut child = Command::new(&t.argv[0])
         .args(&t.argv[1..])
         .stdout(Stdio::piped())
@@ -74,6 +79,7 @@ fn start(t: &Tracer) -> Result<Running> {
         let ok = match &t.ready {
             Ready::JsonMeta => line.contains("\"type\":\"meta\""),
             Ready::Line(s) => line.contains(s),
+            Ready::NotHere(_) => false,
         };
         if ok {
             if !matches!(t.ready, Ready::JsonMeta) {
