@@ -57,6 +57,17 @@ struct Running {
     ready_line: String,
 }
 
+/// A tracer dropped without `stop` (a pass that failed half-way) is killed and reaped: left
+/// running, its programs would weigh on every later measurement.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn start(t: &Tracer) -> Result<Running> {
     if let Ready::NotHere(why) = t.ready {
         bail!("{why}");
@@ -70,10 +81,17 @@ fn start(t: &Tracer) -> Result<Running> {
     let (tx, rx) = mpsc::channel();
     forward_lines(child.stdout.take().unwrap(), tx.clone());
     forward_lines(child.stderr.take().unwrap(), tx);
+    // Owned by a Running from here on, so an early return kills it.
+    let mut r = Running {
+        child,
+        lines: rx,
+        ready_line: String::new(),
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx
+        let line = r
+            .lines
             .recv_timeout(left)
             .map_err(|_| anyhow::anyhow!("{} did not report attaching", t.name))?;
         let ok = match &t.ready {
@@ -85,13 +103,10 @@ fn start(t: &Tracer) -> Result<Running> {
             if !matches!(t.ready, Ready::JsonMeta) {
                 // bpftrace says "Attaching" before it loads and attaches: wait until the
                 // process holds its programs and the set has stopped growing.
-                settle_programs(child.id(), deadline);
+                settle_programs(r.child.id(), deadline);
             }
-            return Ok(Running {
-                child,
-                lines: rx,
-                ready_line: line,
-            });
+            r.ready_line = line;
+            return Ok(r);
         }
     }
 }
