@@ -159,10 +159,17 @@ fn stop(mut r: Running) -> Result<Vec<String>> {
     // SAFETY: signals our own child.
     unsafe { libc::kill(r.child.id() as i32, libc::SIGINT) };
     let deadline = Instant::now() + Duration::from_secs(15);
+    let mut again = Instant::now() + Duration::from_secs(1);
     while r.child.try_wait()?.is_none() {
         if Instant::now() > deadline {
             let _ = r.child.kill();
             bail!("tracer did not exit on SIGINT");
+        }
+        if Instant::now() > again {
+            // bpftrace under load now and then misses the first one.
+            // SAFETY: signals our own child, not yet reaped.
+            unsafe { libc::kill(r.child.id() as i32, libc::SIGINT) };
+            again += Duration::from_secs(1);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
