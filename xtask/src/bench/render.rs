@@ -60,7 +60,8 @@ fn kernel_time(m: &mut String, doc: &Value) {
                     .into_iter()
                     .flatten()
                     .find(|r| r["config"] == c["tracer"])
-                    .map(|r| fmt_opt(&r["slowdown_pct"], 1) + "%")
+                    .and_then(|r| r["slowdown_pct"].as_f64())
+                    .map(|x| format!("{x:.1}%"))
                     .unwrap_or_else(|| "–".into());
                 m.push_str(&format!(
                     "| {} | {} | {}–{} | {} | {} | {} |\n",
