@@ -1,0 +1,221 @@
+//! docs/benchmarks.md from the measurements (docs/benchmarks.json).
+
+use serde_json::Value;
+
+fn fmt_opt(v: &Value, digits: usize) -> String {
+    v.as_f64()
+        .map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+/// The entries of `key` (bpf_stats, bpf_per_call) of one workload (all of them in a document
+/// from before they named their workload, under "").
+fn of_workload<'a>(doc: &'a Value, key: &str, w: &str) -> Vec<&'a Value> {
+    doc[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["workload"].as_str().unwrap_or("") == w)
+        .collect()
+}
+
+/// Per workload: the kernel time per event of each tracer beside its slowdown in the overhead
+/// table, then per program.
+fn kernel_time(m: &mut String, doc: &Value) {
+    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\nKernel time per event is the run time of all a tracer's programs over one workload run, divided by the events the kernel itself counted over that run (context switches from /proc/stat `ctxt`, UDP drops from /proc/net/snmp NoPorts + RcvbufErrors, requests completed by the disk from its `stat`; for fsync, the calls made); the whole machine's events count on both sides. Slowdown is from the overhead table of the same workload.\n\n", doc["rounds"]));
+    let mut workloads: Vec<&str> = Vec::new();
+    for key in ["bpf_per_call", "bpf_stats"] {
+        for x in doc[key].as_array().into_iter().flatten() {
+            let w = x["workload"].as_str().unwrap_or("");
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
+    for w in workloads {
+        if !w.is_empty() {
+            m.push_str(&format!("### {w}\n\n"));
+        }
+        let calls = of_workload(doc, "bpf_per_call", w);
+        if let Some(first) = calls.first() {
+            let event = first["event"].as_str().unwrap_or("fsync call");
+            m.push_str(&format!("| tracer | ns per {event} | spread | × floor | events per run | slowdown |\n|---|---|---|---|---|---|\n"));
+            let floor = calls
+                .iter()
+                .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
+                .and_then(|c| c["ns_per_call"].as_f64());
+            let rows = doc["workloads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|x| x["workload"] == w)
+                .map(|x| &x["rows"]);
+            for c in &calls {
+                let ratio = match (c["ns_per_call"].as_f64(), floor) {
+                    (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
+                    _ => "–".into(),
+                };
+                let slowdown = rows
+                    .and_then(|r| r.as_array())
+                    .into_iter()
+                    .flatten()
+                    .find(|r| r["config"] == c["tracer"])
+                    .and_then(|r| r["slowdown_pct"].as_f64())
+                    .map(|x| format!("{x:.1}%"))
+                    .unwrap_or_else(|| "–".into());
+                m.push_str(&format!(
+                    "| {} | {} | {}–{} | {} | {} | {} |\n",
+                    c["tracer"].as_str().unwrap_or(""),
+                    fmt_opt(&c["ns_per_call"], 0),
+                    fmt_opt(&c["min"], 0),
+                    fmt_opt(&c["max"], 0),
+                    ratio,
+                    fmt_opt(&c["events"], 0),
+                    slowdown
+                ));
+            }
+            m.push('\n');
+        }
+        m.push_str("| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n");
+        for p in of_workload(doc, "bpf_stats", w) {
+            m.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                p["tracer"].as_str().unwrap_or(""),
+                p["program"].as_str().unwrap_or(""),
+                p["attach"].as_str().unwrap_or(""),
+                fmt_opt(&p["run_cnt"], 0),
+                fmt_opt(&p["ns_per_run"], 0)
+            ));
+        }
+        m.push('\n');
+    }
+}
+
+/// The report as Markdown: one table per workload, then start-up.
+pub fn markdown(doc: &Value) -> String {
+    let mut m = String::new();
+    m.push_str("# tracekit benchmarks\n\n");
+    m.push_str(&format!(
+        "Measured {} on {} ({} CPUs, kernel {}) by `cargo xtask bench{}`, {} rounds, {} s.\n\n",
+        doc["date"].as_str().unwrap_or(""),
+        doc["machine"]["cpu"].as_str().unwrap_or(""),
+        doc["machine"]["cpus"],
+        doc["machine"]["kernel"].as_str().unwrap_or(""),
+        if doc["quick"] == true { " --quick" } else { "" },
+        doc["rounds"],
+        doc["wall_s"],
+    ));
+    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
+    for w in doc["workloads"].as_array().into_iter().flatten() {
+        m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
+        m.push_str("| configuration | median | spread | slowdown | tracer CPU | RSS / peak | events lost |\n|---|---|---|---|---|---|---|\n");
+        for r in w["rows"].as_array().into_iter().flatten() {
+            if r["median"].is_null() {
+                m.push_str(&format!(
+                    "| {} | {} | | | | | |\n",
+                    r["config"].as_str().unwrap_or(""),
+                    r["status"].as_str().unwrap_or("")
+                ));
+                continue;
+            }
+            let unit = r["unit"].as_str().unwrap_or("");
+            let rss = match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
+                (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
+                _ => "–".into(),
+            };
+            m.push_str(&format!(
+                "| {} | {} {unit} | {}–{} | {}% | {} ms | {} | {} |\n",
+                r["config"].as_str().unwrap_or(""),
+                fmt_opt(&r["median"], 2),
+                fmt_opt(&r["min"], 2),
+                fmt_opt(&r["max"], 2),
+                fmt_opt(&r["slowdown_pct"], 1),
+                fmt_opt(&r["tracer_cpu_ms"], 2),
+                rss,
+                r["events_lost"]
+                    .as_u64()
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "–".into()),
+            ));
+        }
+        m.push('\n');
+    }
+    kernel_time(&mut m, doc);
+    m.push_str(
+        "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
+    );
+    let runqlat = doc["startup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["tool"] == "libbpf-tools runqlat")
+        .and_then(|s| s["median_ms"].as_f64());
+    for s in doc["startup"].as_array().into_iter().flatten() {
+        let ratio = match (s["median_ms"].as_f64(), runqlat) {
+            (Some(a), Some(r)) if r > 0.0 => format!("{:.2}", a / r),
+            _ => "–".into(),
+        };
+        m.push_str(&format!(
+            "| {} | {} ms | {}–{} ms | {} | {} ms | {}–{} ms |\n",
+            s["tool"].as_str().unwrap_or(""),
+            fmt_opt(&s["median_ms"], 1),
+            fmt_opt(&s["min_ms"], 1),
+            fmt_opt(&s["max_ms"], 1),
+            ratio,
+            fmt_opt(&s["exit_median_ms"], 1),
+            fmt_opt(&s["exit_min_ms"], 1),
+            fmt_opt(&s["exit_max_ms"], 1)
+        ));
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn markdown_has_a_table_per_workload() {
+        let doc = json!({
+            "date": "2026-11-29", "machine": {"cpu": "x", "cpus": 2, "kernel": "6.18"}, "quick": true, "rounds": 5, "wall_s": 100,
+            "workloads": [{"workload": "w1", "rows": [
+                {"config": "nothing traced", "median": 4.0, "min": 3.9, "max": 4.2, "unit": "us/op", "slowdown_pct": 0.0, "runs": 5},
+                {"config": "tracekit ctxsw", "median": 4.4, "min": 4.3, "max": 4.6, "unit": "us/op", "slowdown_pct": 10.0, "tracer_cpu_ms": 12.0, "rss_kib": 4096.0, "rss_peak_kib": 8192.0, "events_lost": 0, "runs": 5},
+                {"config": "x", "status": "N/A: needs kprobes"}
+            ]}],
+            "bpf_per_call": [
+                {"workload": "w1", "event": "context switch", "events": 100000.0, "tracer": "tracekit ctxsw", "ns_per_call": 60.0, "min": 55.0, "max": 70.0, "rounds": 5},
+                {"workload": "w1", "event": "context switch", "events": 100000.0, "tracer": "floor: x", "ns_per_call": 20.0, "min": 19.0, "max": 21.0, "rounds": 5}
+            ],
+            "bpf_stats": [{"workload": "w1", "tracer": "tracekit ctxsw", "program": "tk_ctxsw_switch", "attach": "tp_btf", "run_cnt": 100000.0, "ns_per_run": 60.0, "rounds": 5}],
+            "startup": [{"tool": "tracekit", "median_ms": 17.0, "min_ms": 16.0, "max_ms": 18.0, "runs": 5,
+                "exit_median_ms": 2.5, "exit_min_ms": 2.0, "exit_max_ms": 3.0}]
+        });
+        let m = markdown(&doc);
+        assert!(m.contains("## w1"));
+        assert!(
+            m.contains(
+                "| tracekit ctxsw | 4.40 us/op | 4.30–4.60 | 10.0% | 12.00 ms | 4.0 / 8.0 MiB | 0 |"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("| x | N/A: needs kprobes |"));
+        assert!(
+            m.contains(
+                "| tracer | ns per context switch | spread | × floor | events per run | slowdown |"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("| tracekit ctxsw | 60 | 55–70 | 3.0 | 100000 | 10.0% |"),
+            "{m}"
+        );
+        assert!(m.contains("| tracekit ctxsw | tk_ctxsw_switch | tp_btf | 100000 | 60 |"));
+        assert!(
+            m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | – | 2.5 ms | 2.0–3.0 ms |"),
+            "{m}"
+        );
+    }
+}

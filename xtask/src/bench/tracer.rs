@@ -1,0 +1,356 @@
+//! Running a tracer around a workload: start it, wait until it says it is attached, measure,
+//! stop it with SIGINT; its CPU time and memory, its programs' kernel time, its start-up.
+
+use std::{
+    collections::BTreeSet,
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::{json, Value};
+
+use super::{
+    parse::{
+        parse_fdinfo_prog_id, parse_proc_stat_cpu_ticks, parse_strace_attach_ms,
+        parse_strace_exit_ms, parse_sum_exec_runtime_ms,
+    },
+    workload::Workload,
+};
+
+/// How to tell a tracer has attached.
+#[derive(Clone, Debug)]
+pub(super) enum Ready {
+    /// tracekit --json prints a `"type":"meta"` line after attaching.
+    JsonMeta,
+    /// A line on stdout or stderr containing this text (runqlat: "Tracing", bpftrace:
+    /// "Attaching", triage: "Triage: watching" on stderr).
+    Line(&'static str),
+    /// Not measurable on this host, and why (the row reads N/A with the reason).
+    NotHere(&'static str),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Tracer {
+    pub(super) name: String,
+    pub(super) argv: Vec<String>,
+    pub(super) ready: Ready,
+}
+
+/// One measurement of one configuration.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Sample {
+    pub(super) metric: f64,
+    pub(super) cpu_ms: Option<f64>,
+    pub(super) rss_kib: Option<u64>,
+    pub(super) hwm_kib: Option<u64>,
+    pub(super) lost: Option<u64>,
+}
+
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// The line that said the tracer is attached (tracekit's meta line lists program ids).
+    ready_line: String,
+}
+
+/// A tracer dropped without `stop` (a pass that failed half-way) is killed and reaped: left
+/// running, its programs would weigh on every later measurement.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn start(t: &Tracer) -> Result<Running> {
+    if let Ready::NotHere(why) = t.ready {
+        bail!("{why}");
+    }
+    let mut child = Command::new(&t.argv[0])
+        .args(&t.argv[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", t.name))?;
+    let (tx, rx) = mpsc::channel();
+    forward_lines(child.stdout.take().unwrap(), tx.clone());
+    forward_lines(child.stderr.take().unwrap(), tx);
+    // Owned by a Running from here on, so an early return kills it.
+    let mut r = Running {
+        child,
+        lines: rx,
+        ready_line: String::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = r
+            .lines
+            .recv_timeout(left)
+            .map_err(|_| anyhow::anyhow!("{} did not report attaching", t.name))?;
+        let ok = match &t.ready {
+            Ready::JsonMeta => line.contains("\"type\":\"meta\""),
+            Ready::Line(s) => line.contains(s),
+            Ready::NotHere(_) => false,
+        };
+        if ok {
+            if !matches!(t.ready, Ready::JsonMeta) {
+                // bpftrace says "Attaching" before it loads and attaches: wait until the
+                // process holds its programs and the set has stopped growing.
+                settle_programs(r.child.id(), deadline);
+            }
+            r.ready_line = line;
+            return Ok(r);
+        }
+    }
+}
+
+/// Sends every line `from` prints to `tx`, on a thread of its own.
+fn forward_lines(from: impl std::io::Read + Send + 'static, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        for l in BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// utime + stime of `pid` in ms, and (VmRSS, VmHWM) in KiB.
+fn usage(pid: u32) -> (Option<f64>, Option<u64>, Option<u64>) {
+    // se.sum_exec_runtime in /proc/<pid>/sched is time on CPU in ms with ns precision, and is
+    // kept even where schedstats are off (then /proc/<pid>/schedstat reads 0); utime+stime in
+    // /proc/<pid>/stat (10 ms ticks) is the fallback.
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/sched"))
+        .ok()
+        .and_then(|s| parse_sum_exec_runtime_ms(&s))
+        .or_else(|| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_proc_stat_cpu_ticks(&stat).map(|t| t as f64 * 1000.0 / clk_tck())
+        });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    (cpu, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn stop(mut r: Running) -> Result<Vec<String>> {
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(r.child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut again = Instant::now() + Duration::from_secs(1);
+    while r.child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = r.child.kill();
+            bail!("tracer did not exit on SIGINT");
+        }
+        if Instant::now() > again {
+            // bpftrace under load now and then misses the first one.
+            // SAFETY: signals our own child, not yet reaped.
+            unsafe { libc::kill(r.child.id() as i32, libc::SIGINT) };
+            again += Duration::from_secs(1);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut lines = Vec::new();
+    while let Ok(l) = r.lines.recv_timeout(Duration::from_millis(300)) {
+        lines.push(l);
+    }
+    Ok(lines)
+}
+
+pub(super) fn measure(
+    w: &Workload,
+    t: Option<&Tracer>,
+    wl: &Path,
+    scratch: &Path,
+) -> Result<Sample> {
+    let Some(t) = t else {
+        return Ok(Sample {
+            metric: w.run(wl, scratch)?,
+            ..Default::default()
+        });
+    };
+    let r = start(t)?;
+    let pid = r.child.id();
+    let (cpu0, _, _) = usage(pid);
+    let metric = w.run(wl, scratch)?;
+    let (cpu1, rss, hwm) = usage(pid);
+    let lines = stop(r)?;
+    // tracekit reports what it could not record in its stats lines.
+    let lost = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "stats")
+        // Only where the tracer reports its losses: a tool without the counters (the floor)
+        // gets "–", not a 0 nobody measured.
+        .filter_map(|v| {
+            let ks: Vec<u64> = ["start_map_full", "ringbuf_full"]
+                .iter()
+                .filter_map(|k| v[*k].as_u64())
+                .collect();
+            (!ks.is_empty()).then(|| ks.iter().sum::<u64>())
+        })
+        .reduce(|a, b| a + b);
+    Ok(Sample {
+        metric,
+        cpu_ms: cpu1.zip(cpu0).map(|(a, b)| a - b),
+        rss_kib: rss,
+        hwm_kib: hwm,
+        lost,
+    })
+}
+
+/// Where a tracer's kernel time goes: with `kernel.bpf_stats_enabled=1`, each of its programs'
+/// run count and run time over one workload run (a separate pass: the statistics themselves
+/// cost), and the events the kernel itself counted over the run (`Workload::events`).
+pub(super) fn bpf_stats_pass(
+    w: &Workload,
+    t: &Tracer,
+    wl: &Path,
+    scratch: &Path,
+) -> Result<(Vec<Value>, Option<f64>)> {
+    let set = |v: &str| std::fs::write("/proc/sys/kernel/bpf_stats_enabled", v);
+    set("1").context("enabling kernel.bpf_stats_enabled")?;
+    let res = (|| -> Result<(Vec<Value>, Option<f64>)> {
+        let r = start(t)?;
+        let progs = programs(&r)?;
+        let before = w.events(scratch);
+        w.run(wl, scratch)?;
+        let events = before.zip(w.events(scratch)).map(|(a, b)| b - a);
+        let mut out = Vec::new();
+        for (id, name, attach) in progs {
+            let o = Command::new("bpftool")
+                .args(["prog", "show", "id", &id.to_string(), "--json"])
+                .output()?;
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let (ns, cnt) = (
+                v["run_time_ns"].as_u64().unwrap_or(0),
+                v["run_cnt"].as_u64().unwrap_or(0),
+            );
+            out.push(json!({
+                "tracer": t.name,
+                "program": name.unwrap_or_else(|| v["name"].clone()),
+                "attach": attach.unwrap_or_else(|| v["type"].clone()),
+                "run_cnt": cnt, "run_time_ns": ns,
+                "ns_per_run": if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 },
+            }));
+        }
+        stop(r)?;
+        Ok((out, events))
+    })();
+    let _ = set("0");
+    res
+}
+
+/// A program's id, and its name and attach mode where the tracer said them.
+type Program = (u64, Option<Value>, Option<Value>);
+
+/// A running tracer's programs: (id, name, attach mode) from tracekit's meta line, or, for
+/// tracers that print none (the references, triage), every program the process holds an fd of
+/// (`prog_id:` in /proc/<pid>/fdinfo/*: program and link fds), names and types from bpftool.
+fn programs(r: &Running) -> Result<Vec<Program>> {
+    let meta: Value = serde_json::from_str(&r.ready_line).unwrap_or_default();
+    if let Some(ps) = meta["programs"].as_array() {
+        return Ok(ps
+            .iter()
+            .map(|p| {
+                (
+                    p["id"].as_u64().unwrap_or(0),
+                    Some(p["name"].clone()),
+                    Some(p["attach"].clone()),
+                )
+            })
+            .collect());
+    }
+    let ids = prog_ids(r.child.id());
+    if ids.is_empty() {
+        bail!("no BPF program fd in /proc/{}/fdinfo", r.child.id());
+    }
+    Ok(ids.into_iter().map(|id| (id, None, None)).collect())
+}
+
+/// The ids of the BPF programs `pid` holds a program or link fd of.
+fn prog_ids(pid: u32) -> BTreeSet<u64> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|text| parse_fdinfo_prog_id(&text))
+        .collect()
+}
+
+/// Waits (until `deadline`) for `pid` to hold programs, the same set for 300 ms.
+fn settle_programs(pid: u32, deadline: Instant) {
+    let mut last = BTreeSet::new();
+    let mut since = Instant::now();
+    while Instant::now() < deadline {
+        let now = prog_ids(pid);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if !last.is_empty() && since.elapsed() >= Duration::from_millis(300) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Per run: (exec to the last attach, the report's last write to the process's end), in ms.
+pub(super) fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<(f64, Option<f64>)>> {
+    let mut out = Vec::new();
+    for i in 0..runs {
+        let f = std::env::temp_dir().join(format!("tk-bench-strace-{i}"));
+        let st = Command::new("strace")
+            .args([
+                "-f",
+                "-ttt",
+                "--seccomp-bpf",
+                "-e",
+                "trace=execve,bpf,ioctl,write,exit_group",
+                "-o",
+            ])
+            .arg(&f)
+            .args(argv)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        let _ = st;
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if let Some(ms) = parse_strace_attach_ms(&text) {
+            out.push((ms, parse_strace_exit_ms(&text)));
+        }
+        let _ = std::fs::remove_file(f);
+    }
+    Ok(out)
+}
+
+pub(super) fn tracekit_has(bin: &Path, tool: &str) -> bool {
+    Command::new(bin)
+        .args([tool, "--help"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

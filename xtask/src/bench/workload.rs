@@ -1,0 +1,254 @@
+//! The workloads the benchmark times, each run once per call with its metric (lower is better).
+
+use std::{
+    net::UdpSocket,
+    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    path::Path,
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::Value;
+
+use super::parse::{
+    parse_block_stat_ios, parse_fio_read_lat_ns, parse_perf_pipe, parse_proc_stat_ctxt,
+    parse_snmp_udp_drops, parse_stress_ng,
+};
+
+#[derive(Clone, Debug)]
+pub(super) enum Workload {
+    /// `perf bench sched pipe -l N`, optionally pinned to CPU 1. Metric: µs per op.
+    Pipe { loops: u32, pinned: bool },
+    /// `stress-ng --switch 2 -t S`. Metric: ns per bogo op (1e9 / ops per second).
+    SwitchStorm { secs: u32 },
+    /// `tk-workload fsync PATH N 0`. Metric: mean ns per fsync.
+    Fsync { n: u32 },
+    /// `tk-workload compact`, N times (each compacts every zone). Metric: ns per compaction run.
+    Compaction { n: u32 },
+    /// `taskset -c 1 perf bench syscall basic -l N` (getppid): what every syscall pays while a
+    /// syscall tracer runs. Metric: ns per syscall.
+    Syscalls { loops: u32 },
+    /// UDP datagrams on loopback the kernel drops (`skb:kfree_skb`): `n / 2` of 32 bytes to a
+    /// closed port (NO_SOCKET), `n / 2` to a receiver with a 1 KiB buffer that never reads
+    /// (SOCKET_RCVBUFF), sent by `tk-workload net-rx-send`. Metric: ns per datagram.
+    UdpDrops { n: u32 },
+    /// `fio` 4 KiB random reads, O_DIRECT, one at a time, `n` of them, on a 64 MiB scratch file
+    /// on the work tree's disk. Metric: mean ns per read.
+    BlockRead { n: u32 },
+}
+
+impl Workload {
+    pub(super) fn name(&self) -> String {
+        match self {
+            Workload::Pipe {
+                loops,
+                pinned: true,
+            } => format!("taskset -c 1 perf bench sched pipe -l {loops}"),
+            Workload::Pipe {
+                loops,
+                pinned: false,
+            } => format!("perf bench sched pipe -l {loops} (unpinned)"),
+            Workload::SwitchStorm { secs } => format!("stress-ng --switch 2 -t {secs}"),
+            Workload::Fsync { n } => {
+                format!("fsync loop: {n} × (write 4 KiB + fsync) on the work tree")
+            }
+            Workload::Compaction { n } => {
+                format!("compaction loop: {n} × echo 1 > /proc/sys/vm/compact_memory")
+            }
+            Workload::Syscalls { loops } => {
+                format!("taskset -c 1 perf bench syscall basic -l {loops} (getppid, not traced)")
+            }
+            Workload::UdpDrops { n } => format!(
+                "UDP drops on loopback: {n} datagrams, half to a closed port, half to a full 1 KiB receive buffer"
+            ),
+            Workload::BlockRead { n } => format!(
+                "fio randread 4 KiB O_DIRECT iodepth 1: {n} reads of a scratch file on the work tree's disk"
+            ),
+        }
+    }
+
+    pub(super) fn unit(&self) -> &'static str {
+        match self {
+            Workload::Pipe { .. } => "us/op",
+            Workload::SwitchStorm { .. } => "ns/switch-op",
+            Workload::Fsync { .. } => "ns/fsync",
+            Workload::Compaction { .. } => "ns/compaction",
+            Workload::Syscalls { .. } => "ns/syscall",
+            Workload::UdpDrops { .. } => "ns/datagram",
+            Workload::BlockRead { .. } => "ns/read",
+        }
+    }
+
+    /// Runs once; returns the metric (lower is better).
+    pub(super) fn run(&self, workload_bin: &Path, scratch: &Path) -> Result<f64> {
+        match self {
+            Workload::Pipe { loops, pinned } => {
+                let mut c = if *pinned {
+                    let mut c = Command::new("taskset");
+                    c.args(["-c", "1", "perf"]);
+                    c
+                } else {
+                    Command::new("perf")
+                };
+                c.args(["bench", "sched", "pipe", "-l", &loops.to_string()]);
+                let out = c.output().context("perf bench sched pipe")?;
+                parse_perf_pipe(&String::from_utf8_lossy(&out.stdout))
+                    .context("parsing perf bench output")
+            }
+            Workload::SwitchStorm { secs } => {
+                let out = Command::new("stress-ng")
+                    .args(["--switch", "2", "-t", &secs.to_string(), "--metrics-brief"])
+                    .output()
+                    .context("stress-ng")?;
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let ops = parse_stress_ng(&text).context("parsing stress-ng output")?;
+                Ok(1e9 / ops)
+            }
+            Workload::Fsync { n } => {
+                let out = Command::new(workload_bin)
+                    .args([
+                        "fsync",
+                        scratch.join("bench-fsync").to_str().unwrap(),
+                        &n.to_string(),
+                        "0",
+                    ])
+                    .output()?;
+                let v: Value = serde_json::from_slice(&out.stdout).context("tk-workload output")?;
+                let ns: Vec<f64> = v["fsync_ns"]
+                    .as_array()
+                    .context("fsync_ns")?
+                    .iter()
+                    .filter_map(Value::as_f64)
+                    .collect();
+                Ok(ns.iter().sum::<f64>() / ns.len().max(1) as f64)
+            }
+            Workload::Syscalls { loops } => {
+                let out = Command::new("taskset")
+                    .args(["-c", "1", "perf", "bench", "syscall", "basic", "-l"])
+                    .arg(loops.to_string())
+                    .output()
+                    .context("perf bench syscall basic")?;
+                let us = parse_perf_pipe(&String::from_utf8_lossy(&out.stdout))
+                    .context("parsing perf bench syscall output")?;
+                Ok(us * 1000.0)
+            }
+            Workload::UdpDrops { n } => udp_drops(*n, workload_bin),
+            Workload::BlockRead { n } => {
+                let out = Command::new("fio")
+                    .args([
+                        "--name=tk-bench",
+                        "--rw=randread",
+                        "--bs=4k",
+                        "--direct=1",
+                        "--ioengine=psync",
+                        "--iodepth=1",
+                        "--size=64M",
+                        "--output-format=json",
+                    ])
+                    .arg(format!("--number_ios={n}"))
+                    .arg(format!(
+                        "--filename={}",
+                        scratch.join("bench-fio").display()
+                    ))
+                    .output()
+                    .context("fio")?;
+                parse_fio_read_lat_ns(&String::from_utf8_lossy(&out.stdout))
+                    .context("parsing fio output")
+            }
+            Workload::Compaction { n } => {
+                let mut total = 0.0;
+                for _ in 0..*n {
+                    let out = Command::new(workload_bin).arg("compact").output()?;
+                    let v: Value = serde_json::from_slice(&out.stdout)
+                        .context("tk-workload compact output")?;
+                    total += v["wall_ns"].as_f64().context("wall_ns")?;
+                }
+                Ok(total / f64::from((*n).max(1)))
+            }
+        }
+    }
+}
+
+impl Workload {
+    /// What the kernel itself has counted so far of the events this workload makes (the
+    /// denominator of kernel time per event): context switches (/proc/stat `ctxt`), UDP drops
+    /// (/proc/net/snmp NoPorts + RcvbufErrors), requests completed by the scratch file's disk.
+    /// Everything else on the machine counts too, in the tracers' run time as here. `None`
+    /// where the kernel keeps no such count (fsync calls: the workload's own count is used).
+    pub(super) fn events(&self, scratch: &Path) -> Option<f64> {
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        match self {
+            Workload::Pipe { .. } | Workload::SwitchStorm { .. } => {
+                parse_proc_stat_ctxt(&read("/proc/stat")?)
+            }
+            Workload::UdpDrops { .. } => parse_snmp_udp_drops(&read("/proc/net/snmp")?),
+            Workload::BlockRead { .. } => {
+                let dev = std::fs::metadata(scratch).ok()?.dev();
+                let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
+                // A partition's I/O is its disk's; the tracers see the disk's requests.
+                let stat = if Path::new(&sys).join("partition").exists() {
+                    format!("{sys}/../stat")
+                } else {
+                    format!("{sys}/stat")
+                };
+                parse_block_stat_ios(&read(&stat)?)
+            }
+            Workload::Fsync { .. } | Workload::Compaction { .. } | Workload::Syscalls { .. } => {
+                None
+            }
+        }
+    }
+
+    /// What one event is, for the kernel-time table.
+    pub(super) fn event_name(&self) -> &'static str {
+        match self {
+            Workload::Pipe { .. } | Workload::SwitchStorm { .. } => "context switch",
+            Workload::UdpDrops { .. } => "dropped datagram",
+            Workload::BlockRead { .. } => "block request",
+            Workload::Fsync { .. } => "fsync call",
+            Workload::Compaction { .. } => "compaction run",
+            Workload::Syscalls { .. } => "syscall",
+        }
+    }
+}
+
+/// Half the datagrams to a closed port, half to a full receiver; ns per datagram sent.
+fn udp_drops(n: u32, workload_bin: &Path) -> Result<f64> {
+    // Bound, then released: nobody listens there.
+    let closed = UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port();
+    let full = UdpSocket::bind("127.0.0.1:0")?;
+    let small: libc::c_int = 1024;
+    // SAFETY: setsockopt on a socket we own, with a c_int option value that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            full.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const small).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        bail!("SO_RCVBUF: {}", std::io::Error::last_os_error());
+    }
+    let t0 = Instant::now();
+    let mut sent = 0.0;
+    for port in [closed, full.local_addr()?.port()] {
+        let out = Command::new(workload_bin)
+            .args(["net-rx-send", &port.to_string(), &(n / 2).to_string(), "32"])
+            .output()
+            .context("tk-workload net-rx-send")?;
+        let v: Value =
+            serde_json::from_slice(&out.stdout).context("tk-workload net-rx-send output")?;
+        sent += v["sent"].as_f64().context("sent")?;
+    }
+    if sent == 0.0 {
+        bail!("no datagram sent");
+    }
+    Ok(t0.elapsed().as_nanos() as f64 / sent)
+}
