@@ -11,6 +11,11 @@ use std::{
 use serde_json::{json, Value};
 use tracekit_tests::*;
 
+/// io-lat's loop devices and fio runner, shared rather than copied.
+#[path = "io_lat/fixtures.rs"]
+#[allow(dead_code)]
+mod io;
+
 /// Incidents overlap if run at once (each is "the" culprit of the node): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -168,6 +173,106 @@ fn udp_drops_rank_first() {
     assert!(first["rate_per_s"].as_f64().unwrap() > 100.0, "{first}");
 }
 
+/// Two processes bouncing a byte through pipes as fast as they can: a context-switch storm.
+#[test]
+fn context_switch_storm_ranks_first() {
+    require_root();
+    let _s = serial();
+    let innocents = Innocents::start("triage-ctxsw-innocents", 14_000);
+    let mut report = Value::Null;
+    let (f, _) = triage(6, &[], || report = run_workload(&["pingpong", "150000"]));
+    let storm = f
+        .iter()
+        .find(|x| x["cause"] == "ctxsw-storm")
+        .unwrap_or_else(|| panic!("no ctxsw-storm finding: {:#?}", brief(&f)));
+    assert_eq!(storm["rank"], 1, "{:#?}", brief(&f));
+    let procs: Vec<u64> = report["procs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    let pid = storm["pid"].as_u64().unwrap();
+    assert!(
+        procs.contains(&pid) || report["pid"] == pid,
+        "the storm names {pid}, the ping-pong is {report}"
+    );
+    assert!(f
+        .iter()
+        .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))));
+}
+
+/// A latency-sensitive process that sleeps 1 ms at a time, pinned to the CPU where two hogs
+/// spin: it is the victim (runq-delay, ranked first) and a hog is the culprit.
+#[test]
+fn starved_sleeper_ranks_first_with_the_hog_as_culprit() {
+    require_root();
+    let _s = serial();
+    let cpu = (std::thread::available_parallelism().map_or(1, |n| n.get()) - 1).to_string();
+    let mut hogs = Command::new(workload_bin())
+        .args(["spin", "7000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut victim = Value::Null;
+    let (f, _) = triage(6, &[], || {
+        victim = run_workload(&["triage-sleeper", &cpu, "5000"]);
+    });
+    let w: Value = serde_json::from_slice(&hogs.wait_with_output().unwrap().stdout).unwrap();
+    let hog_pids: Vec<u64> = w["procs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    let first = &f[0];
+    assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
+    let culprit = first["culprit_pid"].as_u64().unwrap_or(0);
+    assert!(
+        hog_pids.contains(&culprit),
+        "culprit {culprit}, hogs {hog_pids:?}: {first}"
+    );
+}
+
+/// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or
+/// io-latency) on that device, ranked first.
+#[test]
+fn deep_direct_io_queue_ranks_first() {
+    require_root();
+    let _s = serial();
+    io::ensure_fio();
+    let _innocents = Innocents::start("triage-io-innocents", 14_000);
+    let lo = io::LoopDev::new("triage-io");
+    lo.set("queue/scheduler", "mq-deadline");
+    lo.set("queue/nr_requests", "4");
+    let (f, _) = triage(8, &[], || {
+        io::fio(
+            &lo.dev,
+            &[
+                "--rw=randwrite",
+                "--bs=4k",
+                "--ioengine=libaio",
+                "--iodepth=32",
+                "--io_size=48M",
+                "--runtime=6",
+                "--time_based=0",
+            ],
+        );
+    });
+    let first = &f[0];
+    assert!(
+        first["cause"] == "io-queue" || first["cause"] == "io-latency",
+        "{:#?}",
+        brief(&f)
+    );
+    assert!(
+        first["summary"].as_str().unwrap_or("").contains(&lo.name)
+            || first["subject"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&lo.name),
+        "{first}"
+    );
+}
+
 /// Only the innocents: nothing names them.
 #[test]
 fn innocents_alone_are_not_named() {
@@ -241,6 +346,23 @@ pub fn workload(args: &[String]) -> Option<i32> {
                 calls += 1;
             }
             println!("{}", json!({"pid": std::process::id(), "calls": calls}));
+        }
+        ["triage-sleeper", cpu, ms] => {
+            // A latency-sensitive loop: pinned to CPU, wakes every millisecond for a moment.
+            let cpu: usize = cpu.parse().ok()?;
+            // SAFETY: cpu_set_t is plain data; we set one bit and pin ourselves.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            let end = Instant::now() + Duration::from_millis(ms.parse().ok()?);
+            let mut wakeups = 0u64;
+            while Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+                wakeups += 1;
+            }
+            println!("{}", json!({"pid": std::process::id(), "wakeups": wakeups}));
         }
         ["triage-writer", path, ms] => {
             // 64 KiB to the page cache every 10 ms, rewinding at 16 MiB; never synced.

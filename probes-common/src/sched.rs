@@ -195,7 +195,10 @@ mod tests {
         assert_eq!(size_of::<PairKey>(), 24);
         assert_eq!(size_of::<PairVal>(), 16);
         assert_eq!(size_of::<TaskOffsets>(), 32);
-        assert_eq!(size_of::<SchedVal>(), 2 * COMM_LEN + 8 + 6 * 8 + 2 * size_of::<LatHist>());
+        assert_eq!(
+            size_of::<SchedVal>(),
+            2 * COMM_LEN + 8 + 6 * 8 + 2 * size_of::<LatHist>()
+        );
         // The programs pick `preempt` by offset from `wake`.
         let v = SchedVal::ZERO;
         let (w, p) = (&raw const v.wake as usize, &raw const v.preempt as usize);
