@@ -11,7 +11,9 @@ use std::{
 use serde_json::{json, Value};
 use tracekit_tests::*;
 
-/// io-lat's loop devices and fio runner, shared rather than copied.
+/// io-lat's loop devices and fio runner, shared rather than copied (only in the test build:
+/// tk-workload already holds them through io-lat's own file).
+#[cfg(test)]
 #[path = "io_lat/fixtures.rs"]
 #[allow(dead_code)]
 mod io;
