@@ -597,7 +597,7 @@ mod tests {
         assert_eq!(c.rejected.len(), 2);
         assert!(c.rejected[0].1.starts_with("fentry unavailable"), "{c:?}");
         assert!(c.rejected[1].1.starts_with("kprobes unavailable"), "{c:?}");
-        let (ok, why) = tool_verdict(&[c.clone()]);
+        let (ok, why) = tool_verdict(std::slice::from_ref(&c));
         assert!(!ok && why.contains("none of its 1 optional hooks"), "{why}");
     }
 

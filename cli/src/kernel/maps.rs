@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
+    maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues},
     Pod,
 };
 
-use crate::kernel::loader::{LoadError, Session};
+use crate::kernel::loader::{map_err, LoadError, Session};
 
 /// Values that can be summed across keys (per-CPU copies, threads of a process, fds of a file).
 pub trait Merge {
@@ -29,13 +29,7 @@ impl Merge for probes_common::hist::LatHist {
 
 /// A kernel aggregation hash keyed by `K` (whose generation `key_gen` extracts) and its
 /// two-slot `[other]` array.
-pub struct GenMap<K: Pod, V: Pod> {
-    name: &'static str,
-    map: HashMap<MapData, K, V>,
-    other: Option<Array<MapData, V>>,
-    key_gen: fn(&K) -> u32,
-    zero: V,
-}
+pub struct GenMap<K: Pod, V: Pod>(Gen<K, V, HashMap<MapData, K, V>, Array<MapData, V>>);
 
 /// What one generation held.
 pub struct Drained<K, V> {
@@ -44,81 +38,11 @@ pub struct Drained<K, V> {
     pub other: V,
 }
 
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
-    move |source| LoadError::Map {
-        map: map.to_string(),
-        source,
-    }
-}
-
-impl<K: Pod, V: Pod> GenMap<K, V> {
-    /// Takes `map` (and `other`, if the tool has an overflow row) out of the session.
-    pub fn take(
-        session: &mut Session,
-        map: &'static str,
-        other: Option<&'static str>,
-        key_gen: fn(&K) -> u32,
-        zero: V,
-    ) -> Result<GenMap<K, V>, LoadError> {
-        let mut take = |m: &'static str| {
-            session.ebpf.take_map(m).ok_or(LoadError::NoMap {
-                object: session.object,
-                map: m.into(),
-            })
-        };
-        let hash = HashMap::try_from(take(map)?).map_err(map_err(map))?;
-        let other = match other {
-            Some(o) => Some(Array::try_from(take(o)?).map_err(map_err(o))?),
-            None => None,
-        };
-        Ok(GenMap {
-            name: map,
-            map: hash,
-            other,
-            key_gen,
-            zero,
-        })
-    }
-
-    /// Every key of generation `gen`, deleted from the map, and the `[other]` row of that
-    /// generation, reset to zero.
-    pub fn drain(&mut self, gen: u32) -> Result<Drained<K, V>, LoadError> {
-        let kg = self.key_gen;
-        let keys: Vec<K> = self
-            .map
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| kg(k) == gen)
-            .collect();
-        let mut rows = Vec::with_capacity(keys.len());
-        for k in keys {
-            if let Ok(v) = self.map.get(&k, 0) {
-                rows.push((k, v));
-            }
-            let _ = self.map.remove(&k);
-        }
-        let other = match self.other.as_mut() {
-            Some(o) => {
-                let v = o.get(&gen, 0).map_err(map_err(self.name))?;
-                // The kernel writes the other generation now, so the reset races with nothing.
-                o.set(gen, self.zero, 0).map_err(map_err(self.name))?;
-                v
-            }
-            None => self.zero,
-        };
-        Ok(Drained { rows, other })
-    }
-}
-
 /// A per-CPU aggregation hash keyed by `K` (the kernel updates this CPU's copy without
 /// atomics, and the CPU of every event comes for free) and its two-slot per-CPU `[other]` array.
-pub struct PerCpuGenMap<K: Pod, V: Pod> {
-    name: &'static str,
-    map: PerCpuHashMap<MapData, K, V>,
-    other: Option<PerCpuArray<MapData, V>>,
-    key_gen: fn(&K) -> u32,
-    zero: V,
-}
+pub struct PerCpuGenMap<K: Pod, V: Pod>(
+    Gen<K, V, PerCpuHashMap<MapData, K, V>, PerCpuArray<MapData, V>>,
+);
 
 /// What one generation of a per-CPU map held: one value per possible CPU, by CPU number.
 pub struct DrainedPerCpu<K, V> {
@@ -126,27 +50,136 @@ pub struct DrainedPerCpu<K, V> {
     pub other: Vec<V>,
 }
 
-impl<K: Pod, V: Pod> PerCpuGenMap<K, V> {
-    /// Takes `map` (and `other`, if the tool has an overflow row) out of the session.
-    pub fn take(
+/// `take` and `drain` of [`GenMap`] and [`PerCpuGenMap`] (the work is in [`Gen`]).
+macro_rules! gen_map_api {
+    ($map:ident, $drained:ident, $values:literal) => {
+        impl<K: Pod, V: Pod> $map<K, V> {
+            /// Takes `map` (and `other`, if the tool has an overflow row) out of the session.
+            pub fn take(
+                session: &mut Session,
+                map: &'static str,
+                other: Option<&'static str>,
+                key_gen: fn(&K) -> u32,
+                zero: V,
+            ) -> Result<$map<K, V>, LoadError> {
+                Gen::take(session, map, other, key_gen, zero).map($map)
+            }
+
+            #[doc = concat!("Every key of generation `gen`", $values, ", deleted from the map, ")]
+            /// and the `[other]` row of that generation, reset to zero.
+            pub fn drain(&mut self, gen: u32) -> Result<$drained<K, V>, LoadError> {
+                let (rows, other) = self.0.drain(gen)?;
+                Ok($drained { rows, other })
+            }
+        }
+    };
+}
+
+gen_map_api!(GenMap, Drained, "");
+gen_map_api!(PerCpuGenMap, DrainedPerCpu, " with its per-CPU values");
+
+/// What one generation held: its rows and its `[other]` row.
+type Generation<K, R, O> = (Vec<(K, R)>, O);
+
+/// What both generation maps share: the hash `H` (plain or per-CPU), its optional `[other]`
+/// array `A`, how to read a key's generation, and the zero value the `[other]` row is reset to.
+struct Gen<K, V, H, A> {
+    name: &'static str,
+    map: H,
+    other: Option<A>,
+    key_gen: fn(&K) -> u32,
+    zero: V,
+}
+
+/// A generation hash: its keys, and one key's value read and then deleted.
+trait GenHash<K> {
+    type Row;
+    fn all_keys(&self) -> Vec<K>;
+    fn take_row(&mut self, k: &K) -> Option<Self::Row>;
+}
+
+/// An `[other]` array: one generation's row read, then reset to zero.
+trait OtherRow<V> {
+    type Row;
+    fn take_reset(&mut self, gen: u32, zero: V) -> Result<Self::Row, MapError>;
+    /// The row when the tool has no `[other]` array.
+    fn empty(zero: V) -> Self::Row;
+}
+
+impl<K: Pod, V: Pod> GenHash<K> for HashMap<MapData, K, V> {
+    type Row = V;
+    fn all_keys(&self) -> Vec<K> {
+        self.keys().filter_map(Result::ok).collect()
+    }
+    fn take_row(&mut self, k: &K) -> Option<V> {
+        let v = self.get(k, 0).ok();
+        let _ = self.remove(k);
+        v
+    }
+}
+
+impl<K: Pod, V: Pod> GenHash<K> for PerCpuHashMap<MapData, K, V> {
+    type Row = Vec<V>;
+    fn all_keys(&self) -> Vec<K> {
+        self.keys().filter_map(Result::ok).collect()
+    }
+    fn take_row(&mut self, k: &K) -> Option<Vec<V>> {
+        let v = self.get(k, 0).ok().map(|v| v.iter().copied().collect());
+        let _ = self.remove(k);
+        v
+    }
+}
+
+impl<V: Pod> OtherRow<V> for Array<MapData, V> {
+    type Row = V;
+    fn take_reset(&mut self, gen: u32, zero: V) -> Result<V, MapError> {
+        let v = self.get(&gen, 0)?;
+        self.set(gen, zero, 0)?;
+        Ok(v)
+    }
+    fn empty(zero: V) -> V {
+        zero
+    }
+}
+
+impl<V: Pod> OtherRow<V> for PerCpuArray<MapData, V> {
+    type Row = Vec<V>;
+    fn take_reset(&mut self, gen: u32, zero: V) -> Result<Vec<V>, MapError> {
+        let v: Vec<V> = self.get(&gen, 0)?.to_vec();
+        let zeros =
+            PerCpuValues::try_from(vec![zero; v.len().max(1)]).map_err(MapError::IoError)?;
+        self.set(gen, zeros, 0)?;
+        Ok(v)
+    }
+    fn empty(_: V) -> Vec<V> {
+        Vec::new()
+    }
+}
+
+impl<K, V: Copy, H, A> Gen<K, V, H, A>
+where
+    H: GenHash<K> + TryFrom<Map, Error = MapError>,
+    A: OtherRow<V> + TryFrom<Map, Error = MapError>,
+{
+    fn take(
         session: &mut Session,
         map: &'static str,
         other: Option<&'static str>,
         key_gen: fn(&K) -> u32,
         zero: V,
-    ) -> Result<PerCpuGenMap<K, V>, LoadError> {
+    ) -> Result<Self, LoadError> {
         let mut take = |m: &'static str| {
             session.ebpf.take_map(m).ok_or(LoadError::NoMap {
                 object: session.object,
                 map: m.into(),
             })
         };
-        let hash = PerCpuHashMap::try_from(take(map)?).map_err(map_err(map))?;
+        let hash = H::try_from(take(map)?).map_err(map_err(map))?;
         let other = match other {
-            Some(o) => Some(PerCpuArray::try_from(take(o)?).map_err(map_err(o))?),
+            Some(o) => Some(A::try_from(take(o)?).map_err(map_err(o))?),
             None => None,
         };
-        Ok(PerCpuGenMap {
+        Ok(Gen {
             name: map,
             map: hash,
             other,
@@ -155,35 +188,22 @@ impl<K: Pod, V: Pod> PerCpuGenMap<K, V> {
         })
     }
 
-    /// Every key of generation `gen` with its per-CPU values, deleted from the map, and the
-    /// `[other]` row of that generation, reset to zero.
-    pub fn drain(&mut self, gen: u32) -> Result<DrainedPerCpu<K, V>, LoadError> {
+    /// Every key of generation `gen` with its value, deleted from the map (a key that vanished
+    /// meanwhile is left out), and the `[other]` row of that generation, reset to zero.
+    fn drain(&mut self, gen: u32) -> Result<Generation<K, H::Row, A::Row>, LoadError> {
         let kg = self.key_gen;
-        let keys: Vec<K> = self
-            .map
-            .keys()
-            .filter_map(Result::ok)
+        let keys = self.map.all_keys();
+        let rows = keys
+            .into_iter()
             .filter(|k| kg(k) == gen)
+            .filter_map(|k| self.map.take_row(&k).map(|v| (k, v)))
             .collect();
-        let mut rows = Vec::with_capacity(keys.len());
-        for k in keys {
-            if let Ok(v) = self.map.get(&k, 0) {
-                rows.push((k, v.iter().copied().collect()));
-            }
-            let _ = self.map.remove(&k);
-        }
         let other = match self.other.as_mut() {
-            Some(o) => {
-                let v: Vec<V> = o.get(&gen, 0).map_err(map_err(self.name))?.to_vec();
-                let zeros = PerCpuValues::try_from(vec![self.zero; v.len().max(1)])
-                    .map_err(|e| map_err(self.name)(aya::maps::MapError::IoError(e)))?;
-                // The kernel writes the other generation now, so the reset races with nothing.
-                o.set(gen, zeros, 0).map_err(map_err(self.name))?;
-                v
-            }
-            None => Vec::new(),
+            // The kernel writes the other generation now, so the reset races with nothing.
+            Some(o) => o.take_reset(gen, self.zero).map_err(map_err(self.name))?,
+            None => A::empty(self.zero),
         };
-        Ok(DrainedPerCpu { rows, other })
+        Ok((rows, other))
     }
 }
 

@@ -330,19 +330,15 @@ impl Tracefs {
     }
 }
 
+/// The tracefs mount point in mountinfo `info`, else `tracing/` under the last debugfs mount
+/// that has events (parsed and unescaped by [`crate::host::mountinfo`]).
 fn find_in_mountinfo(info: &str) -> Option<PathBuf> {
     let mut debugfs = None;
-    for line in info.lines() {
-        // `36 35 0:12 / /sys/kernel/tracing rw,... shared:5 - tracefs nodev rw`
-        let Some((pre, post)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fstype = post.split_whitespace().next().unwrap_or("");
-        let mount_point = pre.split_whitespace().nth(4).unwrap_or("");
-        match fstype {
-            "tracefs" => return Some(PathBuf::from(unescape_mount(mount_point))),
+    for m in crate::host::mountinfo::parse(info) {
+        match m.fs_type.as_str() {
+            "tracefs" => return Some(m.mount_point),
             "debugfs" => {
-                let p = PathBuf::from(unescape_mount(mount_point)).join("tracing");
+                let p = m.mount_point.join("tracing");
                 if p.join("events").exists() {
                     debugfs = Some(p);
                 }
@@ -351,27 +347,6 @@ fn find_in_mountinfo(info: &str) -> Option<PathBuf> {
         }
     }
     debugfs
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn mount_tracefs(path: &Path) -> std::io::Result<()> {

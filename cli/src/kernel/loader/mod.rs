@@ -8,16 +8,17 @@ use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use aya::{
     maps::{Array, HashMap, PerCpuArray},
-    programs::{
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, ProgramError, RawTracePoint, TracePoint,
-    },
+    programs::ProgramError,
     Ebpf, EbpfLoader,
 };
 use probes_common::stats::{Control, NSTATS};
 
 pub use super::hooks::AttachMode;
-use super::hooks::{choose_all, Choice, Env, Hook, Symbols};
+use super::hooks::{Choice, Hook};
+
+mod attach;
+
+pub use attach::plan;
 
 /// A tool's embedded kernel object (built from `probes-ebpf/src/bin/<name>.rs` by
 /// `cli/build.rs`).
@@ -180,7 +181,8 @@ pub struct Session {
     fn_stub: Option<aya::Btf>,
 }
 
-fn map_err(map: &str) -> impl FnOnce(aya::maps::MapError) -> LoadError + '_ {
+/// A map error, named after the map (shared with [`super::maps`]).
+pub(super) fn map_err(map: &str) -> impl FnOnce(aya::maps::MapError) -> LoadError + '_ {
     move |source| LoadError::Map {
         map: map.to_string(),
         source,
@@ -329,248 +331,6 @@ impl Session {
         Ok(())
     }
 
-    fn record(&mut self, program: &str, mode: AttachMode, target: String) {
-        if let Some(a) = self.attached.iter_mut().find(|a| a.program == program) {
-            a.targets.push(target);
-            return;
-        }
-        let id = self
-            .ebpf
-            .program(program)
-            .and_then(|p| p.info().ok())
-            .map(|i| i.id())
-            .unwrap_or(0);
-        self.attached.push(Attached {
-            program: program.to_string(),
-            id,
-            mode,
-            targets: vec![target],
-        });
-    }
-
-    /// Attaches every hook as `plan` (from [`plan`]) chose; hooks without a mode are listed in
-    /// [`Session::skipped`] with the reason.
-    pub fn attach_planned(&mut self, hooks: &[Hook], plan: &[Choice]) -> Result<(), LoadError> {
-        for (hook, choice) in hooks.iter().zip(plan) {
-            match choice.mode {
-                Some((mode, program)) => self.attach_hook(hook, mode, program)?,
-                None => self.skipped.push((
-                    hook.event,
-                    choice
-                        .rejected
-                        .last()
-                        .map(|(_, w)| w.clone())
-                        .unwrap_or(choice.why.clone()),
-                )),
-            }
-        }
-        self.choices.extend(plan.iter().cloned());
-        Ok(())
-    }
-
-    /// Attaches one hook with `program` in `mode`.
-    pub fn attach_hook(
-        &mut self,
-        hook: &Hook,
-        mode: AttachMode,
-        program: &'static str,
-    ) -> Result<(), LoadError> {
-        let target = hook.attach_target(mode).to_string();
-        if self
-            .links
-            .iter()
-            .any(|(p, t)| *p == program && *t == target)
-        {
-            // Another hook already attached this program there (one raw `sys_enter` program
-            // serving several syscall events).
-            self.record(program, mode, hook.event.to_string());
-            return Ok(());
-        }
-        let attach_err = |source: ProgramError| LoadError::Attach {
-            program: program.into(),
-            target: target.clone(),
-            source: Box::new(source),
-        };
-        let object = self.object;
-        let no_prog = || LoadError::NoProgram {
-            object,
-            program: program.into(),
-        };
-        match mode {
-            AttachMode::Tracepoint => {
-                let (category, name) = hook.tracepoint_name().ok_or_else(|| LoadError::NoMode {
-                    event: hook.event.into(),
-                    why: "not a tracepoint".into(),
-                    permission: false,
-                })?;
-                let p: &mut TracePoint = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(no_prog)?
-                    .try_into()
-                    .map_err(|e| prog_load_err(program, e))?;
-                if p.fd().is_err() {
-                    p.load().map_err(|e| prog_load_err(program, e))?;
-                }
-                p.attach(category, name).map_err(attach_err)?;
-            }
-            AttachMode::TpBtf => {
-                let own;
-                let btf = match &self.tp_stub {
-                    Some(stub) if stub_has(stub, &format!("btf_trace_{target}")) => stub,
-                    _ => {
-                        own = super::btf::vmlinux()
-                            .ok()
-                            .and_then(|b| b.tp_btf_stub(&[&target]))
-                            .ok_or_else(|| LoadError::NoMode {
-                                event: hook.event.into(),
-                                why: format!("kernel BTF has no btf_trace_{target}"),
-                                permission: false,
-                            })?;
-                        &own
-                    }
-                };
-                let p: &mut BtfTracePoint = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(no_prog)?
-                    .try_into()
-                    .map_err(|e| prog_load_err(program, e))?;
-                if p.fd().is_err() {
-                    p.load(&target, btf)
-                        .map_err(|e| prog_load_err(program, e))?;
-                }
-                p.attach().map_err(attach_err)?;
-            }
-            AttachMode::RawTp => {
-                let p: &mut RawTracePoint = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(no_prog)?
-                    .try_into()
-                    .map_err(|e| prog_load_err(program, e))?;
-                if p.fd().is_err() {
-                    p.load().map_err(|e| prog_load_err(program, e))?;
-                }
-                p.attach(&target).map_err(attach_err)?;
-            }
-            AttachMode::Fentry | AttachMode::Fexit => {
-                if self.fn_stub.is_none() {
-                    self.fn_stub = super::btf::vmlinux()
-                        .ok()
-                        .and_then(|b| b.func_stub(&[&target]));
-                }
-                let btf = self.fn_stub.as_ref().filter(|s| stub_has(s, &target));
-                let own;
-                let btf = match btf {
-                    Some(b) => b,
-                    None => {
-                        own = super::btf::vmlinux()
-                            .ok()
-                            .and_then(|b| b.func_stub(&[&target]))
-                            .ok_or_else(|| LoadError::NoMode {
-                                event: hook.event.into(),
-                                why: format!("kernel BTF has no function {target}"),
-                                permission: false,
-                            })?;
-                        &own
-                    }
-                };
-                let prog = self.ebpf.program_mut(program).ok_or_else(no_prog)?;
-                if mode == AttachMode::Fentry {
-                    let p: &mut FEntry = prog.try_into().map_err(|e| prog_load_err(program, e))?;
-                    if p.fd().is_err() {
-                        p.load(&target, btf)
-                            .map_err(|e| prog_load_err(program, e))?;
-                    }
-                    p.attach().map_err(attach_err)?;
-                } else {
-                    let p: &mut FExit = prog.try_into().map_err(|e| prog_load_err(program, e))?;
-                    if p.fd().is_err() {
-                        p.load(&target, btf)
-                            .map_err(|e| prog_load_err(program, e))?;
-                    }
-                    p.attach().map_err(attach_err)?;
-                }
-            }
-            AttachMode::Kprobe | AttachMode::Kretprobe => {
-                let p: &mut KProbe = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or_else(no_prog)?
-                    .try_into()
-                    .map_err(|e| prog_load_err(program, e))?;
-                if p.fd().is_err() {
-                    p.load().map_err(|e| prog_load_err(program, e))?;
-                }
-                p.attach(&target, 0).map_err(attach_err)?;
-            }
-            AttachMode::PerfEvent => {
-                return Err(LoadError::NoMode {
-                    event: hook.event.into(),
-                    why: "perf events attach per CPU with a frequency: use attach_cpu_clock".into(),
-                    permission: false,
-                })
-            }
-        }
-        self.links.push((program, target));
-        self.record(program, mode, hook.event.to_string());
-        Ok(())
-    }
-
-    /// Attaches perf-event `program` to the software CPU clock of every online CPU, sampling
-    /// `freq` times a second (`PERF_COUNT_SW_CPU_CLOCK`: present in virtual machines that lack
-    /// a hardware PMU).
-    pub fn attach_cpu_clock(&mut self, program: &'static str, freq: u64) -> Result<(), LoadError> {
-        let cpus = aya::util::online_cpus().map_err(|(_, e)| LoadError::Attach {
-            program: program.into(),
-            target: "online CPUs".into(),
-            source: Box::new(ProgramError::IOError(e)),
-        })?;
-        let p: &mut PerfEvent = self
-            .ebpf
-            .program_mut(program)
-            .ok_or_else(|| LoadError::NoProgram {
-                object: self.object,
-                program: program.into(),
-            })?
-            .try_into()
-            .map_err(|e| prog_load_err(program, e))?;
-        if p.fd().is_err() {
-            p.load().map_err(|e| prog_load_err(program, e))?;
-        }
-        for cpu in cpus {
-            p.attach(
-                PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                PerfEventScope::AllProcessesOneCpu { cpu },
-                SamplePolicy::Frequency(freq),
-                false,
-            )
-            .map_err(|source| LoadError::Attach {
-                program: program.into(),
-                target: format!("cpu-clock on CPU {cpu}"),
-                source: Box::new(source),
-            })?;
-        }
-        self.record(program, AttachMode::PerfEvent, "cpu-clock".into());
-        Ok(())
-    }
-
-    /// Links whose close waits for an RCU grace period (classic tracepoints, kprobes): see
-    /// [`crate::kernel::loader::detach_in_background`].
-    pub fn slow_links(&self) -> usize {
-        self.attached
-            .iter()
-            .filter(|a| {
-                matches!(
-                    a.mode,
-                    AttachMode::Tracepoint | AttachMode::Kprobe | AttachMode::Kretprobe
-                )
-            })
-            .map(|a| a.targets.len())
-            .sum()
-    }
-
     /// Per-CPU stats summed over CPUs, as deltas since the previous call.
     pub fn stats_delta(&mut self) -> Result<[u64; NSTATS as usize], LoadError> {
         let m: PerCpuArray<_, u64> =
@@ -673,44 +433,6 @@ impl Session {
     }
 }
 
-/// How every hook of a tool will attach on this kernel (the policy `doctor` reports, decided
-/// before loading, so a tool sets the globals of the chosen mode): an error naming the first
-/// required hook that cannot attach at all.
-pub fn plan(hooks: &[Hook], env: &Env, symbols: &Symbols) -> Result<Vec<Choice>, LoadError> {
-    let choices = choose_all(hooks, env, symbols);
-    if !choices.is_empty() && choices.iter().all(|c| c.mode.is_none()) {
-        // Nothing at all can attach: say why for the first hook, mode by mode.
-        let c = &choices[0];
-        let why: Vec<String> = c
-            .rejected
-            .iter()
-            .map(|(m, w)| format!("{}: {w}", m.as_str()))
-            .collect();
-        return Err(LoadError::NoMode {
-            event: c.event.to_string(),
-            why: if why.is_empty() {
-                c.why.clone()
-            } else {
-                why.join("; ")
-            },
-            permission: env.tracefs_denied(),
-        });
-    }
-    if let Some(c) = choices.iter().find(|c| !c.optional && c.mode.is_none()) {
-        let why = c
-            .rejected
-            .last()
-            .map(|(_, w)| w.clone())
-            .unwrap_or(c.why.clone());
-        return Err(LoadError::NoMode {
-            event: c.event.to_string(),
-            why,
-            permission: env.tracefs_denied(),
-        });
-    }
-    Ok(choices)
-}
-
 /// An `EbpfLoader` without parsing `/sys/kernel/btf/vmlinux`.
 ///
 /// aya 0.14's `EbpfLoader::new()` always parses the kernel's BTF (about 30 ms here, most of
@@ -757,10 +479,4 @@ fn is_eperm(e: &aya::EbpfError) -> bool {
         src = s.source();
     }
     false
-}
-
-fn stub_has(stub: &aya::Btf, name: &str) -> bool {
-    use aya_obj::btf::BtfKind;
-    stub.id_by_type_name_kind(name, BtfKind::Typedef).is_ok()
-        || stub.id_by_type_name_kind(name, BtfKind::Func).is_ok()
 }
