@@ -192,7 +192,7 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
             let peer = Peer::new(id, tgid, waits, Some(ns), names, threads);
             Aggressor {
                 text: peer.text(),
-                who: Who::named(tgid, threads.then_some(id), peer.comm, peer.comm_bytes),
+                who: peer.who,
                 delay_caused_ns: ns,
                 waits,
                 victims,
@@ -246,7 +246,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
     let me = std::process::id();
     // Per process: wake stats of its biggest row, totals, culprits merged by process.
     struct Acc {
-        comm: String,
+        subject: Subject,
         wake_ns: u64,
         wake_n: u64,
         p50: u64,
@@ -258,8 +258,8 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
     }
     let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
-        let a = per.entry(r.who.pid).or_insert(Acc {
-            comm: r.who.comm.clone(),
+        let a = per.entry(r.who.pid).or_insert_with(|| Acc {
+            subject: r.who.subject(),
             wake_ns: 0,
             wake_n: 0,
             p50: 0,
@@ -278,8 +278,11 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         a.max = a.max.max(w.max_ns);
         a.preempt_ns += r.preempt.1.total_ns;
         a.kernel_ns += r.kernel_run_delay_ns;
-        for p in r.waited_behind.iter().filter(|p| p.pid != me) {
-            let e = a.behind.entry(p.pid).or_insert((p.comm.clone(), 0, 0));
+        for p in r.waited_behind.iter().filter(|p| p.who.pid != me) {
+            let e = a
+                .behind
+                .entry(p.who.pid)
+                .or_insert((p.who.comm.clone(), 0, 0));
             e.1 += p.delay_ns.unwrap_or(0);
             e.2 += p.count;
         }
@@ -311,8 +314,8 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         // The culprit is another process: a wait behind its own threads is not a neighbour's.
         let culprit = behind.iter().find(|b| b.0 != 0 && b.0 != *pid);
         let mut summary = format!(
-            "{} (pid {pid}) waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
-            a.comm,
+            "{} waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
+            a.subject.text(),
             fmt_ns(a.wake_ns),
             fmt_ns((secs * 1e9) as u64),
             a.wake_ns as f64 / secs / 1e7,
@@ -332,7 +335,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         let mut f = Finding {
             tool: INFO.name,
             cause: Cause::RunqDelay,
-            subject: Subject::process(*pid, a.comm.clone()),
+            subject: a.subject.clone(),
             culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
             score: Score::NsPerS(ns_per_s),
             summary,
@@ -364,12 +367,12 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             Finding {
                 tool: INFO.name,
                 cause: Cause::RunqDelay,
-                subject: Subject::process(*pid, a.comm.clone()),
+                subject: a.subject.clone(),
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),
                 summary: format!(
-                    "{} (pid {pid}) was runnable but not running for {} of {} after being preempted ({:.1} % of the time): its CPUs are saturated.",
-                    a.comm,
+                    "{} was runnable but not running for {} of {} after being preempted ({:.1} % of the time): its CPUs are saturated.",
+                    a.subject.text(),
                     fmt_ns(a.preempt_ns),
                     fmt_ns((secs * 1e9) as u64),
                     a.preempt_ns as f64 / secs / 1e7,
@@ -494,10 +497,7 @@ mod tests {
 
     fn peer(pid: u32, n: u64, ns: u64) -> Peer {
         Peer {
-            pid,
-            tid: None,
-            comm: format!("hog{pid}"),
-            comm_bytes: None,
+            who: Who::named(pid, None, format!("hog{pid}"), None),
             count: n,
             delay_ns: Some(ns),
             id: pid,

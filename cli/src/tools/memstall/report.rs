@@ -24,6 +24,7 @@ use crate::{
         render::fmt_ns,
         rows::{Column, Ctx, Section},
         sanitize::{self, name_fields},
+        who::Title,
     },
     tools::row_comm,
 };
@@ -66,6 +67,8 @@ pub struct Row {
     comm: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    title: Title,
     kind: &'static str,
     kthread: bool,
     cgroup: Option<String>,
@@ -133,7 +136,7 @@ fn timed_cell(r: &Row, v: Option<u64>) -> String {
 
 const COLUMNS: &[Column<Row>] = &[
     Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::left("KIND", |r, _| r.kind.to_string()),
     Column::right("COUNT", |r, _| {
         if r.timed {
@@ -170,6 +173,7 @@ struct RowIn<'a> {
     kind: u32,
     v: &'a MsVal,
     comm: Vec<u8>,
+    title: Title,
     kthread: bool,
     cgroup: Option<Vec<u8>>,
     alive_ns: u64,
@@ -246,6 +250,7 @@ impl Memstall {
             tid: r.threads.then_some(r.id),
             comm,
             comm_bytes,
+            title: r.title,
             kind: KIND_NAMES.get(r.kind as usize).copied().unwrap_or("all"),
             kthread: r.kthread,
             cgroup,
@@ -354,10 +359,15 @@ impl Memstall {
             if let Some(kb) = proc::anon_huge_kb(v.tgid) {
                 self.thp_kb.insert(v.tgid, kb);
             }
+            let title = Title::of_or(
+                v.tgid,
+                facts.as_ref().map(|f| f.cmdline.as_slice()).unwrap_or(&[]),
+            );
             let r = RowIn {
                 id: *id,
                 kind: *kind,
                 v,
+                title,
                 kthread: facts
                     .map(|f| f.kthread)
                     .unwrap_or_else(|| kthread_by_name(&comm)),
@@ -377,6 +387,7 @@ impl Memstall {
                 kind: NKINDS,
                 v: &o,
                 comm: b"[other]".to_vec(),
+                title: Title::default(),
                 kthread: false,
                 cgroup: None,
                 alive_ns: we.saturating_sub(ws),
@@ -526,6 +537,7 @@ impl Memstall {
             .map(|r| Subj {
                 pid: r.pid,
                 comm: sanitize::text(&r.comm_raw),
+                title: r.title.clone(),
                 kind: r.kind_id,
                 kthread: r.kthread,
                 cgroup: r.cgroup_raw.as_deref().map(sanitize::text),

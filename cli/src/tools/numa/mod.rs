@@ -38,6 +38,7 @@ use crate::{
     report::{
         rows::{Ctx, Section},
         sanitize,
+        who::Title,
     },
     tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
 };
@@ -328,12 +329,16 @@ const VMSTAT_KEYS: &[&str] = &[
 ];
 
 impl Numa {
-    fn row(&self, id: u32, v: &NumaVal) -> SummaryRow {
+    fn row(&mut self, id: u32, v: &NumaVal) -> SummaryRow {
         let threads = self.scope.threads;
-        let comm = if id == 0 {
-            b"[other]".to_vec()
+        let (comm, title) = if id == 0 {
+            (b"[other]".to_vec(), Title::default())
         } else {
-            row_comm(id, v.tgid, threads, &v.comm)
+            let learnt = self.facts.get(v.tgid).map(|f| f.cmdline.clone());
+            (
+                row_comm(id, v.tgid, threads, &v.comm),
+                Title::of_or(v.tgid, learnt.as_deref().unwrap_or(&[])),
+            )
         };
         let (name, bytes) = sanitize::name_fields(&comm);
         let hook = self.hint_hook.is_some();
@@ -342,6 +347,7 @@ impl Numa {
             tid: (threads && id != 0).then_some(id),
             comm: name,
             comm_bytes: bytes,
+            title,
             cpu_ns: v.cpu_ns.iter().sum(),
             cpu_ns_by_node: v.cpu_ns[..self.width].to_vec(),
             hint_faults: hook.then_some(v.hint_faults),
