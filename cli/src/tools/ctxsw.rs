@@ -21,12 +21,12 @@ use crate::{
         findings::{rank, Cause, Finding, Score, Subject},
         hist,
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
         sanitize,
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
+        sched::{self, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -510,16 +510,11 @@ impl Collector for Ctxsw {
         let switches: u64 = rows.iter().map(|r| r.voluntary + r.involuntary).sum();
         let vol: u64 = rows.iter().map(|r| r.voluntary).sum();
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
         out.title = format!(
-            "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {when}{secs:.2}s ({})",
+            "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {}",
             switches - vol,
             self.s.scope.describe(),
-            w.stop.as_str(),
+            w.span(),
         );
         out.notes.push(sys.text(secs));
         out.notes.extend(self.s.notes.iter().cloned());
@@ -527,18 +522,13 @@ impl Collector for Ctxsw {
         if rows.is_empty() {
             out.notes.push("no context switches seen".into());
         }
-        let shown = if self.max_rows == 0 {
-            rows.len()
-        } else {
-            self.max_rows.min(rows.len())
-        };
+        let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists
                 .push((format!("runq[{} {}]", r.id, r.name), r.waits));
         }
         out.findings = findings(&rows, secs, &iv.preemptors);
-        let mut cols = COLUMNS.to_vec();
-        cols[0].head = id_head(threads);
+        let cols = id_columns(COLUMNS, threads);
         let ctx = Ctx { secs };
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));

@@ -20,11 +20,11 @@ use crate::{
         findings::{rank, Cause, Finding, Score, Subject, MIN_NS_PER_S},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
+        sched::{self, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -414,27 +414,18 @@ impl Collector for RunqLat {
         let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
         let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
         out.title = format!(
-            "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {when}{secs:.2}s ({})",
+            "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
             fmt_ns(total),
             self.s.scope.describe(),
-            w.stop.as_str(),
+            w.span(),
         );
         out.notes.extend(self.s.notes.iter().cloned());
         out.notes.extend(sched::stats_notes(&iv.stats));
         if rows.is_empty() {
             out.notes.push("no run-queue waits seen".into());
         }
-        let shown = if self.max_rows == 0 {
-            rows.len()
-        } else {
-            self.max_rows.min(rows.len())
-        };
+        let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists
                 .push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
@@ -443,8 +434,7 @@ impl Collector for RunqLat {
         }
         out.findings = findings(&rows, secs);
         let ctx = Ctx { secs };
-        let mut cols = COLUMNS.to_vec();
-        cols[0].head = id_head(threads);
+        let cols = id_columns(COLUMNS, threads);
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
         let aggr = aggressors(&iv.culprits, &iv.rows, &names, threads);

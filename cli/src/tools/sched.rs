@@ -241,13 +241,7 @@ macro_rules! collector_common {
             self.s.flip()
         }
 
-        fn slow_links(&self) -> usize {
-            self.s.session.slow_links()
-        }
-
-        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
-            Some(&mut self.s.session)
-        }
+        $crate::tools::session_methods!(s.session);
     };
 }
 pub(crate) use collector_common;
@@ -617,15 +611,6 @@ pub fn stats(st: [u64; NSTATS as usize], count: u64) -> Stats {
         .with("pair_map_full", st[STAT_PAIR_MAP_FULL as usize])
         .with("no_baseline", st[STAT_NO_BASELINE as usize])
         .with("idle_switches", st[STAT_IDLE_SWITCHES as usize])
-}
-
-/// The id column named for what it holds.
-pub fn id_head(threads: bool) -> &'static str {
-    if threads {
-        "TID"
-    } else {
-        "PID"
-    }
 }
 
 /// A rate for JSON: a float to the thousandth (a rare event per window is not 0).

@@ -22,7 +22,7 @@ use crate::{
     report::{
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
         sanitize::{self, name_fields},
         who::Title,
     },
@@ -476,32 +476,14 @@ impl Memstall {
     ) -> Result<Output> {
         let secs = w.secs();
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
         let stalls: u64 = rows.iter().map(|r| r.stats.count).sum();
-        let missed = st[stats::START_MAP_FULL as usize] + st[stats::RINGBUF_FULL as usize];
-        let over_cap = st[stats::KEY_MAP_FULL as usize];
+        let missed = out.note_missed(&st, "event", " (cgroup names may be missing)");
         out.title = format!(
-            "memstall: {stalls} timed stalls in {}; {when}{secs:.2}s ({}); missed {missed}",
+            "memstall: {stalls} timed stalls in {}; {}; missed {missed}",
             self.scope.describe(),
-            w.stop.as_str()
+            w.span()
         );
-        if missed > 0 || over_cap > 0 {
-            out.notes.push(format!(
-                "missed: in-flight map full {}, ring buffer full {} (cgroup names may be missing); {over_cap} event(s) over the --max-keys cap are counted in the [other] row",
-                st[stats::START_MAP_FULL as usize],
-                st[stats::RINGBUF_FULL as usize],
-            ));
-        }
-        for (n, r) in &self.session.skipped {
-            let line = format!("skipped {n}: {r}");
-            if !out.notes.contains(&line) {
-                out.notes.push(line);
-            }
-        }
+        out.note_skipped(&self.session.skipped);
         out.notes.extend(self.setup_notes.iter().cloned());
         let thp_changed = thp != self.thp_start;
         out.notes.push(format!(
@@ -595,21 +577,14 @@ impl Memstall {
                 "Kernel threads (background work, no application waits on it):",
             ),
         ] {
-            let shown = if self.max_rows == 0 {
-                rs.len()
-            } else {
-                self.max_rows.min(rs.len())
-            };
+            let shown = shown(self.max_rows, rs.len());
             for r in rs[..shown].iter().filter(|r| r.timed && r.stats.count > 0) {
                 out.hists.push((
                     format!("{}[{} {}]", r.kind, r.id, sanitize::text(&r.comm_raw)),
                     r.hist,
                 ));
             }
-            let mut cols: Vec<Column<Row>> = COLUMNS.to_vec();
-            if self.scope.threads {
-                cols[0].head = "TID";
-            }
+            let cols = id_columns(COLUMNS, self.scope.threads);
             out.sections
                 .push(Section::build("summary", rs, &cols, &ctx, self.max_rows).caption(caption));
         }

@@ -36,7 +36,7 @@ use crate::{
     },
     options::Common,
     report::{
-        rows::{Ctx, Section},
+        rows::{id_columns, Ctx, Section},
         sanitize,
         who::Title,
     },
@@ -457,13 +457,7 @@ impl Collector for Numa {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
-
-    fn session(&mut self) -> Option<&mut Session> {
-        Some(&mut self.session)
-    }
+    crate::tools::session_methods!(session);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
@@ -522,7 +516,7 @@ impl Collector for Numa {
         };
         let no_base = st[STAT_NO_BASELINE as usize];
         out.title = format!(
-            "numa: {} nodes, {}; {} {} ran in {secs:.2}s ({}); numa_maps of {} read in {:.1} ms",
+            "numa: {} nodes, {}; {} {} ran in {}; numa_maps of {} read in {:.1} ms",
             self.topo.len(),
             match balancing {
                 Some(0) => "numa_balancing off".to_string(),
@@ -531,7 +525,7 @@ impl Collector for Numa {
             },
             rows.len(),
             if threads { "threads" } else { "processes" },
-            w.stop.as_str(),
+            w.span(),
             procs.len(),
             maps_ns as f64 / 1e6,
         );
@@ -548,17 +542,12 @@ impl Collector for Numa {
             vm.cite("numa_local"),
             vm.cite("numa_other"),
         ));
-        for (n, r) in &self.session.skipped {
-            out.notes.push(format!("skipped {n}: {r}"));
-        }
+        out.note_skipped(&self.session.skipped);
         if rows.is_empty() {
             out.notes.push("no process ran".into());
         }
         let ctx = Ctx { secs };
-        let mut cols = report::SUMMARY.to_vec();
-        if threads {
-            cols[0].head = "TID";
-        }
+        let cols = id_columns(report::SUMMARY, threads);
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
         out.sections
