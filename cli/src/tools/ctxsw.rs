@@ -509,13 +509,15 @@ impl Collector for Ctxsw {
         });
         let switches: u64 = rows.iter().map(|r| r.voluntary + r.involuntary).sum();
         let vol: u64 = rows.iter().map(|r| r.voluntary).sum();
-        let mut out = Output::default();
-        out.title = format!(
-            "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {}",
-            switches - vol,
-            self.s.scope.describe(),
-            w.span(),
-        );
+        let mut out = Output {
+            title: format!(
+                "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {}",
+                switches - vol,
+                self.s.scope.describe(),
+                w.span(),
+            ),
+            ..Output::default()
+        };
         out.notes.push(sys.text(secs));
         out.notes.extend(self.s.notes.iter().cloned());
         out.notes.extend(sched::stats_notes(&iv.stats));

@@ -413,13 +413,15 @@ impl Collector for RunqLat {
         });
         let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
         let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
-        let mut out = Output::default();
-        out.title = format!(
-            "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
-            fmt_ns(total),
-            self.s.scope.describe(),
-            w.span(),
-        );
+        let mut out = Output {
+            title: format!(
+                "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
+                fmt_ns(total),
+                self.s.scope.describe(),
+                w.span(),
+            ),
+            ..Output::default()
+        };
         out.notes.extend(self.s.notes.iter().cloned());
         out.notes.extend(sched::stats_notes(&iv.stats));
         if rows.is_empty() {
