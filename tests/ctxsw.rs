@@ -600,3 +600,71 @@ pub fn vm_check() -> Result<String, String> {
     }
     Ok(format!("{}; {modes}", got.join(", ")))
 }
+
+/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
+fn cmdline_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    String::from_utf8(
+        raw.iter()
+            .map(|b| if *b == 0 { b' ' } else { *b })
+            .collect(),
+    )
+    .unwrap()
+    .trim_end()
+    .to_string()
+}
+
+/// A row carries the process title (`exec -a` sets it, as postgres and nginx do): JSON
+/// `cmdline` is /proc/<pid>/cmdline as read while the process lived, `comm` stays the comm,
+/// and the text table shows the title beside the comm.
+#[test]
+fn rows_carry_the_process_title() {
+    use std::os::unix::process::CommandExt as _;
+    require_root();
+    let mut ticker = Command::new("bash")
+        .arg0("tk-title: ticker")
+        .args(["-c", "while :; do sleep 0.02; done"])
+        .spawn()
+        .unwrap();
+    let pid = ticker.id();
+    std::thread::sleep(Duration::from_millis(100));
+    let want = cmdline_of(pid);
+    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
+    let p = pid.to_string();
+    let run = |json: bool| {
+        let mut args = vec!["ctxsw", "--pid", &p];
+        if json {
+            args.push("--json");
+        }
+        let mut tk = Tracer::spawn(&args);
+        if json {
+            tk.wait_attached();
+        } else {
+            // Text mode prints no meta line to wait for: attaching takes well under this.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        tk.signal(libc::SIGINT);
+        let (status, lines, stderr) = tk.finish_text(Duration::from_secs(15));
+        assert!(status.success(), "exit {status}: {stderr}");
+        lines
+    };
+    let lines: Vec<Value> = run(true)
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let text = run(false);
+    let _ = ticker.kill();
+    let _ = ticker.wait();
+    let rows = rows_for(&lines, "ctxsw", pid);
+    assert!(!rows.is_empty(), "no row for the ticker {pid}: {lines:?}");
+    for r in rows {
+        assert_eq!(r["cmdline"], want.as_str(), "{r}");
+        assert_eq!(r["comm"], "bash", "{r}");
+    }
+    assert!(
+        text.iter()
+            .any(|l| l.contains(&pid.to_string()) && l.contains("bash [tk-title: ticker -c while")),
+        "{text:#?}"
+    );
+}

@@ -394,6 +394,15 @@ fn direct_io_is_charged_to_the_issuers_cgroup() {
     let r = rows(&run.lines, &lo.name);
     let fio_rows: Vec<&&Value> = r.iter().filter(|x| x["comm"] == "fio").collect();
     assert!(!fio_rows.is_empty(), "{r:?}");
+    // The issuer's title: fio's /proc/<pid>/cmdline (its job process forks from the one sh
+    // exec'd), learnt while it lived.
+    let title = format!(
+        "fio --name=tk --direct=1 --filename={} --rw=randread --bs=4k --io_size=2M --size=64M --output-format=json",
+        lo.dev
+    );
+    for row in &fio_rows {
+        assert_eq!(row["cmdline"], title.as_str(), "{row}");
+    }
     for row in fio_rows {
         assert_eq!(row["cgroup"], format!("/{name}"), "{row}");
         assert!(row["cgroup_id"].as_u64().unwrap() > 1);

@@ -310,6 +310,17 @@ fn memcg_reclaim_is_attributed_to_the_writer_in_the_cgroup() {
     assert!(n(row, "count") >= 1, "{row}");
     assert!(n(row, "reclaimed_pages") > 0, "{row}");
     assert_eq!(row["cgroup"], format!("/{}", cg.name), "{row}");
+    // Its title (/proc/<pid>/cmdline: argv as run_workload passed it), learnt while it lived.
+    assert_eq!(
+        row["cmdline"],
+        format!(
+            "{} memcg-write {} {} 128",
+            workload_bin().display(),
+            procs.display(),
+            file.display()
+        ),
+        "{row}"
+    );
     assert_eq!(
         n(row, "cgroup_id"),
         cg.id(),

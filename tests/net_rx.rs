@@ -300,6 +300,23 @@ fn rcvbuf_finding_names_the_receiving_process() {
     assert!(f["summary"].as_str().unwrap().contains("full 100 %"), "{f}");
     assert!(f["advice"].as_str().unwrap().contains("SO_RCVBUF"), "{f}");
     assert!(f["evidence"]["drops"].as_u64().unwrap() >= 4990);
+    // The receiver's title, /proc/<pid>/cmdline read while it lives, on its socket row, the
+    // drop rows it owns and the finding.
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let title: String = String::from_utf8_lossy(&raw)
+        .replace('\0', " ")
+        .trim_end()
+        .to_string();
+    assert_eq!(
+        title,
+        format!("{} net-rx-hold 8000", workload_bin().display())
+    );
+    assert_eq!(f["cmdline"], title.as_str(), "{f}");
+    let sock = lines
+        .iter()
+        .find(|l| l["type"] == "socket" && l["port"] == port)
+        .unwrap_or_else(|| panic!("no socket row for :{port}: {lines:?}"));
+    assert_eq!(sock["cmdline"], title.as_str(), "{sock}");
     let _ = holder.kill();
     let _ = holder.wait();
 }

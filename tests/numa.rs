@@ -78,6 +78,12 @@ fn forced_on_one_node_counts_run_time() {
     );
     assert_eq!(row["cpu_ns_by_node"][0], cpu);
     assert_eq!(row["remote_cpu_share_ppm"], 0, "{row}");
+    // Its title: /proc/<pid>/cmdline, argv as the test started it.
+    assert_eq!(
+        row["cmdline"],
+        format!("{} numa-place bind 0 0 16 1", workload_bin().display()),
+        "{row}"
+    );
     let mem = row["mem_kib_by_node"][0].as_u64().unwrap();
     assert!(mem >= 16 << 10, "{row}");
     assert!(

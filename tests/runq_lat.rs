@@ -551,3 +551,46 @@ fn runq_pingpong(n: usize) {
         .collect();
     println!("{}", serde_json::json!({ "procs": procs }));
 }
+
+/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
+fn cmdline_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    String::from_utf8(
+        raw.iter()
+            .map(|b| if *b == 0 { b' ' } else { *b })
+            .collect(),
+    )
+    .unwrap()
+    .trim_end()
+    .to_string()
+}
+
+/// A row carries the process title (`exec -a` sets it, as postgres and nginx do): JSON
+/// `cmdline` is /proc/<pid>/cmdline as read while the process lived; `comm` stays the comm.
+#[test]
+fn rows_carry_the_process_title() {
+    require_root();
+    let _one = serial();
+    let mut ticker = Command::new("bash")
+        .arg0("tk-title: ticker")
+        .args(["-c", "while :; do sleep 0.02; done"])
+        .spawn()
+        .unwrap();
+    let pid = ticker.id();
+    std::thread::sleep(Duration::from_millis(100));
+    let want = cmdline_of(pid);
+    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
+    let p = pid.to_string();
+    let mut tk = Tracer::spawn(&["runq-lat", "--json", "--pid", &p]);
+    tk.wait_attached();
+    std::thread::sleep(Duration::from_millis(600));
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    let _ = ticker.kill();
+    let _ = ticker.wait();
+    assert!(status.success(), "exit {status}: {stderr}");
+    let rows = rows_for(&lines, "runq-lat", pid);
+    assert_eq!(rows.len(), 1, "one row for the ticker {pid}: {lines:?}");
+    assert_eq!(rows[0]["cmdline"], want.as_str(), "{}", rows[0]);
+    assert_eq!(rows[0]["comm"], "bash", "{}", rows[0]);
+}

@@ -150,6 +150,17 @@ impl Window {
             .unwrap_or(0);
         (humantime::format_rfc3339_millis(self.end).to_string(), ns)
     }
+
+    /// What a title line says of the window: `2.00s (duration elapsed)`, preceded in an
+    /// interval run by `interval 3 ending 2026-11-30T11:27:00.123Z, `.
+    pub fn span(&self) -> String {
+        let when = if self.interval {
+            format!("interval {} ending {}, ", self.index + 1, self.end_json().0)
+        } else {
+            String::new()
+        };
+        format!("{when}{:.2}s ({})", self.secs(), self.stop.as_str())
+    }
 }
 
 /// Test hook for the reliability suite: `TRACEKIT_FAULT=panic` or `=error` makes the run fail

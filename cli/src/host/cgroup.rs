@@ -70,13 +70,17 @@ impl Layout {
 /// A memory cgroup's limit counters, as its files say: v1 `memory.failcnt` (times usage hit the
 /// limit) and `memory.oom_control`'s `oom_kill`; v2 `memory.events` (`max`: times usage hit
 /// `memory.max`, `high`, `oom`, `oom_kill`, `oom_group_kill`). Counters are cumulative since
-/// the cgroup was created.
+/// the cgroup was created. With them, the limit and the usage now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryCounters {
     /// v1 `memory.failcnt`.
     pub failcnt: Option<u64>,
     /// v2 `memory.events` and v1 `memory.oom_control` lines, by name.
     pub events: std::collections::BTreeMap<String, u64>,
+    /// The limit in bytes (v1 `memory.limit_in_bytes`, v2 `memory.max`); `None`: unlimited.
+    pub limit_bytes: Option<u64>,
+    /// Usage in bytes (v1 `memory.usage_in_bytes`, v2 `memory.current`).
+    pub usage_bytes: Option<u64>,
 }
 
 impl MemoryCounters {
@@ -84,15 +88,30 @@ impl MemoryCounters {
     /// `root`; `None` when the cgroup is gone or has none of the files.
     pub fn read(root: &Path, path: &[u8]) -> Option<MemoryCounters> {
         let rel = std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path));
-        let dir = root.join(rel);
-        let failcnt = crate::host::read_u64(&dir.join("memory.failcnt"));
+        MemoryCounters::read_dir(&root.join(rel))
+    }
+
+    /// Reads the counters in cgroup directory `dir`; `None` when it is gone or has no counter
+    /// files.
+    pub fn read_dir(dir: &Path) -> Option<MemoryCounters> {
+        use crate::host::read_u64;
+        let failcnt = read_u64(&dir.join("memory.failcnt"));
         let mut events = std::collections::BTreeMap::new();
         for f in ["memory.events", "memory.oom_control"] {
             if let Ok(t) = crate::host::read_text_capped(&dir.join(f), crate::host::SMALL_FILE) {
                 events.extend(parse_flat_keyed(&t));
             }
         }
-        (failcnt.is_some() || !events.is_empty()).then_some(MemoryCounters { failcnt, events })
+        let either =
+            |v1: &str, v2: &str| read_u64(&dir.join(v1)).or_else(|| read_u64(&dir.join(v2)));
+        (failcnt.is_some() || !events.is_empty()).then(|| MemoryCounters {
+            failcnt,
+            events,
+            // v1 "unlimited" is a huge page-aligned number; v2 says `max` (which does not parse).
+            limit_bytes: either("memory.limit_in_bytes", "memory.max")
+                .filter(|&l| l < (1u64 << 62)),
+            usage_bytes: either("memory.usage_in_bytes", "memory.current"),
+        })
     }
 
     /// Counter `key` (`failcnt`, or an event name).
@@ -101,6 +120,17 @@ impl MemoryCounters {
             return self.failcnt;
         }
         self.events.get(key).copied()
+    }
+
+    /// Times usage hit the limit: v1 `failcnt`, else v2 `memory.events` `max`.
+    pub fn hit_limit(&self) -> u64 {
+        self.failcnt.or_else(|| self.get("max")).unwrap_or(0)
+    }
+
+    /// OOM kills inside the cgroup (`oom_kill` of v2 `memory.events` or v1 `memory.oom_control`,
+    /// where the kernel has it).
+    pub fn oom_kills(&self) -> u64 {
+        self.get("oom_kill").unwrap_or(0)
     }
 
     /// `self - before`, per counter present in both (cumulative counters only grow; a
@@ -121,6 +151,8 @@ impl MemoryCounters {
                         .map(|b| (k.clone(), a.saturating_sub(*b)))
                 })
                 .collect(),
+            limit_bytes: self.limit_bytes,
+            usage_bytes: self.usage_bytes,
         }
     }
 }

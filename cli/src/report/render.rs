@@ -33,6 +33,37 @@ pub struct Output {
     pub stats: Option<Stats>,
 }
 
+impl Output {
+    /// The header note for what the programs could not record (in-flight map or ring buffer
+    /// full, keys over `--max-keys`), when anything was: `unit` names what is counted
+    /// (`call`, `request`), `aside` follows the ring-buffer count. Returns the missed count
+    /// (in-flight map full + ring buffer full) the title line carries.
+    pub fn note_missed(&mut self, st: &[u64; NSTATS as usize], unit: &str, aside: &str) -> u64 {
+        use probes_common::stats::{KEY_MAP_FULL, RINGBUF_FULL, START_MAP_FULL};
+        let (start, ring, over_cap) = (
+            st[START_MAP_FULL as usize],
+            st[RINGBUF_FULL as usize],
+            st[KEY_MAP_FULL as usize],
+        );
+        if start + ring > 0 || over_cap > 0 {
+            self.notes.push(format!(
+                "missed: in-flight map full {start}, ring buffer full {ring}{aside}; {over_cap} {unit}(s) over the --max-keys cap are counted in the [other] row"
+            ));
+        }
+        start + ring
+    }
+
+    /// A header note per optional hook that was not attached, and why (each once).
+    pub fn note_skipped(&mut self, skipped: &[(&'static str, String)]) {
+        for (n, r) in skipped {
+            let line = format!("skipped {n}: {r}");
+            if !self.notes.contains(&line) {
+                self.notes.push(line);
+            }
+        }
+    }
+}
+
 /// What the programs could not record in a window, and other per-window run facts.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {
@@ -348,6 +379,29 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::path::Path;
+
+    #[test]
+    fn missed_and_skipped_notes() {
+        let mut out = Output::default();
+        let mut st = [0u64; NSTATS as usize];
+        assert_eq!(out.note_missed(&st, "call", ""), 0);
+        assert!(out.notes.is_empty(), "nothing missed, no note");
+        st[probes_common::stats::START_MAP_FULL as usize] = 2;
+        st[probes_common::stats::RINGBUF_FULL as usize] = 3;
+        st[probes_common::stats::KEY_MAP_FULL as usize] = 4;
+        assert_eq!(out.note_missed(&st, "event", " (names may be missing)"), 5);
+        assert_eq!(
+            out.notes,
+            ["missed: in-flight map full 2, ring buffer full 3 (names may be missing); 4 event(s) over the --max-keys cap are counted in the [other] row"]
+        );
+        out.notes.clear();
+        let skipped = [
+            ("sched:a", "EPERM".to_string()),
+            ("sched:a", "EPERM".to_string()),
+        ];
+        out.note_skipped(&skipped);
+        assert_eq!(out.notes, ["skipped sched:a: EPERM"]);
+    }
 
     fn golden(name: &str, actual: &str) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

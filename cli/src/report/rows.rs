@@ -34,6 +34,27 @@ impl<R> Clone for Column<R> {
 }
 impl<R> Copy for Column<R> {}
 
+/// `cols` with the id column (the first) named for what it holds: `TID` per thread, else as
+/// declared (`PID`).
+pub fn id_columns<R>(cols: &[Column<R>], threads: bool) -> Vec<Column<R>> {
+    let mut v = cols.to_vec();
+    if threads {
+        if let Some(c) = v.first_mut() {
+            c.head = "TID";
+        }
+    }
+    v
+}
+
+/// How many of `len` rows a table of at most `max` rows (0: all) shows.
+pub fn shown(max: usize, len: usize) -> usize {
+    if max == 0 {
+        len
+    } else {
+        max.min(len)
+    }
+}
+
 impl<R> Column<R> {
     pub const fn right(head: &'static str, cell: fn(&R, &Ctx) -> String) -> Column<R> {
         Column {
@@ -125,6 +146,18 @@ impl Section {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_column_and_rows_shown() {
+        let cols: &[Column<u32>] = &[
+            Column::right("PID", |r, _| r.to_string()),
+            Column::right("N", |r, _| r.to_string()),
+        ];
+        let heads = |t| -> Vec<&str> { id_columns(cols, t).iter().map(|c| c.head).collect() };
+        assert_eq!(heads(false), ["PID", "N"]);
+        assert_eq!(heads(true), ["TID", "N"]);
+        assert_eq!((shown(0, 7), shown(3, 7), shown(10, 7)), (7, 3, 7));
+    }
 
     #[derive(Serialize)]
     struct R {

@@ -13,7 +13,7 @@ use crate::{host::proc, report::sanitize};
 /// [`proc::TITLE_MAX`] bytes).
 pub const TEXT_WIDTH: usize = 28;
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Title {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,
@@ -27,6 +27,14 @@ impl Title {
     /// The title of process `pid` now (empty for kernel threads and processes that are gone).
     pub fn of(pid: u32) -> Title {
         Title::from_bytes(proc::title(pid))
+    }
+
+    /// The title of `pid` now, else `learnt` (a title read while it lived, empty when none).
+    pub fn of_or(pid: u32, learnt: &[u8]) -> Title {
+        match proc::title(pid) {
+            Some(raw) => Title::from_bytes(Some(raw)),
+            None => Title::from_bytes((!learnt.is_empty()).then(|| learnt.to_vec())),
+        }
     }
 
     pub fn from_bytes(raw: Option<Vec<u8>>) -> Title {

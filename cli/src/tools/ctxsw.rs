@@ -21,12 +21,12 @@ use crate::{
         findings::{rank, Cause, Finding, Score, Subject},
         hist,
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
         sanitize,
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
+        sched::{self, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -385,19 +385,20 @@ const OWN_SHARE: f64 = 0.5;
 /// One finding per process whose switch rate makes it a storm, most switches first.
 fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding> {
     let me = std::process::id();
-    // Per process: switches, voluntary, own wakeups, wake waits measured, name.
-    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, String)> = Default::default();
+    // Per process: switches, voluntary, own wakeups, wake waits measured, who.
+    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, Subject)> =
+        Default::default();
     for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
         let e = per
             .entry(r.who.pid)
-            .or_insert((0, 0, 0, 0, r.who.comm.clone()));
+            .or_insert_with(|| (0, 0, 0, 0, r.who.subject()));
         e.0 += r.voluntary + r.involuntary;
         e.1 += r.voluntary;
         e.2 += r.own_wakeups;
         e.3 += r.woken;
     }
     let mut out = Vec::new();
-    for (pid, (sw, vol, own, woken, comm)) in per {
+    for (pid, (sw, vol, own, woken, subject)) in per {
         let rate_s = sw as f64 / secs;
         if rate_s < STORM_PER_S {
             continue;
@@ -418,7 +419,8 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         let between_own = own_share >= OWN_SHARE || (invol > 0 && own_pre * 2 >= invol);
         let vol_pct = vol as f64 * 100.0 / sw.max(1) as f64;
         let mut summary = format!(
-            "{comm} (pid {pid}) switched {:.0} times/s ({vol_pct:.0} % voluntary, {:.0} % involuntary)",
+            "{} switched {:.0} times/s ({vol_pct:.0} % voluntary, {:.0} % involuntary)",
+            subject.text(),
             rate_s,
             100.0 - vol_pct
         );
@@ -455,7 +457,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         let mut f = Finding {
             tool: INFO.name,
             cause: Cause::CtxswStorm,
-            subject: Subject::process(pid, comm),
+            subject,
             culprit: culprit.map(|(cp, _)| {
                 Subject::process(
                     cp,
@@ -507,36 +509,28 @@ impl Collector for Ctxsw {
         });
         let switches: u64 = rows.iter().map(|r| r.voluntary + r.involuntary).sum();
         let vol: u64 = rows.iter().map(|r| r.voluntary).sum();
-        let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
+        let mut out = Output {
+            title: format!(
+                "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {}",
+                switches - vol,
+                self.s.scope.describe(),
+                w.span(),
+            ),
+            ..Output::default()
         };
-        out.title = format!(
-            "ctxsw: {switches} switches ({vol} voluntary, {} involuntary) in {}; {when}{secs:.2}s ({})",
-            switches - vol,
-            self.s.scope.describe(),
-            w.stop.as_str(),
-        );
         out.notes.push(sys.text(secs));
         out.notes.extend(self.s.notes.iter().cloned());
         out.notes.extend(sched::stats_notes(&iv.stats));
         if rows.is_empty() {
             out.notes.push("no context switches seen".into());
         }
-        let shown = if self.max_rows == 0 {
-            rows.len()
-        } else {
-            self.max_rows.min(rows.len())
-        };
+        let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists
                 .push((format!("runq[{} {}]", r.id, r.name), r.waits));
         }
         out.findings = findings(&rows, secs, &iv.preemptors);
-        let mut cols = COLUMNS.to_vec();
-        cols[0].head = id_head(threads);
+        let cols = id_columns(COLUMNS, threads);
         let ctx = Ctx { secs };
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));

@@ -66,6 +66,23 @@ impl OpenCtx {
     }
 }
 
+/// The [`Collector`](crate::engine::Collector) methods of a collector whose loaded object is
+/// the [`Session`](crate::kernel::loader::Session) at field path `$f` (`session`,
+/// `s.session`): the links still being set up, and the session for the engine's per-collector
+/// work (`--pid N --children` refreshing the FILTER_PIDS map).
+macro_rules! session_methods {
+    ($($f:ident).+) => {
+        fn slow_links(&self) -> usize {
+            self.$($f).+.slow_links()
+        }
+
+        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
+            Some(&mut self.$($f).+)
+        }
+    };
+}
+pub(crate) use session_methods;
+
 macro_rules! registry {
     (
         tools { $($(#[$tdoc:meta])* $tvariant:ident => $tmodule:ident),* $(,)? }

@@ -20,11 +20,11 @@ use crate::{
         findings::{rank, Cause, Finding, Score, Subject},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
     },
     tools::{
         self,
-        sched::{self, id_head, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
+        sched::{self, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -192,7 +192,7 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
             let peer = Peer::new(id, tgid, waits, Some(ns), names, threads);
             Aggressor {
                 text: peer.text(),
-                who: Who::named(tgid, threads.then_some(id), peer.comm, peer.comm_bytes),
+                who: peer.who,
                 delay_caused_ns: ns,
                 waits,
                 victims,
@@ -252,7 +252,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
     let me = std::process::id();
     // Per process: wake stats of its biggest row, totals, culprits merged by process.
     struct Acc {
-        comm: String,
+        subject: Subject,
         wake_ns: u64,
         wake_n: u64,
         p50: u64,
@@ -264,8 +264,8 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
     }
     let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
-        let a = per.entry(r.who.pid).or_insert(Acc {
-            comm: r.who.comm.clone(),
+        let a = per.entry(r.who.pid).or_insert_with(|| Acc {
+            subject: r.who.subject(),
             wake_ns: 0,
             wake_n: 0,
             p50: 0,
@@ -284,8 +284,11 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         a.max = a.max.max(w.max_ns);
         a.preempt_ns += r.preempt.1.total_ns;
         a.kernel_ns += r.kernel_run_delay_ns;
-        for p in r.waited_behind.iter().filter(|p| p.pid != me) {
-            let e = a.behind.entry(p.pid).or_insert((p.comm.clone(), 0, 0));
+        for p in r.waited_behind.iter().filter(|p| p.who.pid != me) {
+            let e = a
+                .behind
+                .entry(p.who.pid)
+                .or_insert((p.who.comm.clone(), 0, 0));
             e.1 += p.delay_ns.unwrap_or(0);
             e.2 += p.count;
         }
@@ -317,8 +320,8 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         // The culprit is another process: a wait behind its own threads is not a neighbour's.
         let culprit = behind.iter().find(|b| b.0 != 0 && b.0 != *pid);
         let mut summary = format!(
-            "{} (pid {pid}) waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
-            a.comm,
+            "{} waited {} of {} for a CPU after its wakeups ({:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
+            a.subject.text(),
             fmt_ns(a.wake_ns),
             fmt_ns((secs * 1e9) as u64),
             a.wake_ns as f64 / secs / 1e7,
@@ -338,7 +341,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         let mut f = Finding {
             tool: INFO.name,
             cause: Cause::RunqDelay,
-            subject: Subject::process(*pid, a.comm.clone()),
+            subject: a.subject.clone(),
             culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
             score: Score::NsPerS(ns_per_s),
             summary,
@@ -370,12 +373,12 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             Finding {
                 tool: INFO.name,
                 cause: Cause::RunqDelay,
-                subject: Subject::process(*pid, a.comm.clone()),
+                subject: a.subject.clone(),
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),
                 summary: format!(
-                    "{} (pid {pid}) was runnable but not running for {} of {} after being preempted ({:.1} % of the time): its CPUs are saturated.",
-                    a.comm,
+                    "{} was runnable but not running for {} of {} after being preempted ({:.1} % of the time): its CPUs are saturated.",
+                    a.subject.text(),
                     fmt_ns(a.preempt_ns),
                     fmt_ns((secs * 1e9) as u64),
                     a.preempt_ns as f64 / secs / 1e7,
@@ -416,28 +419,21 @@ impl Collector for RunqLat {
         });
         let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
         let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
-        let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
+        let mut out = Output {
+            title: format!(
+                "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
+                fmt_ns(total),
+                self.s.scope.describe(),
+                w.span(),
+            ),
+            ..Output::default()
         };
-        out.title = format!(
-            "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {when}{secs:.2}s ({})",
-            fmt_ns(total),
-            self.s.scope.describe(),
-            w.stop.as_str(),
-        );
         out.notes.extend(self.s.notes.iter().cloned());
         out.notes.extend(sched::stats_notes(&iv.stats));
         if rows.is_empty() {
             out.notes.push("no run-queue waits seen".into());
         }
-        let shown = if self.max_rows == 0 {
-            rows.len()
-        } else {
-            self.max_rows.min(rows.len())
-        };
+        let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists
                 .push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
@@ -446,8 +442,7 @@ impl Collector for RunqLat {
         }
         out.findings = findings(&rows, secs);
         let ctx = Ctx { secs };
-        let mut cols = COLUMNS.to_vec();
-        cols[0].head = id_head(threads);
+        let cols = id_columns(COLUMNS, threads);
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
         let aggr = aggressors(&iv.culprits, &iv.rows, &names, threads);
@@ -500,10 +495,7 @@ mod tests {
 
     fn peer(pid: u32, n: u64, ns: u64) -> Peer {
         Peer {
-            pid,
-            tid: None,
-            comm: format!("hog{pid}"),
-            comm_bytes: None,
+            who: Who::named(pid, None, format!("hog{pid}"), None),
             count: n,
             delay_ns: Some(ns),
             id: pid,

@@ -26,7 +26,10 @@ use crate::{
         loader::{self, LoadSpec, Object, Session},
         maps::GenMap,
     },
-    report::sanitize,
+    report::{
+        sanitize,
+        who::{Title, Titles},
+    },
     tools::{row_comm, OpenCtx},
 };
 
@@ -127,6 +130,8 @@ pub struct Row {
     pub comm: Vec<u8>,
     /// The name before an exec during the window (the row spans it), if any.
     pub exec_from: Option<Vec<u8>>,
+    /// The process title (`postgres: walwriter`), read while the process lives.
+    pub title: Title,
     /// Switches, migrations, the kernel's run_delay, waits after a wakeup (wall clock) and
     /// after a preemption (`run_delay`).
     pub v: SchedVal,
@@ -149,22 +154,20 @@ impl Row {
         self.v.wake.count.saturating_sub(self.v.wake_unmeasured)
     }
 
-    /// The name for text: `python3 (was sh)` when the row spans an exec.
+    /// The name for text, with the title beside it: `python3 [python3 app.py] (was sh)` when
+    /// the row spans an exec.
     pub fn name_text(&self) -> String {
+        let name = self.title.beside(&self.comm);
         match &self.exec_from {
-            Some(old) => format!(
-                "{} (was {})",
-                sanitize::text(&self.comm),
-                sanitize::text(old)
-            ),
-            None => sanitize::text(&self.comm),
+            Some(old) => format!("{name} (was {})", sanitize::text(old)),
+            None => name,
         }
     }
 }
 
 /// Who a row is, as every row type of both tools serialises it (flattened): `pid` (the
-/// process), `tid` with `--threads`, `comm` and, when the row spans an exec, `exec_from`
-/// (each with `_bytes` when not UTF-8).
+/// process), `tid` with `--threads`, `comm`, the process title `cmdline` and, when the row
+/// spans an exec, `exec_from` (each with `_bytes` when not UTF-8).
 #[derive(Clone, Debug, Serialize)]
 pub struct Who {
     pub pid: u32,
@@ -177,6 +180,8 @@ pub struct Who {
     pub exec_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_from_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub title: Title,
 }
 
 impl Who {
@@ -189,6 +194,7 @@ impl Who {
             comm_bytes,
             exec_from: None,
             exec_from_bytes: None,
+            title: Title::default(),
         }
     }
 
@@ -208,7 +214,14 @@ impl Who {
             comm_bytes,
             exec_from,
             exec_from_bytes,
+            title: r.title.clone(),
         }
+    }
+
+    /// The subject of a finding about this row's process.
+    pub fn subject(&self) -> crate::report::findings::Subject {
+        crate::report::findings::Subject::process(self.pid, self.comm.clone())
+            .with_title(&self.title)
     }
 }
 
@@ -228,13 +241,7 @@ macro_rules! collector_common {
             self.s.flip()
         }
 
-        fn slow_links(&self) -> usize {
-            self.s.session.slow_links()
-        }
-
-        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
-            Some(&mut self.s.session)
-        }
+        $crate::tools::session_methods!(s.session);
     };
 }
 pub(crate) use collector_common;
@@ -273,6 +280,7 @@ pub struct SchedSession {
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
     pub wall_clock: bool,
     gen: u32,
+    titles: Titles,
 }
 
 fn pair_map(
@@ -378,6 +386,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         notes,
         wall_clock,
         gen: 0,
+        titles: Titles::default(),
     })
 }
 
@@ -403,12 +412,20 @@ fn drain_pairs(m: &mut Option<GenMap<PairKey, PairVal>>, gen: u32) -> Result<Vec
     Ok(v)
 }
 
-fn row(id: u32, tgid: u32, comm: Vec<u8>, exec_from: Option<Vec<u8>>, v: &SchedVal) -> Row {
+fn row(
+    id: u32,
+    tgid: u32,
+    comm: Vec<u8>,
+    exec_from: Option<Vec<u8>>,
+    title: Title,
+    v: &SchedVal,
+) -> Row {
     Row {
         id,
         tgid,
         comm,
         exec_from,
+        title,
         v: *v,
     }
 }
@@ -432,13 +449,15 @@ impl SchedSession {
                 let from = sanitize::comm_bytes(&v.exec_from);
                 let exec_from =
                     (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
-                row(k.id, v.tgid, comm, exec_from, v)
+                let title = self.titles.of(v.tgid);
+                row(k.id, v.tgid, comm, exec_from, title, v)
             })
             .collect();
         let o = drained.other;
         if o.voluntary + o.involuntary > 0 {
-            rows.push(row(0, 0, b"[other]".to_vec(), None, &o));
+            rows.push(row(0, 0, b"[other]".to_vec(), None, Title::default(), &o));
         }
+        self.titles.end_window();
         Ok(Interval {
             rows,
             preemptors: drain_pairs(&mut self.preemptors, self.gen)?,
@@ -489,16 +508,12 @@ impl Names {
     }
 }
 
-/// A task at the other end of a pair, for JSON: `pid` (and `tid` per thread), `comm`, the
-/// count, and the time where the pair carries one.
+/// A task at the other end of a pair, for JSON: who it is (`pid`, `tid` per thread, `comm`),
+/// the count, and the time where the pair carries one.
 #[derive(Clone, Debug, Serialize)]
 pub struct Peer {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub who: Who,
     pub count: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_ns: Option<u64>,
@@ -532,10 +547,7 @@ impl Peer {
         let name = names.get(id);
         let (comm, comm_bytes) = sanitize::name_fields(&name);
         Peer {
-            pid: tgid,
-            tid: threads.then_some(id),
-            comm,
-            comm_bytes,
+            who: Who::named(tgid, threads.then_some(id), comm, comm_bytes),
             count,
             delay_ns,
             id,
@@ -601,15 +613,6 @@ pub fn stats(st: [u64; NSTATS as usize], count: u64) -> Stats {
         .with("idle_switches", st[STAT_IDLE_SWITCHES as usize])
 }
 
-/// The id column named for what it holds.
-pub fn id_head(threads: bool) -> &'static str {
-    if threads {
-        "TID"
-    } else {
-        "PID"
-    }
-}
-
 /// A rate for JSON: a float to the thousandth (a rare event per window is not 0).
 pub fn per_s(count: u64, secs: f64) -> f64 {
     (count as f64 / secs * 1000.0).round() / 1000.0
@@ -637,7 +640,7 @@ mod tests {
 
     #[test]
     fn names_prefer_the_row_then_idle() {
-        let mut r = row(7, 7, b"w".to_vec(), None, &SchedVal::ZERO);
+        let mut r = row(7, 7, b"w".to_vec(), None, Title::default(), &SchedVal::ZERO);
         r.v.voluntary = 2;
         assert_eq!(r.switches(), 2);
         assert_eq!(Who::of(&r, true).tid, Some(7));
@@ -647,7 +650,7 @@ mod tests {
         assert_eq!(n.get(0), b"[idle]");
         let p = Peer::new(7, 3, 5, Some(9), &n, true);
         assert_eq!(
-            (p.pid, p.tid, p.text()),
+            (p.who.pid, p.who.tid, p.text()),
             (3, Some(7), "worker(7)".to_string())
         );
         assert_eq!(per_s(1, 2.0), 0.5);

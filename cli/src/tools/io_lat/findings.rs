@@ -11,6 +11,7 @@ use crate::report::{
     findings::{rank, Cause, Finding, Score, Subject},
     hist,
     render::fmt_ns,
+    who::{bracket, Title},
 };
 
 /// Below this many requests in a window a device's numbers are too few to conclude from.
@@ -38,6 +39,7 @@ fn score(wait_ns: u64, count: u64, secs: f64) -> Score {
 struct Issuer {
     pid: u32,
     comm: String,
+    title: Title,
     cgroup: Option<String>,
     kthread: bool,
     count: u64,
@@ -56,6 +58,7 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
         let e = by.entry(r.pid).or_insert_with(|| Issuer {
             pid: r.pid,
             comm: crate::report::sanitize::text(&r.comm_raw),
+            title: r.title.clone(),
             cgroup: r.cgroup.clone(),
             kthread: r.kthread == Some(true),
             count: 0,
@@ -75,7 +78,9 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
 }
 
 fn subject(i: &Issuer) -> Subject {
-    Subject::process(i.pid, i.comm.clone()).with_cgroup(i.cgroup.clone())
+    Subject::process(i.pid, i.comm.clone())
+        .with_title(&i.title)
+        .with_cgroup(i.cgroup.clone())
 }
 
 /// `fio (pid 812)`, or `kworker/u8:3 (pid 95, writeback for /app)` for a flusher.
@@ -88,7 +93,11 @@ fn who(i: &Issuer) -> String {
     } else {
         String::new()
     };
-    format!("{} (pid {}{wb})", i.comm, i.pid)
+    let title = match &i.title.cmdline {
+        Some(t) if *t != i.comm => bracket(t.as_bytes()),
+        _ => String::new(),
+    };
+    format!("{}{title} (pid {}{wb})", i.comm, i.pid)
 }
 
 /// The top issuer when it stands for at least half of the device's requests.

@@ -28,7 +28,6 @@ use probes_common::io_lat::{
     DevKey, DevLive, DevVal, IoKey, IoNew, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY, STAT_DIRECT,
     STAT_PARTIAL,
 };
-use probes_common::stats;
 
 use crate::{
     engine::{Collector, Meta, Output, Scope, Stats, Window},
@@ -343,38 +342,23 @@ impl Collector for IoLat {
         let (summary, devices) =
             rows::build(&input, &self.names, &mut self.facts, &mut self.cgroups);
         let requests: u64 = summary.iter().map(|r| r.count).sum();
-        let missed = st[stats::START_MAP_FULL as usize] + st[stats::RINGBUF_FULL as usize];
-        let over_cap = st[stats::KEY_MAP_FULL as usize];
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
+        let missed = out.note_missed(&st, "request", "");
         out.title = format!(
-            "io-lat: {requests} requests on {} device(s) in {}; {when}{secs:.2}s ({}); keyed by {} ({}); missed {missed}",
+            "io-lat: {requests} requests on {} device(s) in {}; {}; keyed by {} ({}); missed {missed}",
             devices.len(),
             self.scope.describe(),
-            w.stop.as_str(),
+            w.span(),
             self.keyed_by(),
             self.mode.as_str(),
         );
-        if missed > 0 || over_cap > 0 {
-            out.notes.push(format!(
-                "missed: in-flight map full {}, ring buffer full {}; {over_cap} request(s) over the --max-keys cap are counted in the [other] row",
-                st[stats::START_MAP_FULL as usize],
-                st[stats::RINGBUF_FULL as usize],
-            ));
-        }
         for d in devices.iter().filter(|d| d.unseen() != 0) {
             out.notes.push(format!(
                 "{}: /proc/diskstats counted {} read(s) and {} write(s) more than the programs saw end (recursion misses this window: {misses}); see unseen_* in the device line",
                 d.dev, d.unseen_reads, d.unseen_writes
             ));
         }
-        for (n, r) in &self.session.skipped {
-            out.notes.push(format!("skipped {n}: {r}"));
-        }
+        out.note_skipped(&self.session.skipped);
         if summary.is_empty() {
             out.notes.push("no block I/O requests completed".into());
         }

@@ -27,6 +27,7 @@ use crate::{
         render::fmt_ns,
         rows::Column,
         sanitize,
+        who::Title,
     },
 };
 
@@ -80,6 +81,9 @@ pub struct SummaryRow {
     pub comm: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_bytes: Option<Vec<u8>>,
+    /// The issuing process's title (`cmdline`), read while it lived.
+    #[serde(flatten)]
+    pub title: Title,
     /// A kernel thread (writeback kworker, jbd2, kblockd); `null` when it exited unseen.
     pub kthread: Option<bool>,
     pub cgroup_id: u64,
@@ -266,7 +270,7 @@ fn op_text(r: &SummaryRow) -> String {
 pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::left("DEV", |r, _| r.dev.clone()),
     Column::right("PID", |r, _| r.pid.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::left("OP", |r, _| op_text(r)),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
@@ -368,6 +372,10 @@ fn summary_row(
     } else {
         cgroups.path(key.cgroup_id).unwrap_or_default()
     };
+    let title = match &pf {
+        Some(p) if !p.kthread => Title::of_or(key.tgid, &p.cmdline),
+        _ => Title::default(),
+    };
     let (c, cb) = sanitize::name_fields(&comm);
     let (g, gb) = sanitize::name_fields(&cg);
     let errors = v
@@ -394,6 +402,7 @@ fn summary_row(
         pid: key.tgid,
         comm: c,
         comm_bytes: cb,
+        title,
         kthread: pf.map(|p| p.kthread),
         cgroup_id: key.cgroup_id,
         cgroup: (!cg.is_empty()).then_some(g),
@@ -453,6 +462,7 @@ pub fn build(
         o.op = "all".into();
         o.comm = "[other]".into();
         o.comm_raw = b"[other]".to_vec();
+        o.title = Title::default();
         o.kthread = None;
         rows.push(o);
     }

@@ -11,6 +11,7 @@ use crate::{
     report::{
         findings::{rank, Cause, Finding, Score, Subject},
         render::fmt_ns,
+        who::Title,
     },
 };
 
@@ -21,6 +22,8 @@ use super::INFO;
 pub struct Subj {
     pub pid: u32,
     pub comm: String,
+    /// The process title (`postgres: walwriter`).
+    pub title: Title,
     pub kind: u32,
     /// A kernel thread (kcompactd, khugepaged): background work, nobody's stall.
     pub kthread: bool,
@@ -41,6 +44,13 @@ pub struct Subj {
     pub collapsed: u64,
     pub scans: u64,
     pub fallbacks: u64,
+}
+
+impl Subj {
+    /// Who stalled, with the title beside the name.
+    pub fn subject(&self) -> Subject {
+        Subject::process(self.pid, self.comm.clone()).with_title(&self.title)
+    }
 }
 
 /// A memory cgroup's limit counters over the window.
@@ -143,7 +153,7 @@ impl Evidence<'_> {
         Finding {
             tool: INFO.name,
             cause,
-            subject: Subject::process(r.pid, r.comm.clone()).with_cgroup(r.cgroup.clone()),
+            subject: r.subject().with_cgroup(r.cgroup.clone()),
             culprit: None,
             score: Score::NsPerS((r.total_ns as f64 / self.secs.max(1e-9)) as u64),
             summary,
@@ -171,7 +181,7 @@ impl Evidence<'_> {
     }
 
     fn compaction(&self, r: &Subj) -> Option<Finding> {
-        let who = format!("{} (pid {})", r.comm, r.pid);
+        let who = r.subject().text();
         let vmt = |k: &str| self.vm.cite(k);
         let setting = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         if r.kthread {
@@ -248,7 +258,7 @@ impl Evidence<'_> {
     }
 
     fn memcg(&self, r: &Subj) -> Finding {
-        let who = format!("{} (pid {})", r.comm, r.pid);
+        let who = r.subject().text();
         let cg = self
             .cgroups
             .iter()
@@ -283,7 +293,7 @@ impl Evidence<'_> {
     }
 
     fn one(&self, r: &Subj) -> Option<Finding> {
-        let who = format!("{} (pid {})", r.comm, r.pid);
+        let who = r.subject().text();
         let vmt = |k: &str| self.vm.cite(k);
         let setting = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         Some(match (r.kind, r.kthread) {

@@ -9,10 +9,7 @@ use probes_common::memstall::{MsCgroup, MsOom, CG_LEVELS};
 use serde::Serialize;
 
 use crate::{
-    host::{
-        cgroup::{IdResolver, Layout, MemoryCounters},
-        memcg::MemcgCounters,
-    },
+    host::cgroup::{IdResolver, Layout, MemoryCounters},
     report::{
         rows::Column,
         sanitize::{self, name_fields},
@@ -36,8 +33,8 @@ pub struct Cgroups {
     /// start-up does not wait), so a cgroup's growth counts its events before memstall first
     /// saw it (a kill before its first reclaim was announced); one created since has counted
     /// everything during the run.
-    at_start: Option<std::thread::JoinHandle<BTreeMap<String, MemcgCounters>>>,
-    start: Option<BTreeMap<String, MemcgCounters>>,
+    at_start: Option<std::thread::JoinHandle<BTreeMap<String, MemoryCounters>>>,
+    start: Option<BTreeMap<String, MemoryCounters>>,
 }
 
 /// Beyond this many cgroups the walk stops, and the start set is not trusted.
@@ -48,12 +45,12 @@ const WALK_CAP: usize = 4096;
 /// cgroup created during the run (`start_known` and no `at_start`), else `first`.
 pub fn baseline(
     first: &MemoryCounters,
-    at_start: Option<&MemcgCounters>,
+    at_start: Option<&MemoryCounters>,
     start_known: bool,
 ) -> MemoryCounters {
     let mut b = first.clone();
     let (hit, kills) = match at_start {
-        Some(s) => (s.hit_limit, s.oom_kills),
+        Some(s) => (s.hit_limit(), s.oom_kills()),
         None if start_known => (0, 0),
         None => return b,
     };
@@ -394,11 +391,11 @@ mod tests {
         let now = MemoryCounters {
             failcnt: Some(220),
             events: [("oom_kill".to_string(), 3), ("under_oom".to_string(), 0)].into(),
+            ..Default::default()
         };
         // Older than the run: counted from its counters at the start, not when first seen.
-        let s = MemcgCounters {
-            hit_limit: 20,
-            oom_kills: 0,
+        let s = MemoryCounters {
+            failcnt: Some(20),
             ..Default::default()
         };
         let d = now.since(&baseline(&first, Some(&s), true));
@@ -413,10 +410,10 @@ mod tests {
         let v2 = MemoryCounters {
             failcnt: None,
             events: [("max".to_string(), 9), ("oom_kill".to_string(), 1)].into(),
+            ..Default::default()
         };
-        let s = MemcgCounters {
-            hit_limit: 4,
-            oom_kills: 1,
+        let s = MemoryCounters {
+            events: [("max".to_string(), 4), ("oom_kill".to_string(), 1)].into(),
             ..Default::default()
         };
         let d = v2.since(&baseline(&v2, Some(&s), true));

@@ -439,13 +439,7 @@ impl Collector for Memstall {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
-
-    fn session(&mut self) -> Option<&mut Session> {
-        Some(&mut self.session)
-    }
+    crate::tools::session_methods!(session);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let out = self.report(w)?;

@@ -22,8 +22,9 @@ use crate::{
     report::{
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, shown, Column, Ctx, Section},
         sanitize::{self, name_fields},
+        who::Title,
     },
     tools::row_comm,
 };
@@ -66,6 +67,8 @@ pub struct Row {
     comm: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    title: Title,
     kind: &'static str,
     kthread: bool,
     cgroup: Option<String>,
@@ -133,7 +136,7 @@ fn timed_cell(r: &Row, v: Option<u64>) -> String {
 
 const COLUMNS: &[Column<Row>] = &[
     Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::left("KIND", |r, _| r.kind.to_string()),
     Column::right("COUNT", |r, _| {
         if r.timed {
@@ -170,6 +173,7 @@ struct RowIn<'a> {
     kind: u32,
     v: &'a MsVal,
     comm: Vec<u8>,
+    title: Title,
     kthread: bool,
     cgroup: Option<Vec<u8>>,
     alive_ns: u64,
@@ -246,6 +250,7 @@ impl Memstall {
             tid: r.threads.then_some(r.id),
             comm,
             comm_bytes,
+            title: r.title,
             kind: KIND_NAMES.get(r.kind as usize).copied().unwrap_or("all"),
             kthread: r.kthread,
             cgroup,
@@ -354,10 +359,15 @@ impl Memstall {
             if let Some(kb) = proc::anon_huge_kb(v.tgid) {
                 self.thp_kb.insert(v.tgid, kb);
             }
+            let title = Title::of_or(
+                v.tgid,
+                facts.as_ref().map(|f| f.cmdline.as_slice()).unwrap_or(&[]),
+            );
             let r = RowIn {
                 id: *id,
                 kind: *kind,
                 v,
+                title,
                 kthread: facts
                     .map(|f| f.kthread)
                     .unwrap_or_else(|| kthread_by_name(&comm)),
@@ -377,6 +387,7 @@ impl Memstall {
                 kind: NKINDS,
                 v: &o,
                 comm: b"[other]".to_vec(),
+                title: Title::default(),
                 kthread: false,
                 cgroup: None,
                 alive_ns: we.saturating_sub(ws),
@@ -465,32 +476,14 @@ impl Memstall {
     ) -> Result<Output> {
         let secs = w.secs();
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
         let stalls: u64 = rows.iter().map(|r| r.stats.count).sum();
-        let missed = st[stats::START_MAP_FULL as usize] + st[stats::RINGBUF_FULL as usize];
-        let over_cap = st[stats::KEY_MAP_FULL as usize];
+        let missed = out.note_missed(&st, "event", " (cgroup names may be missing)");
         out.title = format!(
-            "memstall: {stalls} timed stalls in {}; {when}{secs:.2}s ({}); missed {missed}",
+            "memstall: {stalls} timed stalls in {}; {}; missed {missed}",
             self.scope.describe(),
-            w.stop.as_str()
+            w.span()
         );
-        if missed > 0 || over_cap > 0 {
-            out.notes.push(format!(
-                "missed: in-flight map full {}, ring buffer full {} (cgroup names may be missing); {over_cap} event(s) over the --max-keys cap are counted in the [other] row",
-                st[stats::START_MAP_FULL as usize],
-                st[stats::RINGBUF_FULL as usize],
-            ));
-        }
-        for (n, r) in &self.session.skipped {
-            let line = format!("skipped {n}: {r}");
-            if !out.notes.contains(&line) {
-                out.notes.push(line);
-            }
-        }
+        out.note_skipped(&self.session.skipped);
         out.notes.extend(self.setup_notes.iter().cloned());
         let thp_changed = thp != self.thp_start;
         out.notes.push(format!(
@@ -526,6 +519,7 @@ impl Memstall {
             .map(|r| Subj {
                 pid: r.pid,
                 comm: sanitize::text(&r.comm_raw),
+                title: r.title.clone(),
                 kind: r.kind_id,
                 kthread: r.kthread,
                 cgroup: r.cgroup_raw.as_deref().map(sanitize::text),
@@ -583,21 +577,14 @@ impl Memstall {
                 "Kernel threads (background work, no application waits on it):",
             ),
         ] {
-            let shown = if self.max_rows == 0 {
-                rs.len()
-            } else {
-                self.max_rows.min(rs.len())
-            };
+            let shown = shown(self.max_rows, rs.len());
             for r in rs[..shown].iter().filter(|r| r.timed && r.stats.count > 0) {
                 out.hists.push((
                     format!("{}[{} {}]", r.kind, r.id, sanitize::text(&r.comm_raw)),
                     r.hist,
                 ));
             }
-            let mut cols: Vec<Column<Row>> = COLUMNS.to_vec();
-            if self.scope.threads {
-                cols[0].head = "TID";
-            }
+            let cols = id_columns(COLUMNS, self.scope.threads);
             out.sections
                 .push(Section::build("summary", rs, &cols, &ctx, self.max_rows).caption(caption));
         }

@@ -101,7 +101,12 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
             && s.pid != Some(me)
     }) {
         let who = match (s.pid, &s.comm) {
-            (Some(p), Some(c)) => format!("{} :{} ({c}, pid {p})", s.proto, s.port),
+            (Some(p), Some(c)) => format!(
+                "{} :{} ({}, pid {p})",
+                s.proto,
+                s.port,
+                s.title.beside(c.as_bytes())
+            ),
             _ => format!("{} :{} (no process holds it now)", s.proto, s.port),
         };
         let buffer = match (s.rcvbuf, s.full) {
@@ -119,7 +124,7 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
             },
         };
         let subject = match s.pid {
-            Some(p) => Subject::process(p, s.comm.clone().unwrap_or_default()),
+            Some(p) => Subject::process(p, s.comm.clone().unwrap_or_default()).with_title(&s.title),
             None => Subject::named("socket", format!("{}/{}", s.proto, s.port)),
         };
         let rmem_max = sysctl("net.core.rmem_max").unwrap_or_else(|| "?".into());

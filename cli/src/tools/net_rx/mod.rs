@@ -423,11 +423,6 @@ impl NetRx {
     }
 
     fn title(&self, w: &Window, drops: u64, softirq_ns: u64) -> String {
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
         let secs = w.secs();
         let mut hook = format!("drop hook {}", self.drop_mode.as_str());
         if !self.reasons.has_reason {
@@ -441,9 +436,9 @@ impl NetRx {
             String::new()
         };
         format!(
-            "net-rx: {drops} drops ({:.1}/s) in {when}{secs:.2}s ({}); {hook}{softirq}",
+            "net-rx: {drops} drops ({:.1}/s) in {}; {hook}{softirq}",
             drops as f64 / secs,
-            w.stop.as_str()
+            w.span()
         )
     }
 }
@@ -506,15 +501,9 @@ impl Collector for NetRx {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
-
-    /// No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
-    /// `--pid`), but the engine's per-collector work gets the session like any other.
-    fn session(&mut self) -> Option<&mut Session> {
-        Some(&mut self.session)
-    }
+    // No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
+    // `--pid`), but the engine's per-collector work gets the session like any other.
+    crate::tools::session_methods!(session);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.drops.drain(self.gen).context("reading NR_DROPS")?;
@@ -571,9 +560,7 @@ impl Collector for NetRx {
             ));
         }
         out.notes.extend(counter_note(&host.counters));
-        for (n, r) in &self.session.skipped {
-            out.notes.push(format!("skipped {n}: {r}"));
-        }
+        out.note_skipped(&self.session.skipped);
         if drops.is_empty() {
             out.notes.push("no packet drops seen".into());
         }

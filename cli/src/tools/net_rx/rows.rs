@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::reasons::{self, proto_name, Reasons};
 use crate::{
     host::{kallsyms::Symbolizer, net},
-    report::{render::fmt_ns, rows::Column, sanitize},
+    report::{render::fmt_ns, rows::Column, sanitize, who::Title},
 };
 
 /// Drops with one reason at one place (function, destination, device).
@@ -49,6 +49,9 @@ pub struct DropRow {
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm: Option<String>,
+    /// The owner's process title (`cmdline`).
+    #[serde(flatten)]
+    pub title: Title,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
     /// `nobody listens on udp/9999` for drops to a closed port.
@@ -76,6 +79,12 @@ fn cpus_text(m: &BTreeMap<u32, u64>) -> String {
     }
 }
 
+/// The owner's name with its title beside it, `-` when no process holds the socket.
+fn comm_text(comm: &Option<String>, title: &Title) -> String {
+    comm.as_deref()
+        .map_or("-".into(), |c| title.beside(c.as_bytes()))
+}
+
 fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), T::to_string)
 }
@@ -93,11 +102,7 @@ pub const DROPS: &[Column<DropRow>] = &[
     Column::left("DEV", |r, _| sanitize::text(r.dev.as_bytes())),
     Column::left("CPU", |r, _| cpus_text(&r.cpus)),
     Column::right("PID", |r, _| opt(&r.pid)),
-    Column::left("COMM", |r, _| {
-        r.comm
-            .as_deref()
-            .map_or("-".into(), |c| sanitize::text(c.as_bytes()))
-    }),
+    Column::left("COMM", |r, _| comm_text(&r.comm, &r.title)),
     Column::left("WHERE", |r, _| r.location.clone()),
 ];
 
@@ -205,6 +210,9 @@ pub struct SockRow {
     pub comm: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_bytes: Option<Vec<u8>>,
+    /// The owner's process title (`cmdline`).
+    #[serde(flatten)]
+    pub title: Title,
     pub proto: String,
     /// The socket's local port.
     pub port: u16,
@@ -249,11 +257,7 @@ fn bytes_text(b: u64) -> String {
 
 pub const SOCKETS: &[Column<SockRow>] = &[
     Column::right("PID", |r, _| opt(&r.pid)),
-    Column::left("COMM", |r, _| {
-        r.comm
-            .as_deref()
-            .map_or("-".into(), |c| sanitize::text(c.as_bytes()))
-    }),
+    Column::left("COMM", |r, _| comm_text(&r.comm, &r.title)),
     Column::left("SOCKET", |r, _| format!("{}/{}", r.proto, r.port)),
     Column::left("REASON", |r, _| r.reason.clone()),
     Column::right("DROPS", |r, _| r.count.to_string()),
@@ -349,6 +353,7 @@ pub fn sock_rows(
             let (c, b) = sanitize::name_fields(&c);
             r.comm = Some(c);
             r.comm_bytes = b;
+            r.title = r.pid.map(Title::of).unwrap_or_default();
         }
     }
     rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
@@ -364,6 +369,7 @@ pub fn attribute(drops: &mut [DropRow], socks: &[SockRow]) {
         {
             d.pid = s.pid;
             d.comm = s.comm.clone();
+            d.title = s.title.clone();
         }
     }
 }

@@ -36,8 +36,9 @@ use crate::{
     },
     options::Common,
     report::{
-        rows::{Ctx, Section},
+        rows::{id_columns, Ctx, Section},
         sanitize,
+        who::Title,
     },
     tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
 };
@@ -328,12 +329,16 @@ const VMSTAT_KEYS: &[&str] = &[
 ];
 
 impl Numa {
-    fn row(&self, id: u32, v: &NumaVal) -> SummaryRow {
+    fn row(&mut self, id: u32, v: &NumaVal) -> SummaryRow {
         let threads = self.scope.threads;
-        let comm = if id == 0 {
-            b"[other]".to_vec()
+        let (comm, title) = if id == 0 {
+            (b"[other]".to_vec(), Title::default())
         } else {
-            row_comm(id, v.tgid, threads, &v.comm)
+            let learnt = self.facts.get(v.tgid).map(|f| f.cmdline.clone());
+            (
+                row_comm(id, v.tgid, threads, &v.comm),
+                Title::of_or(v.tgid, learnt.as_deref().unwrap_or(&[])),
+            )
         };
         let (name, bytes) = sanitize::name_fields(&comm);
         let hook = self.hint_hook.is_some();
@@ -342,6 +347,7 @@ impl Numa {
             tid: (threads && id != 0).then_some(id),
             comm: name,
             comm_bytes: bytes,
+            title,
             cpu_ns: v.cpu_ns.iter().sum(),
             cpu_ns_by_node: v.cpu_ns[..self.width].to_vec(),
             hint_faults: hook.then_some(v.hint_faults),
@@ -451,13 +457,7 @@ impl Collector for Numa {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
-
-    fn session(&mut self) -> Option<&mut Session> {
-        Some(&mut self.session)
-    }
+    crate::tools::session_methods!(session);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
@@ -516,7 +516,7 @@ impl Collector for Numa {
         };
         let no_base = st[STAT_NO_BASELINE as usize];
         out.title = format!(
-            "numa: {} nodes, {}; {} {} ran in {secs:.2}s ({}); numa_maps of {} read in {:.1} ms",
+            "numa: {} nodes, {}; {} {} ran in {}; numa_maps of {} read in {:.1} ms",
             self.topo.len(),
             match balancing {
                 Some(0) => "numa_balancing off".to_string(),
@@ -525,7 +525,7 @@ impl Collector for Numa {
             },
             rows.len(),
             if threads { "threads" } else { "processes" },
-            w.stop.as_str(),
+            w.span(),
             procs.len(),
             maps_ns as f64 / 1e6,
         );
@@ -542,17 +542,12 @@ impl Collector for Numa {
             vm.cite("numa_local"),
             vm.cite("numa_other"),
         ));
-        for (n, r) in &self.session.skipped {
-            out.notes.push(format!("skipped {n}: {r}"));
-        }
+        out.note_skipped(&self.session.skipped);
         if rows.is_empty() {
             out.notes.push("no process ran".into());
         }
         let ctx = Ctx { secs };
-        let mut cols = report::SUMMARY.to_vec();
-        if threads {
-            cols[0].head = "TID";
-        }
+        let cols = id_columns(report::SUMMARY, threads);
         out.sections
             .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
         out.sections

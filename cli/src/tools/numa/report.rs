@@ -10,6 +10,7 @@ use crate::{
         render::fmt_ns,
         rows::Column,
         sanitize,
+        who::Title,
     },
 };
 
@@ -24,6 +25,9 @@ pub struct SummaryRow {
     pub comm: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_bytes: Option<Vec<u8>>,
+    /// The process title (`cmdline`).
+    #[serde(flatten)]
+    pub title: Title,
     pub cpu_ns: u64,
     /// On-CPU time per node id (index = node id).
     pub cpu_ns_by_node: Vec<u64>,
@@ -164,7 +168,7 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 
 pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
     Column::right("CPU", |r, _| fmt_ns(r.cpu_ns)),
     Column::right("CPU%/NODE", |r, _| shares(&r.cpu_ns_by_node)),
     Column::right("MEM", |r, _| r.mem_kib().map_or("-".into(), fmt_kib)),
@@ -279,8 +283,8 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let (cpu_node, cpu_ppm) = r.cpu_node()?;
     let comm = sanitize::text(&r.comm_raw);
     let who = match r.tid {
-        Some(t) => format!("{comm} (pid {}, tid {t})", r.pid),
-        None => format!("{comm} (pid {})", r.pid),
+        Some(t) => format!("{} (pid {}, tid {t})", r.title.beside(&r.comm_raw), r.pid),
+        None => format!("{} (pid {})", r.title.beside(&r.comm_raw), r.pid),
     };
     let cpus = c
         .node_cpus
@@ -308,7 +312,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         cause: Cause::NumaMisplaced,
         subject: Subject {
             tid: r.tid,
-            ..Subject::process(r.pid, comm.clone())
+            ..Subject::process(r.pid, comm.clone()).with_title(&r.title)
         },
         culprit: None,
         score: Score::NsPerS(ns_per_s),
@@ -370,13 +374,14 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
         cause: Cause::NumaMigration,
         subject: Subject {
             tid: r.tid,
-            ..Subject::process(r.pid, comm.clone())
+            ..Subject::process(r.pid, comm.clone()).with_title(&r.title)
         },
         culprit: None,
         score: Score::RatePerS(rate),
         summary: format!(
-            "NUMA balancing migrated {} of {comm} (pid {})'s memory in {:.1} s ({}/s){faults}{}.",
+            "NUMA balancing migrated {} of {} (pid {})'s memory in {:.1} s ({}/s){faults}{}.",
             fmt_kib(kib),
+            r.title.beside(&r.comm_raw),
             r.pid,
             c.secs,
             fmt_kib((kib as f64 / c.secs) as u64),

@@ -12,8 +12,8 @@ use crate::{
     engine::{Collector, Meta, Output, Window},
     error::Result,
     host::{
-        cgroup::Layout,
-        memcg::{self, MemcgCounters},
+        cgroup::{Layout, MemoryCounters},
+        memcg,
         net::{self, Conntrack, Softnet},
         psi::{self, Psi},
         sysstat::SysStat,
@@ -45,7 +45,7 @@ pub struct Node {
     /// (read a few ms apart; a ratio over the wrong span read 100.7 % on a saturated node).
     psi_at: std::time::Instant,
     vm: Option<Vmstat>,
-    memcg: BTreeMap<String, MemcgCounters>,
+    memcg: BTreeMap<String, MemoryCounters>,
     conntrack: Option<Conntrack>,
     softnet: Vec<Softnet>,
 }
@@ -228,8 +228,8 @@ impl Collector for Node {
             let Some(before) = self.memcg.get(path) else {
                 continue;
             };
-            let hits = now.hit_limit.saturating_sub(before.hit_limit);
-            let ooms = now.oom_kills.saturating_sub(before.oom_kills);
+            let hits = now.hit_limit().saturating_sub(before.hit_limit());
+            let ooms = now.oom_kills().saturating_sub(before.oom_kills());
             if hits == 0 && ooms == 0 {
                 continue;
             }

@@ -17,7 +17,6 @@ use aya::maps::{MapData, RingBuf};
 use probes_common::{
     fsync::{FileEvent, FileOffsets, FsyncKey, FsyncVal},
     hist::LatHist,
-    stats,
 };
 use serde::Serialize;
 
@@ -34,12 +33,18 @@ use crate::{
         findings::{Cause, Finding, Score, Subject},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{Column, Ctx, Section},
+        rows::{id_columns, Column, Ctx, Section},
         sanitize,
         who::{Title, Titles},
     },
     tools::{self, row_comm, OpenCtx, ToolInfo},
 };
+
+mod files;
+mod rows;
+
+use files::*;
+use rows::*;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "fsync-lat",
@@ -346,195 +351,6 @@ pub fn rate(count: u64, secs: f64) -> f64 {
     (count as f64 / secs * 1000.0).round() / 1000.0
 }
 
-/// One process (or thread) and syscall in one window.
-#[derive(Serialize)]
-struct SummaryRow {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
-    syscall: String,
-    count: u64,
-    errors: u64,
-    rate_per_s: f64,
-    mean_ns: u64,
-    p50_ns: u64,
-    p90_ns: u64,
-    p99_ns: u64,
-    p999_ns: u64,
-    max_ns: u64,
-    stddev_ns: u64,
-    cv_pct: u64,
-    total_ns: u64,
-    /// Share of the window spent in these calls, parts per million (summed over threads).
-    time_ppm: u64,
-    #[serde(skip)]
-    id: u32,
-    #[serde(skip)]
-    cv: f64,
-    #[serde(skip)]
-    comm_raw: Vec<u8>,
-    #[serde(flatten)]
-    title: Title,
-    #[serde(skip)]
-    hist: LatHist,
-}
-
-const SUMMARY: &[Column<SummaryRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
-    Column::left("SYSCALL", |r, _| r.syscall.clone()),
-    Column::right("COUNT", |r, _| r.count.to_string()),
-    Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
-    Column::right("ERR", |r, _| r.errors.to_string()),
-    Column::right("MEAN", |r, _| fmt_ns(r.mean_ns)),
-    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
-    Column::right("P90", |r, _| fmt_ns(r.p90_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
-    Column::right("P99.9", |r, _| fmt_ns(r.p999_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
-    Column::right("STDDEV", |r, _| fmt_ns(r.stddev_ns)),
-    Column::right("CV", |r, _| {
-        if r.cv > 1.0 {
-            format!("{:.2}!", r.cv)
-        } else {
-            format!("{:.2}", r.cv)
-        }
-    }),
-    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
-    Column::right("%TIME", |r, _| {
-        format!("{:.1}", r.time_ppm as f64 / 10_000.0)
-    }),
-];
-
-/// One file of a process in one window (`--by-file`).
-#[derive(Serialize)]
-struct FileRow {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
-    fd: i32,
-    /// `major:minor` of the file's device.
-    dev: String,
-    inode: u64,
-    /// The inode's generation: file systems reuse inode numbers, (inode, generation) does not
-    /// repeat.
-    inode_generation: u32,
-    /// `open`, `deleted` (unlinked while open), `renamed` (its name now names another file, or
-    /// nothing), `closed` (closed before its directory could be read: `…/name` from the kernel),
-    /// or `unknown`.
-    file_state: &'static str,
-    file: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    file_bytes: Option<Vec<u8>>,
-    count: u64,
-    p50_ns: u64,
-    p99_ns: u64,
-    max_ns: u64,
-    total_ns: u64,
-    #[serde(skip)]
-    id: u32,
-    #[serde(skip)]
-    comm_raw: Vec<u8>,
-    #[serde(flatten)]
-    title: Title,
-    #[serde(skip)]
-    file_raw: Vec<u8>,
-}
-
-const FILES: &[Column<FileRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
-    Column::right("COUNT", |r, _| r.count.to_string()),
-    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
-    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
-    Column::left("FILE", |r, _| {
-        format!("{} (fd {})", sanitize::text(&r.file_raw), r.fd)
-    }),
-];
-
-/// The column set, with the id column named for what it holds.
-fn columns<R>(cols: &[Column<R>], threads: bool) -> Vec<Column<R>> {
-    let mut v: Vec<Column<R>> = cols.to_vec();
-    if threads {
-        v[0].head = "TID";
-    }
-    v
-}
-
-impl FsyncLat {
-    /// Names the file the kernel announced, if not named yet: what the fd points to now, if it
-    /// is still the same file (device and inode), else any other fd of the process holding it.
-    fn resolve(&mut self, e: &FileEvent) {
-        if self.paths.len() >= MAX_NAMES {
-            self.paths.clear();
-        }
-        self.paths
-            .entry((e.id, e.dev, e.ino, e.igen))
-            .or_insert_with(|| {
-                let mut n = FileName::resolve(e.tgid, e.tid, e.fd, e.dev, e.ino);
-                if n.state == "unknown" {
-                    // Closed before we looked: the kernel's own name for it, without directory.
-                    let own = sanitize::comm_bytes(&e.name);
-                    if !own.is_empty() {
-                        n.path = [b"\xe2\x80\xa6/".as_slice(), own].concat();
-                        n.state = "closed";
-                    }
-                }
-                n
-            });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn summary_row(
-        &self,
-        id: u32,
-        tgid: u32,
-        comm: Vec<u8>,
-        title: Title,
-        syscall: String,
-        errors: u64,
-        h: &LatHist,
-        secs: f64,
-    ) -> SummaryRow {
-        let s: LatStats = hist::stats(h);
-        let (name, bytes) = sanitize::name_fields(&comm);
-        let threads = self.scope.threads;
-        SummaryRow {
-            pid: if threads { tgid } else { id },
-            tid: threads.then_some(id),
-            comm: name,
-            comm_bytes: bytes,
-            syscall,
-            count: s.count,
-            errors,
-            rate_per_s: rate(s.count, secs),
-            mean_ns: s.mean_ns,
-            p50_ns: s.p50_ns,
-            p90_ns: s.p90_ns,
-            p99_ns: s.p99_ns,
-            p999_ns: s.p999_ns,
-            max_ns: s.max_ns,
-            stddev_ns: s.stddev_ns,
-            cv_pct: (s.cv * 100.0).round() as u64,
-            total_ns: s.total_ns,
-            time_ppm: (s.total_ns as f64 / secs / 1e3).round() as u64,
-            id,
-            cv: s.cv,
-            comm_raw: comm,
-            title,
-            hist: *h,
-        }
-    }
-}
-
 impl Collector for FsyncLat {
     fn name(&self) -> &'static str {
         INFO.name
@@ -579,13 +395,7 @@ impl Collector for FsyncLat {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
-
-    fn session(&mut self) -> Option<&mut Session> {
-        Some(&mut self.session)
-    }
+    crate::tools::session_methods!(session);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;
@@ -638,30 +448,15 @@ impl Collector for FsyncLat {
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
 
         let calls: u64 = rows.iter().map(|r| r.count).sum();
-        let missed = st[stats::START_MAP_FULL as usize] + st[stats::RINGBUF_FULL as usize];
-        let over_cap = st[stats::KEY_MAP_FULL as usize];
         let mut out = Output::default();
-        let when = if w.interval {
-            format!("interval {} ending {}, ", w.index + 1, w.end_json().0)
-        } else {
-            String::new()
-        };
+        let missed = out.note_missed(&st, "call", "");
         out.title = format!(
-            "fsync-lat: {calls} calls of {} in {}; {when}{secs:.2}s ({}); missed {missed}",
+            "fsync-lat: {calls} calls of {} in {}; {}; missed {missed}",
             self.traced.join(", "),
             self.scope.describe(),
-            w.stop.as_str(),
+            w.span(),
         );
-        if missed > 0 || over_cap > 0 {
-            out.notes.push(format!(
-                "missed: in-flight map full {}, ring buffer full {}; {over_cap} call(s) over the --max-keys cap are counted in the [other] row",
-                st[stats::START_MAP_FULL as usize],
-                st[stats::RINGBUF_FULL as usize],
-            ));
-        }
-        for (n, r) in &self.session.skipped {
-            out.notes.push(format!("skipped {n}: {r}"));
-        }
+        out.note_skipped(&self.session.skipped);
         if rows.is_empty() {
             out.notes.push("no sync-family calls seen".into());
         }
@@ -686,7 +481,7 @@ impl Collector for FsyncLat {
         out.sections.push(Section::build(
             "summary",
             &rows,
-            &columns(SUMMARY, threads),
+            &id_columns(SUMMARY, threads),
             &ctx,
             self.max_rows,
         ));
@@ -694,10 +489,12 @@ impl Collector for FsyncLat {
             let files = self.file_rows(per_file);
             let no_access = files.iter().any(|f| f.file_raw == b"[no access]");
             out.sections.push(
-                Section::build("file", &files, &columns(FILES, threads), &ctx, 0).caption(format!(
-                    "Top {} files per process by total sync time:",
-                    self.top_files
-                )),
+                Section::build("file", &files, &id_columns(FILES, threads), &ctx, 0).caption(
+                    format!(
+                        "Top {} files per process by total sync time:",
+                        self.top_files
+                    ),
+                ),
             );
             if no_access {
                 out.footnotes.push(
@@ -716,68 +513,6 @@ impl Collector for FsyncLat {
 }
 
 impl FsyncLat {
-    /// The top files of each process, most total time first.
-    fn file_rows(&mut self, per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)>) -> Vec<FileRow> {
-        let threads = self.scope.threads;
-        type PerId = Vec<((u32, u64, u32), LatStats, u32, [u8; 16])>;
-        let mut per_id: BTreeMap<u32, PerId> = BTreeMap::new();
-        for ((id, dev, ino, igen), (tgid, comm, h)) in &per_file {
-            per_id.entry(*id).or_default().push((
-                (*dev, *ino, *igen),
-                hist::stats(h),
-                *tgid,
-                *comm,
-            ));
-        }
-        let mut ids: Vec<(u32, u64)> = per_id
-            .iter()
-            .map(|(id, v)| (*id, v.iter().map(|x| x.1.total_ns).sum()))
-            .collect();
-        ids.sort_by_key(|x| std::cmp::Reverse(x.1));
-        let mut out = Vec::new();
-        for (id, _) in ids {
-            let mut v = per_id.remove(&id).unwrap_or_default();
-            v.sort_by_key(|x| std::cmp::Reverse(x.1.total_ns));
-            for ((dev, ino, igen), s, tgid, kcomm) in v.into_iter().take(self.top_files) {
-                let name = self
-                    .paths
-                    .get_mut(&(id, dev, ino, igen))
-                    .map(|n| {
-                        n.refresh();
-                        n.clone()
-                    })
-                    .unwrap_or_else(|| FileName::unknown(dev, ino));
-                let comm = row_comm(id, tgid, threads, &kcomm);
-                let (c, cb) = sanitize::name_fields(&comm);
-                let (f, fb) = sanitize::name_fields(&name.path);
-                let (maj, min) = crate::host::disks::split_kdev(dev);
-                out.push(FileRow {
-                    pid: if threads { tgid } else { id },
-                    tid: threads.then_some(id),
-                    comm: c,
-                    comm_bytes: cb,
-                    fd: name.fd,
-                    dev: format!("{maj}:{min}"),
-                    inode: ino,
-                    inode_generation: igen,
-                    file_state: name.state,
-                    file: f,
-                    file_bytes: fb,
-                    count: s.count,
-                    p50_ns: s.p50_ns,
-                    p99_ns: s.p99_ns,
-                    max_ns: s.max_ns,
-                    total_ns: s.total_ns,
-                    id,
-                    comm_raw: comm,
-                    title: self.titles.of(tgid),
-                    file_raw: name.path,
-                });
-            }
-        }
-        out
-    }
-
     /// One finding per process that lost a share of the window worth acting on, most first.
     fn findings(&self, rows: &[SummaryRow], secs: f64) -> Vec<Finding> {
         let me = std::process::id();
@@ -850,108 +585,6 @@ impl FsyncLat {
         }
         crate::report::findings::rank(&mut out);
         out
-    }
-}
-
-/// A file of a process in the aggregation: (id, device, inode, inode generation).
-type FileKey = (u32, u32, u64, u32);
-
-/// Names kept at most (a process syncing a new file each call must not grow the map forever).
-const MAX_NAMES: usize = 65_536;
-
-/// The name of a file identified by (device, inode), and what became of it.
-#[derive(Clone, Debug)]
-struct FileName {
-    path: Vec<u8>,
-    fd: i32,
-    dev: u32,
-    ino: u64,
-    state: &'static str,
-}
-
-/// `(major, minor)` of a userspace `st_dev`.
-fn user_dev(st_dev: u64) -> (u32, u32) {
-    (libc::major(st_dev), libc::minor(st_dev))
-}
-
-impl FileName {
-    fn unknown(dev: u32, ino: u64) -> FileName {
-        FileName {
-            path: b"[closed before it could be named]".to_vec(),
-            fd: -1,
-            dev,
-            ino,
-            state: "unknown",
-        }
-    }
-
-    /// What `fd` of `tgid` names now, if it is still the file (`dev`, `ino`); else the first fd
-    /// of the process that holds it.
-    fn resolve(tgid: u32, tid: u32, fd: i32, dev: u32, ino: u64) -> FileName {
-        use std::os::unix::fs::MetadataExt;
-        let want = crate::host::disks::split_kdev(dev);
-        let mut denied = false;
-        let mut same = |link: &std::path::Path| match std::fs::metadata(link) {
-            Ok(m) => m.ino() == ino && user_dev(m.dev()) == want,
-            Err(e) => {
-                denied |= e.kind() == std::io::ErrorKind::PermissionDenied;
-                false
-            }
-        };
-        let named = |fd: i32| {
-            let raw = crate::host::proc::fd_path(tgid, tid, fd);
-            let (path, state) = match raw.strip_suffix(b" (deleted)") {
-                Some(p) => (p.to_vec(), "deleted"),
-                None => (raw, "open"),
-            };
-            FileName {
-                path,
-                fd,
-                dev,
-                ino,
-                state,
-            }
-        };
-        if same(&crate::host::proc_path(&format!(
-            "{tgid}/task/{tid}/fd/{fd}"
-        ))) {
-            return named(fd);
-        }
-        if let Ok(rd) = std::fs::read_dir(crate::host::proc_path(&format!("{tgid}/fd"))) {
-            for e in rd.filter_map(Result::ok) {
-                let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                    continue;
-                };
-                if same(&e.path()) {
-                    return named(other);
-                }
-            }
-        }
-        if denied {
-            return FileName {
-                path: b"[no access]".to_vec(),
-                fd,
-                dev,
-                ino,
-                state: "open",
-            };
-        }
-        FileName::unknown(dev, ino)
-    }
-
-    /// A name that now names another file (or nothing) was renamed over or removed since.
-    fn refresh(&mut self) {
-        use std::os::unix::{ffi::OsStrExt, fs::MetadataExt};
-        if self.state != "open" || self.path.first() != Some(&b'/') {
-            return;
-        }
-        let p = std::path::Path::new(std::ffi::OsStr::from_bytes(&self.path));
-        let still = std::fs::metadata(p).is_ok_and(|m| {
-            m.ino() == self.ino && user_dev(m.dev()) == crate::host::disks::split_kdev(self.dev)
-        });
-        if !still {
-            self.state = "renamed";
-        }
     }
 }
 

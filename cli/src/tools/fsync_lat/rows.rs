@@ -1,0 +1,161 @@
+//! fsync-lat's rows: per process and syscall, and per file (`--by-file`), with their text columns.
+
+use super::*;
+
+/// One process (or thread) and syscall in one window.
+#[derive(Serialize)]
+pub(super) struct SummaryRow {
+    pub(super) pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tid: Option<u32>,
+    pub(super) comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) comm_bytes: Option<Vec<u8>>,
+    pub(super) syscall: String,
+    pub(super) count: u64,
+    pub(super) errors: u64,
+    pub(super) rate_per_s: f64,
+    pub(super) mean_ns: u64,
+    pub(super) p50_ns: u64,
+    pub(super) p90_ns: u64,
+    pub(super) p99_ns: u64,
+    pub(super) p999_ns: u64,
+    pub(super) max_ns: u64,
+    pub(super) stddev_ns: u64,
+    pub(super) cv_pct: u64,
+    pub(super) total_ns: u64,
+    /// Share of the window spent in these calls, parts per million (summed over threads).
+    pub(super) time_ppm: u64,
+    #[serde(skip)]
+    pub(super) id: u32,
+    #[serde(skip)]
+    pub(super) cv: f64,
+    #[serde(skip)]
+    pub(super) comm_raw: Vec<u8>,
+    #[serde(flatten)]
+    pub(super) title: Title,
+    #[serde(skip)]
+    pub(super) hist: LatHist,
+}
+
+pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::left("SYSCALL", |r, _| r.syscall.clone()),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
+    Column::right("ERR", |r, _| r.errors.to_string()),
+    Column::right("MEAN", |r, _| fmt_ns(r.mean_ns)),
+    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
+    Column::right("P90", |r, _| fmt_ns(r.p90_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
+    Column::right("STDDEV", |r, _| fmt_ns(r.stddev_ns)),
+    Column::right("CV", |r, _| {
+        if r.cv > 1.0 {
+            format!("{:.2}!", r.cv)
+        } else {
+            format!("{:.2}", r.cv)
+        }
+    }),
+    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::right("%TIME", |r, _| {
+        format!("{:.1}", r.time_ppm as f64 / 10_000.0)
+    }),
+];
+
+/// One file of a process in one window (`--by-file`).
+#[derive(Serialize)]
+pub(super) struct FileRow {
+    pub(super) pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tid: Option<u32>,
+    pub(super) comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) comm_bytes: Option<Vec<u8>>,
+    pub(super) fd: i32,
+    /// `major:minor` of the file's device.
+    pub(super) dev: String,
+    pub(super) inode: u64,
+    /// The inode's generation: file systems reuse inode numbers, (inode, generation) does not
+    /// repeat.
+    pub(super) inode_generation: u32,
+    /// `open`, `deleted` (unlinked while open), `renamed` (its name now names another file, or
+    /// nothing), `closed` (closed before its directory could be read: `…/name` from the kernel),
+    /// or `unknown`.
+    pub(super) file_state: &'static str,
+    pub(super) file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) file_bytes: Option<Vec<u8>>,
+    pub(super) count: u64,
+    pub(super) p50_ns: u64,
+    pub(super) p99_ns: u64,
+    pub(super) max_ns: u64,
+    pub(super) total_ns: u64,
+    #[serde(skip)]
+    pub(super) id: u32,
+    #[serde(skip)]
+    pub(super) comm_raw: Vec<u8>,
+    #[serde(flatten)]
+    pub(super) title: Title,
+    #[serde(skip)]
+    pub(super) file_raw: Vec<u8>,
+}
+
+pub(super) const FILES: &[Column<FileRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("COUNT", |r, _| r.count.to_string()),
+    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
+    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::left("FILE", |r, _| {
+        format!("{} (fd {})", sanitize::text(&r.file_raw), r.fd)
+    }),
+];
+
+impl FsyncLat {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn summary_row(
+        &self,
+        id: u32,
+        tgid: u32,
+        comm: Vec<u8>,
+        title: Title,
+        syscall: String,
+        errors: u64,
+        h: &LatHist,
+        secs: f64,
+    ) -> SummaryRow {
+        let s: LatStats = hist::stats(h);
+        let (name, bytes) = sanitize::name_fields(&comm);
+        let threads = self.scope.threads;
+        SummaryRow {
+            pid: if threads { tgid } else { id },
+            tid: threads.then_some(id),
+            comm: name,
+            comm_bytes: bytes,
+            syscall,
+            count: s.count,
+            errors,
+            rate_per_s: rate(s.count, secs),
+            mean_ns: s.mean_ns,
+            p50_ns: s.p50_ns,
+            p90_ns: s.p90_ns,
+            p99_ns: s.p99_ns,
+            p999_ns: s.p999_ns,
+            max_ns: s.max_ns,
+            stddev_ns: s.stddev_ns,
+            cv_pct: (s.cv * 100.0).round() as u64,
+            total_ns: s.total_ns,
+            time_ppm: (s.total_ns as f64 / secs / 1e3).round() as u64,
+            id,
+            cv: s.cv,
+            comm_raw: comm,
+            title,
+            hist: *h,
+        }
+    }
+}
