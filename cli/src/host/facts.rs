@@ -26,8 +26,6 @@ pub struct ProcFacts {
 }
 
 const PF_KTHREAD: u64 = 0x0020_0000;
-/// Longest process title kept (titles are for display; some are kilobytes of arguments).
-const CMDLINE_MAX: usize = 256;
 
 impl ProcFacts {
     /// Reads what /proc says about `pid`; `None` when the process is gone.
@@ -41,25 +39,12 @@ impl ProcFacts {
         let stat = read("stat").unwrap_or_default();
         Some(ProcFacts {
             comm,
-            cmdline: read("cmdline").map(|b| title(&b)).unwrap_or_default(),
+            cmdline: super::proc::title(pid).unwrap_or_default(),
             kthread: stat_flags(&String::from_utf8_lossy(&stat))
                 .is_some_and(|f| f & PF_KTHREAD != 0),
             cgroup: read("cgroup").and_then(|t| super::cgroup::memory_path(&t)),
         })
     }
-}
-
-/// A cmdline as one title: arguments joined by spaces, trailing NULs dropped, capped.
-pub fn title(cmdline: &[u8]) -> Vec<u8> {
-    let mut t: Vec<u8> = cmdline
-        .iter()
-        .take(CMDLINE_MAX)
-        .map(|&b| if b == 0 { b' ' } else { b })
-        .collect();
-    while t.last() == Some(&b' ') {
-        t.pop();
-    }
-    t
 }
 
 /// The `flags` field (9th) of `/proc/<pid>/stat`, after the parenthesised comm (which may itself
@@ -131,10 +116,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn titles_and_stat_flags() {
-        assert_eq!(title(b"postgres: walwriter   \0\0"), b"postgres: walwriter");
-        assert_eq!(title(b"nginx\0-g\0daemon off;\0"), b"nginx -g daemon off;");
-        assert_eq!(title(&[b'a'; 1000]).len(), CMDLINE_MAX);
+    fn stat_flags_after_a_hostile_comm() {
         let stat = "42 (we) ird) S 1 42 42 0 -1 2097216 0 0";
         assert_eq!(stat_flags(stat), Some(2_097_216));
         assert_eq!(stat_flags("garbage"), None);

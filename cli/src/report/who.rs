@@ -79,8 +79,10 @@ pub struct Titles {
     window: u64,
 }
 
-/// Windows a dead process's title is kept for.
-const KEEP_WINDOWS: u64 = 60;
+/// Windows a title is kept for after it was last read: a process seen alive in one window
+/// that exits during the next still has a row in that next window, and nothing later needs it.
+/// Longer would grow with process churn (2000 short-lived processes at `--interval 100ms`).
+const KEEP_WINDOWS: u64 = 2;
 
 impl Titles {
     pub fn of(&mut self, pid: u32) -> Title {

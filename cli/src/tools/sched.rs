@@ -635,7 +635,7 @@ mod tests {
     #[test]
     fn wake_slots_are_a_power_of_two() {
         let n = wake_slots();
-        assert!(n.is_power_of_two() && n >= 4096 && n <= 65536, "{n}");
+        assert!(n.is_power_of_two() && (4096..=65536).contains(&n), "{n}");
     }
 
     #[test]

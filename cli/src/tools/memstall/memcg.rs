@@ -367,11 +367,15 @@ mod tests {
         assert_eq!(cgroup_text(Some(b"/tkrw"), 9), "/tkrw");
         assert_eq!(cgroup_text(None, 4242), "[removed] id 4242");
         assert_eq!(cgroup_text(None, 0), "?");
-        let mut now = MemoryCounters::default();
-        now.failcnt = Some(17);
+        let mut now = MemoryCounters {
+            failcnt: Some(17),
+            ..Default::default()
+        };
         now.events.insert("oom_kill".into(), 3);
-        let mut d = MemoryCounters::default();
-        d.failcnt = Some(5);
+        let mut d = MemoryCounters {
+            failcnt: Some(5),
+            ..Default::default()
+        };
         d.events.insert("oom_kill".into(), 3);
         let r = CgroupRow::new(b"/tkrw", Some((now, d)), 1, 3);
         let ctx = crate::report::rows::Ctx { secs: 1.0 };
@@ -384,8 +388,10 @@ mod tests {
 
     #[test]
     fn growth_counts_from_the_start_of_the_run() {
-        let mut first = MemoryCounters::default();
-        first.failcnt = Some(200);
+        let mut first = MemoryCounters {
+            failcnt: Some(200),
+            ..Default::default()
+        };
         first.events.insert("oom_kill".into(), 1);
         first.events.insert("under_oom".into(), 0);
         let now = MemoryCounters {

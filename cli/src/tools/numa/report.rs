@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(r.remote_cpu_share_ppm, Some(950_000));
         assert_eq!(r.cpu_node(), Some((0, 950_000)));
         assert_eq!(r.mempolicy.as_deref(), Some("default"));
-        let f = findings(&[r.clone()], &ctx(Some(0)));
+        let f = findings(std::slice::from_ref(&r), &ctx(Some(0)));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].cause, Cause::NumaMisplaced);
         assert_eq!(f[0].score, Score::NsPerS(950_000_000));
