@@ -265,7 +265,7 @@ fn deep_direct_io_queue_ranks_first() {
                 "--time_based",
                 "--runtime=6",
             ],
-        ));
+        );
     });
     assert!(!f.is_empty(), "no finding");
     let first = &f[0];
