@@ -252,8 +252,12 @@ impl<'a> Facts<'a> {
     fn btf_tp(&self) -> Option<bool> {
         let b = self.symbols.btf()?;
         Some(
-            b.find_typedef(&format!("btf_trace_{}", self.hook.name()))
-                .is_some(),
+            // The raw tracepoint the program attaches to: `sys_enter` for the per-syscall events.
+            b.find_typedef(&format!(
+                "btf_trace_{}",
+                self.hook.attach_target(AttachMode::TpBtf)
+            ))
+            .is_some(),
         )
     }
 
