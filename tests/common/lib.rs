@@ -304,6 +304,28 @@ pub fn run_workload(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("tk-workload prints JSON")
 }
 
+/// Runs a workload under `tracekit <args>` (attached first, SIGINT after it exits) and asserts
+/// tracekit exits 0: the workload's JSON report and tracekit's JSON lines.
+pub fn trace_workload(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
+    let mut tk = Tracer::spawn(args);
+    tk.wait_attached();
+    let w = run_workload(workload);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}: {stderr}");
+    (w, lines)
+}
+
+/// The pids a multi-process workload reports under "pids".
+pub fn workload_pids(w: &Value) -> std::collections::HashSet<u64> {
+    w["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect()
+}
+
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
 /// after `#` dropped).
 pub fn help_examples(help: &str) -> Vec<Vec<String>> {
