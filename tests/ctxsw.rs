@@ -131,6 +131,25 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Starts `cmd` in a detached 200x50 tmux session named `session`.
+fn new_session(session: &str, cmd: &str) {
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            session,
+            cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+}
+
 fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -165,21 +184,7 @@ fn top_draws_resorts_and_quits_restoring_the_terminal() {
         tracekit_bin().display()
     );
     let before = ctxsw_programs();
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     // Drawn: the header with the default sort marker, and rows after the first interval.
     let pane = wait_pane(&session, "first draw", |p| {
         p.contains("SW/s▼") && p.contains("system:") && p.contains("switches/s traced")
@@ -330,21 +335,7 @@ fn top_system_line_agrees_with_proc_stat() {
         "{} ctxsw --top --interval 1s; sleep 60",
         tracekit_bin().display()
     );
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     // Ping-pong across two CPUs: each side sleeps into the idle task and is woken out of it, so
     // about half of all switches are away from the idle task.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -409,21 +400,7 @@ fn top_ends_when_its_terminal_goes_away() {
         "{} ctxsw --top --interval 300ms; sleep 60",
         tracekit_bin().display()
     );
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     wait_pane(&session, "first draw", |p| p.contains("SW/s"));
     let ours: Vec<u32> = ctxsw_programs()
         .into_iter()
