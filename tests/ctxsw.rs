@@ -286,16 +286,7 @@ fn switch_storm_totals_match_proc_stat() {
 #[test]
 fn exec_renames_the_row() {
     require_root();
-    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
-    tk.wait_attached();
-    let pid = run_exec_workload();
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
-    let rows = rows_for(&lines, "ctxsw", pid);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
-    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+    assert_exec_renames_the_row("ctxsw");
 }
 
 /// (traced switches/s, /proc/stat ctxt/s) of the system lines on the screen; the line must
@@ -578,35 +569,14 @@ pub fn vm_check() -> Result<String, String> {
     Ok(format!("{}; {modes}", got.join(", ")))
 }
 
-/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
-fn cmdline_of(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    String::from_utf8(
-        raw.iter()
-            .map(|b| if *b == 0 { b' ' } else { *b })
-            .collect(),
-    )
-    .unwrap()
-    .trim_end()
-    .to_string()
-}
-
 /// A row carries the process title (`exec -a` sets it, as postgres and nginx do): JSON
 /// `cmdline` is /proc/<pid>/cmdline as read while the process lived, `comm` stays the comm,
 /// and the text table shows the title beside the comm.
 #[test]
 fn rows_carry_the_process_title() {
-    use std::os::unix::process::CommandExt as _;
     require_root();
-    let mut ticker = Command::new("bash")
-        .arg0("tk-title: ticker")
-        .args(["-c", "while :; do sleep 0.02; done"])
-        .spawn()
-        .unwrap();
+    let (mut ticker, want) = titled_ticker();
     let pid = ticker.id();
-    std::thread::sleep(Duration::from_millis(100));
-    let want = cmdline_of(pid);
-    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
     let p = pid.to_string();
     let run = |json: bool| {
         let mut args = vec!["ctxsw", "--pid", &p];

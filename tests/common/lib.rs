@@ -326,6 +326,49 @@ pub fn workload_pids(w: &Value) -> std::collections::HashSet<u64> {
         .collect()
 }
 
+/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
+fn cmdline_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    String::from_utf8(
+        raw.iter()
+            .map(|b| if *b == 0 { b' ' } else { *b })
+            .collect(),
+    )
+    .unwrap()
+    .trim_end()
+    .to_string()
+}
+
+/// A process with a title (`exec -a` sets it, as postgres and nginx do): a bash loop waking
+/// every 20 ms. Returns it with its /proc/<pid>/cmdline, read once it is running.
+pub fn titled_ticker() -> (Child, String) {
+    use std::os::unix::process::CommandExt as _;
+    let ticker = Command::new("bash")
+        .arg0("tk-title: ticker")
+        .args(["-c", "while :; do sleep 0.02; done"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let want = cmdline_of(ticker.id());
+    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
+    (ticker, want)
+}
+
+/// `tracekit <tool> --json` over a process that execs: its one row carries the new name and
+/// the name before the exec (`exec_from`).
+pub fn assert_exec_renames_the_row(tool: &str) {
+    let mut tk = Tracer::spawn(&[tool, "--json"]);
+    tk.wait_attached();
+    let pid = run_exec_workload();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, tool, pid);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
+    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}
+
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
 /// after `#` dropped).
 pub fn help_examples(help: &str) -> Vec<Vec<String>> {
