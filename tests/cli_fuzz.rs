@@ -29,11 +29,7 @@ impl Rng {
 }
 
 fn tracekit_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_")
 }
 
 /// One random command line: mostly well-formed (so that most runs reach the kernel and the

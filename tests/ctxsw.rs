@@ -166,11 +166,7 @@ fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
 }
 
 fn ctxsw_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_sched")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_sched")
 }
 
 #[test]

@@ -95,11 +95,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Programs with tracekit's name prefix loaded now.
 fn tracekit_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_")
 }
 
 /// An `--output` that cannot be written is found before anything is attached: exit 2, one

@@ -208,6 +208,16 @@ pub fn loaded_program_ids() -> Vec<u32> {
         .collect()
 }
 
+/// Ids of the BPF programs loaded now whose name starts with `prefix` (`tk_` for all of
+/// tracekit's).
+pub fn program_ids_named(prefix: &str) -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with(prefix)))
+        .map(|p| p.id())
+        .collect()
+}
+
 /// Waits until none of `ids` is loaded (the kernel frees programs shortly after their last fd
 /// closes); returns those still loaded after the wait.
 pub fn wait_unloaded(ids: &[u32]) -> Vec<u32> {
