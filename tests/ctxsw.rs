@@ -515,12 +515,7 @@ fn thread_rows_list_thread_preemptors() {
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
-    let pids: Vec<u64> = w["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let pids = workload_proc_pids(&w);
     for (i, pid) in pids.iter().enumerate() {
         let rows: Vec<&Value> = lines
             .iter()

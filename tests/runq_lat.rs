@@ -373,12 +373,7 @@ fn a_sleeper_starved_by_hogs_names_the_hogs() {
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
-    let hog_pids: Vec<u64> = w["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let hog_pids = workload_proc_pids(&w);
     let row = rows_for(&lines, "runq-lat", victim);
     assert_eq!(row.len(), 1, "no row for the sleeper");
     eprintln!("sleeper ran {:?}; its row: {}", t0.elapsed(), row[0]);

@@ -379,6 +379,16 @@ pub fn assert_exec_renames_the_row(tool: &str) {
     assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
 }
 
+/// The pids of a workload's "procs" list.
+pub fn workload_proc_pids(w: &Value) -> Vec<u64> {
+    w["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
 /// after `#` dropped).
 pub fn help_examples(help: &str) -> Vec<Vec<String>> {
