@@ -36,12 +36,7 @@ fn run_and_compare(workload: &[&str], interval: bool) -> (Vec<Value>, Value) {
     if interval {
         args.extend(["--interval", "400ms"]);
     }
-    let mut tk = Tracer::spawn(&args);
-    tk.wait_attached();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "exit {status}: {stderr}");
+    let (w, lines) = trace_workload(&args, workload);
     for p in w["procs"].as_array().unwrap() {
         let pid = p["pid"].as_u64().unwrap() as u32;
         let row = rows_for(&lines, "ctxsw", pid);
@@ -509,12 +504,10 @@ fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
 #[test]
 fn thread_rows_list_thread_preemptors() {
     require_root();
-    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--interval", "400ms"]);
-    tk.wait_attached();
-    let w = run_workload(&["spin", "1500"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
+    let (w, lines) = trace_workload(
+        &["ctxsw", "--json", "--threads", "--interval", "400ms"],
+        &["spin", "1500"],
+    );
     let pids = workload_proc_pids(&w);
     for (i, pid) in pids.iter().enumerate() {
         let rows: Vec<&Value> = lines

@@ -29,12 +29,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
     require_root();
     let _one = serial();
-    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
-    tk.wait_attached();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "exit {status}: {stderr}");
+    let (w, lines) = trace_workload(&["runq-lat", "--json"], workload);
     for p in w["procs"].as_array().unwrap() {
         let pid = p["pid"].as_u64().unwrap() as u32;
         let rows = rows_for(&lines, "runq-lat", pid);

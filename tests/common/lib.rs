@@ -321,7 +321,7 @@ pub fn trace_workload(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
     tk.wait_attached();
     let w = run_workload(workload);
     tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "exit {status}: {stderr}");
     (w, lines)
 }
