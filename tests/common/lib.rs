@@ -175,6 +175,19 @@ impl Drop for Tracer {
     }
 }
 
+/// All of a child's piped stderr (read to its end).
+pub fn take_stderr(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 trait StderrExt {
     fn wait_with_output_stderr(&mut self) -> String;
 }
@@ -387,6 +400,33 @@ pub fn workload_proc_pids(w: &Value) -> Vec<u64> {
         .iter()
         .map(|p| p["pid"].as_u64().unwrap())
         .collect()
+}
+
+/// A thread of this process that waits until `stop`: its tid is a valid id that is not a
+/// process id (for `--pid`).
+pub struct IdleThread {
+    pub tid: String,
+    done: mpsc::Sender<()>,
+    handle: thread::JoinHandle<()>,
+}
+
+impl IdleThread {
+    pub fn start() -> IdleThread {
+        let (tx, rx) = mpsc::channel();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let handle = thread::spawn(move || {
+            // SAFETY: plain syscall.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap().to_string();
+        IdleThread { tid, done, handle }
+    }
+
+    pub fn stop(self) {
+        self.done.send(()).unwrap();
+        self.handle.join().unwrap();
+    }
 }
 
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
