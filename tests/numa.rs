@@ -256,29 +256,15 @@ fn traced_case(args: &[&str], workload: &[&str], balancing: bool) -> Result<Run,
     if !status.success() {
         return Err(format!("exit {status}: {stderr}"));
     }
-    let left = wait_unloaded(&ids);
-    if !left.is_empty() {
-        return Err(format!("programs {left:?} still loaded after exit"));
-    }
-    let modes: Vec<String> = meta["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            format!(
-                "{}={}",
-                p["name"].as_str().unwrap_or("?"),
-                p["attach"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
+    tracekit_tests::vm::all_unloaded(&ids)?;
+    let modes = tracekit_tests::vm::attach_modes(&meta);
     Ok(Run {
         lines,
         w,
         pid,
         runtime_ns,
         vmstat: after.since(&before),
-        modes: format!("{}; {}", modes.join(" "), policy?),
+        modes: format!("{modes}; {}", policy?),
     })
 }
 
