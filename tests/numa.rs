@@ -531,18 +531,7 @@ fn place(bind: bool, cpu_node: u32, mem_node: u32, mib: usize, secs: u64) -> i32
     const PAGE: usize = 4096;
     let t = numa::Topology::read();
     let len = mib << 20;
-    // SAFETY: an anonymous private mapping we own for the life of the process.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
+    let p = anon_map(len);
     // Small pages only: the kernel counts huge page migrations differently across versions.
     // SAFETY: advice on our own mapping.
     unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };

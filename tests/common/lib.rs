@@ -429,6 +429,24 @@ impl IdleThread {
     }
 }
 
+/// A new anonymous private read-write mapping of `len` bytes, owned by the caller for the life
+/// of the process.
+pub fn anon_map(len: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; checked for MAP_FAILED below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap");
+    p
+}
+
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments
 /// after `#` dropped).
 pub fn help_examples(help: &str) -> Vec<Vec<String>> {
