@@ -191,18 +191,11 @@ fn pid_of_a_thread_names_its_process() {
     if !is_root() {
         return;
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let h = std::thread::spawn(move || {
-        // SAFETY: plain syscall.
-        tx.send(unsafe { libc::gettid() }).unwrap();
-        let _ = done_rx.recv();
-    });
-    let tid = rx.recv().unwrap().to_string();
+    let idle = IdleThread::start();
+    let tid = idle.tid.clone();
     let me = std::process::id();
     let (code, err) = run(&["fsync-lat", "--pid", &tid, "--duration", "1s"], None);
-    done_tx.send(()).unwrap();
-    h.join().unwrap();
+    idle.stop();
     assert_eq!(code, 2, "{err}");
     one_line(&err);
     assert!(
@@ -239,7 +232,6 @@ fn doctor_handles_stdout_errors_like_the_tools() {
     if !is_root() {
         return;
     }
-    use std::io::Read;
     let mut child = Command::new(tracekit_bin())
         .arg("doctor")
         .stdout(std::process::Stdio::piped())
@@ -249,13 +241,7 @@ fn doctor_handles_stdout_errors_like_the_tools() {
     // `| head -0`: the reader is gone before doctor writes.
     drop(child.stdout.take());
     let status = child.wait().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = take_stderr(&mut child);
     assert!(matches!(status.code(), Some(0 | 6)), "{status}: {err}");
     assert!(!err.contains("internal error"), "{err}");
     let full = std::fs::File::create("/dev/full").unwrap();

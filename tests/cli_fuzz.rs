@@ -29,11 +29,7 @@ impl Rng {
 }
 
 fn tracekit_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_")
 }
 
 /// One random command line: mostly well-formed (so that most runs reach the kernel and the
@@ -163,14 +159,8 @@ fn random_command_lines_end_with_documented_codes() {
     let dir = scratch("cli-fuzz");
     std::fs::create_dir_all(dir.join("dir")).unwrap();
     // A thread of this process, for --pid.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let h = std::thread::spawn(move || {
-        // SAFETY: plain syscall.
-        tx.send(unsafe { libc::gettid() }).unwrap();
-        let _ = done_rx.recv();
-    });
-    let tid = rx.recv().unwrap().to_string();
+    let idle = IdleThread::start();
+    let tid = idle.tid.clone();
     let before = tracekit_programs();
     let mut r = Rng(seed | 1);
     let mut codes = std::collections::BTreeMap::new();
@@ -202,14 +192,7 @@ fn random_command_lines_end_with_documented_codes() {
             );
             std::thread::sleep(Duration::from_millis(5));
         };
-        let mut err = String::new();
-        use std::io::Read;
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let err = take_stderr(&mut child);
         let code = status.code();
         let allowed: &[i32] = if args[0] == "doctor" {
             &[0, 2, 3, 4, 5, 6]
@@ -233,8 +216,7 @@ fn random_command_lines_end_with_documented_codes() {
         }
         *codes.entry(code.unwrap()).or_insert(0) += 1;
     }
-    done_tx.send(()).unwrap();
-    h.join().unwrap();
+    idle.stop();
     eprintln!("cli fuzz: exit codes {codes:?}");
     assert!(
         codes.get(&0).copied().unwrap_or(0) > 5,

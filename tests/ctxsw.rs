@@ -36,12 +36,7 @@ fn run_and_compare(workload: &[&str], interval: bool) -> (Vec<Value>, Value) {
     if interval {
         args.extend(["--interval", "400ms"]);
     }
-    let mut tk = Tracer::spawn(&args);
-    tk.wait_attached();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "exit {status}: {stderr}");
+    let (w, lines) = trace_workload(&args, workload);
     for p in w["procs"].as_array().unwrap() {
         let pid = p["pid"].as_u64().unwrap() as u32;
         let row = rows_for(&lines, "ctxsw", pid);
@@ -131,6 +126,25 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Starts `cmd` in a detached 200x50 tmux session named `session`.
+fn new_session(session: &str, cmd: &str) {
+    let rc = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            session,
+            cmd,
+        ])
+        .status()
+        .expect("tmux");
+    assert!(rc.success());
+}
+
 fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -147,11 +161,7 @@ fn wait_pane(session: &str, what: &str, want: impl Fn(&str) -> bool) -> String {
 }
 
 fn ctxsw_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_sched")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_sched")
 }
 
 #[test]
@@ -165,21 +175,7 @@ fn top_draws_resorts_and_quits_restoring_the_terminal() {
         tracekit_bin().display()
     );
     let before = ctxsw_programs();
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     // Drawn: the header with the default sort marker, and rows after the first interval.
     let pane = wait_pane(&session, "first draw", |p| {
         p.contains("SW/s▼") && p.contains("system:") && p.contains("switches/s traced")
@@ -281,16 +277,7 @@ fn switch_storm_totals_match_proc_stat() {
 #[test]
 fn exec_renames_the_row() {
     require_root();
-    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
-    tk.wait_attached();
-    let pid = run_exec_workload();
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
-    let rows = rows_for(&lines, "ctxsw", pid);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
-    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+    assert_exec_renames_the_row("ctxsw");
 }
 
 /// (traced switches/s, /proc/stat ctxt/s) of the system lines on the screen; the line must
@@ -330,21 +317,7 @@ fn top_system_line_agrees_with_proc_stat() {
         "{} ctxsw --top --interval 1s; sleep 60",
         tracekit_bin().display()
     );
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     // Ping-pong across two CPUs: each side sleeps into the idle task and is woken out of it, so
     // about half of all switches are away from the idle task.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -409,21 +382,7 @@ fn top_ends_when_its_terminal_goes_away() {
         "{} ctxsw --top --interval 300ms; sleep 60",
         tracekit_bin().display()
     );
-    let rc = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "-s",
-            &session,
-            &cmd,
-        ])
-        .status()
-        .expect("tmux");
-    assert!(rc.success());
+    new_session(&session, &cmd);
     wait_pane(&session, "first draw", |p| p.contains("SW/s"));
     let ours: Vec<u32> = ctxsw_programs()
         .into_iter()
@@ -545,18 +504,11 @@ fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
 #[test]
 fn thread_rows_list_thread_preemptors() {
     require_root();
-    let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--interval", "400ms"]);
-    tk.wait_attached();
-    let w = run_workload(&["spin", "1500"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
-    let pids: Vec<u64> = w["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let (w, lines) = trace_workload(
+        &["ctxsw", "--json", "--threads", "--interval", "400ms"],
+        &["spin", "1500"],
+    );
+    let pids = workload_proc_pids(&w);
     for (i, pid) in pids.iter().enumerate() {
         let rows: Vec<&Value> = lines
             .iter()
@@ -601,35 +553,14 @@ pub fn vm_check() -> Result<String, String> {
     Ok(format!("{}; {modes}", got.join(", ")))
 }
 
-/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
-fn cmdline_of(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    String::from_utf8(
-        raw.iter()
-            .map(|b| if *b == 0 { b' ' } else { *b })
-            .collect(),
-    )
-    .unwrap()
-    .trim_end()
-    .to_string()
-}
-
 /// A row carries the process title (`exec -a` sets it, as postgres and nginx do): JSON
 /// `cmdline` is /proc/<pid>/cmdline as read while the process lived, `comm` stays the comm,
 /// and the text table shows the title beside the comm.
 #[test]
 fn rows_carry_the_process_title() {
-    use std::os::unix::process::CommandExt as _;
     require_root();
-    let mut ticker = Command::new("bash")
-        .arg0("tk-title: ticker")
-        .args(["-c", "while :; do sleep 0.02; done"])
-        .spawn()
-        .unwrap();
+    let (mut ticker, want) = titled_ticker();
     let pid = ticker.id();
-    std::thread::sleep(Duration::from_millis(100));
-    let want = cmdline_of(pid);
-    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
     let p = pid.to_string();
     let run = |json: bool| {
         let mut args = vec!["ctxsw", "--pid", &p];

@@ -13,17 +13,15 @@ fn counts_exact_and_percentiles_within_ten_percent() {
     require_root();
     let dir = scratch("fsync");
     let file = dir.join("data");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json"]);
-    tk.wait_attached();
-    let w = run_workload(&[
-        "fsync",
-        file.to_str().unwrap(),
-        &N_FSYNC.to_string(),
-        &N_FDATASYNC.to_string(),
-    ]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "exit {status}: {stderr}");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json"],
+        &[
+            "fsync",
+            file.to_str().unwrap(),
+            &N_FSYNC.to_string(),
+            &N_FDATASYNC.to_string(),
+        ],
+    );
     let pid = w["pid"].as_u64().unwrap() as u32;
     let rows = rows_for(&lines, "fsync-lat", pid);
     for (syscall, key, n) in [
@@ -115,12 +113,10 @@ fn by_file_names_the_file() {
     require_root();
     let dir = scratch("fsync-file");
     let file = dir.join("wal-000001");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file"]);
-    tk.wait_attached();
-    let w = run_workload(&["fsync", file.to_str().unwrap(), "30", "10"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--by-file"],
+        &["fsync", file.to_str().unwrap(), "30", "10"],
+    );
     let pid = w["pid"].as_u64().unwrap();
     let files: Vec<_> = lines
         .iter()
@@ -143,12 +139,10 @@ fn by_file_names_the_file() {
 fn reused_descriptor_names_each_file() {
     require_root();
     let dir = scratch("fsync-reuse");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file"]);
-    tk.wait_attached();
-    let w = run_workload(&["fsync-reuse", dir.to_str().unwrap(), "100"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--by-file"],
+        &["fsync-reuse", dir.to_str().unwrap(), "100"],
+    );
     let pid = w["pid"].as_u64().unwrap();
     let count_of = |name: &str| -> u64 {
         lines
@@ -170,12 +164,10 @@ fn reused_descriptor_names_each_file() {
 fn rename_over_is_shown_per_file() {
     require_root();
     let dir = scratch("fsync-wal");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file", "--top-files", "50"]);
-    tk.wait_attached();
-    let w = run_workload(&["fsync-wal", dir.to_str().unwrap(), "15"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--by-file", "--top-files", "50"],
+        &["fsync-wal", dir.to_str().unwrap(), "15"],
+    );
     let pid = w["pid"].as_u64().unwrap();
     let files: Vec<_> = lines
         .iter()
@@ -274,12 +266,7 @@ fn three_thousand_short_lived_processes_are_all_counted() {
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");
-    let pids: std::collections::HashSet<u64> = w["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let pids = workload_pids(&w);
     let counted = sum_counts(&lines, "fsync-lat", |v| {
         v["syscall"] == "fsync" && pids.contains(&v["pid"].as_u64().unwrap())
     });
@@ -298,22 +285,24 @@ fn three_thousand_short_lived_processes_are_all_counted() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `fsync-lat --max-keys 16` over `count` short-lived fsyncing processes: their pids and the
+/// JSON lines.
+fn capped_procs(
+    dir: &std::path::Path,
+    count: &str,
+) -> (std::collections::HashSet<u64>, Vec<serde_json::Value>) {
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--max-keys", "16"],
+        &["fsync-procs", dir.join("f").to_str().unwrap(), count],
+    );
+    (workload_pids(&w), lines)
+}
+
 #[test]
 fn keys_over_the_cap_go_to_the_other_row() {
     require_root();
     let dir = scratch("cap");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--max-keys", "16"]);
-    tk.wait_attached();
-    let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "60"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
-    let pids: std::collections::HashSet<u64> = w["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let (pids, lines) = capped_procs(&dir, "60");
     let named = sum_counts(&lines, "fsync-lat", |v| {
         pids.contains(&v["pid"].as_u64().unwrap())
     });
@@ -365,18 +354,7 @@ fn memory_is_flat_across_intervals() {
 fn max_keys_is_what_the_kernel_holds() {
     require_root();
     let dir = scratch("cap-exact");
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--max-keys", "16"]);
-    tk.wait_attached();
-    let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "40"]);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
-    let pids: std::collections::HashSet<u64> = w["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let (pids, lines) = capped_procs(&dir, "40");
     let named: std::collections::HashSet<u64> = lines
         .iter()
         .filter(|v| v["type"] == "summary")

@@ -256,29 +256,15 @@ fn traced_case(args: &[&str], workload: &[&str], balancing: bool) -> Result<Run,
     if !status.success() {
         return Err(format!("exit {status}: {stderr}"));
     }
-    let left = wait_unloaded(&ids);
-    if !left.is_empty() {
-        return Err(format!("programs {left:?} still loaded after exit"));
-    }
-    let modes: Vec<String> = meta["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            format!(
-                "{}={}",
-                p["name"].as_str().unwrap_or("?"),
-                p["attach"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
+    tracekit_tests::vm::all_unloaded(&ids)?;
+    let modes = tracekit_tests::vm::attach_modes(&meta);
     Ok(Run {
         lines,
         w,
         pid,
         runtime_ns,
         vmstat: after.since(&before),
-        modes: format!("{}; {}", modes.join(" "), policy?),
+        modes: format!("{modes}; {}", policy?),
     })
 }
 
@@ -545,18 +531,7 @@ fn place(bind: bool, cpu_node: u32, mem_node: u32, mib: usize, secs: u64) -> i32
     const PAGE: usize = 4096;
     let t = numa::Topology::read();
     let len = mib << 20;
-    // SAFETY: an anonymous private mapping we own for the life of the process.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
+    let p = anon_map(len);
     // Small pages only: the kernel counts huge page migrations differently across versions.
     // SAFETY: advice on our own mapping.
     unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };

@@ -95,11 +95,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Programs with tracekit's name prefix loaded now.
 fn tracekit_programs() -> Vec<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("tk_")))
-        .map(|p| p.id())
-        .collect()
+    program_ids_named("tk_")
 }
 
 /// An `--output` that cannot be written is found before anything is attached: exit 2, one
@@ -304,18 +300,11 @@ fn json_bytes_are_lossless_in_every_field() {
     // Two spinners named with the same kind of bytes preempt each other.
     let pname = b"sp\xff\\xff".to_vec();
     let hexname: String = pname.iter().map(|b| format!("{b:02x}")).collect();
-    let mut tc = Tracer::spawn(&["ctxsw", "--json", "--interval", "300ms"]);
-    tc.wait_attached();
-    let w = run_workload(&["spin-named", &hexname, "1000"]);
-    tc.signal(libc::SIGINT);
-    let (status, lines, stderr) = tc.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
-    let pids: Vec<u64> = w["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let (w, lines) = trace_workload(
+        &["ctxsw", "--json", "--interval", "300ms"],
+        &["spin-named", &hexname, "1000"],
+    );
+    let pids = workload_proc_pids(&w);
     let by: Vec<&serde_json::Value> = lines
         .iter()
         .filter(|l| l["type"] == "summary" && pids.contains(&l["pid"].as_u64().unwrap_or(0)))

@@ -29,12 +29,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
     require_root();
     let _one = serial();
-    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
-    tk.wait_attached();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "exit {status}: {stderr}");
+    let (w, lines) = trace_workload(&["runq-lat", "--json"], workload);
     for p in w["procs"].as_array().unwrap() {
         let pid = p["pid"].as_u64().unwrap() as u32;
         let rows = rows_for(&lines, "runq-lat", pid);
@@ -110,16 +105,7 @@ fn pinned_spinners_wait_after_preemption() {
 fn exec_renames_the_row() {
     require_root();
     let _one = serial();
-    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
-    tk.wait_attached();
-    let pid = run_exec_workload();
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
-    let rows = rows_for(&lines, "runq-lat", pid);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
-    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+    assert_exec_renames_the_row("runq-lat");
 }
 
 /// The last CPU (the one `tk-workload spin` pins to).
@@ -382,12 +368,7 @@ fn a_sleeper_starved_by_hogs_names_the_hogs() {
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
-    let hog_pids: Vec<u64> = w["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let hog_pids = workload_proc_pids(&w);
     let row = rows_for(&lines, "runq-lat", victim);
     assert_eq!(row.len(), 1, "no row for the sleeper");
     eprintln!("sleeper ran {:?}; its row: {}", t0.elapsed(), row[0]);
@@ -552,34 +533,14 @@ fn runq_pingpong(n: usize) {
     println!("{}", serde_json::json!({ "procs": procs }));
 }
 
-/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
-fn cmdline_of(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    String::from_utf8(
-        raw.iter()
-            .map(|b| if *b == 0 { b' ' } else { *b })
-            .collect(),
-    )
-    .unwrap()
-    .trim_end()
-    .to_string()
-}
-
 /// A row carries the process title (`exec -a` sets it, as postgres and nginx do): JSON
 /// `cmdline` is /proc/<pid>/cmdline as read while the process lived; `comm` stays the comm.
 #[test]
 fn rows_carry_the_process_title() {
     require_root();
     let _one = serial();
-    let mut ticker = Command::new("bash")
-        .arg0("tk-title: ticker")
-        .args(["-c", "while :; do sleep 0.02; done"])
-        .spawn()
-        .unwrap();
+    let (mut ticker, want) = titled_ticker();
     let pid = ticker.id();
-    std::thread::sleep(Duration::from_millis(100));
-    let want = cmdline_of(pid);
-    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
     let p = pid.to_string();
     let mut tk = Tracer::spawn(&["runq-lat", "--json", "--pid", &p]);
     tk.wait_attached();

@@ -175,6 +175,19 @@ impl Drop for Tracer {
     }
 }
 
+/// All of a child's piped stderr (read to its end).
+pub fn take_stderr(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 trait StderrExt {
     fn wait_with_output_stderr(&mut self) -> String;
 }
@@ -204,6 +217,16 @@ pub fn program_ids(meta: &Value) -> Vec<u32> {
 pub fn loaded_program_ids() -> Vec<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Ids of the BPF programs loaded now whose name starts with `prefix` (`tk_` for all of
+/// tracekit's).
+pub fn program_ids_named(prefix: &str) -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with(prefix)))
         .map(|p| p.id())
         .collect()
 }
@@ -302,6 +325,126 @@ pub fn run_workload(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("tk-workload prints JSON")
+}
+
+/// Runs a workload under `tracekit <args>` (attached first, SIGINT after it exits) and asserts
+/// tracekit exits 0: the workload's JSON report and tracekit's JSON lines.
+pub fn trace_workload(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
+    let mut tk = Tracer::spawn(args);
+    tk.wait_attached();
+    let w = run_workload(workload);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "exit {status}: {stderr}");
+    (w, lines)
+}
+
+/// The pids a multi-process workload reports under "pids".
+pub fn workload_pids(w: &Value) -> std::collections::HashSet<u64> {
+    w["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect()
+}
+
+/// `/proc/<pid>/cmdline` as one line (arguments joined by spaces), read while it lives.
+fn cmdline_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    String::from_utf8(
+        raw.iter()
+            .map(|b| if *b == 0 { b' ' } else { *b })
+            .collect(),
+    )
+    .unwrap()
+    .trim_end()
+    .to_string()
+}
+
+/// A process with a title (`exec -a` sets it, as postgres and nginx do): a bash loop waking
+/// every 20 ms. Returns it with its /proc/<pid>/cmdline, read once it is running.
+pub fn titled_ticker() -> (Child, String) {
+    use std::os::unix::process::CommandExt as _;
+    let ticker = Command::new("bash")
+        .arg0("tk-title: ticker")
+        .args(["-c", "while :; do sleep 0.02; done"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let want = cmdline_of(ticker.id());
+    assert_eq!(want, "tk-title: ticker -c while :; do sleep 0.02; done");
+    (ticker, want)
+}
+
+/// `tracekit <tool> --json` over a process that execs: its one row carries the new name and
+/// the name before the exec (`exec_from`).
+pub fn assert_exec_renames_the_row(tool: &str) {
+    let mut tk = Tracer::spawn(&[tool, "--json"]);
+    tk.wait_attached();
+    let pid = run_exec_workload();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, tool, pid);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "tk-workload", "{}", rows[0]);
+    assert_eq!(rows[0]["exec_from"], "sh", "{}", rows[0]);
+}
+
+/// The pids of a workload's "procs" list.
+pub fn workload_proc_pids(w: &Value) -> Vec<u64> {
+    w["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
+/// A thread of this process that waits until `stop`: its tid is a valid id that is not a
+/// process id (for `--pid`).
+pub struct IdleThread {
+    pub tid: String,
+    done: mpsc::Sender<()>,
+    handle: thread::JoinHandle<()>,
+}
+
+impl IdleThread {
+    pub fn start() -> IdleThread {
+        let (tx, rx) = mpsc::channel();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let handle = thread::spawn(move || {
+            // SAFETY: plain syscall.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap().to_string();
+        IdleThread { tid, done, handle }
+    }
+
+    pub fn stop(self) {
+        self.done.send(()).unwrap();
+        self.handle.join().unwrap();
+    }
+}
+
+/// A new anonymous private read-write mapping of `len` bytes, owned by the caller for the life
+/// of the process.
+pub fn anon_map(len: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; checked for MAP_FAILED below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap");
+    p
 }
 
 /// `tracekit …` command lines listed under "Examples:" in a --help text, as words (comments

@@ -66,6 +66,20 @@ pub fn traced_with(
         Some(d) if !hidden => attach_policy(tool, d, &meta, all_hooks),
         _ => Ok("attach policy not checked (no doctor report for it)".to_string()),
     };
+    let modes = attach_modes(&meta);
+    let w = run_workload(workload);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
+    if !status.success() {
+        return Err(format!("exit {status}: {stderr}"));
+    }
+    all_unloaded(&ids)?;
+    let policy = policy?;
+    Ok((lines, w, format!("{modes}; {policy}")))
+}
+
+/// The attach mode of each program in a meta line: `name=mode` joined by spaces.
+pub fn attach_modes(meta: &Value) -> String {
     let modes: Vec<String> = meta["programs"]
         .as_array()
         .into_iter()
@@ -78,18 +92,16 @@ pub fn traced_with(
             )
         })
         .collect();
-    let w = run_workload(workload);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
-    if !status.success() {
-        return Err(format!("exit {status}: {stderr}"));
-    }
-    let left = wait_unloaded(&ids);
+    modes.join(" ")
+}
+
+/// Waits for the programs `ids` to be unloaded; an error names those still loaded.
+pub fn all_unloaded(ids: &[u32]) -> Result<(), String> {
+    let left = wait_unloaded(ids);
     if !left.is_empty() {
         return Err(format!("programs {left:?} still loaded after exit"));
     }
-    let policy = policy?;
-    Ok((lines, w, format!("{}; {policy}", modes.join(" "))))
+    Ok(())
 }
 
 /// The name part of an event or attach target: `sched:sched_switch` and `sched_switch` are the

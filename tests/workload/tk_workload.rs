@@ -15,7 +15,7 @@ mod vm_check;
 
 include!(concat!(env!("OUT_DIR"), "/tools.rs"));
 
-use tracekit_tests::{open_trunc, timed_sync};
+use tracekit_tests::{anon_map, open_trunc, timed_sync};
 
 fn usage() -> ! {
     eprintln!(
@@ -110,18 +110,7 @@ const MADV_COLLAPSE: libc::c_int = 25;
 /// collapses it with one `madvise(MADV_COLLAPSE)`, timing the call.
 fn collapse(n: usize) {
     let len = (n + 1) * HUGE;
-    // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED, "mmap");
+    let base = anon_map(len);
     let aligned = (base as usize).next_multiple_of(HUGE) as *mut u8;
     let size = n * HUGE;
     // Small pages first: with THP off at fault (enabled=madvise, no MADV_HUGEPAGE here) every

@@ -217,6 +217,27 @@ pub struct Finding {
 pub const MIN_NS_PER_S: u64 = 5_000_000;
 
 impl Finding {
+    /// A finding with no culprit, evidence, advice or next command yet (add them after).
+    pub fn new(
+        tool: &'static str,
+        cause: Cause,
+        subject: Subject,
+        score: Score,
+        summary: String,
+    ) -> Finding {
+        Finding {
+            tool,
+            cause,
+            subject,
+            culprit: None,
+            score,
+            summary,
+            evidence: Vec::new(),
+            advice: String::new(),
+            next: None,
+        }
+    }
+
     pub fn evidence(mut self, name: &'static str, v: impl Into<Num>) -> Finding {
         self.evidence.push((name, v.into()));
         self

@@ -357,6 +357,17 @@ pub fn kernel(spec: &Spec) -> Result<PathBuf> {
 }
 
 /// Downloads `pkg` and publishes its vmlinuz as `image` (by rename, so readers never see half).
+/// `apt-get download PKG` into `dl`: the path of the .deb it left there.
+fn download_deb(apt: &PrivateApt, pkg: &str, dl: &Path) -> Result<PathBuf> {
+    let mut c = apt.cmd("apt-get", &["download", pkg]);
+    c.current_dir(dl).stdout(Stdio::null());
+    status(c)?;
+    fs::read_dir(dl)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .context("apt-get download left no .deb")
+}
+
 fn download(apt: &PrivateApt, pkg: &str, image: &Path) -> Result<()> {
     let cache = image.parent().context("image path has no directory")?;
     // Per process: a crashed run leaves its directory, never a half-written image.
@@ -364,13 +375,7 @@ fn download(apt: &PrivateApt, pkg: &str, image: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(&dl);
     fs::create_dir_all(&dl)?;
     let res = (|| -> Result<()> {
-        let mut c = apt.cmd("apt-get", &["download", pkg]);
-        c.current_dir(&dl).stdout(Stdio::null());
-        status(c)?;
-        let deb = fs::read_dir(&dl)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.extension().is_some_and(|x| x == "deb"))
-            .context("apt-get download left no .deb")?;
+        let deb = download_deb(apt, pkg, &dl)?;
         // Only /boot: the modules are most of the package and the initramfs loads none.
         let sh = format!(
             "dpkg-deb --fsys-tarfile '{}' | tar -x -C '{}' --wildcards './boot/vmlinuz-*'",
@@ -428,13 +433,7 @@ pub fn modules(spec: &Spec, image: &Path) -> Option<PathBuf> {
         let _ = fs::remove_dir_all(&dl);
         fs::create_dir_all(&dl)?;
         let r = (|| -> Result<()> {
-            let mut c = apt.cmd("apt-get", &["download", &pkg]);
-            c.current_dir(&dl).stdout(Stdio::null());
-            status(c)?;
-            let deb = fs::read_dir(&dl)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .find(|p| p.extension().is_some_and(|x| x == "deb"))
-                .context("apt-get download left no .deb")?;
+            let deb = download_deb(&apt, &pkg, &dl)?;
             let pats: Vec<String> = GUEST_MODULES
                 .iter()
                 // ./lib/modules (bullseye, bookworm) or ./usr/lib/modules (trixie's merged /usr).

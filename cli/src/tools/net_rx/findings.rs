@@ -46,17 +46,7 @@ fn worth(count: u64, secs: f64) -> bool {
 }
 
 fn finding(cause: Cause, subject: Subject, score: Score, summary: String) -> Finding {
-    Finding {
-        tool: INFO.name,
-        cause,
-        subject,
-        culprit: None,
-        score,
-        summary,
-        evidence: Vec::new(),
-        advice: String::new(),
-        next: None,
-    }
+    Finding::new(INFO.name, cause, subject, score, summary)
 }
 
 fn with(mut f: Finding, advice: impl Into<String>, next: Option<String>) -> Finding {

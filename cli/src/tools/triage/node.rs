@@ -87,15 +87,9 @@ fn finding(
     next: &str,
 ) -> Finding {
     Finding {
-        tool: "triage",
-        cause,
-        subject,
-        culprit: None,
-        score,
-        summary,
-        evidence: Vec::new(),
         advice: advice.into(),
         next: Some(next.into()),
+        ..Finding::new("triage", cause, subject, score, summary)
     }
 }
 
