@@ -11,6 +11,12 @@ use tracekit_tests::*;
 fn invocations() -> Vec<Vec<&'static str>> {
     let mut v = Vec::new();
     for t in tracekit::tools::TOOLS.iter().filter(|t| !t.hidden) {
+        if t.name == "numa" {
+            // On a one-node machine numa loads nothing unless forced: the exit paths are
+            // checked with its programs loaded.
+            v.push(vec![t.name, "--json", "--force"]);
+            continue;
+        }
         v.push(vec![t.name, "--json"]);
         if t.name == "ctxsw" {
             v.push(vec![t.name, "--top", "--json"]);

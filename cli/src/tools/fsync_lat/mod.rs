@@ -142,7 +142,14 @@ const ZERO: FsyncVal = FsyncVal {
 
 /// Loads and attaches fsync-lat's programs as the attach policy chose on this kernel.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
-    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols).map_err(|e| match e {
+        // Neither the per-syscall events nor BTF for the raw sys_enter tracepoint: name the
+        // kernel option, the fix a user can act on.
+        loader::LoadError::NoMode {
+            permission: false, ..
+        } => Error::KernelFeature(format!("{e}; this kernel lacks CONFIG_FTRACE_SYSCALLS")),
+        e => e.into(),
+    })?;
     let mode_of = |event: String| {
         HOOKS
             .iter()
