@@ -177,6 +177,37 @@ pub fn sum(lines: &[Value], tool: &str, pid: u32, key: &str) -> u64 {
         .sum()
 }
 
+/// Brings the loopback device up where it is down (the VM guest's init does not), as
+/// `ip link set lo up` would.
+pub fn lo_up() -> Result<(), String> {
+    // SAFETY: a plain socket for the ioctls, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    req.ifr_name[..2].copy_from_slice(&[b'l' as libc::c_char, b'o' as libc::c_char]);
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read the name and read/write the flags of `req`, which
+    // outlives the calls.
+    let rc = unsafe {
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &raw mut req);
+        let flags = req.ifr_ifru.ifru_flags;
+        if rc == 0 && flags & libc::IFF_UP as libc::c_short == 0 {
+            req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &raw mut req);
+        }
+        rc
+    };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("bringing lo up: {err}"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,6 +134,10 @@ fn test(extra: &[String]) -> Result<()> {
         "the `ctxsw --top` test drives the live view in a tmux pseudo-terminal",
     )?;
     toolchain::ensure_debian(
+        &["fio", "bpftrace", "nftables"],
+        "the root tests compare with fio and bpftrace, and count drops against an nft rule's counter",
+    )?;
+    toolchain::ensure_debian(
         &["util-linux"],
         "the capability tests run tracekit as nobody with exact capabilities (setpriv), the --output tests mount small tmpfs",
     )?;
