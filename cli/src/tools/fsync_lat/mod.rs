@@ -100,11 +100,12 @@ const EXAMPLES: &str = "  tracekit fsync-lat --duration 10s                  # w
   tracekit fsync-lat --duration 30s --by-file        # and on which files (is it the WAL?)
   tracekit fsync-lat --duration 1m --interval 10s --json --output fsync.ndjson   # follow with tail -f";
 
-const NEEDS: &str = "root, or CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (tracefs is mode 0700; \
-CAP_SYS_ADMIN stands in for the first two, and is needed to mount tracefs if it is not mounted). \
-With only CAP_BPF and CAP_PERFMON on a kernel with BTF it still runs, on the raw sys_enter/sys_exit \
-tracepoints, which cost every syscall of the node ~100 ns while it runs. With --by-file, the files \
-of other users' processes are shown only with CAP_SYS_PTRACE (else `[no access]`).";
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on a kernel with BTF (CAP_SYS_ADMIN \
+stands in for both): then it runs on the raw sys_enter/sys_exit tracepoints, which cost every \
+syscall of the node ~100 ns while it runs. Add CAP_DAC_READ_SEARCH (tracefs is mode 0700) and it \
+uses the per-syscall tracepoints instead, which cost other syscalls nothing; CAP_SYS_ADMIN mounts \
+tracefs if it is not mounted. With --by-file, the files of other users' processes are shown only \
+with CAP_SYS_PTRACE (else `[no access]`).";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
