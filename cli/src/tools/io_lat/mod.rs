@@ -121,7 +121,7 @@ pub const HOOKS: &[Hook] = &[
 const EXAMPLES: &str =
     "  tracekit io-lat --duration 10s                    # who does I/O where, queue vs device time
   tracekit io-lat --dev nvme0n1 --duration 30s      # one disk (a partition means its disk)
-  tracekit io-lat --interval 5s --json --output io.ndjson   # follow with tail -f";
+  tracekit io-lat --duration 10m --interval 5s --json --output io.ndjson   # follow with tail -f";
 
 const NEEDS: &str = "root, or CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (kernel BTF for the \
 request structs; tracefs for the classic fallback, mounted if needed with CAP_SYS_ADMIN).";
