@@ -335,7 +335,10 @@ fn memory_is_flat_across_intervals() {
     let (_, lines, _) = tk.finish(Duration::from_secs(10));
     let rss: Vec<u64> = lines.iter().filter_map(|l| l["rss_kib"].as_u64()).collect();
     assert!(rss.len() >= 6, "too few intervals: {}", rss.len());
-    let settled = rss[rss.len() / 3];
+    // Where the churn left it: the highest RSS of the first two thirds (a 2-vCPU machine may
+    // spread the 2000 processes over all but the last few intervals). Memory must not keep
+    // growing with the intervals after that.
+    let settled = *rss[..rss.len() * 2 / 3].iter().max().unwrap();
     let last = *rss.last().unwrap();
     eprintln!(
         "rss over {} intervals: first {} settled {settled} last {last} KiB",
