@@ -296,7 +296,11 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut aggressors: Vec<u32> = Vec::new();
     for (pid, a) in &per {
-        let ns_per_s = (a.wake_ns as f64 / secs) as u64;
+        // Time spent while the CPU was idle and waking up (its exit from a sleep state, the
+        // IPI) is wakeup latency, not contention: nobody held the CPU. A ping-pong whose every
+        // hop wakes an idle CPU is a context-switch storm, not a starved process.
+        let idle_ns = a.behind.get(&0).map_or(0, |v| v.1);
+        let ns_per_s = (a.wake_ns.saturating_sub(idle_ns) as f64 / secs) as u64;
         if ns_per_s < MIN_WAKE_NS_PER_S {
             continue;
         }
