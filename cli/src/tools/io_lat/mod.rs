@@ -123,8 +123,9 @@ const EXAMPLES: &str =
   tracekit io-lat --dev nvme0n1 --duration 30s      # one disk (a partition means its disk)
   tracekit io-lat --duration 10m --interval 5s --json --output io.ndjson   # follow with tail -f";
 
-const NEEDS: &str = "root, or CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (kernel BTF for the \
-request structs; tracefs for the classic fallback, mounted if needed with CAP_SYS_ADMIN).";
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on a kernel with BTF (CAP_SYS_ADMIN \
+stands in for both). Without BTF it falls back to classic tracepoints, which read tracefs: add \
+CAP_DAC_READ_SEARCH (tracefs is mode 0700), and CAP_SYS_ADMIN if tracefs must be mounted.";
 
 /// `--attach`: force the keying.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
