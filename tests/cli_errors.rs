@@ -328,13 +328,16 @@ fn help_examples_run() {
             .output()
             .unwrap();
         for ex in help_examples(&String::from_utf8_lossy(&o.stdout)) {
-            let mut args: Vec<String> = ex[1..].to_vec();
+            // A pipeline's tracekit part (`tracekit triage --json | jq …`).
+            let mut args: Vec<String> = ex[1..].iter().take_while(|w| *w != "|").cloned().collect();
             for i in 1..args.len() {
                 match args[i - 1].as_str() {
                     "--duration" => args[i] = "600ms".into(),
                     "--interval" => args[i] = "200ms".into(),
                     // An example's disk (nvme0n1) is this machine's first real one.
                     "--dev" => args[i] = some_disk(),
+                    // An example's pid (4711) is this test's own process.
+                    "--pid" => args[i] = std::process::id().to_string(),
                     _ => {}
                 }
             }
