@@ -407,20 +407,32 @@ fn header_count_matches_the_rows() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no header: {text}"));
-    let mut col = None;
+    // COUNT is right-aligned under its header; the COMM cell before it holds spaces
+    // (`tk-workload [/path…]`), so the cell is found by where it ends, not by its index.
+    let mut end = None;
     let mut sum = 0u64;
     for l in text.lines() {
-        let cells: Vec<&str> = l.split_whitespace().collect();
-        if cells.first() == Some(&"PID") {
-            col = cells.iter().position(|c| *c == "COUNT");
+        let chars: Vec<char> = l.chars().collect();
+        if l.trim_start().starts_with("PID ") {
+            end = l
+                .find(" COUNT")
+                .map(|b| l[..b].chars().count() + " COUNT".len());
             continue;
         }
-        if let Some(i) = col {
-            match cells.get(i).map(|c| c.parse::<u64>()) {
-                Some(Ok(n)) => sum += n,
-                Some(Err(_)) if cells.get(i) == Some(&"-") => {}
-                _ => col = None,
-            }
+        let Some(e) = end else { continue };
+        if l.trim().is_empty() || chars.len() < e {
+            end = None;
+            continue;
+        }
+        let start = chars[..e]
+            .iter()
+            .rposition(|c| *c == ' ')
+            .map_or(0, |i| i + 1);
+        let cell: String = chars[start..e].iter().collect();
+        match cell.parse::<u64>() {
+            Ok(n) => sum += n,
+            Err(_) if cell == "-" => {}
+            Err(_) => panic!("COUNT cell {cell:?} in {l:?}: {text}"),
         }
     }
     assert_eq!(header, sum, "{text}");

@@ -142,7 +142,15 @@ fn test(extra: &[String]) -> Result<()> {
         "the capability tests run tracekit as nobody with exact capabilities (setpriv), the --output tests mount small tmpfs",
     )?;
     let mut c = cargo();
-    c.args(["test", "--release", "--target", HOST_TARGET, "--workspace"]);
+    // Every failing test file is reported in one run, not just the first.
+    c.args([
+        "test",
+        "--release",
+        "--target",
+        HOST_TARGET,
+        "--workspace",
+        "--no-fail-fast",
+    ]);
     c.env("TRACEKIT_BIN", &bin);
     let extra = match extra.first().map(String::as_str) {
         Some("--") => &extra[1..],
@@ -151,10 +159,14 @@ fn test(extra: &[String]) -> Result<()> {
     if !extra.is_empty() {
         c.arg("--").args(extra);
     }
-    status(c)?;
-    // The same suite's checks on the other kernels; a filtered run (extra args) skips them.
-    if extra.is_empty() {
-        vm::vm_test(&bin, "")?;
-    }
-    Ok(())
+    let host = status(c);
+    // The same suite's checks on the other kernels, even when a host test failed, so one run
+    // shows both; a filtered run (extra args) skips them.
+    let vms = if extra.is_empty() {
+        vm::vm_test(&bin, "")
+    } else {
+        Ok(())
+    };
+    host.context("the tests on this host failed")?;
+    vms.context("the VM checks failed")
 }
