@@ -2,6 +2,7 @@
 //! and gets both the text table and the NDJSON lines from it — no row is built twice. The keys
 //! every line carries (`tool`, `type`, interval) are added by the engine, in one place.
 
+use probes_common::hist::LatHist;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -91,6 +92,10 @@ pub struct Section {
     pub json: Vec<Value>,
     /// Rows left out of the text table by the limit (JSON has them all).
     pub hidden: usize,
+    /// Each row's latency distributions by metric (`fsync`, `runq`, …), aligned with `json`;
+    /// empty when the tool keeps none. Emitters that need more than the row's percentiles (the
+    /// exporter's histograms, recordings) read the full in-kernel buckets here.
+    pub dists: Vec<Vec<(&'static str, LatHist)>>,
 }
 
 impl Section {
@@ -130,7 +135,23 @@ impl Section {
             table,
             json,
             hidden: rows.len() - shown,
+            dists: Vec::new(),
         }
+    }
+
+    /// Attaches each row's distributions (`rows` as given to [`Section::build`]).
+    pub fn with_dists<R>(
+        mut self,
+        rows: &[R],
+        dists: impl Fn(&R) -> Vec<(&'static str, LatHist)>,
+    ) -> Section {
+        self.dists = rows.iter().map(dists).collect();
+        self
+    }
+
+    /// The distributions of row `i` (none when the tool keeps none).
+    pub fn dists_of(&self, i: usize) -> &[(&'static str, LatHist)] {
+        self.dists.get(i).map_or(&[], Vec::as_slice)
     }
 
     pub fn caption(mut self, c: impl Into<String>) -> Section {

@@ -532,8 +532,10 @@ impl Collector for Ctxsw {
         out.findings = findings(&rows, secs, &iv.preemptors);
         let cols = id_columns(COLUMNS, threads);
         let ctx = Ctx { secs };
-        out.sections
-            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
+        out.sections.push(
+            Section::build("summary", &rows, &cols, &ctx, self.max_rows)
+                .with_dists(&rows, |r| vec![("wake_wait", r.waits)]),
+        );
         if threads {
             let wakers = self.wakers(&iv, &names, secs);
             out.sections.push(

@@ -447,8 +447,10 @@ impl Collector for RunqLat {
         out.findings = findings(&rows, secs);
         let ctx = Ctx { secs };
         let cols = id_columns(COLUMNS, threads);
-        out.sections
-            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
+        out.sections.push(
+            Section::build("summary", &rows, &cols, &ctx, self.max_rows)
+                .with_dists(&rows, |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)]),
+        );
         let aggr = aggressors(&iv.culprits, &iv.rows, &names, threads);
         out.sections.push(
             Section::build("aggressor", &aggr, AGGRESSORS, &ctx, 10).caption(format!(

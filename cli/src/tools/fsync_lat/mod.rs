@@ -486,13 +486,16 @@ impl Collector for FsyncLat {
             );
         }
         out.findings = self.findings(&rows, secs);
-        out.sections.push(Section::build(
-            "summary",
-            &rows,
-            &id_columns(SUMMARY, threads),
-            &ctx,
-            self.max_rows,
-        ));
+        out.sections.push(
+            Section::build(
+                "summary",
+                &rows,
+                &id_columns(SUMMARY, threads),
+                &ctx,
+                self.max_rows,
+            )
+            .with_dists(&rows, |r| vec![("fsync", r.hist)]),
+        );
         if self.by_file {
             let files = self.file_rows(per_file);
             let no_access = files.iter().any(|f| f.file_raw == b"[no access]");

@@ -372,13 +372,10 @@ impl Collector for IoLat {
             out.hists.push((r.hist_label(), r.device_hist));
         }
         out.findings = findings::find(&summary, &devices, secs);
-        out.sections.push(Section::build(
-            "summary",
-            &summary,
-            rows::SUMMARY,
-            &ctx,
-            self.max_rows,
-        ));
+        out.sections.push(
+            Section::build("summary", &summary, rows::SUMMARY, &ctx, self.max_rows)
+                .with_dists(&summary, |r| vec![("device", r.device_hist)]),
+        );
         out.sections
             .push(Section::build("device", &devices, rows::DEVICES, &ctx, 0).caption("Devices:"));
         out.footnotes

@@ -585,8 +585,17 @@ impl Memstall {
                 ));
             }
             let cols = id_columns(COLUMNS, self.scope.threads);
-            out.sections
-                .push(Section::build("summary", rs, &cols, &ctx, self.max_rows).caption(caption));
+            out.sections.push(
+                Section::build("summary", rs, &cols, &ctx, self.max_rows)
+                    .caption(caption)
+                    .with_dists(rs, |r| {
+                        if r.timed {
+                            vec![("stall", r.hist)]
+                        } else {
+                            Vec::new()
+                        }
+                    }),
+            );
         }
         out.sections.push(
             Section::build("cgroup", &cgroups, CGROUP_COLUMNS, &ctx, 0).caption(
