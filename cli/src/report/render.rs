@@ -453,6 +453,7 @@ mod tests {
                 table: t,
                 json: vec![json!({"pid": 42, "comm": "postgres\u{1b}", "p99_ns": 1830000})],
                 hidden: 0,
+                dists: Vec::new(),
             }],
             hists: vec![("fsync[42 postgres]".into(), h)],
             footnotes: vec!["! CV > 1: skewed, trust p50 over the mean".into()],
@@ -485,6 +486,7 @@ mod tests {
                 table: Table::new(&[("PID", Align::Right), ("COMM", Align::Left)]),
                 json: vec![],
                 hidden: 0,
+                dists: Vec::new(),
             }],
             ..Default::default()
         };
