@@ -148,6 +148,58 @@ registry! {
     }
 }
 
+/// Collectors opened for a command that runs several at once (`triage`, the exporter,
+/// recordings), and the ones that could not run here with the reason.
+#[derive(Default)]
+pub struct Opened {
+    pub collectors: Vec<Box<dyn Collector>>,
+    pub ran: Vec<&'static str>,
+    pub cannot: Vec<(&'static str, String)>,
+}
+
+/// Opens the collectors named in `names` (every one `default` selects when `names` is empty)
+/// with their default options; a name the registry does not know is a usage error (`flag`
+/// names the option in the message), a collector that cannot run here is listed, not fatal.
+pub fn open_many(
+    names: &[String],
+    default: impl Fn(&ToolInfo) -> bool,
+    flag: &str,
+    ctx: &OpenCtx,
+) -> Result<Opened> {
+    if let Some(bad) = names
+        .iter()
+        .find(|n| !TOOLS.iter().any(|t| t.name == n.as_str()))
+    {
+        return Err(crate::error::Error::Usage(format!(
+            "{flag}: no collector named {bad:?} (collectors: {})",
+            TOOLS
+                .iter()
+                .filter(|t| !t.hidden)
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let mut o = Opened::default();
+    for t in TOOLS.iter().filter(|t| {
+        if names.is_empty() {
+            default(t)
+        } else {
+            names.iter().any(|n| n == t.name)
+        }
+    }) {
+        match open_default(t.name, ctx) {
+            Some(Ok(c)) => {
+                o.ran.push(t.name);
+                o.collectors.push(c);
+            }
+            Some(Err(e)) => o.cannot.push((t.name, crate::error::one_line(&e))),
+            None => {}
+        }
+    }
+    Ok(o)
+}
+
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s
 /// included), for collectors opened without one.
 fn default_args<A: clap::Args + clap::FromArgMatches>() -> Result<A> {

@@ -8,8 +8,8 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{json, Value};
 
 use crate::{
-    engine::{self, Collector, Emitter, Meta, Output, RunOpts, Scope, Window},
-    error::{one_line, Result},
+    engine::{self, Emitter, Meta, Output, RunOpts, Scope, Window},
+    error::Result,
     options::{parse_comm, parse_duration, parse_pid},
     report::{
         findings::{rank, Cause, Finding},
@@ -82,38 +82,11 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let ctx = OpenCtx::new(scope, opts.clone());
-    let wanted: Vec<&ToolInfo> = tools::TOOLS
-        .iter()
-        .filter(|t| {
-            if args.tools.is_empty() {
-                t.triage && !t.hidden
-            } else {
-                args.tools.iter().any(|n| n == t.name)
-            }
-        })
-        .collect();
-    if let Some(bad) = args
-        .tools
-        .iter()
-        .find(|n| !tools::TOOLS.iter().any(|t| t.name == n.as_str()))
-    {
-        return Err(crate::error::Error::Usage(format!(
-            "--tools: no collector named {bad:?}"
-        )));
-    }
-    let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
-    let mut ran = Vec::new();
-    let mut cannot = Vec::new();
-    for t in wanted {
-        match tools::open_default(t.name, &ctx) {
-            Some(Ok(c)) => {
-                ran.push(t.name);
-                collectors.push(c);
-            }
-            Some(Err(e)) => cannot.push((t.name, one_line(&e))),
-            None => {}
-        }
-    }
+    let tools::Opened {
+        mut collectors,
+        ran,
+        cannot,
+    } = tools::open_many(&args.tools, |t| t.triage && !t.hidden, "--tools", &ctx)?;
     collectors.push(Box::new(node::Node::open()));
     let markdown = args
         .output
