@@ -3,15 +3,13 @@
 //! kernel's own counters (`/proc/vmstat`, the cgroup's files) and the children's own clocks.
 
 use std::{
-    os::unix::fs::MetadataExt,
-    path::PathBuf,
     process::{Command, Stdio},
     sync::Mutex,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use tracekit_tests::*;
+use tracekit_tests::{mm::*, *};
 
 /// The triggers move global counters (`/proc/vmstat`) and compete for memory: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -37,17 +35,6 @@ fn of_type<'a>(lines: &'a [Value], t: &str) -> Vec<&'a Value> {
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64()
         .unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
-
-fn vmstat(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse().unwrap())
-        })
-        .unwrap_or_else(|| panic!("/proc/vmstat has no {key}"))
 }
 
 fn start() -> (Tracer, Value) {
@@ -86,121 +73,6 @@ fn findings_of(lines: &[Value], pid: u32) -> Vec<&Value> {
         .into_iter()
         .filter(|f| f["pid"] == pid)
         .collect()
-}
-
-/// A sysfs or procfs value set for the life of the guard, then restored.
-struct Setting {
-    path: &'static str,
-    old: String,
-}
-
-impl Setting {
-    fn set(path: &'static str, value: &str) -> Setting {
-        Setting::try_set(path, value).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn try_set(path: &'static str, value: &str) -> Result<Setting, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        // `always [madvise] never` keeps its selected word; plain values stay as they are.
-        let old = match (text.find('['), text.find(']')) {
-            (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
-            _ => text.trim().to_string(),
-        };
-        std::fs::write(path, value).map_err(|e| format!("{path} <- {value}: {e}"))?;
-        Ok(Setting { path, old })
-    }
-}
-
-const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
-
-impl Drop for Setting {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(self.path, &self.old) {
-            eprintln!("could not restore {} to {}: {e}", self.path, self.old);
-        }
-    }
-}
-
-/// A memory cgroup with a limit, removed on drop (v1 memory hierarchy here, else v2).
-struct Cgroup {
-    dir: PathBuf,
-    name: String,
-    v1: bool,
-}
-
-impl Cgroup {
-    fn create(tag: &str, limit: u64) -> Cgroup {
-        let name = format!("tk-memstall-{tag}-{}", std::process::id());
-        let v1 = PathBuf::from("/sys/fs/cgroup/memory");
-        let is_v1 = v1.join("memory.limit_in_bytes").exists();
-        let dir = if is_v1 {
-            let d = v1.join(&name);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
-            // No swap for its anonymous memory: past the limit it reclaims cache or OOMs.
-            let _ = std::fs::write(d.join("memory.swappiness"), "0");
-            d
-        } else {
-            // Pure v2: the memory controller must be enabled for children of the root.
-            let root = PathBuf::from("/sys/fs/cgroup");
-            let ctl = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-            assert!(
-                ctl.split_whitespace().any(|c| c == "memory"),
-                "no memory controller on v1 or v2 here"
-            );
-            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory");
-            let d = root.join(&name);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("memory.max"), limit.to_string()).unwrap();
-            let _ = std::fs::write(d.join("memory.swap.max"), "0");
-            d
-        };
-        Cgroup {
-            dir,
-            name,
-            v1: is_v1,
-        }
-    }
-
-    fn procs(&self) -> PathBuf {
-        self.dir.join("cgroup.procs")
-    }
-
-    fn id(&self) -> u64 {
-        std::fs::metadata(&self.dir).unwrap().ino()
-    }
-
-    /// Runs `sh -c 'echo $$ > cgroup.procs; exec CMD'`: one process, in the cgroup from its
-    /// first instruction of CMD on. Returns its pid, its life time and its exit status.
-    fn run(&self, cmd: &str) -> (u32, Duration, std::process::ExitStatus) {
-        let script = format!("echo $$ > {} && exec {cmd}", self.procs().display());
-        let t = Instant::now();
-        let mut c = Command::new("sh")
-            .args(["-c", &script])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = c.id();
-        let st = c.wait().unwrap();
-        (pid, t.elapsed(), st)
-    }
-
-    fn remove(&self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("could not remove {}", self.dir.display());
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        self.remove();
-    }
 }
 
 #[test]
@@ -292,7 +164,7 @@ fn madv_collapse_matches_thp_collapse_alloc() {
 fn memcg_reclaim_is_attributed_to_the_writer_in_the_cgroup() {
     require_root();
     let _g = serial();
-    let cg = Cgroup::create("memcg", 32 << 20);
+    let cg = Cgroup::create("memstall-memcg", 32 << 20);
     let dir = scratch("memstall-memcg");
     let file = dir.join("big");
     let procs = cg.procs();

@@ -10,14 +10,13 @@
 //! kernel's `/proc/vmstat` deltas.
 
 use std::{
-    io::{BufRead, BufReader, Read},
-    process::{Child, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use tracekit::host::{numa, vmstat::Vmstat};
-use tracekit_tests::*;
+use tracekit_tests::{mm::Setting, *};
 
 #[test]
 fn one_node_says_nothing_to_misplace_and_loads_nothing() {
@@ -99,84 +98,6 @@ fn forced_on_one_node_counts_run_time() {
     }
 }
 
-/// A workload that stays alive after its report (so tracekit can still read its numa_maps)
-/// until released.
-struct Held {
-    child: Child,
-    pid: u32,
-    report: Value,
-}
-
-impl Held {
-    fn start(args: &[&str]) -> Result<Held, String> {
-        let mut child = Command::new(workload_bin())
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawn tk-workload: {e}"))?;
-        let mut line = String::new();
-        let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        out.read_line(&mut line).map_err(|e| e.to_string())?;
-        let report: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => {
-                let mut err = String::new();
-                let _ = child.kill();
-                let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-                return Err(format!("tk-workload {args:?} printed {line:?}: {err}"));
-            }
-        };
-        let pid = report["pid"].as_u64().ok_or("workload printed no pid")? as u32;
-        Ok(Held { child, pid, report })
-    }
-
-    /// Its run time once it sleeps for good (state S and two equal `schedstat` reads 20 ms
-    /// apart): from then on it does not run until released.
-    fn runtime_asleep(&self) -> Result<u64, String> {
-        let read = |f: &str| std::fs::read_to_string(format!("/proc/{}/{f}", self.pid));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut last = None;
-        while Instant::now() < deadline {
-            let state = read("stat")
-                .ok()
-                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('S')));
-            let ns: Option<u64> = read("schedstat")
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse().ok());
-            if state == Some(true) && ns.is_some() && ns == last {
-                return Ok(ns.unwrap_or(0));
-            }
-            last = ns;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(format!("workload {} never settled asleep", self.pid))
-    }
-
-    fn release(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// Sets a sysctl for the life of the value, then restores it.
-struct Sysctl(&'static str, String);
-
-impl Sysctl {
-    fn set(path: &'static str, v: &str) -> Result<Sysctl, String> {
-        let old = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        std::fs::write(path, v).map_err(|e| format!("{path} <- {v}: {e}"))?;
-        Ok(Sysctl(path, old.trim().to_string()))
-    }
-}
-
-impl Drop for Sysctl {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.0, &self.1);
-    }
-}
-
 const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 
 /// One traced workload: tracekit's lines, the workload's report and run time, the kernel's
@@ -236,7 +157,7 @@ fn traced_case(args: &[&str], workload: &[&str], balancing: bool) -> Result<Run,
     };
     let before = Vmstat::read().map_err(|e| e.to_string())?;
     let bal = if balancing {
-        Some(Sysctl::set(BALANCING, "1")?)
+        Some(Setting::try_set(BALANCING, "1")?)
     } else {
         None
     };
@@ -416,7 +337,7 @@ fn balancing() -> Result<String, String> {
 /// ns per `sched_switch` run of the switch program (kernel.bpf_stats_enabled) under a pipe
 /// ping-pong, and of the floor program in the same place.
 fn switch_cost(force: bool) -> Result<String, String> {
-    let _stats = Sysctl::set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
+    let _stats = Setting::try_set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
     let mut out = Vec::new();
     let numa: &[&str] = if force {
         &["numa", "--json", "--force"]
@@ -484,7 +405,7 @@ pub fn vm_check() -> Result<String, String> {
             switch_cost(true)?
         ));
     }
-    let _off = Sysctl::set(BALANCING, "0")?;
+    let _off = Setting::try_set(BALANCING, "0")?;
     let checks = [misplaced(), local(), balancing(), switch_cost(false)];
     let mut ok = Vec::new();
     for c in checks {
@@ -579,7 +500,7 @@ fn place(bind: bool, cpu_node: u32, mem_node: u32, mib: usize, secs: u64) -> i32
         "checksum": sum,
     });
     println!("{report}");
-    use std::io::Write;
+    use std::io::{Read, Write};
     let _ = std::io::stdout().flush();
     // Stay alive, asleep, until the test is done reading /proc about us.
     let mut rest = Vec::new();

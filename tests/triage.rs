@@ -9,7 +9,7 @@ use std::{
 };
 
 use serde_json::{json, Value};
-use tracekit_tests::*;
+use tracekit_tests::{mm::*, *};
 
 /// io-lat's loop devices and fio runner, shared rather than copied (only in the test build:
 /// tk-workload already holds them through io-lat's own file).
@@ -32,7 +32,11 @@ struct Innocents(Vec<Child>);
 
 impl Innocents {
     fn start(tag: &str, ms: u64) -> Innocents {
-        let dir = scratch(tag);
+        Innocents::start_in(&scratch(tag), ms)
+    }
+
+    /// As [`Innocents::start`], writing under `dir` (the VM guests write under /tmp).
+    fn start_in(dir: &std::path::Path, ms: u64) -> Innocents {
         let spawn = |args: &[&str]| {
             Command::new(workload_bin())
                 .args(args)
@@ -52,6 +56,18 @@ impl Innocents {
 
     fn pids(&self) -> Vec<u64> {
         self.0.iter().map(|c| c.id() as u64).collect()
+    }
+
+    /// No finding names an innocent.
+    fn assert_unnamed(&self, findings: &[Value]) {
+        let pids = self.pids();
+        assert!(
+            findings
+                .iter()
+                .all(|x| !pids.contains(&x["pid"].as_u64().unwrap_or(0))),
+            "an innocent was named: {:#?}",
+            brief(findings)
+        );
     }
 }
 
@@ -123,12 +139,7 @@ fn fsync_loop_ranks_first() {
     assert!(f[0]["score_ns_per_s"].as_u64().unwrap() > 100_000_000);
     assert!(f[0]["next"].as_str().unwrap().starts_with("tracekit "));
     assert!(!f[0]["advice"].as_str().unwrap().is_empty());
-    assert!(
-        f.iter()
-            .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))),
-        "an innocent was named: {:#?}",
-        brief(&f)
-    );
+    innocents.assert_unnamed(&f);
     assert!(checked["ran"]
         .as_array()
         .unwrap()
@@ -198,9 +209,7 @@ fn context_switch_storm_ranks_first() {
         procs.contains(&pid) || report["pid"] == pid,
         "the storm names {pid}, the ping-pong is {report}"
     );
-    assert!(f
-        .iter()
-        .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))));
+    innocents.assert_unnamed(&f);
 }
 
 /// A latency-sensitive process that sleeps 1 ms at a time, pinned to the CPU where two hogs
@@ -284,6 +293,76 @@ fn deep_direct_io_queue_ranks_first() {
     );
 }
 
+/// THP `defrag=always` with every free 2 MiB block held by the hugetlb pool, so what is free is
+/// fragmented: each THP fault of `dd`'s 256 MiB buffer compacts directly. thp-compaction, `dd`
+/// named, ranked first; the node's `compact_stall` moved (settings restored after).
+#[test]
+fn thp_direct_compaction_ranks_first() {
+    require_root();
+    let _s = serial();
+    let _enabled = Setting::set(THP_ENABLED, "always");
+    let _defrag = Setting::set(THP_DEFRAG, "always");
+    let innocents = Innocents::start("triage-thp-innocents", 12_000);
+    let before = vmstat("compact_stall");
+    let mut pid = 0;
+    let (f, _) = triage(8, &[], || {
+        let _pool = Setting::set(NR_HUGEPAGES, &free_huge_blocks().to_string());
+        let mut dd = Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                "of=/dev/null",
+                "bs=256M",
+                "count=1",
+                "status=none",
+            ])
+            .spawn()
+            .expect("dd");
+        pid = dd.id() as u64;
+        assert!(dd.wait().unwrap().success());
+    });
+    let stalls = vmstat("compact_stall") - before;
+    assert!(stalls > 0, "dd caused no direct compaction");
+    assert!(!f.is_empty(), "no finding (compact_stall +{stalls})");
+    assert_eq!(f[0]["cause"], "thp-compaction", "{:#?}", brief(&f));
+    assert_eq!(f[0]["pid"], pid, "{:#?}", brief(&f));
+    assert!(f[0]["score_ns_per_s"].as_u64().unwrap() > 0, "{}", f[0]);
+    innocents.assert_unnamed(&f);
+}
+
+/// A writer in a 32 MiB memory cgroup writing 768 MiB: every page past the limit is reclaimed
+/// first, inside its writes. memcg-limit, the writer and its cgroup named, ranked first.
+#[test]
+fn memcg_at_its_limit_ranks_first() {
+    require_root();
+    let _s = serial();
+    let cg = Cgroup::create("triage-memcg", 32 << 20);
+    let dir = scratch("triage-memcg");
+    let file = dir.join("big");
+    let innocents = Innocents::start("triage-memcg-innocents", 12_000);
+    let mut w = Value::Null;
+    let (f, _) = triage(8, &[], || {
+        w = run_workload(&[
+            "memcg-write",
+            cg.procs().to_str().unwrap(),
+            file.to_str().unwrap(),
+            "768",
+        ]);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!f.is_empty(), "no finding");
+    assert_eq!(f[0]["cause"], "memcg-limit", "{:#?}", brief(&f));
+    assert_eq!(f[0]["pid"], w["pid"], "{:#?}", brief(&f));
+    assert!(
+        f[0]["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("/{}", cg.name)),
+        "the cgroup is named: {}",
+        f[0]
+    );
+    innocents.assert_unnamed(&f);
+}
+
 /// Only the innocents: nothing names them.
 #[test]
 fn innocents_alone_are_not_named() {
@@ -291,12 +370,7 @@ fn innocents_alone_are_not_named() {
     let _s = serial();
     let innocents = Innocents::start("triage-quiet", 10_000);
     let (f, checked) = triage(5, &[], || {});
-    assert!(
-        f.iter()
-            .all(|x| !innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0))),
-        "an innocent was named: {:#?}",
-        brief(&f)
-    );
+    innocents.assert_unnamed(&f);
     assert!(checked["node_checks"].as_array().unwrap().len() >= 5);
 }
 
@@ -327,6 +401,64 @@ fn markdown_report() {
     assert!(text.starts_with("# tracekit triage:"), "{text}");
     assert!(text.contains("1. **fsync**"), "{text}");
     assert!(text.contains("   - Next: `tracekit "), "{text}");
+}
+
+/// triage's VM check: with two NUMA nodes, a process whose memory is bound to node 1 while it
+/// runs on node 0, beside two innocents, is the first finding (numa-misplaced, its pid); on one
+/// node, a quiet run ends cleanly with every program gone and names nobody.
+pub fn vm_check() -> Result<String, String> {
+    let two_nodes = tracekit::host::numa::Topology::read().len() >= 2;
+    let dir = std::env::temp_dir().join(format!("tk-triage-vm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _balancing = if two_nodes {
+        Some(Setting::try_set("/proc/sys/kernel/numa_balancing", "0")?)
+    } else {
+        None
+    };
+    let innocents = Innocents::start_in(&dir, 30_000);
+    let mut tk = Tracer::spawn(&["triage", "--json", "--duration", "8s"]);
+    let meta = tk.wait_attached();
+    let ids = program_ids(&meta);
+    let held = if two_nodes {
+        Some(Held::start(&["numa-place", "bind", "0", "1", "64", "2"])?)
+    } else {
+        None
+    };
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(90));
+    let culprit = held.as_ref().map(|h| h.pid as u64);
+    if let Some(h) = held {
+        h.release();
+    }
+    drop(innocents);
+    let _ = std::fs::remove_dir_all(&dir);
+    if !status.success() {
+        return Err(format!("exit {status}: {stderr}"));
+    }
+    tracekit_tests::vm::all_unloaded(&ids)?;
+    let f: Vec<&Value> = lines.iter().filter(|l| l["type"] == "finding").collect();
+    let ran = lines
+        .iter()
+        .find(|l| l["type"] == "checked")
+        .map(|c| c["ran"].clone())
+        .ok_or("no checked line")?;
+    let Some(pid) = culprit else {
+        return Ok(format!(
+            "one node: {} finding(s), ran {ran}, nothing left loaded",
+            f.len()
+        ));
+    };
+    match f.first() {
+        Some(first) if first["cause"] == "numa-misplaced" && first["pid"] == pid => Ok(format!(
+            "numa-misplaced ranked first of {} for pid {pid} beside two innocents; ran {ran}",
+            f.len()
+        )),
+        _ => Err(format!(
+            "misplaced pid {pid} not first: {:?}",
+            f.iter()
+                .map(|x| format!("{} {} {}", x["cause"], x["pid"], x["summary"]))
+                .collect::<Vec<_>>()
+        )),
+    }
 }
 
 /// Workloads for the incidents (tk-workload dispatches here).

@@ -12,7 +12,11 @@ use std::{
 
 use serde_json::Value;
 
+pub mod held;
+pub mod mm;
 pub mod vm;
+
+pub use held::Held;
 
 /// The release `tracekit` that `cargo xtask test` built (`TRACEKIT_BIN`), else the usual place.
 pub fn tracekit_bin() -> PathBuf {

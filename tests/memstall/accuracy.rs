@@ -5,30 +5,6 @@
 
 use super::*;
 
-const THP_DEFRAG: &str = "/sys/kernel/mm/transparent_hugepage/defrag";
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-
-/// Free 2 MiB blocks of every zone (`/proc/buddyinfo`, orders 9 and up).
-fn free_huge_blocks() -> u64 {
-    let text = std::fs::read_to_string("/proc/buddyinfo").unwrap();
-    text.lines()
-        .map(|l| {
-            // `Node 0, zone   Normal  31498 9791 … ` : counts per order from 0.
-            let counts: Vec<u64> = l
-                .split_whitespace()
-                .skip(4)
-                .filter_map(|c| c.parse().ok())
-                .collect();
-            counts
-                .iter()
-                .enumerate()
-                .filter(|(order, _)| *order >= 9)
-                .map(|(order, c)| c << (order - 9))
-                .sum::<u64>()
-        })
-        .sum()
-}
-
 fn dd(args: &str) -> (u32, Duration) {
     let t = Instant::now();
     let mut c = Command::new("dd")
@@ -121,7 +97,7 @@ fn direct_compaction_stalls_equal_compact_stall() {
 fn short_lived_cgroup_is_named_from_the_kernel() {
     require_root();
     let _g = serial();
-    let cg = Cgroup::create("short", 4 << 20);
+    let cg = Cgroup::create("memstall-short", 4 << 20);
     let (id, name) = (cg.id(), format!("/{}", cg.name));
     let file = scratch("memstall-short").join("f");
     let (tk, _) = start();
@@ -172,7 +148,7 @@ fn short_lived_cgroup_is_named_from_the_kernel() {
 fn oom_kills_in_a_cgroup_are_reported_with_its_counters() {
     require_root();
     let _g = serial();
-    let cg = Cgroup::create("oom", 16 << 20);
+    let cg = Cgroup::create("memstall-oom", 16 << 20);
     let name = format!("/{}", cg.name);
     let (tk, meta) = start();
     assert!(

@@ -10,7 +10,7 @@
 use serde_json::Value;
 use tracekit_tests::{rows_for, vm::traced};
 
-use super::{Setting, THP_ENABLED};
+use tracekit_tests::mm::{Setting, THP_ENABLED};
 
 /// `/proc/vmstat` counter `key` (0 when absent).
 fn vmstat(key: &str) -> u64 {

@@ -272,20 +272,47 @@ fn on_insert<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<
         leave(old);
         stale = true;
     }
+    if let Some(dev) = start(map, key, stale, t, false, mk) {
+        enter(dev, true);
+    }
+}
+
+/// A request first seen now, inserted (`issued` false) or issued directly: a new entry from
+/// `mk`; when there is none (filtered out), a stale entry at the key goes. Returns the device
+/// of the stored entry.
+#[inline(always)]
+fn start<K>(
+    map: &HashMap<K, IoStart>,
+    key: &K,
+    stale: bool,
+    t: u64,
+    issued: bool,
+    mk: impl FnOnce() -> Option<IoStart>,
+) -> Option<u32> {
     let Some(mut s) = mk() else {
         if stale {
             let _ = map.remove(key);
         }
-        return;
+        return None;
     };
     s.first_ns = t;
-    s.insert_ns = t;
+    if issued {
+        s.issue_ns = t;
+    } else {
+        s.insert_ns = t;
+    }
     if map.insert(key, s, 0).is_err() {
         stat(stats::START_MAP_FULL);
-        return;
+        return None;
     }
-    let q = live_add(s.dev, true, 1);
-    depth_sample(s.dev, true, q);
+    Some(s.dev)
+}
+
+/// One more request queued (`queued`) or at the driver on `dev`, and the depth it makes.
+#[inline(always)]
+fn enter(dev: u32, queued: bool) {
+    let n = live_add(dev, queued, 1);
+    depth_sample(dev, queued, n);
 }
 
 /// Issue: the driver has the request.
@@ -298,10 +325,8 @@ fn on_issue<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<I
         let s = unsafe { &mut *p };
         if s.issue_ns == 0 {
             s.issue_ns = t;
-            let dev = s.dev;
-            live_add(dev, true, u64::MAX);
-            let n = live_add(dev, false, 1);
-            depth_sample(dev, false, n);
+            live_add(s.dev, true, u64::MAX);
+            enter(s.dev, false);
             return;
         }
         // Issued before, and neither completed nor requeued as far as the programs saw: a
@@ -310,21 +335,10 @@ fn on_issue<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<I
         leave(s);
         stale = true;
     }
-    let Some(mut s) = mk() else {
-        if stale {
-            let _ = map.remove(key);
-        }
-        return;
-    };
-    s.first_ns = t;
-    s.issue_ns = t;
-    if map.insert(key, s, 0).is_err() {
-        stat(stats::START_MAP_FULL);
-        return;
+    if let Some(dev) = start(map, key, stale, t, true, mk) {
+        stat(STAT_DIRECT);
+        enter(dev, false);
     }
-    stat(STAT_DIRECT);
-    let n = live_add(s.dev, false, 1);
-    depth_sample(s.dev, false, n);
 }
 
 /// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.

@@ -1,0 +1,162 @@
+//! Memory-management fixtures shared by the root tests that stage memory incidents (memstall,
+//! triage): sysfs/procfs settings restored on drop, memory cgroups with a limit, `/proc/vmstat`
+//! and the free 2 MiB blocks that decide whether a THP fault must compact.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// `/proc/vmstat`'s `key` (panics when the kernel has no such counter).
+pub fn vmstat(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("/proc/vmstat has no {key}"))
+}
+
+pub const THP_DEFRAG: &str = "/sys/kernel/mm/transparent_hugepage/defrag";
+pub const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Free 2 MiB blocks of every zone (`/proc/buddyinfo`, orders 9 and up).
+pub fn free_huge_blocks() -> u64 {
+    let text = std::fs::read_to_string("/proc/buddyinfo").unwrap();
+    text.lines()
+        .map(|l| {
+            // `Node 0, zone   Normal  31498 9791 … ` : counts per order from 0.
+            let counts: Vec<u64> = l
+                .split_whitespace()
+                .skip(4)
+                .filter_map(|c| c.parse().ok())
+                .collect();
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(order, _)| *order >= 9)
+                .map(|(order, c)| c << (order - 9))
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// A sysfs or procfs value set for the life of the guard, then restored.
+pub struct Setting {
+    path: &'static str,
+    old: String,
+}
+
+impl Setting {
+    pub fn set(path: &'static str, value: &str) -> Setting {
+        Setting::try_set(path, value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_set(path: &'static str, value: &str) -> Result<Setting, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        // `always [madvise] never` keeps its selected word; plain values stay as they are.
+        let old = match (text.find('['), text.find(']')) {
+            (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
+            _ => text.trim().to_string(),
+        };
+        std::fs::write(path, value).map_err(|e| format!("{path} <- {value}: {e}"))?;
+        Ok(Setting { path, old })
+    }
+}
+
+pub const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+impl Drop for Setting {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(self.path, &self.old) {
+            eprintln!("could not restore {} to {}: {e}", self.path, self.old);
+        }
+    }
+}
+
+/// A memory cgroup `tk-TAG-PID` with a limit, removed on drop (v1 memory hierarchy here, else
+/// v2).
+pub struct Cgroup {
+    pub dir: PathBuf,
+    pub name: String,
+    pub v1: bool,
+}
+
+impl Cgroup {
+    pub fn create(tag: &str, limit: u64) -> Cgroup {
+        let name = format!("tk-{tag}-{}", std::process::id());
+        let v1 = PathBuf::from("/sys/fs/cgroup/memory");
+        let is_v1 = v1.join("memory.limit_in_bytes").exists();
+        let dir = if is_v1 {
+            let d = v1.join(&name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
+            // No swap for its anonymous memory: past the limit it reclaims cache or OOMs.
+            let _ = std::fs::write(d.join("memory.swappiness"), "0");
+            d
+        } else {
+            // Pure v2: the memory controller must be enabled for children of the root.
+            let root = PathBuf::from("/sys/fs/cgroup");
+            let ctl = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+            assert!(
+                ctl.split_whitespace().any(|c| c == "memory"),
+                "no memory controller on v1 or v2 here"
+            );
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory");
+            let d = root.join(&name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("memory.max"), limit.to_string()).unwrap();
+            let _ = std::fs::write(d.join("memory.swap.max"), "0");
+            d
+        };
+        Cgroup {
+            dir,
+            name,
+            v1: is_v1,
+        }
+    }
+
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    pub fn id(&self) -> u64 {
+        std::fs::metadata(&self.dir).unwrap().ino()
+    }
+
+    /// Runs `sh -c 'echo $$ > cgroup.procs; exec CMD'`: one process, in the cgroup from its
+    /// first instruction of CMD on. Returns its pid, its life time and its exit status.
+    pub fn run(&self, cmd: &str) -> (u32, Duration, std::process::ExitStatus) {
+        let script = format!("echo $$ > {} && exec {cmd}", self.procs().display());
+        let t = Instant::now();
+        let mut c = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = c.id();
+        let st = c.wait().unwrap();
+        (pid, t.elapsed(), st)
+    }
+
+    pub fn remove(&self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove {}", self.dir.display());
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
