@@ -6,7 +6,10 @@ use probes_common::hist::LatHist;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::report::render::{Align, SortCol, Table};
+use crate::report::{
+    render::{Align, SortCol, Table},
+    who,
+};
 
 /// What a cell may need besides its row.
 #[derive(Clone, Copy, Debug)]
@@ -126,10 +129,11 @@ impl Section {
                 });
             }
         }
-        let json = rows
+        let json: Vec<Value> = rows
             .iter()
             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
             .collect();
+        add_container_column(&mut table, &json[..shown]);
         Section {
             kind,
             table,
@@ -161,6 +165,100 @@ impl Section {
 
     pub fn is_empty(&self) -> bool {
         self.json.is_empty()
+    }
+}
+
+/// Adds the CONTAINER column (after COMM, else after the first column) when any row shown runs
+/// in a container (rows flatten a [`who::Id`]); a host without containers keeps its tables.
+fn add_container_column(table: &mut Table, shown: &[Value]) {
+    let cells: Vec<Option<String>> = shown.iter().map(who::container_cell).collect();
+    if cells.iter().all(Option::is_none) || table.columns.iter().any(|c| c.0 == "CONTAINER") {
+        return;
+    }
+    let at = table
+        .columns
+        .iter()
+        .position(|c| c.0 == "COMM")
+        .map_or(1, |i| i + 1)
+        .min(table.columns.len());
+    table
+        .columns
+        .insert(at, ("CONTAINER".to_string(), Align::Left));
+    for (row, cell) in table.rows.iter_mut().zip(cells) {
+        row.insert(at.min(row.len()), cell.unwrap_or_else(|| "-".to_string()));
+    }
+    for s in &mut table.sort {
+        if s.column >= at {
+            s.column += 1;
+        }
+    }
+}
+
+/// A row that `--by container` can fold into its container's row: its identity, how to add
+/// another row of the same kind to it, and its rank (larger first) for the folded table.
+pub trait ByContainer {
+    fn who(&self) -> &who::Id;
+    fn who_mut(&mut self) -> &mut who::Id;
+    /// Adds `other`'s counts and distributions, recomputing what derives from them
+    /// (percentiles from the merged histogram).
+    fn absorb(&mut self, other: &Self, ctx: &Ctx);
+    fn rank(&self) -> f64;
+    /// What else keys the row besides its process (fsync-lat's syscall): rows of different
+    /// parts stay apart.
+    fn part(&self) -> &str {
+        ""
+    }
+}
+
+/// The row of processes outside any container under `--by container`.
+pub const HOST_ROW: &str = "[host]";
+
+/// `--by container`: one row per container (and one `[host]` row for the rest), each the sum of
+/// its processes' rows, largest first. Rows that are no process (`[other]`) stay as they are.
+pub fn by_container<R: ByContainer>(rows: Vec<R>, ctx: &Ctx) -> Vec<R> {
+    let mut out: Vec<R> = Vec::new();
+    let mut keys: Vec<Option<(String, String)>> = Vec::new();
+    for r in rows {
+        let who = r.who();
+        if who.pid == 0 {
+            out.push(r);
+            keys.push(None);
+            continue;
+        }
+        let key = (
+            who.container.container_id.clone().unwrap_or_default(),
+            r.part().to_string(),
+        );
+        match keys.iter().position(|k| k.as_ref() == Some(&key)) {
+            Some(i) => {
+                out[i].absorb(&r, ctx);
+                let n = &mut out[i].who_mut().processes;
+                *n = Some(n.unwrap_or(1) + 1);
+            }
+            None => {
+                let mut r = r;
+                let w = r.who_mut();
+                let name = who_label(w);
+                w.pid = 0;
+                w.tid = None;
+                w.comm = name.clone();
+                w.comm_bytes = None;
+                w.comm_raw = name.into_bytes();
+                w.title = who::Title::default();
+                w.processes = Some(1);
+                out.push(r);
+                keys.push(Some(key));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.rank().total_cmp(&a.rank()));
+    out
+}
+
+fn who_label(w: &who::Id) -> String {
+    match w.container.get() {
+        Some(c) => c.label(),
+        None => HOST_ROW.to_string(),
     }
 }
 
