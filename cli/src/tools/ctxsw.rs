@@ -560,7 +560,7 @@ mod tests {
 
     fn row(pid: u32, vol: u64, invol: u64, own: u64) -> CtxswRow {
         CtxswRow {
-            who: Who::named(pid, None, format!("p{pid}"), None),
+            who: Who::named(pid, None, format!("p{pid}").into_bytes()),
             voluntary: vol,
             involuntary: invol,
             migrations: 0,

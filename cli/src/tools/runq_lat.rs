@@ -484,7 +484,7 @@ mod tests {
         let mut all = w;
         all.merge(&p);
         RunqRow {
-            who: Who::named(pid, None, format!("p{pid}"), None),
+            who: Who::named(pid, None, format!("p{pid}").into_bytes()),
             mean_ns: 0,
             all: Prefixed("", hist::stats(&all)),
             wake: Prefixed("wake_", hist::stats(&w)),
@@ -501,7 +501,7 @@ mod tests {
 
     fn peer(pid: u32, n: u64, ns: u64) -> Peer {
         Peer {
-            who: Who::named(pid, None, format!("hog{pid}"), None),
+            who: Who::named(pid, None, format!("hog{pid}").into_bytes()),
             count: n,
             delay_ns: Some(ns),
             id: pid,

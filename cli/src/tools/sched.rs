@@ -28,7 +28,7 @@ use crate::{
     },
     report::{
         sanitize,
-        who::{Title, Titles},
+        who::{Id, Title, Titles},
     },
     tools::{row_comm, OpenCtx},
 };
@@ -165,41 +165,37 @@ impl Row {
     }
 }
 
-/// Who a row is, as every row type of both tools serialises it (flattened): `pid` (the
-/// process), `tid` with `--threads`, `comm`, the process title `cmdline` and, when the row
-/// spans an exec, `exec_from` (each with `_bytes` when not UTF-8).
+/// Who a row is, as every row type of both tools serialises it (flattened): the shared
+/// [`Id`] (`pid`, `tid` with `--threads`, `comm`, the title `cmdline`, the container) and,
+/// when the row spans an exec, `exec_from` (with `_bytes` when not UTF-8).
 #[derive(Clone, Debug, Serialize)]
 pub struct Who {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub id: Id,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_from_bytes: Option<Vec<u8>>,
-    #[serde(flatten)]
-    pub title: Title,
+}
+
+impl std::ops::Deref for Who {
+    type Target = Id;
+    fn deref(&self) -> &Id {
+        &self.id
+    }
 }
 
 impl Who {
     /// A task known by its name only (no exec seen): a task that held the CPU, a test's row.
-    pub fn named(pid: u32, tid: Option<u32>, comm: String, comm_bytes: Option<Vec<u8>>) -> Who {
+    pub fn named(pid: u32, tid: Option<u32>, comm: Vec<u8>) -> Who {
         Who {
-            pid,
-            tid,
-            comm,
-            comm_bytes,
+            id: Id::new(tid.unwrap_or(pid), pid, tid.is_some(), comm, Title::default()),
             exec_from: None,
             exec_from_bytes: None,
-            title: Title::default(),
         }
     }
 
     pub fn of(r: &Row, threads: bool) -> Who {
-        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
         let (exec_from, exec_from_bytes) = match &r.exec_from {
             Some(e) => {
                 let (a, b) = sanitize::name_fields(e);
@@ -208,20 +204,10 @@ impl Who {
             None => (None, None),
         };
         Who {
-            pid: if threads { r.tgid } else { r.id },
-            tid: threads.then_some(r.id),
-            comm,
-            comm_bytes,
+            id: Id::new(r.id, r.tgid, threads, r.comm.clone(), r.title.clone()),
             exec_from,
             exec_from_bytes,
-            title: r.title.clone(),
         }
-    }
-
-    /// The subject of a finding about this row's process.
-    pub fn subject(&self) -> crate::report::findings::Subject {
-        crate::report::findings::Subject::process(self.pid, self.comm.clone())
-            .with_title(&self.title)
     }
 }
 
@@ -545,9 +531,8 @@ impl Peer {
         threads: bool,
     ) -> Peer {
         let name = names.get(id);
-        let (comm, comm_bytes) = sanitize::name_fields(&name);
         Peer {
-            who: Who::named(tgid, threads.then_some(id), comm, comm_bytes),
+            who: Who::named(tgid, threads.then_some(id), name.clone()),
             count,
             delay_ns,
             id,

@@ -30,12 +30,12 @@ use crate::{
     },
     options::Common,
     report::{
-        findings::{Cause, Finding, Score, Subject},
+        findings::{Cause, Finding, Score},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{id_columns, Column, Ctx, Section},
+        rows::{by_container, id_columns, ByContainer, Column, Ctx, Section},
         sanitize,
-        who::{Title, Titles},
+        who::{Id, Title, Titles},
     },
     tools::{self, row_comm, OpenCtx, ToolInfo},
 };
@@ -454,6 +454,10 @@ impl Collector for FsyncLat {
             ));
         }
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
+        let findings = self.findings(&rows, secs);
+        if self.scope.by_container {
+            rows = by_container(rows, &Ctx { secs });
+        }
 
         let calls: u64 = rows.iter().map(|r| r.count).sum();
         let mut out = Output::default();
@@ -476,7 +480,7 @@ impl Collector for FsyncLat {
         };
         for r in rows.iter().take(shown) {
             out.hists.push((
-                format!("{}[{} {}]", r.syscall, r.id, sanitize::text(&r.comm_raw)),
+                format!("{}[{} {}]", r.syscall, r.who.id_text(), r.who.comm),
                 r.hist,
             ));
         }
@@ -485,7 +489,7 @@ impl Collector for FsyncLat {
                 "! CV > 1: the latency is skewed, so the mean misleads; trust P50 and P99.".into(),
             );
         }
-        out.findings = self.findings(&rows, secs);
+        out.findings = findings;
         out.sections.push(
             Section::build(
                 "summary",
@@ -528,8 +532,11 @@ impl FsyncLat {
     fn findings(&self, rows: &[SummaryRow], secs: f64) -> Vec<Finding> {
         let me = std::process::id();
         let mut per_pid: BTreeMap<u32, Vec<&SummaryRow>> = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.id != 0 && r.pid != me) {
-            per_pid.entry(r.pid).or_default().push(r);
+        for r in rows
+            .iter()
+            .filter(|r| r.who.pid != 0 && r.who.pid != me && r.who.processes.is_none())
+        {
+            per_pid.entry(r.who.pid).or_default().push(r);
         }
         let mut out = Vec::new();
         for (pid, rs) in per_pid {
@@ -545,8 +552,7 @@ impl FsyncLat {
                 .copied()
                 .unwrap_or(rs[0]);
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
-            let subject =
-                Subject::process(pid, sanitize::text(&top.comm_raw)).with_title(&top.title);
+            let subject = top.who.subject();
             let who = subject.text();
             let file = self
                 .paths
