@@ -26,9 +26,12 @@ pub struct Layout {
 impl Layout {
     /// The running system's layout, from `/proc/self/mountinfo`.
     pub fn detect() -> Layout {
-        crate::host::read_text_capped(&crate::host::proc_path("self/mountinfo"), crate::host::LARGE_FILE)
-            .map(|s| Layout::from_mountinfo(&s))
-            .unwrap_or_default()
+        crate::host::read_text_capped(
+            &crate::host::proc_path("self/mountinfo"),
+            crate::host::LARGE_FILE,
+        )
+        .map(|s| Layout::from_mountinfo(&s))
+        .unwrap_or_default()
     }
 
     pub fn from_mountinfo(info: &str) -> Layout {

@@ -113,8 +113,8 @@ pub fn classify(path: &str) -> Option<PathMatch> {
     // as systemd's `init.scope` inside one, stay with it).
     for (i, c) in comps.iter().enumerate().rev() {
         let parent = i.checked_sub(1).map(|p| comps[p]);
-        let found = if let Some(id) = id_between(c, "libpod-", ".scope")
-            .or_else(|| id_between(c, "libpod-", ""))
+        let found = if let Some(id) =
+            id_between(c, "libpod-", ".scope").or_else(|| id_between(c, "libpod-", ""))
         {
             Some((Runtime::Podman, id))
         } else if let Some(id) = id_between(c, "docker-", ".scope") {
@@ -246,7 +246,8 @@ impl StateRoot {
     /// docker: `Name` (`/web`) in `/var/lib/docker/containers/<id>/config.v2.json`.
     fn docker_name(&self, id: &str) -> Option<String> {
         let p = self.at(&format!("var/lib/docker/containers/{id}/config.v2.json"));
-        let v: serde_json::Value = serde_json::from_slice(&read_capped(&p, SMALL_FILE).ok()?).ok()?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&read_capped(&p, SMALL_FILE).ok()?).ok()?;
         let n = v.get("Name")?.as_str()?.trim_start_matches('/');
         (!n.is_empty()).then(|| n.to_string())
     }
@@ -263,8 +264,7 @@ impl StateRoot {
                     continue;
                 };
                 let mut parts = stem.splitn(3, '_');
-                if let (Some(pod), Some(ns), Some(c)) = (parts.next(), parts.next(), parts.next())
-                {
+                if let (Some(pod), Some(ns), Some(c)) = (parts.next(), parts.next(), parts.next()) {
                     return Some((ns.into(), pod.into(), Some(c.into())));
                 }
             }
@@ -416,7 +416,9 @@ mod tests {
             p(Runtime::Podman, PODMAN_ID)
         );
         assert_eq!(
-            m(&format!("/machine.slice/libpod-{PODMAN_ID}.scope/container")),
+            m(&format!(
+                "/machine.slice/libpod-{PODMAN_ID}.scope/container"
+            )),
             p(Runtime::Podman, PODMAN_ID)
         );
         assert_eq!(
@@ -431,7 +433,10 @@ mod tests {
             None
         );
         // docker: cgroupfs and systemd drivers.
-        assert_eq!(m(&format!("/docker/{DOCKER_ID}")), p(Runtime::Docker, DOCKER_ID));
+        assert_eq!(
+            m(&format!("/docker/{DOCKER_ID}")),
+            p(Runtime::Docker, DOCKER_ID)
+        );
         assert_eq!(
             m(&format!("/system.slice/docker-{DOCKER_ID}.scope")),
             p(Runtime::Docker, DOCKER_ID)
@@ -457,7 +462,10 @@ mod tests {
         );
         // systemd units; the root, sessions and unknown layouts are the host.
         let s = |u: &str| Some((Runtime::Systemd, u.to_string(), None));
-        assert_eq!(m("/system.slice/postgresql.service"), s("postgresql.service"));
+        assert_eq!(
+            m("/system.slice/postgresql.service"),
+            s("postgresql.service")
+        );
         assert_eq!(m("/batch.slice"), s("batch.slice"));
         for host in [
             "/",

@@ -134,7 +134,10 @@ impl Subject {
         };
         match (&self.container, self.kind) {
             (Some(c), "process" | "thread") => {
-                format!("{who} in container {}", crate::report::sanitize::text(c.as_bytes()))
+                format!(
+                    "{who} in container {}",
+                    crate::report::sanitize::text(c.as_bytes())
+                )
             }
             _ => who,
         }

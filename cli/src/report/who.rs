@@ -84,6 +84,80 @@ impl Id {
     }
 }
 
+/// The name of the row that folds the processes outside any container (`--by container`).
+pub const HOST_ROW: &str = "[host]";
+
+/// `--by container`, once for every tool: each process maps to its container's
+/// representative (the first of its processes seen in the window; one for the processes
+/// outside any container), a tool aggregates its kernel keys under the representatives
+/// (counters summed, histograms merged, so percentiles come from the merged histogram), and
+/// [`Folding::relabel`] turns each representative's row into its container's row.
+#[derive(Debug, Default)]
+pub struct Folding {
+    on: bool,
+    reps: HashMap<String, u32>,
+    members: HashMap<u32, std::collections::BTreeSet<u32>>,
+}
+
+impl Folding {
+    pub fn new(on: bool) -> Folding {
+        Folding {
+            on,
+            ..Folding::default()
+        }
+    }
+
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// The key process `tgid` aggregates under: itself unless folding; 0 (`[other]`) stays.
+    pub fn rep(&mut self, tgid: u32) -> u32 {
+        if !self.on || tgid == 0 {
+            return tgid;
+        }
+        let key = crate::host::container::of_pid(tgid)
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+        let rep = *self.reps.entry(key).or_insert(tgid);
+        self.members.entry(rep).or_default().insert(tgid);
+        rep
+    }
+
+    /// Whether `tgid` is a representative: its row stands for its container.
+    pub fn is_rep(&self, tgid: u32) -> bool {
+        self.on && self.members.contains_key(&tgid)
+    }
+
+    /// Makes a representative's row identity its container's: the container's label (or
+    /// `[host]`) as the name, no pid, and how many processes it folds.
+    pub fn relabel(&self, who: &mut Id) {
+        if !self.on {
+            return;
+        }
+        let Some(m) = self.members.get(&who.pid) else {
+            return;
+        };
+        let label = who
+            .container
+            .get()
+            .map_or_else(|| HOST_ROW.to_string(), |c| c.label());
+        who.pid = 0;
+        who.tid = None;
+        who.comm = label.clone();
+        who.comm_bytes = None;
+        who.comm_raw = label.into_bytes();
+        who.title = Title::default();
+        who.processes = Some(m.len() as u32);
+    }
+
+    /// Ends a window: the next one folds afresh.
+    pub fn end_window(&mut self) {
+        self.reps.clear();
+        self.members.clear();
+    }
+}
+
 /// The container a process runs in, as JSON keys (all omitted on the host).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct InContainer {
