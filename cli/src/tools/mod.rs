@@ -236,7 +236,7 @@ pub fn readme_table() -> String {
 }
 
 /// Tools whose rows `--by container` folds (`report::rows::by_container`).
-pub const BY_CONTAINER: &[&str] = &["fsync-lat"];
+pub const BY_CONTAINER: &[&str] = &["fsync-lat", "ctxsw", "runq-lat", "memstall", "io-lat"];
 
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
 /// privileges, then the target processes, then the output (opened here, so a path that cannot

@@ -28,7 +28,7 @@ use crate::{
     },
     report::{
         sanitize,
-        who::{Id, Title, Titles},
+        who::{Folding, Id, Title, Titles},
     },
     tools::{row_comm, OpenCtx},
 };
@@ -186,10 +186,25 @@ impl std::ops::Deref for Who {
 }
 
 impl Who {
+    /// The COMM cell of row `r`: its name (with title and exec), or the container's.
+    pub fn row_name(&self, r: &Row) -> String {
+        if self.processes.is_some() {
+            sanitize::text(self.comm.as_bytes())
+        } else {
+            r.name_text()
+        }
+    }
+
     /// A task known by its name only (no exec seen): a task that held the CPU, a test's row.
     pub fn named(pid: u32, tid: Option<u32>, comm: Vec<u8>) -> Who {
         Who {
-            id: Id::new(tid.unwrap_or(pid), pid, tid.is_some(), comm, Title::default()),
+            id: Id::new(
+                tid.unwrap_or(pid),
+                pid,
+                tid.is_some(),
+                comm,
+                Title::default(),
+            ),
             exec_from: None,
             exec_from_bytes: None,
         }
@@ -267,6 +282,8 @@ pub struct SchedSession {
     pub wall_clock: bool,
     gen: u32,
     titles: Titles,
+    /// `--by container`: rows fold per container.
+    pub fold: Folding,
 }
 
 fn pair_map(
@@ -373,6 +390,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         wall_clock,
         gen: 0,
         titles: Titles::default(),
+        fold: Folding::new(scope.by_container),
     })
 }
 
@@ -439,6 +457,9 @@ impl SchedSession {
                 row(k.id, v.tgid, comm, exec_from, title, v)
             })
             .collect();
+        if self.fold.on() {
+            rows = self.fold_rows(rows);
+        }
         let o = drained.other;
         if o.voluntary + o.involuntary > 0 {
             rows.push(row(0, 0, b"[other]".to_vec(), None, Title::default(), &o));
@@ -451,6 +472,42 @@ impl SchedSession {
             wakers: drain_pairs(&mut self.wakers, self.gen)?,
             stats: self.session.stats_delta()?,
         })
+    }
+
+    /// `--by container`: one row per container's representative, its processes' counters
+    /// summed and their histograms merged.
+    fn fold_rows(&mut self, rows: Vec<Row>) -> Vec<Row> {
+        self.fold.end_window();
+        let mut by: BTreeMap<u32, Row> = BTreeMap::new();
+        for r in rows {
+            let rep = self.fold.rep(r.tgid);
+            match by.get_mut(&rep) {
+                Some(m) => {
+                    let (a, b) = (&mut m.v, &r.v);
+                    a.voluntary += b.voluntary;
+                    a.involuntary += b.involuntary;
+                    a.migrations += b.migrations;
+                    a.run_delay_ns += b.run_delay_ns;
+                    a.wake_unmeasured += b.wake_unmeasured;
+                    a.own_wakeups += b.own_wakeups;
+                    a.wake.merge(&b.wake);
+                    a.preempt.merge(&b.preempt);
+                }
+                None => {
+                    let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
+                    let title = self.titles.of(rep);
+                    by.insert(rep, row(rep, rep, comm, None, title, &r.v));
+                }
+            }
+        }
+        by.into_values().collect()
+    }
+
+    /// Who row `r` is: its process, or its container's row with `--by container`.
+    pub fn who(&self, r: &Row) -> Who {
+        let mut w = Who::of(r, self.scope.threads && !self.fold.on());
+        self.fold.relabel(&mut w.id);
+        w
     }
 
     /// The meta line: what was attached, and what a skipped hook costs.

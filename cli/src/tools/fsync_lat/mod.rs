@@ -33,9 +33,9 @@ use crate::{
         findings::{Cause, Finding, Score},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{by_container, id_columns, ByContainer, Column, Ctx, Section},
+        rows::{id_columns, Column, Ctx, Section},
         sanitize,
-        who::{Id, Title, Titles},
+        who::{Folding, Id, Title, Titles},
     },
     tools::{self, row_comm, OpenCtx, ToolInfo},
 };
@@ -224,6 +224,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         max_rows: args.rows,
         gen: 0,
         titles: Titles::default(),
+        fold: Folding::new(scope.by_container),
     }))
 }
 
@@ -352,6 +353,8 @@ struct FsyncLat {
     /// The generation just flipped away from (the one to drain).
     gen: u32,
     titles: Titles,
+    /// `--by container`.
+    fold: Folding,
 }
 
 /// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
@@ -416,9 +419,12 @@ impl Collector for FsyncLat {
         let mut per_call: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
         let mut per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)> = BTreeMap::new();
         for (k, v) in &drained.rows {
+            // Per process (or thread), or per container's representative with --by container.
+            let tgid = self.fold.rep(v.tgid);
+            let id = if self.fold.on() { tgid } else { k.id };
             let e = per_call
-                .entry((k.id, k.nr))
-                .or_insert((v.tgid, v.comm, 0, LatHist::ZERO));
+                .entry((id, k.nr))
+                .or_insert((tgid, v.comm, 0, LatHist::ZERO));
             e.2 += v.errors;
             e.3.merge(&v.hist);
             if k.ino != 0 {
@@ -438,7 +444,9 @@ impl Collector for FsyncLat {
                 .unwrap_or_else(|| format!("syscall_{nr}"));
             let comm = row_comm(id, tgid, threads, &comm);
             let title = self.titles.of(tgid);
-            rows.push(self.summary_row(id, tgid, comm, title, name, errors, &h, secs));
+            let mut r = self.summary_row(id, tgid, comm, title, name, errors, &h, secs);
+            self.fold.relabel(&mut r.who);
+            rows.push(r);
         }
         if drained.other.hist.count > 0 {
             let o = drained.other;
@@ -454,10 +462,6 @@ impl Collector for FsyncLat {
             ));
         }
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
-        let findings = self.findings(&rows, secs);
-        if self.scope.by_container {
-            rows = by_container(rows, &Ctx { secs });
-        }
 
         let calls: u64 = rows.iter().map(|r| r.count).sum();
         let mut out = Output::default();
@@ -489,7 +493,7 @@ impl Collector for FsyncLat {
                 "! CV > 1: the latency is skewed, so the mean misleads; trust P50 and P99.".into(),
             );
         }
-        out.findings = findings;
+        out.findings = self.findings(&rows, secs);
         out.sections.push(
             Section::build(
                 "summary",
@@ -523,6 +527,7 @@ impl Collector for FsyncLat {
         );
         out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
         self.titles.end_window();
+        self.fold.end_window();
         Ok(out)
     }
 }

@@ -51,26 +51,6 @@ impl SummaryRow {
     }
 }
 
-impl ByContainer for SummaryRow {
-    fn who(&self) -> &Id {
-        &self.who
-    }
-    fn who_mut(&mut self) -> &mut Id {
-        &mut self.who
-    }
-    fn absorb(&mut self, o: &Self, ctx: &Ctx) {
-        self.hist.merge(&o.hist);
-        self.errors += o.errors;
-        self.set_stats(ctx.secs);
-    }
-    fn rank(&self) -> f64 {
-        self.total_ns as f64
-    }
-    fn part(&self) -> &str {
-        &self.syscall
-    }
-}
-
 pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
     Column::left("COMM", |r, _| r.who.comm_text()),

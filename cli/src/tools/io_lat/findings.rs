@@ -54,7 +54,7 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
     let mut by: BTreeMap<u32, Issuer> = BTreeMap::new();
     for r in rows
         .iter()
-        .filter(|r| !r.other && r.kdev == kdev && r.who.pid != me)
+        .filter(|r| !r.other && r.kdev == kdev && r.who.pid != me && r.who.processes.is_none())
     {
         let e = by.entry(r.who.pid).or_insert_with(|| Issuer {
             pid: r.who.pid,
@@ -101,7 +101,10 @@ fn who(i: &Issuer) -> String {
         _ => String::new(),
     };
     let inside = match &i.container {
-        Some(c) => format!(" in container {}", crate::report::sanitize::text(c.label().as_bytes())),
+        Some(c) => format!(
+            " in container {}",
+            crate::report::sanitize::text(c.label().as_bytes())
+        ),
         None => String::new(),
     };
     format!("{}{title} (pid {}{wb}){inside}", i.comm, i.pid)

@@ -333,11 +333,15 @@ impl Memstall {
         let threads = self.scope.threads;
 
         let mut merged: BTreeMap<(u32, u32), MsVal> = BTreeMap::new();
+        self.fold.end_window();
         for (k, v) in &drained.rows {
+            // Per process (or thread), or per container's representative (--by container).
+            let rep = self.fold.rep(v.tgid);
+            let id = if self.fold.on() { rep } else { k.id };
             merged
-                .entry((k.id, k.kind))
+                .entry((id, k.kind))
                 .and_modify(|m| m.merge(v))
-                .or_insert(*v);
+                .or_insert(MsVal { tgid: rep, ..*v });
         }
         let mut rows = Vec::new();
         for ((id, kind), v) in &merged {
@@ -370,7 +374,9 @@ impl Memstall {
                 threads,
                 secs,
             };
-            rows.push(self.row(r));
+            let mut row = self.row(r);
+            self.fold.relabel(&mut row.who);
+            rows.push(row);
         }
         let o = drained.other;
         if o.hist.count > 0 || o.collapses > 0 || o.scans > 0 {
@@ -507,7 +513,7 @@ impl Memstall {
 
         let subj: Vec<Subj> = rows
             .iter()
-            .filter(|r| r.kind_id < NKINDS)
+            .filter(|r| r.kind_id < NKINDS && r.who.processes.is_none())
             .map(|r| Subj {
                 pid: r.who.pid,
                 comm: sanitize::text(&r.who.comm_raw),
