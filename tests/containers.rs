@@ -203,9 +203,14 @@ fn every_tool_names_the_containers() {
     let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
     let fsync_one = spawn(&["fsync-lat", "--json", "--container", &fsync_name]);
     let memstall = spawn(&["memstall", "--json"]);
+    let memstall_by = spawn(&["memstall", "--json", "--by", "container"]);
     let others: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
         .map(|t| (t, spawn(&[t, "--json"])))
+        .collect();
+    let others_by: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
+        .into_iter()
+        .map(|t| (t, spawn(&[t, "--json", "--by", "container"])))
         .collect();
 
     // The workloads stay alive (named by /proc) until every tracer has reported.
@@ -227,7 +232,10 @@ fn every_tool_names_the_containers() {
     let fsync_by = stop(fsync_by);
     let fsync_one = stop(fsync_one);
     let memstall = stop(memstall);
+    let memstall_by = stop(memstall_by);
     let others: Vec<(&str, Vec<Value>)> = others.into_iter().map(|(t, x)| (t, stop(x))).collect();
+    let others_by: Vec<(&str, Vec<Value>)> =
+        others_by.into_iter().map(|(t, x)| (t, stop(x))).collect();
     let all = stop(fsync_all);
     std::fs::write(gate.join("end"), "").unwrap();
     for n in &made.names {
@@ -295,6 +303,38 @@ fn every_tool_names_the_containers() {
             .any(|x| x["kind"] == "memcg_reclaim" && x["count"].as_u64() > Some(0)),
         "{writer:?}"
     );
+
+    // memstall --by container: the writer's container's reclaim is the sum of its processes'.
+    let mb = rows(&memstall_by, "memstall");
+    let kind = |rs: &[&Value], k: &str| -> u64 {
+        rs.iter()
+            .filter(|x| x["container"] == mem_name && x["kind"] == k)
+            .map(|x| x["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let folded = mb
+        .iter()
+        .find(|x| x["container"] == mem_name && x["kind"] == "memcg_reclaim")
+        .unwrap_or_else(|| panic!("no folded memcg_reclaim row for {mem_name}: {mb:?}"));
+    assert_eq!(folded["pid"], 0, "{folded}");
+    assert_eq!(folded["comm"], mem_name.as_str(), "{folded}");
+    assert_eq!(kind(&mb, "memcg_reclaim"), kind(&m, "memcg_reclaim"));
+    assert!(kind(&m, "memcg_reclaim") > 0);
+
+    // ctxsw, runq-lat, io-lat --by container: a row per container, named by it.
+    for (tool, lines) in &others_by {
+        let r = rows(lines, tool);
+        let x = r
+            .iter()
+            .find(|x| x["container"] == fsync_name)
+            .unwrap_or_else(|| panic!("{tool} --by container: no row for {fsync_name}: {r:?}"));
+        assert_eq!(x["pid"], 0, "{tool}: {x}");
+        assert!(x["processes"].as_u64() >= Some(1), "{tool}: {x}");
+        assert!(
+            r.iter().all(|x| x["pid"] == 0),
+            "{tool}: every row folded: {r:?}"
+        );
+    }
 
     // The other tools name the containers' processes too.
     for (tool, lines) in &others {

@@ -505,6 +505,8 @@ mod tests {
         let c = name(format!("/libpod_parent/libpod-{PODMAN_ID}"));
         assert_eq!((c.runtime, c.name.as_str()), (Runtime::Podman, "pg-main"));
         assert_eq!(c.label(), "pg-main");
+        let s = crate::report::findings::Subject::process(812, "postgres").with_container(Some(&c));
+        assert_eq!(s.text(), "postgres (pid 812) in container pg-main");
         let c = name(format!("/system.slice/docker-{DOCKER_ID}.scope"));
         assert_eq!((c.runtime, c.name.as_str()), (Runtime::Docker, "web"));
         let u = UID.replace('-', "_");

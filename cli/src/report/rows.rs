@@ -210,6 +210,55 @@ mod tests {
         assert_eq!((shown(0, 7), shown(3, 7), shown(10, 7)), (7, 3, 7));
     }
 
+    #[test]
+    fn container_column_only_when_a_row_is_in_one() {
+        #[derive(Serialize)]
+        struct C {
+            pid: u32,
+            comm: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            container: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pod: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            namespace: Option<&'static str>,
+        }
+        let cols: &[Column<C>] = &[
+            Column::right("PID", |r, _| r.pid.to_string()),
+            Column::left("COMM", |r, _| r.comm.to_string()),
+            Column::right("N", |_, _| "1".into()).sort('n', |_, _| 1.0),
+        ];
+        let host = |pid| C {
+            pid,
+            comm: "sh",
+            container: None,
+            pod: None,
+            namespace: None,
+        };
+        let ctx = Ctx { secs: 1.0 };
+        let t = Section::build("summary", &[host(1)], cols, &ctx, 0).table;
+        assert_eq!(t.render(), "PID  COMM  N\n  1  sh    1\n");
+        let rows = [
+            C {
+                container: Some("pg-main"),
+                ..host(2)
+            },
+            C {
+                container: Some("nginx"),
+                pod: Some("web-7d9f"),
+                namespace: Some("shop"),
+                ..host(3)
+            },
+            host(1),
+        ];
+        let t = Section::build("summary", &rows, cols, &ctx, 0).table;
+        assert_eq!(
+            t.render(),
+            "PID  COMM  CONTAINER            N\n  2  sh    pg-main              1\n  3  sh    shop/web-7d9f/nginx  1\n  1  sh    -                    1\n"
+        );
+        assert_eq!(t.sort[0].column, 3, "sort columns shift past CONTAINER");
+    }
+
     #[derive(Serialize)]
     struct R {
         pid: u32,

@@ -349,6 +349,49 @@ mod tests {
     }
 
     #[test]
+    fn ids_serialise_once_and_fold_per_container() {
+        let id = Id::new(42, 42, false, b"postgres".to_vec(), Title::default());
+        assert_eq!(
+            (id.id_text(), id.comm_text()),
+            ("42".to_string(), "postgres".to_string())
+        );
+        let v = serde_json::to_value(&id).unwrap();
+        assert_eq!(v["pid"], 42);
+        assert!(v.get("tid").is_none() && v.get("processes").is_none());
+        let t = Id::new(43, 42, true, b"worker".to_vec(), Title::default());
+        assert_eq!(
+            (t.pid, t.tid, t.id_text()),
+            (42, Some(43), "43".to_string())
+        );
+        // Off: every process is its own key and keeps its identity.
+        let mut off = Folding::new(false);
+        assert_eq!((off.rep(7), off.rep(8)), (7, 8));
+        let mut same = id.clone();
+        off.relabel(&mut same);
+        assert_eq!(same.pid, 42);
+        // On: processes outside any container share one key, relabelled `[host]`; `[other]`
+        // (0) stays apart. This test runs on the host (or in one container): all fold in one.
+        let me = std::process::id();
+        let mut on = Folding::new(true);
+        let rep = on.rep(me);
+        assert_eq!(on.rep(me), rep);
+        assert_eq!(on.rep(0), 0);
+        assert!(on.is_rep(rep));
+        let mut r = Id::new(rep, rep, false, b"x".to_vec(), Title::default());
+        on.relabel(&mut r);
+        assert_eq!(r.pid, 0);
+        assert_eq!(r.processes, Some(1));
+        assert_eq!(r.id_text(), "-");
+        let label = r
+            .container
+            .get()
+            .map_or(HOST_ROW.to_string(), |c| c.label());
+        assert_eq!(r.comm, label);
+        on.end_window();
+        assert!(!on.is_rep(rep));
+    }
+
+    #[test]
     fn titles_outlive_their_process_for_a_while() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
