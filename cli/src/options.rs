@@ -27,6 +27,17 @@ pub struct Common {
     #[arg(long, requires = "pids")]
     pub children: bool,
 
+    /// Trace only the processes of this container (podman/docker name or id, an id prefix,
+    /// a Kubernetes container name or namespace/pod/container, a systemd unit): those running
+    /// at start and every one they fork.
+    #[arg(long, value_name = "NAME|ID", conflicts_with = "pids")]
+    pub container: Option<String>,
+
+    /// `--by container`: one row per container (processes outside any in a `[host]` row),
+    /// counts summed and percentiles from the merged histograms.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<By>,
+
     /// Trace only tasks whose comm is exactly COMM (the kernel keeps 15 bytes).
     #[arg(long, value_parser = parse_comm, value_name = "COMM")]
     pub comm: Option<String>,
@@ -54,6 +65,12 @@ pub struct Common {
     /// What does not fit is counted and reported as `[other]`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
     pub max_keys: Option<u32>,
+}
+
+/// What `--by` folds rows by.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    Container,
 }
 
 /// Longest `--duration` or `--interval` accepted. Longer ones cannot be waited for (the clock
@@ -106,11 +123,37 @@ impl Common {
     /// What to trace, for the engine and the tools.
     pub fn scope(&self) -> crate::engine::Scope {
         crate::engine::Scope {
-            pids: self.pids.clone(),
+            pids: self.traced_pids(),
             comm: self.comm.clone(),
             threads: self.threads,
             max_keys: self.max_keys,
-            children: self.children,
+            children: self.children || self.container.is_some(),
+            container: self.container.clone(),
+            by_container: self.by == Some(By::Container),
+        }
+    }
+
+    /// `--pid`, or the processes of `--container` now.
+    fn traced_pids(&self) -> Vec<u32> {
+        match &self.container {
+            // A container gone since the check matches nothing (an empty list would be all).
+            Some(c) => Some(crate::host::container::pids_of(c).0)
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| vec![u32::MAX]),
+            None => self.pids.clone(),
+        }
+    }
+
+    /// A `--container` that names no running container is a usage error.
+    pub fn check_container(&self) -> crate::error::Result<()> {
+        match &self.container {
+            Some(c) if crate::host::container::pids_of(c).0.is_empty() => {
+                Err(crate::error::Error::Usage(format!(
+                    "--container {}: no running container has that name or id",
+                    crate::report::sanitize::text(c.as_bytes())
+                )))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -121,8 +164,8 @@ impl Common {
             interval: self.interval,
             json: self.json,
             hist: self.hist,
-            children_of: if self.children {
-                self.pids.clone()
+            children_of: if self.children || self.container.is_some() {
+                self.traced_pids()
             } else {
                 Vec::new()
             },

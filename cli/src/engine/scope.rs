@@ -18,6 +18,10 @@ pub struct Scope {
     pub max_keys: Option<u32>,
     /// `--children`: the processes of `pids` and their descendants, refreshed while running.
     pub children: bool,
+    /// `--container`: the container whose processes `pids` holds (with `children`).
+    pub container: Option<String>,
+    /// `--by container`: one row per container instead of per process.
+    pub by_container: bool,
 }
 
 impl Scope {
@@ -51,7 +55,12 @@ impl Scope {
     /// `all processes`, `pid 42,43 and comm postgres`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if !self.pids.is_empty() {
+        if let Some(c) = &self.container {
+            parts.push(format!(
+                "container {}",
+                crate::report::sanitize::text(c.as_bytes())
+            ));
+        } else if !self.pids.is_empty() {
             let p: Vec<String> = self.pids.iter().map(u32::to_string).collect();
             parts.push(format!("pid {}", p.join(",")));
         }

@@ -26,9 +26,12 @@ pub struct Layout {
 impl Layout {
     /// The running system's layout, from `/proc/self/mountinfo`.
     pub fn detect() -> Layout {
-        crate::host::read_text_capped(Path::new("/proc/self/mountinfo"), crate::host::LARGE_FILE)
-            .map(|s| Layout::from_mountinfo(&s))
-            .unwrap_or_default()
+        crate::host::read_text_capped(
+            &crate::host::proc_path("self/mountinfo"),
+            crate::host::LARGE_FILE,
+        )
+        .map(|s| Layout::from_mountinfo(&s))
+        .unwrap_or_default()
     }
 
     pub fn from_mountinfo(info: &str) -> Layout {
@@ -191,13 +194,16 @@ pub fn memory_path(proc_cgroup: &[u8]) -> Option<Vec<u8>> {
 
 /// The memory cgroup of a live process.
 pub fn memory_path_of(pid: u32) -> Option<Vec<u8>> {
-    memory_path(
-        &crate::host::read_capped(
-            Path::new(&format!("/proc/{pid}/cgroup")),
-            crate::host::SMALL_FILE,
-        )
-        .ok()?,
+    memory_path(&proc_cgroup(pid)?)
+}
+
+/// `/proc/<pid>/cgroup` of a live process (every hierarchy's line).
+pub fn proc_cgroup(pid: u32) -> Option<Vec<u8>> {
+    crate::host::read_capped(
+        &crate::host::proc_path(&format!("{pid}/cgroup")),
+        crate::host::SMALL_FILE,
     )
+    .ok()
 }
 
 /// Resolves v2 cgroup ids to paths (relative to the v2 root, as `/proc/<pid>/cgroup` shows

@@ -12,6 +12,7 @@ use std::{
 };
 
 pub mod cgroup;
+pub mod container;
 pub mod disks;
 pub mod facts;
 pub mod kallsyms;

@@ -9,13 +9,13 @@ use super::{read_capped, read_text_capped, SMALL_FILE};
 use super::HostError;
 
 pub fn exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    super::proc_path(&pid.to_string()).exists()
 }
 
 /// The thread group of task `tid` (`Tgid:` in `/proc/<tid>/status`): `tid` itself for a
 /// process, its process's pid for a thread.
 pub fn tgid_of(tid: u32) -> Option<u32> {
-    let text = read_text_capped(Path::new(&format!("/proc/{tid}/status")), SMALL_FILE).ok()?;
+    let text = read_text_capped(&super::proc_path(&format!("{tid}/status")), SMALL_FILE).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
@@ -74,7 +74,7 @@ pub fn with_descendants(pids: &[u32]) -> Vec<u32> {
 
 /// `/proc/<pid>/comm` as bytes, without the trailing newline.
 pub fn comm(pid: u32) -> Option<Vec<u8>> {
-    let mut b = read_capped(Path::new(&format!("/proc/{pid}/comm")), SMALL_FILE).ok()?;
+    let mut b = read_capped(&super::proc_path(&format!("{pid}/comm")), SMALL_FILE).ok()?;
     if b.last() == Some(&b'\n') {
         b.pop();
     }
@@ -138,8 +138,10 @@ pub fn anon_huge_kb(pid: u32) -> Option<u64> {
 /// when the process lives but the fd is gone, `[exited]` when the process is gone,
 /// `[no access]` when the process belongs to another user and tracekit lacks CAP_SYS_PTRACE.
 pub fn fd_path(tgid: u32, tid: u32, fd: i32) -> Vec<u8> {
-    let link = format!("/proc/{tgid}/task/{tid}/fd/{fd}");
-    match fs::read_link(&link).or_else(|_| fs::read_link(format!("/proc/{tgid}/fd/{fd}"))) {
+    let link = super::proc_path(&format!("{tgid}/task/{tid}/fd/{fd}"));
+    match fs::read_link(&link)
+        .or_else(|_| fs::read_link(super::proc_path(&format!("{tgid}/fd/{fd}"))))
+    {
         Ok(p) => p.into_os_string().into_encoded_bytes(),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => b"[no access]".to_vec(),
         Err(_) if exists(tgid) => b"[closed]".to_vec(),
@@ -258,7 +260,7 @@ pub fn possible_cpus() -> usize {
 
 /// `/proc/sys/kernel/pid_max`, bounding how many tasks can exist at once.
 pub fn pid_max() -> u32 {
-    read_text_capped(Path::new("/proc/sys/kernel/pid_max"), SMALL_FILE)
+    read_text_capped(&super::proc_path("sys/kernel/pid_max"), SMALL_FILE)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(32768)

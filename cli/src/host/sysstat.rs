@@ -25,7 +25,7 @@ pub struct SysStatError(String);
 impl SysStat {
     pub fn read() -> Result<SysStat, SysStatError> {
         let text =
-            crate::host::read_capped(std::path::Path::new("/proc/stat"), crate::host::LARGE_FILE)
+            crate::host::read_capped(&crate::host::proc_path("stat"), crate::host::LARGE_FILE)
                 .map_err(|e| SysStatError(e.to_string()))?;
         SysStat::parse(text.as_slice())
     }

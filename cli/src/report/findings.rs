@@ -107,6 +107,12 @@ impl Subject {
         self
     }
 
+    /// Names the container the subject runs in (its label: `pg-main`, `shop/web/nginx`).
+    pub fn with_container(mut self, c: Option<&crate::host::container::Container>) -> Subject {
+        self.container = c.map(|c| c.label());
+        self
+    }
+
     pub fn with_cgroup(mut self, cgroup: Option<String>) -> Subject {
         self.cgroup = cgroup;
         self
@@ -121,10 +127,19 @@ impl Subject {
             .unwrap_or_default();
         let name = format!("{}{title}", self.name.as_deref().unwrap_or("?"));
         let name = name.as_str();
-        match (self.pid, self.tid) {
+        let who = match (self.pid, self.tid) {
             (_, Some(t)) => format!("{name} (tid {t})"),
             (Some(p), None) => format!("{name} (pid {p})"),
             _ => name.to_string(),
+        };
+        match (&self.container, self.kind) {
+            (Some(c), "process" | "thread") => {
+                format!(
+                    "{who} in container {}",
+                    crate::report::sanitize::text(c.as_bytes())
+                )
+            }
+            _ => who,
         }
     }
 }
@@ -262,6 +277,9 @@ impl Finding {
         }
         if let Some(c) = &self.subject.cgroup {
             m.insert("cgroup".into(), c.clone().into());
+        }
+        if let Some(c) = &self.subject.container {
+            m.insert("container".into(), c.clone().into());
         }
         match self.score {
             Score::NsPerS(v) => m.insert("score_ns_per_s".into(), v.into()),

@@ -6,7 +6,10 @@ use probes_common::hist::LatHist;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::report::render::{Align, SortCol, Table};
+use crate::report::{
+    render::{Align, SortCol, Table},
+    who,
+};
 
 /// What a cell may need besides its row.
 #[derive(Clone, Copy, Debug)]
@@ -126,10 +129,11 @@ impl Section {
                 });
             }
         }
-        let json = rows
+        let json: Vec<Value> = rows
             .iter()
             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
             .collect();
+        add_container_column(&mut table, &json[..shown]);
         Section {
             kind,
             table,
@@ -164,6 +168,32 @@ impl Section {
     }
 }
 
+/// Adds the CONTAINER column (after COMM, else after the first column) when any row shown runs
+/// in a container (rows flatten a [`who::Id`]); a host without containers keeps its tables.
+fn add_container_column(table: &mut Table, shown: &[Value]) {
+    let cells: Vec<Option<String>> = shown.iter().map(who::container_cell).collect();
+    if cells.iter().all(Option::is_none) || table.columns.iter().any(|c| c.0 == "CONTAINER") {
+        return;
+    }
+    let at = table
+        .columns
+        .iter()
+        .position(|c| c.0 == "COMM")
+        .map_or(1, |i| i + 1)
+        .min(table.columns.len());
+    table
+        .columns
+        .insert(at, ("CONTAINER".to_string(), Align::Left));
+    for (row, cell) in table.rows.iter_mut().zip(cells) {
+        row.insert(at.min(row.len()), cell.unwrap_or_else(|| "-".to_string()));
+    }
+    for s in &mut table.sort {
+        if s.column >= at {
+            s.column += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +208,55 @@ mod tests {
         assert_eq!(heads(false), ["PID", "N"]);
         assert_eq!(heads(true), ["TID", "N"]);
         assert_eq!((shown(0, 7), shown(3, 7), shown(10, 7)), (7, 3, 7));
+    }
+
+    #[test]
+    fn container_column_only_when_a_row_is_in_one() {
+        #[derive(Serialize)]
+        struct C {
+            pid: u32,
+            comm: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            container: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pod: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            namespace: Option<&'static str>,
+        }
+        let cols: &[Column<C>] = &[
+            Column::right("PID", |r, _| r.pid.to_string()),
+            Column::left("COMM", |r, _| r.comm.to_string()),
+            Column::right("N", |_, _| "1".into()).sort('n', |_, _| 1.0),
+        ];
+        let host = |pid| C {
+            pid,
+            comm: "sh",
+            container: None,
+            pod: None,
+            namespace: None,
+        };
+        let ctx = Ctx { secs: 1.0 };
+        let t = Section::build("summary", &[host(1)], cols, &ctx, 0).table;
+        assert_eq!(t.render(), "PID  COMM  N\n  1  sh    1\n");
+        let rows = [
+            C {
+                container: Some("pg-main"),
+                ..host(2)
+            },
+            C {
+                container: Some("nginx"),
+                pod: Some("web-7d9f"),
+                namespace: Some("shop"),
+                ..host(3)
+            },
+            host(1),
+        ];
+        let t = Section::build("summary", &rows, cols, &ctx, 0).table;
+        assert_eq!(
+            t.render(),
+            "PID  COMM  CONTAINER            N\n  2  sh    pg-main              1\n  3  sh    shop/web-7d9f/nginx  1\n  1  sh    -                    1\n"
+        );
+        assert_eq!(t.sort[0].column, 3, "sort columns shift past CONTAINER");
     }
 
     #[derive(Serialize)]

@@ -2,12 +2,212 @@
 //! worker "nginx" by comm; their titles ("postgres: walwriter", "nginx: worker process") say
 //! which is which. A row type flattens a [`Title`] into its JSON (`cmdline`, and
 //! `cmdline_bytes` when not UTF-8) and shows [`Title::beside`] in its COMM column.
+//!
+//! [`Id`] is the whole identity of a row about a process: pid (tid with `--threads`), comm,
+//! title and the container it runs in. Every row type that names a process flattens one, so the
+//! JSON keys (`pid`, `tid`, `comm`, `comm_bytes`, `cmdline`, `container`, `container_id`,
+//! `runtime`, `pod`, `namespace`) and the text cells (PID/TID, COMM, CONTAINER) are declared once.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use serde::Serialize;
 
-use crate::{host::proc, report::sanitize};
+use crate::{
+    host::{container::Container, proc},
+    report::sanitize,
+};
+
+/// Who a row is about (flatten it into the row: `#[serde(flatten)] pub who: Id`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Id {
+    /// The process (tgid); 0 for an `[other]` row.
+    pub pid: u32,
+    /// The thread, with `--threads`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub title: Title,
+    #[serde(flatten)]
+    pub container: InContainer,
+    /// `--by container`: the processes (or threads) folded into this row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+    /// The comm as the kernel or /proc gave it (text cells escape it).
+    #[serde(skip)]
+    pub comm_raw: Vec<u8>,
+}
+
+impl Id {
+    /// Row `id` (tid with `threads`, else the process) of process `tgid`, named `comm`, with its
+    /// title and the container it runs in (looked up per cgroup, cached).
+    pub fn new(id: u32, tgid: u32, threads: bool, comm: Vec<u8>, title: Title) -> Id {
+        let (name, bytes) = sanitize::name_fields(&comm);
+        Id {
+            pid: if threads { tgid } else { id },
+            tid: threads.then_some(id),
+            comm: name,
+            comm_bytes: bytes,
+            title,
+            container: InContainer::of(crate::host::container::of_pid(tgid)),
+            processes: None,
+            comm_raw: comm,
+        }
+    }
+
+    /// A row that is no process (`[other]`, a container's total): a name only.
+    pub fn named(comm: &[u8]) -> Id {
+        Id::new(0, 0, false, comm.to_vec(), Title::default())
+    }
+
+    /// The id column's cell: the tid with `--threads`, else the pid; `-` for a row of many
+    /// processes (`--by container`).
+    pub fn id_text(&self) -> String {
+        if self.processes.is_some() {
+            return "-".to_string();
+        }
+        self.tid.unwrap_or(self.pid).to_string()
+    }
+
+    /// The COMM cell: the comm with the title beside it.
+    pub fn comm_text(&self) -> String {
+        self.title.beside(&self.comm_raw)
+    }
+
+    /// The subject of a finding about this row's process, naming its container.
+    pub fn subject(&self) -> crate::report::findings::Subject {
+        crate::report::findings::Subject::process(self.pid, self.comm.clone())
+            .with_title(&self.title)
+            .with_container(self.container.get())
+    }
+}
+
+/// The name of the row that folds the processes outside any container (`--by container`).
+pub const HOST_ROW: &str = "[host]";
+
+/// `--by container`, once for every tool: each process maps to its container's
+/// representative (the first of its processes seen in the window; one for the processes
+/// outside any container), a tool aggregates its kernel keys under the representatives
+/// (counters summed, histograms merged, so percentiles come from the merged histogram), and
+/// [`Folding::relabel`] turns each representative's row into its container's row.
+#[derive(Debug, Default)]
+pub struct Folding {
+    on: bool,
+    reps: HashMap<String, u32>,
+    members: HashMap<u32, std::collections::BTreeSet<u32>>,
+}
+
+impl Folding {
+    pub fn new(on: bool) -> Folding {
+        Folding {
+            on,
+            ..Folding::default()
+        }
+    }
+
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// The key process `tgid` aggregates under: itself unless folding; 0 (`[other]`) stays.
+    pub fn rep(&mut self, tgid: u32) -> u32 {
+        if !self.on || tgid == 0 {
+            return tgid;
+        }
+        let key = crate::host::container::of_pid(tgid)
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+        let rep = *self.reps.entry(key).or_insert(tgid);
+        self.members.entry(rep).or_default().insert(tgid);
+        rep
+    }
+
+    /// Whether `tgid` is a representative: its row stands for its container.
+    pub fn is_rep(&self, tgid: u32) -> bool {
+        self.on && self.members.contains_key(&tgid)
+    }
+
+    /// Makes a representative's row identity its container's: the container's label (or
+    /// `[host]`) as the name, no pid, and how many processes it folds.
+    pub fn relabel(&self, who: &mut Id) {
+        if !self.on {
+            return;
+        }
+        let Some(m) = self.members.get(&who.pid) else {
+            return;
+        };
+        let label = who
+            .container
+            .get()
+            .map_or_else(|| HOST_ROW.to_string(), |c| c.label());
+        who.pid = 0;
+        who.tid = None;
+        who.comm = label.clone();
+        who.comm_bytes = None;
+        who.comm_raw = label.into_bytes();
+        who.title = Title::default();
+        who.processes = Some(m.len() as u32);
+    }
+
+    /// Ends a window: the next one folds afresh.
+    pub fn end_window(&mut self) {
+        self.reps.clear();
+        self.members.clear();
+    }
+}
+
+/// The container a process runs in, as JSON keys (all omitted on the host).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct InContainer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip)]
+    found: Option<Arc<Container>>,
+}
+
+impl InContainer {
+    pub fn of(c: Option<Arc<Container>>) -> InContainer {
+        match c {
+            None => InContainer::default(),
+            Some(c) => InContainer {
+                container: Some(c.name.clone()),
+                container_id: Some(c.id.clone()),
+                runtime: Some(c.runtime.name()),
+                pod: c.pod.clone(),
+                namespace: c.namespace.clone(),
+                found: Some(c),
+            },
+        }
+    }
+
+    /// The process's container, `None` on the host.
+    pub fn get(&self) -> Option<&Container> {
+        self.found.as_deref()
+    }
+}
+
+/// The CONTAINER cell of a JSON row: `pg-main`, `shop/web-7d9f/nginx` (namespace/pod/container),
+/// empty on the host. [`crate::report::rows::Section::build`] adds the column from it.
+pub fn container_cell(row: &serde_json::Value) -> Option<String> {
+    let name = row.get("container")?.as_str()?;
+    let s = |k: &str| row.get(k).and_then(|v| v.as_str());
+    let label = match (s("namespace"), s("pod")) {
+        (Some(ns), Some(pod)) => format!("{ns}/{pod}/{name}"),
+        (None, Some(pod)) => format!("{pod}/{name}"),
+        _ => name.to_string(),
+    };
+    Some(sanitize::text(label.as_bytes()))
+}
 
 /// Characters of a title shown in a text table; JSON keeps the whole title (up to
 /// [`proc::TITLE_MAX`] bytes).
@@ -146,6 +346,49 @@ mod tests {
             v["cmdline_bytes"],
             serde_json::json!([120, 27, 91, 50, 74, 255])
         );
+    }
+
+    #[test]
+    fn ids_serialise_once_and_fold_per_container() {
+        let id = Id::new(42, 42, false, b"postgres".to_vec(), Title::default());
+        assert_eq!(
+            (id.id_text(), id.comm_text()),
+            ("42".to_string(), "postgres".to_string())
+        );
+        let v = serde_json::to_value(&id).unwrap();
+        assert_eq!(v["pid"], 42);
+        assert!(v.get("tid").is_none() && v.get("processes").is_none());
+        let t = Id::new(43, 42, true, b"worker".to_vec(), Title::default());
+        assert_eq!(
+            (t.pid, t.tid, t.id_text()),
+            (42, Some(43), "43".to_string())
+        );
+        // Off: every process is its own key and keeps its identity.
+        let mut off = Folding::new(false);
+        assert_eq!((off.rep(7), off.rep(8)), (7, 8));
+        let mut same = id.clone();
+        off.relabel(&mut same);
+        assert_eq!(same.pid, 42);
+        // On: processes outside any container share one key, relabelled `[host]`; `[other]`
+        // (0) stays apart. This test runs on the host (or in one container): all fold in one.
+        let me = std::process::id();
+        let mut on = Folding::new(true);
+        let rep = on.rep(me);
+        assert_eq!(on.rep(me), rep);
+        assert_eq!(on.rep(0), 0);
+        assert!(on.is_rep(rep));
+        let mut r = Id::new(rep, rep, false, b"x".to_vec(), Title::default());
+        on.relabel(&mut r);
+        assert_eq!(r.pid, 0);
+        assert_eq!(r.processes, Some(1));
+        assert_eq!(r.id_text(), "-");
+        let label = r
+            .container
+            .get()
+            .map_or(HOST_ROW.to_string(), |c| c.label());
+        assert_eq!(r.comm, label);
+        on.end_window();
+        assert!(!on.is_rep(rep));
     }
 
     #[test]

@@ -171,7 +171,7 @@ fn opt_ns(count: u64, ns: u64) -> String {
 }
 
 const COLUMNS: &[Column<CtxswRow>] = &[
-    Column::right("PID", |r: &CtxswRow, _: &Ctx| r.id.to_string()),
+    Column::right("PID", |r: &CtxswRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
     Column::right("SW/s", |r: &CtxswRow, c: &Ctx| {
         format!("{:.1}", rate(c, r.voluntary + r.involuntary))
@@ -326,8 +326,10 @@ impl Ctxsw {
             .collect::<Vec<_>>()
             .join(" ");
         let v = &r.v;
+        let who = self.s.who(r);
+        let name = who.row_name(r);
         CtxswRow {
-            who: Who::of(r, threads),
+            who,
             voluntary: v.voluntary,
             involuntary: v.involuntary,
             migrations: v.migrations,
@@ -343,7 +345,7 @@ impl Ctxsw {
             own_wakeups: v.own_wakeups,
             preempted_by,
             id: r.id,
-            name: r.name_text(),
+            name,
             preempted_text,
             woken: r.woken(),
             waits: r.waits(),
@@ -388,7 +390,10 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
     // Per process: switches, voluntary, own wakeups, wake waits measured, who.
     let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, Subject)> =
         Default::default();
-    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+    for r in rows
+        .iter()
+        .filter(|r| r.id != 0 && r.who.pid != me && r.who.processes.is_none())
+    {
         let e = per
             .entry(r.who.pid)
             .or_insert_with(|| (0, 0, 0, 0, r.who.subject()));
@@ -560,7 +565,7 @@ mod tests {
 
     fn row(pid: u32, vol: u64, invol: u64, own: u64) -> CtxswRow {
         CtxswRow {
-            who: Who::named(pid, None, format!("p{pid}"), None),
+            who: Who::named(pid, None, format!("p{pid}").into_bytes()),
             voluntary: vol,
             involuntary: invol,
             migrations: 0,

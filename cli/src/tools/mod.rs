@@ -235,6 +235,9 @@ pub fn readme_table() -> String {
     s
 }
 
+/// Tools whose rows `--by container` folds (`report::rows::by_container`).
+pub const BY_CONTAINER: &[&str] = &["fsync-lat", "ctxsw", "runq-lat", "memstall", "io-lat"];
+
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
 /// privileges, then the target processes, then the output (opened here, so a path that cannot
 /// be written costs no data), then BTF that exists but is unusable (a corrupt file,
@@ -242,6 +245,13 @@ pub fn readme_table() -> String {
 pub fn preflight(tool: &str, common: &Common) -> Result<Sink> {
     proc::check_privileges(tool)?;
     proc::check_pids(&common.pids)?;
+    common.check_container()?;
+    if common.by.is_some() && !BY_CONTAINER.contains(&tool) {
+        return Err(crate::error::Error::Usage(format!(
+            "--by container: {tool} cannot fold its rows per container yet (tools that can: {})",
+            BY_CONTAINER.join(", ")
+        )));
+    }
     if crate::kernel::features::btf_present() {
         crate::kernel::btf::vmlinux()?;
     }

@@ -130,7 +130,7 @@ struct RunqRow {
 }
 
 const COLUMNS: &[Column<RunqRow>] = &[
-    Column::right("PID", |r: &RunqRow, _: &Ctx| r.id.to_string()),
+    Column::right("PID", |r: &RunqRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
     Column::right("WAITS", |r, _| r.all.1.count.to_string()),
     Column::right("P50", |r, _| fmt_ns(r.all.1.p50_ns)),
@@ -218,8 +218,10 @@ impl RunqLat {
             .map(|p| format!("{} {}", p.text(), fmt_ns(p.delay_ns.unwrap_or(0))))
             .collect::<Vec<_>>()
             .join(" ");
+        let who = self.s.who(r);
+        let name = who.row_name(r);
         RunqRow {
-            who: Who::of(r, threads),
+            who,
             mean_ns: all.mean_ns,
             all: Prefixed("", all),
             wake: Prefixed("wake_", hist::stats(&r.v.wake)),
@@ -228,7 +230,7 @@ impl RunqLat {
             wake_unmeasured: r.v.wake_unmeasured,
             waited_behind,
             id: r.id,
-            name: r.name_text(),
+            name,
             behind_text,
             hists: (r.v.wake, r.v.preempt),
         }
@@ -263,7 +265,10 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         behind: BTreeMap<u32, (String, u64, u64)>,
     }
     let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.id != 0 && r.who.pid != me) {
+    for r in rows
+        .iter()
+        .filter(|r| r.id != 0 && r.who.pid != me && r.who.processes.is_none())
+    {
         let a = per.entry(r.who.pid).or_insert_with(|| Acc {
             subject: r.who.subject(),
             wake_ns: 0,
@@ -484,7 +489,7 @@ mod tests {
         let mut all = w;
         all.merge(&p);
         RunqRow {
-            who: Who::named(pid, None, format!("p{pid}"), None),
+            who: Who::named(pid, None, format!("p{pid}").into_bytes()),
             mean_ns: 0,
             all: Prefixed("", hist::stats(&all)),
             wake: Prefixed("wake_", hist::stats(&w)),
@@ -501,7 +506,7 @@ mod tests {
 
     fn peer(pid: u32, n: u64, ns: u64) -> Peer {
         Peer {
-            who: Who::named(pid, None, format!("hog{pid}"), None),
+            who: Who::named(pid, None, format!("hog{pid}").into_bytes()),
             count: n,
             delay_ns: Some(ns),
             id: pid,

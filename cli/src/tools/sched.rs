@@ -28,7 +28,7 @@ use crate::{
     },
     report::{
         sanitize,
-        who::{Title, Titles},
+        who::{Folding, Id, Title, Titles},
     },
     tools::{row_comm, OpenCtx},
 };
@@ -165,41 +165,52 @@ impl Row {
     }
 }
 
-/// Who a row is, as every row type of both tools serialises it (flattened): `pid` (the
-/// process), `tid` with `--threads`, `comm`, the process title `cmdline` and, when the row
-/// spans an exec, `exec_from` (each with `_bytes` when not UTF-8).
+/// Who a row is, as every row type of both tools serialises it (flattened): the shared
+/// [`Id`] (`pid`, `tid` with `--threads`, `comm`, the title `cmdline`, the container) and,
+/// when the row spans an exec, `exec_from` (with `_bytes` when not UTF-8).
 #[derive(Clone, Debug, Serialize)]
 pub struct Who {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub id: Id,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_from_bytes: Option<Vec<u8>>,
-    #[serde(flatten)]
-    pub title: Title,
+}
+
+impl std::ops::Deref for Who {
+    type Target = Id;
+    fn deref(&self) -> &Id {
+        &self.id
+    }
 }
 
 impl Who {
+    /// The COMM cell of row `r`: its name (with title and exec), or the container's.
+    pub fn row_name(&self, r: &Row) -> String {
+        if self.processes.is_some() {
+            sanitize::text(self.comm.as_bytes())
+        } else {
+            r.name_text()
+        }
+    }
+
     /// A task known by its name only (no exec seen): a task that held the CPU, a test's row.
-    pub fn named(pid: u32, tid: Option<u32>, comm: String, comm_bytes: Option<Vec<u8>>) -> Who {
+    pub fn named(pid: u32, tid: Option<u32>, comm: Vec<u8>) -> Who {
         Who {
-            pid,
-            tid,
-            comm,
-            comm_bytes,
+            id: Id::new(
+                tid.unwrap_or(pid),
+                pid,
+                tid.is_some(),
+                comm,
+                Title::default(),
+            ),
             exec_from: None,
             exec_from_bytes: None,
-            title: Title::default(),
         }
     }
 
     pub fn of(r: &Row, threads: bool) -> Who {
-        let (comm, comm_bytes) = sanitize::name_fields(&r.comm);
         let (exec_from, exec_from_bytes) = match &r.exec_from {
             Some(e) => {
                 let (a, b) = sanitize::name_fields(e);
@@ -208,20 +219,10 @@ impl Who {
             None => (None, None),
         };
         Who {
-            pid: if threads { r.tgid } else { r.id },
-            tid: threads.then_some(r.id),
-            comm,
-            comm_bytes,
+            id: Id::new(r.id, r.tgid, threads, r.comm.clone(), r.title.clone()),
             exec_from,
             exec_from_bytes,
-            title: r.title.clone(),
         }
-    }
-
-    /// The subject of a finding about this row's process.
-    pub fn subject(&self) -> crate::report::findings::Subject {
-        crate::report::findings::Subject::process(self.pid, self.comm.clone())
-            .with_title(&self.title)
     }
 }
 
@@ -281,6 +282,8 @@ pub struct SchedSession {
     pub wall_clock: bool,
     gen: u32,
     titles: Titles,
+    /// `--by container`: rows fold per container.
+    pub fold: Folding,
 }
 
 fn pair_map(
@@ -387,6 +390,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         wall_clock,
         gen: 0,
         titles: Titles::default(),
+        fold: Folding::new(scope.by_container),
     })
 }
 
@@ -453,6 +457,9 @@ impl SchedSession {
                 row(k.id, v.tgid, comm, exec_from, title, v)
             })
             .collect();
+        if self.fold.on() {
+            rows = self.fold_rows(rows);
+        }
         let o = drained.other;
         if o.voluntary + o.involuntary > 0 {
             rows.push(row(0, 0, b"[other]".to_vec(), None, Title::default(), &o));
@@ -465,6 +472,42 @@ impl SchedSession {
             wakers: drain_pairs(&mut self.wakers, self.gen)?,
             stats: self.session.stats_delta()?,
         })
+    }
+
+    /// `--by container`: one row per container's representative, its processes' counters
+    /// summed and their histograms merged.
+    fn fold_rows(&mut self, rows: Vec<Row>) -> Vec<Row> {
+        self.fold.end_window();
+        let mut by: BTreeMap<u32, Row> = BTreeMap::new();
+        for r in rows {
+            let rep = self.fold.rep(r.tgid);
+            match by.get_mut(&rep) {
+                Some(m) => {
+                    let (a, b) = (&mut m.v, &r.v);
+                    a.voluntary += b.voluntary;
+                    a.involuntary += b.involuntary;
+                    a.migrations += b.migrations;
+                    a.run_delay_ns += b.run_delay_ns;
+                    a.wake_unmeasured += b.wake_unmeasured;
+                    a.own_wakeups += b.own_wakeups;
+                    a.wake.merge(&b.wake);
+                    a.preempt.merge(&b.preempt);
+                }
+                None => {
+                    let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
+                    let title = self.titles.of(rep);
+                    by.insert(rep, row(rep, rep, comm, None, title, &r.v));
+                }
+            }
+        }
+        by.into_values().collect()
+    }
+
+    /// Who row `r` is: its process, or its container's row with `--by container`.
+    pub fn who(&self, r: &Row) -> Who {
+        let mut w = Who::of(r, self.scope.threads && !self.fold.on());
+        self.fold.relabel(&mut w.id);
+        w
     }
 
     /// The meta line: what was attached, and what a skipped hook costs.
@@ -545,9 +588,8 @@ impl Peer {
         threads: bool,
     ) -> Peer {
         let name = names.get(id);
-        let (comm, comm_bytes) = sanitize::name_fields(&name);
         Peer {
-            who: Who::named(tgid, threads.then_some(id), comm, comm_bytes),
+            who: Who::named(tgid, threads.then_some(id), name.clone()),
             count,
             delay_ns,
             id,

@@ -61,14 +61,10 @@ impl FsyncLat {
                     })
                     .unwrap_or_else(|| FileName::unknown(dev, ino));
                 let comm = row_comm(id, tgid, threads, &kcomm);
-                let (c, cb) = sanitize::name_fields(&comm);
                 let (f, fb) = sanitize::name_fields(&name.path);
                 let (maj, min) = crate::host::disks::split_kdev(dev);
                 out.push(FileRow {
-                    pid: if threads { tgid } else { id },
-                    tid: threads.then_some(id),
-                    comm: c,
-                    comm_bytes: cb,
+                    who: Id::new(id, tgid, threads, comm, self.titles.of(tgid)),
                     fd: name.fd,
                     dev: format!("{maj}:{min}"),
                     inode: ino,
@@ -81,9 +77,6 @@ impl FsyncLat {
                     p99_ns: s.p99_ns,
                     max_ns: s.max_ns,
                     total_ns: s.total_ns,
-                    id,
-                    comm_raw: comm,
-                    title: self.titles.of(tgid),
                     file_raw: name.path,
                 });
             }

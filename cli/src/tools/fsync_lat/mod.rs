@@ -30,12 +30,12 @@ use crate::{
     },
     options::Common,
     report::{
-        findings::{Cause, Finding, Score, Subject},
+        findings::{Cause, Finding, Score},
         hist::{self, LatStats},
         render::fmt_ns,
         rows::{id_columns, Column, Ctx, Section},
         sanitize,
-        who::{Title, Titles},
+        who::{Folding, Id, Title, Titles},
     },
     tools::{self, row_comm, OpenCtx, ToolInfo},
 };
@@ -224,6 +224,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         max_rows: args.rows,
         gen: 0,
         titles: Titles::default(),
+        fold: Folding::new(scope.by_container),
     }))
 }
 
@@ -352,6 +353,8 @@ struct FsyncLat {
     /// The generation just flipped away from (the one to drain).
     gen: u32,
     titles: Titles,
+    /// `--by container`.
+    fold: Folding,
 }
 
 /// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
@@ -416,9 +419,12 @@ impl Collector for FsyncLat {
         let mut per_call: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
         let mut per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)> = BTreeMap::new();
         for (k, v) in &drained.rows {
+            // Per process (or thread), or per container's representative with --by container.
+            let tgid = self.fold.rep(v.tgid);
+            let id = if self.fold.on() { tgid } else { k.id };
             let e = per_call
-                .entry((k.id, k.nr))
-                .or_insert((v.tgid, v.comm, 0, LatHist::ZERO));
+                .entry((id, k.nr))
+                .or_insert((tgid, v.comm, 0, LatHist::ZERO));
             e.2 += v.errors;
             e.3.merge(&v.hist);
             if k.ino != 0 {
@@ -438,7 +444,9 @@ impl Collector for FsyncLat {
                 .unwrap_or_else(|| format!("syscall_{nr}"));
             let comm = row_comm(id, tgid, threads, &comm);
             let title = self.titles.of(tgid);
-            rows.push(self.summary_row(id, tgid, comm, title, name, errors, &h, secs));
+            let mut r = self.summary_row(id, tgid, comm, title, name, errors, &h, secs);
+            self.fold.relabel(&mut r.who);
+            rows.push(r);
         }
         if drained.other.hist.count > 0 {
             let o = drained.other;
@@ -476,7 +484,7 @@ impl Collector for FsyncLat {
         };
         for r in rows.iter().take(shown) {
             out.hists.push((
-                format!("{}[{} {}]", r.syscall, r.id, sanitize::text(&r.comm_raw)),
+                format!("{}[{} {}]", r.syscall, r.who.id_text(), r.who.comm),
                 r.hist,
             ));
         }
@@ -519,6 +527,7 @@ impl Collector for FsyncLat {
         );
         out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
         self.titles.end_window();
+        self.fold.end_window();
         Ok(out)
     }
 }
@@ -528,8 +537,11 @@ impl FsyncLat {
     fn findings(&self, rows: &[SummaryRow], secs: f64) -> Vec<Finding> {
         let me = std::process::id();
         let mut per_pid: BTreeMap<u32, Vec<&SummaryRow>> = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.id != 0 && r.pid != me) {
-            per_pid.entry(r.pid).or_default().push(r);
+        for r in rows
+            .iter()
+            .filter(|r| r.who.pid != 0 && r.who.pid != me && r.who.processes.is_none())
+        {
+            per_pid.entry(r.who.pid).or_default().push(r);
         }
         let mut out = Vec::new();
         for (pid, rs) in per_pid {
@@ -545,8 +557,7 @@ impl FsyncLat {
                 .copied()
                 .unwrap_or(rs[0]);
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
-            let subject =
-                Subject::process(pid, sanitize::text(&top.comm_raw)).with_title(&top.title);
+            let subject = top.who.subject();
             let who = subject.text();
             let file = self
                 .paths

@@ -5,12 +5,8 @@ use super::*;
 /// One process (or thread) and syscall in one window.
 #[derive(Serialize)]
 pub(super) struct SummaryRow {
-    pub(super) pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) tid: Option<u32>,
-    pub(super) comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub(super) who: Id,
     pub(super) syscall: String,
     pub(super) count: u64,
     pub(super) errors: u64,
@@ -26,21 +22,38 @@ pub(super) struct SummaryRow {
     pub(super) total_ns: u64,
     /// Share of the window spent in these calls, parts per million (summed over threads).
     pub(super) time_ppm: u64,
+    /// The kernel's key: tid with `--threads`, else the process; 0 for `[other]`.
     #[serde(skip)]
     pub(super) id: u32,
     #[serde(skip)]
     pub(super) cv: f64,
     #[serde(skip)]
-    pub(super) comm_raw: Vec<u8>,
-    #[serde(flatten)]
-    pub(super) title: Title,
-    #[serde(skip)]
     pub(super) hist: LatHist,
 }
 
+impl SummaryRow {
+    /// Sets every statistic from `hist` over a window of `secs`.
+    fn set_stats(&mut self, secs: f64) {
+        let s: LatStats = hist::stats(&self.hist);
+        self.count = s.count;
+        self.rate_per_s = rate(s.count, secs);
+        self.mean_ns = s.mean_ns;
+        self.p50_ns = s.p50_ns;
+        self.p90_ns = s.p90_ns;
+        self.p99_ns = s.p99_ns;
+        self.p999_ns = s.p999_ns;
+        self.max_ns = s.max_ns;
+        self.stddev_ns = s.stddev_ns;
+        self.cv_pct = (s.cv * 100.0).round() as u64;
+        self.total_ns = s.total_ns;
+        self.time_ppm = (s.total_ns as f64 / secs / 1e3).round() as u64;
+        self.cv = s.cv;
+    }
+}
+
 pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.comm_text()),
     Column::left("SYSCALL", |r, _| r.syscall.clone()),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
@@ -68,12 +81,8 @@ pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
 /// One file of a process in one window (`--by-file`).
 #[derive(Serialize)]
 pub(super) struct FileRow {
-    pub(super) pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) tid: Option<u32>,
-    pub(super) comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub(super) who: Id,
     pub(super) fd: i32,
     /// `major:minor` of the file's device.
     pub(super) dev: String,
@@ -94,18 +103,12 @@ pub(super) struct FileRow {
     pub(super) max_ns: u64,
     pub(super) total_ns: u64,
     #[serde(skip)]
-    pub(super) id: u32,
-    #[serde(skip)]
-    pub(super) comm_raw: Vec<u8>,
-    #[serde(flatten)]
-    pub(super) title: Title,
-    #[serde(skip)]
     pub(super) file_raw: Vec<u8>,
 }
 
 pub(super) const FILES: &[Column<FileRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.comm_text()),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
     Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
@@ -129,33 +132,27 @@ impl FsyncLat {
         h: &LatHist,
         secs: f64,
     ) -> SummaryRow {
-        let s: LatStats = hist::stats(h);
-        let (name, bytes) = sanitize::name_fields(&comm);
-        let threads = self.scope.threads;
-        SummaryRow {
-            pid: if threads { tgid } else { id },
-            tid: threads.then_some(id),
-            comm: name,
-            comm_bytes: bytes,
+        let mut r = SummaryRow {
+            who: Id::new(id, tgid, self.scope.threads, comm, title),
             syscall,
-            count: s.count,
+            count: 0,
             errors,
-            rate_per_s: rate(s.count, secs),
-            mean_ns: s.mean_ns,
-            p50_ns: s.p50_ns,
-            p90_ns: s.p90_ns,
-            p99_ns: s.p99_ns,
-            p999_ns: s.p999_ns,
-            max_ns: s.max_ns,
-            stddev_ns: s.stddev_ns,
-            cv_pct: (s.cv * 100.0).round() as u64,
-            total_ns: s.total_ns,
-            time_ppm: (s.total_ns as f64 / secs / 1e3).round() as u64,
+            rate_per_s: 0.0,
+            mean_ns: 0,
+            p50_ns: 0,
+            p90_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            max_ns: 0,
+            stddev_ns: 0,
+            cv_pct: 0,
+            total_ns: 0,
+            time_ppm: 0,
             id,
-            cv: s.cv,
-            comm_raw: comm,
-            title,
+            cv: 0.0,
             hist: *h,
-        }
+        };
+        r.set_stats(secs);
+        r
     }
 }

@@ -40,6 +40,7 @@ struct Issuer {
     pid: u32,
     comm: String,
     title: Title,
+    container: Option<crate::host::container::Container>,
     cgroup: Option<String>,
     kthread: bool,
     count: u64,
@@ -53,12 +54,13 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
     let mut by: BTreeMap<u32, Issuer> = BTreeMap::new();
     for r in rows
         .iter()
-        .filter(|r| !r.other && r.kdev == kdev && r.pid != me)
+        .filter(|r| !r.other && r.kdev == kdev && r.who.pid != me && r.who.processes.is_none())
     {
-        let e = by.entry(r.pid).or_insert_with(|| Issuer {
-            pid: r.pid,
-            comm: crate::report::sanitize::text(&r.comm_raw),
-            title: r.title.clone(),
+        let e = by.entry(r.who.pid).or_insert_with(|| Issuer {
+            pid: r.who.pid,
+            comm: crate::report::sanitize::text(&r.who.comm_raw),
+            title: r.who.title.clone(),
+            container: r.who.container.get().cloned(),
             cgroup: r.cgroup.clone(),
             kthread: r.kthread == Some(true),
             count: 0,
@@ -80,6 +82,7 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
 fn subject(i: &Issuer) -> Subject {
     Subject::process(i.pid, i.comm.clone())
         .with_title(&i.title)
+        .with_container(i.container.as_ref())
         .with_cgroup(i.cgroup.clone())
 }
 
@@ -97,7 +100,14 @@ fn who(i: &Issuer) -> String {
         Some(t) if *t != i.comm => bracket(t.as_bytes()),
         _ => String::new(),
     };
-    format!("{}{title} (pid {}{wb})", i.comm, i.pid)
+    let inside = match &i.container {
+        Some(c) => format!(
+            " in container {}",
+            crate::report::sanitize::text(c.label().as_bytes())
+        ),
+        None => String::new(),
+    };
+    format!("{}{title} (pid {}{wb}){inside}", i.comm, i.pid)
 }
 
 /// The top issuer when it stands for at least half of the device's requests.

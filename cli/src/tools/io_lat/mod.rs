@@ -205,6 +205,8 @@ struct IoLat {
     /// `--dev`: (name, major, minor) of the whole disk.
     dev: Option<(String, u32, u32)>,
     scope: Scope,
+    /// `--by container`.
+    fold: crate::report::who::Folding,
     max_rows: usize,
     /// The generation just flipped away from (the one to drain).
     gen: u32,
@@ -330,8 +332,25 @@ impl Collector for IoLat {
         self.misses_prev = misses_total;
         let anomalies = self.anomalies();
 
+        // --by container: each container's processes under its representative.
+        self.fold.end_window();
+        let folded: Vec<(IoKey, IoVal)>;
+        let agg: &[(IoKey, IoVal)] = if self.fold.on() {
+            let mut m: BTreeMap<IoKey, IoVal> = BTreeMap::new();
+            for (k, v) in &drained.rows {
+                let key = IoKey {
+                    tgid: self.fold.rep(k.tgid),
+                    ..*k
+                };
+                m.entry(key).and_modify(|x| x.merge(v)).or_insert(*v);
+            }
+            folded = m.into_iter().collect();
+            &folded
+        } else {
+            &drained.rows
+        };
         let input = rows::Input {
-            agg: &drained.rows,
+            agg,
             other: &drained.other,
             devs: &devs.rows,
             depth: &depth,
@@ -340,8 +359,11 @@ impl Collector for IoLat {
             only: self.dev.as_ref().map(|d| (d.1, d.2)),
             secs,
         };
-        let (summary, devices) =
+        let (mut summary, devices) =
             rows::build(&input, &self.names, &mut self.facts, &mut self.cgroups);
+        for r in &mut summary {
+            self.fold.relabel(&mut r.who);
+        }
         let requests: u64 = summary.iter().map(|r| r.count).sum();
         let mut out = Output::default();
         let missed = out.note_missed(&st, "request", "");

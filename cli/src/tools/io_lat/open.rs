@@ -308,6 +308,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         mode,
         dev,
         scope: scope.clone(),
+        fold: crate::report::who::Folding::new(scope.by_container),
         max_rows: args.rows,
         gen: 0,
         misses_prev: 0,

@@ -27,7 +27,7 @@ use crate::{
         render::fmt_ns,
         rows::Column,
         sanitize,
-        who::Title,
+        who::{Id, Title},
     },
 };
 
@@ -77,13 +77,9 @@ pub struct SummaryRow {
     pub dev: String,
     pub major: u32,
     pub minor: u32,
-    pub pid: u32,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
-    /// The issuing process's title (`cmdline`), read while it lived.
+    /// The issuing process: pid, comm, title (read while it lived), container.
     #[serde(flatten)]
-    pub title: Title,
+    pub who: Id,
     /// A kernel thread (writeback kworker, jbd2, kblockd); `null` when it exited unseen.
     pub kthread: Option<bool>,
     pub cgroup_id: u64,
@@ -112,8 +108,6 @@ pub struct SummaryRow {
     #[serde(skip)]
     pub other: bool,
     #[serde(skip)]
-    pub comm_raw: Vec<u8>,
-    #[serde(skip)]
     pub cgroup_raw: Vec<u8>,
     #[serde(skip)]
     pub kdev: u32,
@@ -133,8 +127,8 @@ impl SummaryRow {
             "device {} {} [{} {}]",
             self.dev,
             self.op,
-            self.pid,
-            sanitize::text(&self.comm_raw)
+            self.who.pid,
+            sanitize::text(&self.who.comm_raw)
         )
     }
 }
@@ -269,8 +263,8 @@ fn op_text(r: &SummaryRow) -> String {
 
 pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::left("DEV", |r, _| r.dev.clone()),
-    Column::right("PID", |r, _| r.pid.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.comm_text()),
     Column::left("OP", |r, _| op_text(r)),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
@@ -376,7 +370,6 @@ fn summary_row(
         Some(p) if !p.kthread => Title::of_or(key.tgid, &p.cmdline),
         _ => Title::default(),
     };
-    let (c, cb) = sanitize::name_fields(&comm);
     let (g, gb) = sanitize::name_fields(&cg);
     let errors = v
         .errors
@@ -399,10 +392,7 @@ fn summary_row(
         dev: disks::name(major, minor),
         major,
         minor,
-        pid: key.tgid,
-        comm: c,
-        comm_bytes: cb,
-        title,
+        who: Id::new(key.tgid, key.tgid, false, comm, title),
         kthread: pf.map(|p| p.kthread),
         cgroup_id: key.cgroup_id,
         cgroup: (!cg.is_empty()).then_some(g),
@@ -421,7 +411,6 @@ fn summary_row(
         device: Lat::of("device_", &v.device),
         total: Lat::of("", &v.total),
         other: false,
-        comm_raw: comm,
         cgroup_raw: cg,
         kdev: key.dev,
         sizes_raw: v.sizes,
@@ -453,16 +442,14 @@ pub fn build(
             .total_ns
             .cmp(&a.total.s.total_ns)
             .then(b.count.cmp(&a.count))
-            .then(a.pid.cmp(&b.pid))
+            .then(a.who.pid.cmp(&b.who.pid))
     });
     if input.other.count > 0 {
         let mut o = summary_row(&IoKey::default(), input.other, names, facts, cgroups, secs);
         o.other = true;
         o.dev = "[other]".into();
         o.op = "all".into();
-        o.comm = "[other]".into();
-        o.comm_raw = b"[other]".to_vec();
-        o.title = Title::default();
+        o.who = Id::named(b"[other]");
         o.kthread = None;
         rows.push(o);
     }

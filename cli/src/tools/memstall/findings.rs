@@ -24,6 +24,8 @@ pub struct Subj {
     pub comm: String,
     /// The process title (`postgres: walwriter`).
     pub title: Title,
+    /// The container it runs in, if any.
+    pub container: Option<crate::host::container::Container>,
     pub kind: u32,
     /// A kernel thread (kcompactd, khugepaged): background work, nobody's stall.
     pub kthread: bool,
@@ -49,7 +51,9 @@ pub struct Subj {
 impl Subj {
     /// Who stalled, with the title beside the name.
     pub fn subject(&self) -> Subject {
-        Subject::process(self.pid, self.comm.clone()).with_title(&self.title)
+        Subject::process(self.pid, self.comm.clone())
+            .with_title(&self.title)
+            .with_container(self.container.as_ref())
     }
 }
 

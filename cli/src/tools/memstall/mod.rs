@@ -266,6 +266,8 @@ pub struct Memstall {
     cgroups: memcg::Cgroups,
     /// `AnonHugePages` (KiB) per process, last read while it lived.
     thp_kb: std::collections::HashMap<u32, u64>,
+    /// `--by container`.
+    fold: crate::report::who::Folding,
     /// OOM kills streamed in the current window.
     oom_kills: Vec<MsOom>,
     /// Groups traced, in declared order.
@@ -344,6 +346,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         facts: FactsCache::new(),
         cgroups: memcg::Cgroups::new(!s.cgroup_in_kernel),
         thp_kb: Default::default(),
+        fold: crate::report::who::Folding::new(ctx.scope.by_container),
         oom_kills: Vec::new(),
         traced,
         setup_notes,

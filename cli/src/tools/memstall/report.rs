@@ -24,7 +24,7 @@ use crate::{
         render::fmt_ns,
         rows::{id_columns, shown, Column, Ctx, Section},
         sanitize::{self, name_fields},
-        who::Title,
+        who::{Id, Title},
     },
     tools::row_comm,
 };
@@ -61,14 +61,8 @@ fn kthread_by_name(comm: &[u8]) -> bool {
 /// One row: a process (or thread) and kind.
 #[derive(Serialize)]
 pub struct Row {
-    pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u32>,
-    comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Vec<u8>>,
     #[serde(flatten)]
-    title: Title,
+    who: Id,
     kind: &'static str,
     kthread: bool,
     cgroup: Option<String>,
@@ -116,8 +110,6 @@ pub struct Row {
     #[serde(skip)]
     kind_id: u32,
     #[serde(skip)]
-    comm_raw: Vec<u8>,
-    #[serde(skip)]
     cgroup_raw: Option<Vec<u8>>,
     #[serde(skip)]
     stats: LatStats,
@@ -135,8 +127,8 @@ fn timed_cell(r: &Row, v: Option<u64>) -> String {
 }
 
 const COLUMNS: &[Column<Row>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.comm_text()),
     Column::left("KIND", |r, _| r.kind.to_string()),
     Column::right("COUNT", |r, _| {
         if r.timed {
@@ -237,7 +229,6 @@ impl Memstall {
             KIND_THP_FAULT => format!("{} fell back to small pages", v.fallbacks),
             _ => String::new(),
         };
-        let (comm, comm_bytes) = name_fields(&r.comm);
         let (cgroup, cgroup_bytes) = match &r.cgroup {
             Some(p) => {
                 let (c, b) = name_fields(p);
@@ -246,11 +237,13 @@ impl Memstall {
             None => (None, None),
         };
         Row {
-            pid: if r.threads { v.tgid } else { r.id },
-            tid: r.threads.then_some(r.id),
-            comm,
-            comm_bytes,
-            title: r.title,
+            who: Id::new(
+                r.id,
+                if r.threads { v.tgid } else { r.id },
+                r.threads,
+                r.comm,
+                r.title,
+            ),
             kind: KIND_NAMES.get(r.kind as usize).copied().unwrap_or("all"),
             kthread: r.kthread,
             cgroup,
@@ -281,7 +274,6 @@ impl Memstall {
             fallbacks: is(KIND_THP_FAULT).then_some(v.fallbacks),
             id: r.id,
             kind_id: r.kind,
-            comm_raw: r.comm,
             cgroup_raw: r.cgroup,
             stats: s,
             hist: v.hist,
@@ -341,11 +333,15 @@ impl Memstall {
         let threads = self.scope.threads;
 
         let mut merged: BTreeMap<(u32, u32), MsVal> = BTreeMap::new();
+        self.fold.end_window();
         for (k, v) in &drained.rows {
+            // Per process (or thread), or per container's representative (--by container).
+            let rep = self.fold.rep(v.tgid);
+            let id = if self.fold.on() { rep } else { k.id };
             merged
-                .entry((k.id, k.kind))
+                .entry((id, k.kind))
                 .and_modify(|m| m.merge(v))
-                .or_insert(*v);
+                .or_insert(MsVal { tgid: rep, ..*v });
         }
         let mut rows = Vec::new();
         for ((id, kind), v) in &merged {
@@ -378,7 +374,9 @@ impl Memstall {
                 threads,
                 secs,
             };
-            rows.push(self.row(r));
+            let mut row = self.row(r);
+            self.fold.relabel(&mut row.who);
+            rows.push(row);
         }
         let o = drained.other;
         if o.hist.count > 0 || o.collapses > 0 || o.scans > 0 {
@@ -395,7 +393,7 @@ impl Memstall {
                 threads: false,
                 secs,
             });
-            r.pid = 0;
+            r.who.pid = 0;
             rows.push(r);
         }
         rows.sort_by(|a, b| {
@@ -515,11 +513,12 @@ impl Memstall {
 
         let subj: Vec<Subj> = rows
             .iter()
-            .filter(|r| r.kind_id < NKINDS)
+            .filter(|r| r.kind_id < NKINDS && r.who.processes.is_none())
             .map(|r| Subj {
-                pid: r.pid,
-                comm: sanitize::text(&r.comm_raw),
-                title: r.title.clone(),
+                pid: r.who.pid,
+                comm: sanitize::text(&r.who.comm_raw),
+                title: r.who.title.clone(),
+                container: r.who.container.get().cloned(),
                 kind: r.kind_id,
                 kthread: r.kthread,
                 cgroup: r.cgroup_raw.as_deref().map(sanitize::text),
@@ -580,7 +579,7 @@ impl Memstall {
             let shown = shown(self.max_rows, rs.len());
             for r in rs[..shown].iter().filter(|r| r.timed && r.stats.count > 0) {
                 out.hists.push((
-                    format!("{}[{} {}]", r.kind, r.id, sanitize::text(&r.comm_raw)),
+                    format!("{}[{} {}]", r.kind, r.id, sanitize::text(&r.who.comm_raw)),
                     r.hist,
                 ));
             }

@@ -114,7 +114,9 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
             },
         };
         let subject = match s.pid {
-            Some(p) => Subject::process(p, s.comm.clone().unwrap_or_default()).with_title(&s.title),
+            Some(p) => Subject::process(p, s.comm.clone().unwrap_or_default())
+                .with_title(&s.title)
+                .with_container(s.container.get()),
             None => Subject::named("socket", format!("{}/{}", s.proto, s.port)),
         };
         let rmem_max = sysctl("net.core.rmem_max").unwrap_or_else(|| "?".into());

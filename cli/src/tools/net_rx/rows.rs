@@ -13,7 +13,12 @@ use serde::Serialize;
 use super::reasons::{self, proto_name, Reasons};
 use crate::{
     host::{kallsyms::Symbolizer, net},
-    report::{render::fmt_ns, rows::Column, sanitize, who::Title},
+    report::{
+        render::fmt_ns,
+        rows::Column,
+        sanitize,
+        who::{InContainer, Title},
+    },
 };
 
 /// Drops with one reason at one place (function, destination, device).
@@ -52,6 +57,9 @@ pub struct DropRow {
     /// The owner's process title (`cmdline`).
     #[serde(flatten)]
     pub title: Title,
+    /// The owner's container.
+    #[serde(flatten)]
+    pub container: InContainer,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
     /// `nobody listens on udp/9999` for drops to a closed port.
@@ -213,6 +221,9 @@ pub struct SockRow {
     /// The owner's process title (`cmdline`).
     #[serde(flatten)]
     pub title: Title,
+    /// The owner's container.
+    #[serde(flatten)]
+    pub container: InContainer,
     pub proto: String,
     /// The socket's local port.
     pub port: u16,
@@ -354,6 +365,7 @@ pub fn sock_rows(
             r.comm = Some(c);
             r.comm_bytes = b;
             r.title = r.pid.map(Title::of).unwrap_or_default();
+            r.container = InContainer::of(r.pid.and_then(crate::host::container::of_pid));
         }
     }
     rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
@@ -370,6 +382,7 @@ pub fn attribute(drops: &mut [DropRow], socks: &[SockRow]) {
             d.pid = s.pid;
             d.comm = s.comm.clone();
             d.title = s.title.clone();
+            d.container = s.container.clone();
         }
     }
 }

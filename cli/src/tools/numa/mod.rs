@@ -37,8 +37,7 @@ use crate::{
     options::Common,
     report::{
         rows::{id_columns, Ctx, Section},
-        sanitize,
-        who::Title,
+        who::{Id, Title},
     },
     tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
 };
@@ -340,14 +339,12 @@ impl Numa {
                 Title::of_or(v.tgid, learnt.as_deref().unwrap_or(&[])),
             )
         };
-        let (name, bytes) = sanitize::name_fields(&comm);
         let hook = self.hint_hook.is_some();
         SummaryRow {
-            pid: if threads { v.tgid } else { id },
-            tid: (threads && id != 0).then_some(id),
-            comm: name,
-            comm_bytes: bytes,
-            title,
+            who: match id {
+                0 => Id::named(&comm),
+                _ => Id::new(id, v.tgid, threads, comm, title),
+            },
             cpu_ns: v.cpu_ns.iter().sum(),
             cpu_ns_by_node: v.cpu_ns[..self.width].to_vec(),
             hint_faults: hook.then_some(v.hint_faults),
@@ -359,7 +356,6 @@ impl Numa {
             task_swaps: v.swaps,
             task_sticks: v.sticks,
             id,
-            comm_raw: comm,
             ..Default::default()
         }
     }
@@ -372,8 +368,8 @@ impl Numa {
             if want.len() >= self.maps_top {
                 break;
             }
-            if !want.contains(&r.pid) && !self.facts.get(r.pid).is_some_and(|f| f.kthread) {
-                want.push(r.pid);
+            if !want.contains(&r.who.pid) && !self.facts.get(r.who.pid).is_some_and(|f| f.kthread) {
+                want.push(r.who.pid);
             }
         }
         for p in &self.scope.pids {
@@ -484,9 +480,9 @@ impl Collector for Numa {
         let rows: Vec<SummaryRow> = rows
             .into_iter()
             .map(|r| {
-                let mut p = procs.get(&r.pid).cloned();
-                if let (true, Some(p), Some(tid)) = (threads, p.as_mut(), r.tid) {
-                    p.task = hnuma::task_numa_of(r.pid, tid);
+                let mut p = procs.get(&r.who.pid).cloned();
+                if let (true, Some(p), Some(tid)) = (threads, p.as_mut(), r.who.tid) {
+                    p.task = hnuma::task_numa_of(r.who.pid, tid);
                 }
                 r.with_proc(p.as_ref(), width)
             })

@@ -10,7 +10,7 @@ use crate::{
         render::fmt_ns,
         rows::Column,
         sanitize,
-        who::Title,
+        who::Id,
     },
 };
 
@@ -19,15 +19,9 @@ use super::INFO;
 /// One process (or thread) in one window.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SummaryRow {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
-    /// The process title (`cmdline`).
+    /// pid, tid (`--threads`), comm, title, container.
     #[serde(flatten)]
-    pub title: Title,
+    pub who: Id,
     pub cpu_ns: u64,
     /// On-CPU time per node id (index = node id).
     pub cpu_ns_by_node: Vec<u64>,
@@ -64,8 +58,6 @@ pub struct SummaryRow {
     pub pages_migrated_life: Option<u64>,
     #[serde(skip)]
     pub id: u32,
-    #[serde(skip)]
-    pub comm_raw: Vec<u8>,
 }
 
 /// What was read from /proc for one process at the end of a window.
@@ -167,8 +159,8 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 }
 
 pub const SUMMARY: &[Column<SummaryRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.title.beside(&r.who.comm_raw)),
     Column::right("CPU", |r, _| fmt_ns(r.cpu_ns)),
     Column::right("CPU%/NODE", |r, _| shares(&r.cpu_ns_by_node)),
     Column::right("MEM", |r, _| r.mem_kib().map_or("-".into(), fmt_kib)),
@@ -281,10 +273,13 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         return None;
     }
     let (cpu_node, cpu_ppm) = r.cpu_node()?;
-    let comm = sanitize::text(&r.comm_raw);
-    let who = match r.tid {
-        Some(t) => format!("{} (pid {}, tid {t})", r.title.beside(&r.comm_raw), r.pid),
-        None => format!("{} (pid {})", r.title.beside(&r.comm_raw), r.pid),
+    let inside = match r.who.container.get() {
+        Some(k) => format!(" in container {}", sanitize::text(k.label().as_bytes())),
+        None => String::new(),
+    };
+    let who = match r.who.tid {
+        Some(t) => format!("{} (pid {}, tid {t}){inside}", r.who.comm_text(), r.who.pid),
+        None => format!("{} (pid {}){inside}", r.who.comm_text(), r.who.pid),
     };
     let cpus = c
         .node_cpus
@@ -311,8 +306,8 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         tool: INFO.name,
         cause: Cause::NumaMisplaced,
         subject: Subject {
-            tid: r.tid,
-            ..Subject::process(r.pid, comm.clone()).with_title(&r.title)
+            tid: r.who.tid,
+            ..r.who.subject()
         },
         culprit: None,
         score: Score::NsPerS(ns_per_s),
@@ -329,14 +324,14 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         evidence: vec![],
         advice: format!(
             "run it where its memory is: `numactl --cpunodebind={mem_node} --membind={mem_node} <command>` (systemd: `NUMAPolicy=bind`, `NUMAMask={mem_node}` and `CPUAffinity={cpus}` in its unit), or move the memory to where it runs (`migratepages {} {mem_node} {cpu_node}`){}",
-            r.pid,
+            r.who.pid,
             if c.balancing == Some(0) && !bound {
                 "; or let the kernel do it: `sysctl kernel.numa_balancing=1`"
             } else {
                 ""
             }
         ),
-        next: Some(format!("tracekit numa --pid {} --duration 30s", r.pid)),
+        next: Some(format!("tracekit numa --pid {} --duration 30s", r.who.pid)),
     }
     .evidence("cpu_ns", r.cpu_ns)
     .evidence("remote_cpu_ns", remote_ns)
@@ -358,7 +353,6 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
     if rate < MIN_MIGRATE_PAGES_PER_S {
         return None;
     }
-    let comm = sanitize::text(&r.comm_raw);
     let kib = r.pages_migrated * c.page_kib;
     let faults = match (r.hint_faults, r.hint_faults_local) {
         (Some(a), Some(l)) => format!(
@@ -373,16 +367,16 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
         tool: INFO.name,
         cause: Cause::NumaMigration,
         subject: Subject {
-            tid: r.tid,
-            ..Subject::process(r.pid, comm.clone()).with_title(&r.title)
+            tid: r.who.tid,
+            ..r.who.subject()
         },
         culprit: None,
         score: Score::RatePerS(rate),
         summary: format!(
             "NUMA balancing migrated {} of {} (pid {})'s memory in {:.1} s ({}/s){faults}{}.",
             fmt_kib(kib),
-            r.title.beside(&r.comm_raw),
-            r.pid,
+            r.who.title.beside(&r.who.comm_raw),
+            r.who.pid,
             c.secs,
             fmt_kib((kib as f64 / c.secs) as u64),
             if pingpong {
@@ -401,7 +395,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
         },
         next: Some(format!(
             "tracekit numa --pid {} --interval 5s --duration 1m",
-            r.pid
+            r.who.pid
         )),
     }
     .evidence("pages_migrated", r.pages_migrated)
@@ -423,7 +417,7 @@ pub fn findings(rows: &[SummaryRow], c: &Context) -> Vec<Finding> {
     let me = std::process::id();
     let mut out: Vec<Finding> = rows
         .iter()
-        .filter(|r| r.id != 0 && r.pid != me)
+        .filter(|r| r.id != 0 && r.who.pid != me)
         .flat_map(|r| [misplaced(r, c), migrating(r, c)])
         .flatten()
         .collect();
@@ -438,10 +432,13 @@ mod tests {
 
     fn row(pid: u32, cpu: [u64; 2]) -> SummaryRow {
         SummaryRow {
-            pid,
+            who: Id {
+                pid,
+                comm: "postgres".into(),
+                comm_raw: b"postgres".to_vec(),
+                ..Default::default()
+            },
             id: pid,
-            comm: "postgres".into(),
-            comm_raw: b"postgres".to_vec(),
             cpu_ns: cpu.iter().sum(),
             cpu_ns_by_node: cpu.to_vec(),
             ..Default::default()

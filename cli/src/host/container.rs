@@ -1,0 +1,542 @@
+//! Which container a process runs in, from its cgroup path, named from what the runtime keeps
+//! on disk (no daemon is asked):
+//!
+//! | runtime | cgroup paths (v1 cgroupfs, v2 systemd) | name from |
+//! |---|---|---|
+//! | podman | `/libpod_parent/libpod-<id>`, `…/libpod-<id>.scope` | `*-containers/containers.json` (`names`) |
+//! | docker | `/docker/<id>`, `/system.slice/docker-<id>.scope` | `/var/lib/docker/containers/<id>/config.v2.json` (`Name`) |
+//! | Kubernetes (containerd, CRI-O, docker) | `/kubepods/<qos>/pod<uid>/<id>`, `kubepods-…-pod<uid>.slice/cri-containerd-<id>.scope`, `crio-<id>.scope` | `/var/log/containers/<pod>_<ns>_<container>-<id>.log`, else `/var/log/pods/<ns>_<pod>_<uid>/<container>/` |
+//! | systemd | `/system.slice/<unit>.service`, a process directly in a `.slice` | the unit |
+//!
+//! A container whose runtime keeps no name readable here is named by its cgroup path. Other
+//! layouts (the root, sessions, cgroups a tool made) are no container: the host.
+//! State files are read under the host's root as pid 1 sees it (`<proc>/1/root`), so a
+//! tracekit that runs in a container with the host's /proc at `TRACEKIT_PROC` still finds them.
+//! Results are cached per cgroup path (bounded), never looked up per event.
+
+use std::{
+    collections::HashMap,
+    os::unix::ffi::OsStrExt,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use serde::Serialize;
+
+use super::{read_capped, LARGE_FILE, SMALL_FILE};
+
+/// A container runtime (or systemd, whose services are the containers of a node without one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    Podman,
+    Docker,
+    Containerd,
+    CriO,
+    /// A Kubernetes pod's container whose runtime the path does not say (cgroupfs driver).
+    Cri,
+    Systemd,
+}
+
+impl Runtime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Podman => "podman",
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri-o",
+            Runtime::Cri => "cri",
+            Runtime::Systemd => "systemd",
+        }
+    }
+}
+
+/// A container, as its cgroup path and the runtime's state files say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Container {
+    pub runtime: Runtime,
+    /// The runtime's container id (64 hex digits), or the unit for systemd.
+    pub id: String,
+    /// The name the runtime gave it (`pg-main`; the container's name in its pod for
+    /// Kubernetes); the cgroup path when no state file names it.
+    pub name: String,
+    /// Kubernetes: the pod's name and namespace.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+}
+
+impl Container {
+    /// How a table names it: `pg-main`, `shop/web-7d9f/nginx` for a pod's container.
+    pub fn label(&self) -> String {
+        match (&self.namespace, &self.pod) {
+            (Some(ns), Some(pod)) => format!("{ns}/{pod}/{}", self.name),
+            (None, Some(pod)) => format!("{pod}/{}", self.name),
+            _ => self.name.clone(),
+        }
+    }
+
+    /// Whether `--container q` names this container: its name, label, id, or an id prefix of at
+    /// least 4 characters (as `podman`/`docker` accept).
+    pub fn matches(&self, q: &str) -> bool {
+        q == self.name
+            || q == self.label()
+            || q == self.id
+            || (q.len() >= 4 && self.runtime != Runtime::Systemd && self.id.starts_with(q))
+    }
+}
+
+fn is_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `<prefix><id><suffix>` → id, when id is a container id.
+fn id_between<'a>(c: &'a str, prefix: &str, suffix: &str) -> Option<&'a str> {
+    let id = c.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    is_id(id).then_some(id)
+}
+
+/// What a cgroup path alone says: runtime, id and (Kubernetes) the pod's UID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathMatch {
+    pub runtime: Runtime,
+    pub id: String,
+    pub pod_uid: Option<String>,
+}
+
+/// Classifies cgroup `path` (as `/proc/<pid>/cgroup` shows it, v1 or v2); `None`: not a
+/// container (the root, a session, an unknown layout).
+pub fn classify(path: &str) -> Option<PathMatch> {
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let kube = comps.iter().any(|c| c.starts_with("kubepods"));
+    let pod_uid = comps.iter().find_map(|c| pod_uid_of(c));
+    // The innermost component that names a container wins (a container's own sub-cgroups, such
+    // as systemd's `init.scope` inside one, stay with it).
+    for (i, c) in comps.iter().enumerate().rev() {
+        let parent = i.checked_sub(1).map(|p| comps[p]);
+        let found = if let Some(id) =
+            id_between(c, "libpod-", ".scope").or_else(|| id_between(c, "libpod-", ""))
+        {
+            Some((Runtime::Podman, id))
+        } else if let Some(id) = id_between(c, "docker-", ".scope") {
+            Some((Runtime::Docker, id))
+        } else if let Some(id) = id_between(c, "cri-containerd-", ".scope") {
+            Some((Runtime::Containerd, id))
+        } else if let Some(id) = id_between(c, "crio-", ".scope") {
+            Some((Runtime::CriO, id))
+        } else if is_id(c) && parent == Some("docker") {
+            Some((Runtime::Docker, *c))
+        } else if is_id(c) && kube {
+            Some((Runtime::Cri, *c))
+        } else {
+            None
+        };
+        if let Some((runtime, id)) = found {
+            return Some(PathMatch {
+                runtime,
+                id: id.to_string(),
+                pod_uid: pod_uid.clone(),
+            });
+        }
+    }
+    // systemd: a service, or a process placed directly in a slice (not the root slices).
+    let last = *comps.last()?;
+    let service = last.ends_with(".service") && !last.starts_with("user@");
+    let slice = last.ends_with(".slice")
+        && !matches!(last, "system.slice" | "user.slice" | "machine.slice")
+        && !last.starts_with("kubepods")
+        && !last.starts_with("user-");
+    (service || slice).then(|| PathMatch {
+        runtime: Runtime::Systemd,
+        id: last.to_string(),
+        pod_uid: None,
+    })
+}
+
+/// The pod UID in a cgroup component: `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid>.slice`
+/// (systemd, dashes as underscores).
+fn pod_uid_of(c: &str) -> Option<String> {
+    let s = c.strip_suffix(".slice").unwrap_or(c);
+    let uid = &s[s.rfind("pod")? + 3..];
+    let uid = uid.replace('_', "-");
+    let ok = uid.len() == 36 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    ok.then_some(uid)
+}
+
+/// Where the runtimes keep their state: the host's root (`/`, or a test's fixture tree).
+#[derive(Clone, Debug)]
+pub struct StateRoot(pub PathBuf);
+
+impl StateRoot {
+    /// The host's root as pid 1 sees it (`<proc>/1/root`), else `/`.
+    pub fn host() -> StateRoot {
+        let p = super::proc_path("1/root");
+        StateRoot(if std::fs::read_dir(&p).is_ok() {
+            p
+        } else {
+            PathBuf::from("/")
+        })
+    }
+
+    fn at(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+
+    /// The container `m` names, named from the runtime's state (else by `path`).
+    pub fn resolve(&self, m: &PathMatch, path: &str) -> Container {
+        let mut c = Container {
+            runtime: m.runtime,
+            id: m.id.clone(),
+            name: path.to_string(),
+            pod: None,
+            namespace: None,
+        };
+        if m.runtime == Runtime::Systemd {
+            c.name = m.id.clone();
+            return c;
+        }
+        if let Some(uid) = &m.pod_uid {
+            if let Some((ns, pod, name)) = self.kube_names(&m.id, uid) {
+                c.namespace = Some(ns);
+                c.pod = Some(pod);
+                if let Some(n) = name {
+                    c.name = n;
+                }
+                return c;
+            }
+        }
+        let name = match m.runtime {
+            Runtime::Podman => self.podman_name(&m.id),
+            _ => self.docker_name(&m.id),
+        };
+        if let Some(n) = name {
+            c.name = n;
+        }
+        c
+    }
+
+    /// podman (containers/storage): `<driver>-containers/containers.json`, an array of
+    /// `{"id", "names": [..]}`, for root's storage.
+    fn podman_name(&self, id: &str) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            id: String,
+            #[serde(default)]
+            names: Vec<String>,
+        }
+        let dir = self.at("var/lib/containers/storage");
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if !e.file_name().as_bytes().ends_with(b"-containers") {
+                continue;
+            }
+            let Ok(bytes) = read_capped(&e.path().join("containers.json"), LARGE_FILE) else {
+                continue;
+            };
+            let entries: Vec<Entry> = serde_json::from_slice(&bytes).unwrap_or_default();
+            if let Some(n) = entries
+                .into_iter()
+                .find(|x| x.id == id)
+                .and_then(|x| x.names.into_iter().next())
+            {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// docker: `Name` (`/web`) in `/var/lib/docker/containers/<id>/config.v2.json`.
+    fn docker_name(&self, id: &str) -> Option<String> {
+        let p = self.at(&format!("var/lib/docker/containers/{id}/config.v2.json"));
+        let v: serde_json::Value =
+            serde_json::from_slice(&read_capped(&p, SMALL_FILE).ok()?).ok()?;
+        let n = v.get("Name")?.as_str()?.trim_start_matches('/');
+        (!n.is_empty()).then(|| n.to_string())
+    }
+
+    /// Kubernetes: (namespace, pod, container) from the kubelet's log links
+    /// `/var/log/containers/<pod>_<ns>_<container>-<id>.log`, else namespace and pod from
+    /// `/var/log/pods/<ns>_<pod>_<uid>/` (and the container when the pod has only one).
+    fn kube_names(&self, id: &str, uid: &str) -> Option<(String, String, Option<String>)> {
+        let suffix = format!("-{id}.log");
+        if let Ok(rd) = std::fs::read_dir(self.at("var/log/containers")) {
+            for e in rd.flatten() {
+                let f = e.file_name();
+                let Some(stem) = f.to_str().and_then(|f| f.strip_suffix(&suffix)) else {
+                    continue;
+                };
+                let mut parts = stem.splitn(3, '_');
+                if let (Some(pod), Some(ns), Some(c)) = (parts.next(), parts.next(), parts.next()) {
+                    return Some((ns.into(), pod.into(), Some(c.into())));
+                }
+            }
+        }
+        let tail = format!("_{uid}");
+        for e in std::fs::read_dir(self.at("var/log/pods")).ok()?.flatten() {
+            let f = e.file_name();
+            let Some((ns, pod)) = f
+                .to_str()
+                .and_then(|f| f.strip_suffix(&tail))
+                .and_then(|s| s.split_once('_'))
+            else {
+                continue;
+            };
+            let dirs: Vec<String> = std::fs::read_dir(e.path())
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|d| d.path().is_dir())
+                        .filter_map(|d| d.file_name().to_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let only = (dirs.len() == 1).then(|| dirs[0].clone());
+            return Some((ns.into(), pod.into(), only));
+        }
+        None
+    }
+}
+
+/// The container among `/proc/<pid>/cgroup` lines (`ID:controllers:path`): the innermost
+/// container any hierarchy names (v1 controllers, v2 `0::`), a runtime's over systemd's.
+pub fn pick(proc_cgroup: &[u8]) -> Option<(PathMatch, String)> {
+    let mut best: Option<(PathMatch, String)> = None;
+    for line in proc_cgroup.split(|&b| b == b'\n') {
+        let Some(path) = line.splitn(3, |&b| b == b':').nth(2) else {
+            continue;
+        };
+        let Ok(path) = std::str::from_utf8(path) else {
+            continue;
+        };
+        if let Some(m) = classify(path) {
+            let better = match &best {
+                None => true,
+                Some((b, _)) => b.runtime == Runtime::Systemd && m.runtime != Runtime::Systemd,
+            };
+            if better {
+                best = Some((m, path.to_string()));
+            }
+        }
+    }
+    best
+}
+
+/// Cached answers: containers by cgroup path, and by pid for processes that have exited.
+#[derive(Default)]
+struct Cache {
+    by_path: HashMap<String, Option<Arc<Container>>>,
+    by_pid: HashMap<u32, Option<Arc<Container>>>,
+    root: Option<StateRoot>,
+}
+
+/// Entries each cache keeps before it starts over (a node rarely runs more containers; a
+/// churning one re-reads a state file per container after a reset).
+const CACHE_CAP: usize = 4096;
+
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+/// The container process `pid` runs in (`None`: the host), read from `/proc/<pid>/cgroup` while
+/// it lives and remembered after it exits.
+pub fn of_pid(pid: u32) -> Option<Arc<Container>> {
+    if pid == 0 {
+        return None;
+    }
+    let text = super::cgroup::proc_cgroup(pid);
+    let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = guard.get_or_insert_with(Cache::default);
+    let Some(text) = text else {
+        return cache.by_pid.get(&pid).cloned().flatten();
+    };
+    let found = pick(&text).and_then(|(m, path)| {
+        if let Some(c) = cache.by_path.get(&path) {
+            return c.clone();
+        }
+        let root = cache.root.get_or_insert_with(StateRoot::host);
+        let c = Some(Arc::new(root.resolve(&m, &path)));
+        if cache.by_path.len() >= CACHE_CAP {
+            cache.by_path.clear();
+        }
+        cache.by_path.insert(path, c.clone());
+        c
+    });
+    if cache.by_pid.len() >= CACHE_CAP {
+        cache.by_pid.clear();
+    }
+    cache.by_pid.insert(pid, found.clone());
+    found
+}
+
+/// Every live process whose container [`Container::matches`] `q`, and the container.
+pub fn pids_of(q: &str) -> (Vec<u32>, Option<Arc<Container>>) {
+    let mut pids = Vec::new();
+    let mut which = None;
+    if let Ok(rd) = std::fs::read_dir(super::proc_path("")) {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(c) = of_pid(pid).filter(|c| c.matches(q)) {
+                pids.push(pid);
+                which.get_or_insert(c);
+            }
+        }
+    }
+    pids.sort_unstable();
+    (pids, which)
+}
+
+/// The directory of fixture state files for tests (`cli/tests/fixtures/containers`).
+#[cfg(test)]
+fn fixture_root() -> StateRoot {
+    StateRoot(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/containers"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PODMAN_ID: &str = "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809";
+    const DOCKER_ID: &str = "aa11bb22cc33dd44ee55ff6600778899aabbccddeeff00112233445566778899";
+    const CRI_ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const CRIO_ID: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    const UID: &str = "6b3f0e6a-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
+    const UID2: &str = "11111111-2222-3333-4444-555555555555";
+
+    fn m(path: &str) -> Option<(Runtime, String, Option<String>)> {
+        classify(path).map(|m| (m.runtime, m.id, m.pod_uid))
+    }
+
+    #[test]
+    fn path_patterns() {
+        let p = |r, id: &str| Some((r, id.to_string(), None));
+        // podman: v1 cgroupfs (this host), v2 systemd (root and rootless), in a pod.
+        assert_eq!(
+            m(&format!("/libpod_parent/libpod-{PODMAN_ID}")),
+            p(Runtime::Podman, PODMAN_ID)
+        );
+        assert_eq!(
+            m(&format!("/machine.slice/libpod-{PODMAN_ID}.scope")),
+            p(Runtime::Podman, PODMAN_ID)
+        );
+        assert_eq!(
+            m(&format!(
+                "/machine.slice/libpod-{PODMAN_ID}.scope/container"
+            )),
+            p(Runtime::Podman, PODMAN_ID)
+        );
+        assert_eq!(
+            m(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{PODMAN_ID}.scope"
+            )),
+            p(Runtime::Podman, PODMAN_ID)
+        );
+        // conmon is not in the container.
+        assert_eq!(
+            m(&format!("/machine.slice/libpod-conmon-{PODMAN_ID}.scope")),
+            None
+        );
+        // docker: cgroupfs and systemd drivers.
+        assert_eq!(
+            m(&format!("/docker/{DOCKER_ID}")),
+            p(Runtime::Docker, DOCKER_ID)
+        );
+        assert_eq!(
+            m(&format!("/system.slice/docker-{DOCKER_ID}.scope")),
+            p(Runtime::Docker, DOCKER_ID)
+        );
+        // Kubernetes: cgroupfs (v1), systemd with containerd and CRI-O (v2).
+        let k = |r, id: &str, uid: &str| Some((r, id.to_string(), Some(uid.to_string())));
+        assert_eq!(
+            m(&format!("/kubepods/burstable/pod{UID}/{CRI_ID}")),
+            k(Runtime::Cri, CRI_ID, UID)
+        );
+        let u = UID.replace('-', "_");
+        assert_eq!(
+            m(&format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CRI_ID}.scope"
+            )),
+            k(Runtime::Containerd, CRI_ID, UID)
+        );
+        assert_eq!(
+            m(&format!(
+                "/kubepods.slice/kubepods-pod{u}.slice/crio-{CRIO_ID}.scope"
+            )),
+            k(Runtime::CriO, CRIO_ID, UID)
+        );
+        // systemd units; the root, sessions and unknown layouts are the host.
+        let s = |u: &str| Some((Runtime::Systemd, u.to_string(), None));
+        assert_eq!(
+            m("/system.slice/postgresql.service"),
+            s("postgresql.service")
+        );
+        assert_eq!(m("/batch.slice"), s("batch.slice"));
+        for host in [
+            "/",
+            "",
+            "/system.slice",
+            "/user.slice/user-1000.slice/session-3.scope",
+            "/user.slice/user-1000.slice/user@1000.service",
+            "/process_api/8650c0330e01b5cecace5756ef9d93a6",
+            "/init.scope",
+            "/docker/not-an-id",
+        ] {
+            assert_eq!(m(host), None, "{host}");
+        }
+    }
+
+    #[test]
+    fn picks_the_runtime_over_systemd_in_v1_lines() {
+        let text = format!(
+            "12:memory:/libpod_parent/libpod-{PODMAN_ID}\n1:name=systemd:/system.slice/foo.service\n0::/\n"
+        );
+        let (m, path) = pick(text.as_bytes()).unwrap();
+        assert_eq!(m.runtime, Runtime::Podman);
+        assert_eq!(path, format!("/libpod_parent/libpod-{PODMAN_ID}"));
+        let (m, _) = pick(b"1:name=systemd:/system.slice/foo.service\n0::/\n").unwrap();
+        assert_eq!(m.id, "foo.service");
+        assert!(pick(b"4:memory:/\n0::/\n").is_none());
+        assert!(pick(b"garbage").is_none());
+    }
+
+    #[test]
+    fn names_from_state_files() {
+        let root = fixture_root();
+        let name = |path: String| {
+            let m = classify(&path).unwrap();
+            root.resolve(&m, &path)
+        };
+        let c = name(format!("/libpod_parent/libpod-{PODMAN_ID}"));
+        assert_eq!((c.runtime, c.name.as_str()), (Runtime::Podman, "pg-main"));
+        assert_eq!(c.label(), "pg-main");
+        let s = crate::report::findings::Subject::process(812, "postgres").with_container(Some(&c));
+        assert_eq!(s.text(), "postgres (pid 812) in container pg-main");
+        let c = name(format!("/system.slice/docker-{DOCKER_ID}.scope"));
+        assert_eq!((c.runtime, c.name.as_str()), (Runtime::Docker, "web"));
+        let u = UID.replace('-', "_");
+        let c = name(format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CRI_ID}.scope"
+        ));
+        assert_eq!(
+            (c.namespace.as_deref(), c.pod.as_deref(), c.name.as_str()),
+            (Some("shop"), Some("web-7d9f"), "nginx")
+        );
+        assert_eq!(c.label(), "shop/web-7d9f/nginx");
+        assert!(c.matches("nginx") && c.matches(&CRI_ID[..12]) && !c.matches("web"));
+        // No log link: namespace and pod from /var/log/pods, the pod's only container.
+        let c = name(format!("/kubepods/besteffort/pod{UID2}/{CRIO_ID}"));
+        assert_eq!(c.label(), "batch/report-1/worker");
+        // Nothing on disk: named by the path.
+        let path = format!("/docker/{CRIO_ID}");
+        let c = name(path.clone());
+        assert_eq!((c.runtime, c.name), (Runtime::Docker, path));
+        let c = name("/system.slice/postgresql.service".into());
+        assert!(c.matches("postgresql.service") && !c.matches("post"));
+    }
+
+    #[test]
+    fn own_process_is_resolved_and_cached() {
+        let me = std::process::id();
+        let a = of_pid(me);
+        assert_eq!(a, of_pid(me));
+        assert_eq!(of_pid(0), None);
+        let (pids, _) = pids_of("no-such-container-anywhere");
+        assert!(pids.is_empty());
+    }
+}

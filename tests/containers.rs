@@ -1,0 +1,388 @@
+//! Root tests for container attribution with a real container runtime: podman (with runc: crun
+//! refuses this host's v1 hybrid layout) runs an fsync loop and a memory-limited writer in two
+//! named containers built offline from busybox-static and `tk-workload`; every tool names the
+//! containers as `podman inspect` does, `--by container` totals equal the sum of the
+//! processes' rows, and `--container NAME` keeps only that container's processes.
+//!
+//! Needs the Debian packages `podman runc busybox-static` (installed here when missing) and
+//! `default_ulimits = []` under `[containers]` in `/etc/containers/containers.conf` (this host
+//! denies raising RLIMIT_NPROC; the setting is added when missing, nothing else is changed).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+const CONF: &str = "/etc/containers/containers.conf";
+
+fn sh(cmd: &mut Command) -> (bool, String, String) {
+    let o = cmd.output().expect("spawn");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        String::from_utf8_lossy(&o.stderr).trim().to_string(),
+    )
+}
+
+fn podman(args: &[&str]) -> String {
+    let (ok, out, err) = sh(Command::new("podman").args(args));
+    assert!(ok, "podman {args:?}: {err}");
+    out
+}
+
+/// Installs podman, runc and busybox-static when missing, and the ulimits setting.
+fn ensure_runtime() {
+    let have = |b: &str| Path::new(b).exists();
+    if !(have("/usr/bin/podman") && have("/usr/sbin/runc") && have("/bin/busybox")) {
+        let (ok, _, err) = sh(Command::new("apt-get")
+            .args(["install", "-y", "podman", "runc", "busybox-static"])
+            .env("DEBIAN_FRONTEND", "noninteractive"));
+        assert!(ok, "apt-get install podman runc busybox-static: {err}");
+    }
+    let conf = std::fs::read_to_string(CONF).unwrap_or_default();
+    if !conf
+        .lines()
+        .any(|l| l.trim_start().starts_with("default_ulimits"))
+    {
+        let new = match conf.find("[containers]") {
+            Some(i) => {
+                let at = i + "[containers]".len();
+                format!("{}\ndefault_ulimits = []{}", &conf[..at], &conf[at..])
+            }
+            None => format!("{conf}\n[containers]\ndefault_ulimits = []\n"),
+        };
+        std::fs::write(CONF, new).expect("write containers.conf");
+    }
+}
+
+/// The containers and image this test made, removed even when it fails.
+struct Made {
+    names: Vec<String>,
+    image: String,
+    dir: PathBuf,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "0", n])
+                .output();
+        }
+        let _ = Command::new("podman")
+            .args(["rmi", "-f", &self.image])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An image holding busybox-static (sh, sleep, test) and `/tk-workload`, imported offline.
+fn image(made: &Made) {
+    let root = made.dir.join("rootfs");
+    for d in ["bin", "tmp", "proc", "sys", "dev", "etc", "data"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    for a in ["sh", "sleep", "test", "["] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(a)).unwrap();
+    }
+    std::fs::copy(workload_bin(), root.join("tk-workload")).unwrap();
+    let tar = made.dir.join("image.tar");
+    let (ok, _, err) = sh(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&root)
+        .arg("."));
+    assert!(ok, "tar: {err}");
+    podman(&["import", tar.to_str().unwrap(), &made.image]);
+}
+
+/// Starts container `name` running `/tk-workload <cmd> /gate/done-<name> /gate/end` once
+/// `<gate>/go` exists; returns its host pid (the workload's: `exec`).
+fn run(made: &Made, name: &str, cmd: &str) -> u32 {
+    let gate = made.dir.join("gate");
+    std::fs::create_dir_all(&gate).unwrap();
+    let script = format!(
+        "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
+    );
+    podman(&[
+        "--runtime",
+        "runc",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--memory",
+        "64m",
+        "-v",
+        &format!("{}:/gate", gate.display()),
+        &made.image,
+        "sh",
+        "-c",
+        &script,
+    ]);
+    podman(&["inspect", "--format", "{{.State.Pid}}", name])
+        .parse()
+        .expect("pid")
+}
+
+fn rows<'a>(lines: &'a [Value], tool: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["tool"] == tool && l["type"] == "summary")
+        .collect()
+}
+
+fn count(rows: &[&Value], container: &str, key: &str) -> u64 {
+    rows.iter()
+        .filter(|r| r["container"] == container)
+        .map(|r| r[key].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn stop(tk: Tracer) -> Vec<Value> {
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "exit {status}: {stderr}");
+    lines
+}
+
+#[test]
+fn every_tool_names_the_containers() {
+    require_root();
+    ensure_runtime();
+    let tag = std::process::id();
+    let made = Made {
+        names: vec![format!("tk-ct-fsync-{tag}"), format!("tk-ct-mem-{tag}")],
+        image: format!("localhost/tk-ct-{tag}:latest"),
+        dir: scratch("containers"),
+    };
+    image(&made);
+    let (fsync_name, mem_name) = (made.names[0].clone(), made.names[1].clone());
+    // 300 fsyncs of a file in the container's own layer.
+    let fsync_pid = run(&made, &fsync_name, "ct-fsync /data/f 300");
+    // 256 MiB written under a 64 MiB limit: memcg reclaim in the writer.
+    let mem_pid = run(&made, &mem_name, "ct-write /data/big 256");
+    for (n, p) in [(&fsync_name, fsync_pid), (&mem_name, mem_pid)] {
+        assert_eq!(
+            podman(&["inspect", "--format", "{{.Name}}", n]).as_str(),
+            n.as_str()
+        );
+        assert!(p > 0, "{n} runs");
+    }
+
+    // An unknown container is a usage error, before anything loads.
+    let (status, _, stderr) = {
+        let o = Command::new(tracekit_bin())
+            .args([
+                "fsync-lat",
+                "--container",
+                "tk-no-such-container",
+                "-d",
+                "1s",
+            ])
+            .output()
+            .unwrap();
+        (o.status, (), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("tk-no-such-container"), "{stderr}");
+
+    let spawn = |args: &[&str]| {
+        let mut t = Tracer::spawn(args);
+        t.wait_attached();
+        t
+    };
+    let fsync_all = spawn(&["fsync-lat", "--json"]);
+    let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
+    let fsync_one = spawn(&["fsync-lat", "--json", "--container", &fsync_name]);
+    let memstall = spawn(&["memstall", "--json"]);
+    let memstall_by = spawn(&["memstall", "--json", "--by", "container"]);
+    let others: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
+        .into_iter()
+        .map(|t| (t, spawn(&[t, "--json"])))
+        .collect();
+    let others_by: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
+        .into_iter()
+        .map(|t| (t, spawn(&[t, "--json", "--by", "container"])))
+        .collect();
+
+    // The workloads stay alive (named by /proc) until every tracer has reported.
+    let gate = made.dir.join("gate");
+    std::fs::write(gate.join("go"), "").unwrap();
+    for n in &made.names {
+        let done = gate.join(format!("done-{n}"));
+        let t = std::time::Instant::now();
+        while !done.exists() {
+            assert!(t.elapsed() < Duration::from_secs(180), "{n} did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let out = podman(&["logs", &fsync_name]);
+    let w: Value = serde_json::from_str(out.lines().last().unwrap_or("{}")).expect(&out);
+    let fsyncs = w["fsync_ns"].as_array().expect("fsync_ns").len() as u64;
+    assert_eq!(fsyncs, 300);
+
+    let fsync_by = stop(fsync_by);
+    let fsync_one = stop(fsync_one);
+    let memstall = stop(memstall);
+    let memstall_by = stop(memstall_by);
+    let others: Vec<(&str, Vec<Value>)> = others.into_iter().map(|(t, x)| (t, stop(x))).collect();
+    let others_by: Vec<(&str, Vec<Value>)> =
+        others_by.into_iter().map(|(t, x)| (t, stop(x))).collect();
+    let all = stop(fsync_all);
+    std::fs::write(gate.join("end"), "").unwrap();
+    for n in &made.names {
+        podman(&["wait", n]);
+    }
+
+    // Every row of the container's process names it; the count is the workload's own.
+    let r = rows(&all, "fsync-lat");
+    let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == fsync_pid).collect();
+    assert!(!mine.is_empty(), "no row for pid {fsync_pid}: {r:?}");
+    for x in &mine {
+        assert_eq!(x["container"], fsync_name.as_str(), "{x}");
+        assert_eq!(x["runtime"], "podman", "{x}");
+        assert_eq!(x["container_id"].as_str().unwrap().len(), 64, "{x}");
+    }
+    assert_eq!(count(&r, &fsync_name, "count"), fsyncs);
+    let finding = all
+        .iter()
+        .find(|l| l["type"] == "finding" && l["pid"] == fsync_pid);
+    if let Some(f) = finding {
+        assert_eq!(f["container"], fsync_name.as_str(), "{f}");
+    }
+
+    // --by container: one row per container and syscall, the sum of its processes' rows.
+    let b = rows(&fsync_by, "fsync-lat");
+    let folded: Vec<&&Value> = b.iter().filter(|x| x["container"] == fsync_name).collect();
+    assert!(!folded.is_empty(), "{b:?}");
+    for x in &folded {
+        assert_eq!(x["pid"], 0, "{x}");
+        assert!(x["processes"].as_u64().unwrap() >= 1, "{x}");
+        let sum: u64 = r
+            .iter()
+            .filter(|y| y["container"] == fsync_name && y["syscall"] == x["syscall"])
+            .map(|y| y["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(x["count"].as_u64().unwrap(), sum, "{x}");
+    }
+    assert_eq!(count(&b, &fsync_name, "count"), fsyncs);
+    assert!(
+        b.iter().all(|x| x["pid"] == 0),
+        "every row folded (host rows in [host]): {b:?}"
+    );
+
+    // --container NAME: only that container's processes.
+    let o = rows(&fsync_one, "fsync-lat");
+    assert!(!o.is_empty());
+    for x in &o {
+        assert_eq!(x["container"], fsync_name.as_str(), "{x}");
+    }
+    assert_eq!(count(&o, &fsync_name, "count"), fsyncs);
+
+    // memstall: the writer's memcg reclaim, named by its container.
+    let m = rows(&memstall, "memstall");
+    let writer: Vec<&&Value> = m.iter().filter(|x| x["pid"] == mem_pid).collect();
+    assert!(
+        !writer.is_empty(),
+        "no memstall row for the writer {mem_pid}: {m:?}"
+    );
+    for x in &writer {
+        assert_eq!(x["container"], mem_name.as_str(), "{x}");
+    }
+    assert!(
+        writer
+            .iter()
+            .any(|x| x["kind"] == "memcg_reclaim" && x["count"].as_u64() > Some(0)),
+        "{writer:?}"
+    );
+
+    // memstall --by container: the writer's container's reclaim is the sum of its processes'.
+    let mb = rows(&memstall_by, "memstall");
+    let kind = |rs: &[&Value], k: &str| -> u64 {
+        rs.iter()
+            .filter(|x| x["container"] == mem_name && x["kind"] == k)
+            .map(|x| x["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let folded = mb
+        .iter()
+        .find(|x| x["container"] == mem_name && x["kind"] == "memcg_reclaim")
+        .unwrap_or_else(|| panic!("no folded memcg_reclaim row for {mem_name}: {mb:?}"));
+    assert_eq!(folded["pid"], 0, "{folded}");
+    assert_eq!(folded["comm"], mem_name.as_str(), "{folded}");
+    assert_eq!(kind(&mb, "memcg_reclaim"), kind(&m, "memcg_reclaim"));
+    assert!(kind(&m, "memcg_reclaim") > 0);
+
+    // ctxsw, runq-lat, io-lat --by container: a row per container, named by it.
+    for (tool, lines) in &others_by {
+        let r = rows(lines, tool);
+        let x = r
+            .iter()
+            .find(|x| x["container"] == fsync_name)
+            .unwrap_or_else(|| panic!("{tool} --by container: no row for {fsync_name}: {r:?}"));
+        assert_eq!(x["pid"], 0, "{tool}: {x}");
+        assert!(x["processes"].as_u64() >= Some(1), "{tool}: {x}");
+        assert!(
+            r.iter().all(|x| x["pid"] == 0),
+            "{tool}: every row folded: {r:?}"
+        );
+    }
+
+    // The other tools name the containers' processes too.
+    for (tool, lines) in &others {
+        let r = rows(lines, tool);
+        for (name, pid) in [(&fsync_name, fsync_pid), (&mem_name, mem_pid)] {
+            let x = r.iter().find(|x| x["pid"] == pid);
+            if *tool == "io-lat" && name == &mem_name && x.is_none() {
+                // Buffered writes reach the disk from writeback, charged to the cgroup.
+                continue;
+            }
+            let x = x.unwrap_or_else(|| panic!("{tool}: no row for {name} ({pid})"));
+            assert_eq!(x["container"], name.as_str(), "{tool}: {x}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workloads `tk-workload` runs in the containers (tests/workload/build.rs finds them): each
+// does its work, says so in DONE, and stays alive (so /proc still names it) until END exists.
+
+/// `ct-fsync PATH N DONE END`, `ct-write PATH MIB DONE END`.
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (done, end) = match a.as_slice() {
+        ["ct-fsync", path, n, done, end] => {
+            let mut f = open_trunc(path);
+            let fs = timed_sync(&mut f, "fsync", n.parse().ok()?);
+            println!("{}", serde_json::json!({"fsync_ns": fs}));
+            (done, end)
+        }
+        ["ct-write", path, mib, done, end] => {
+            use std::io::Write;
+            let mut f = open_trunc(path);
+            let buf = vec![0xa5u8; 1 << 20];
+            for _ in 0..mib.parse::<usize>().ok()? {
+                f.write_all(&buf).ok()?;
+            }
+            (done, end)
+        }
+        _ => return None,
+    };
+    std::fs::write(done, "").ok()?;
+    // Bounded: a test that died leaves no workload behind for long.
+    for _ in 0..6000 {
+        if Path::new(end).exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(0)
+}
