@@ -60,7 +60,7 @@ pub struct Args {
 
     /// Series per metric at most: the most active label sets are kept, the rest are summed in
     /// one comm="other" series and counted in tracekit_series_dropped_total.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
     pub max_series: u32,
 
     /// Add a `pid` label (one series per process: mind --max-series).
