@@ -39,9 +39,9 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
 };
 
-const EXAMPLES: &str = "  tracekit serve                                   # 127.0.0.1:9435/metrics, every low-cost collector
-  tracekit serve --listen 0.0.0.0:9435 --tools fsync-lat,io-lat --interval 15s
-  tracekit serve --listen 127.0.0.1:0 --duration 3s   # any free port (printed in the meta line), then exit";
+const EXAMPLES: &str = "  tracekit serve --duration 24h                      # 127.0.0.1:9435/metrics, every low-cost collector
+  tracekit serve --listen 127.0.0.1:0 --tools fsync-lat,io-lat --interval 15s --duration 1h
+  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, "root, or the union of the collectors' capabilities (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH; CAP_SYS_ADMIN to mount tracefs); collectors that cannot run are listed in tracekit_collector_up and serve goes on."))]
@@ -66,6 +66,11 @@ pub struct Args {
     /// Add a `pid` label (one series per process: mind --max-series).
     #[arg(long)]
     pub pid_labels: bool,
+
+    /// Cap on the distinct keys (processes × kinds) each collector's kernel maps hold at once, 16
+    /// to 1000000; default from pid_max. What does not fit is counted in `[other]` rows.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    pub max_keys: Option<u32>,
 
     /// Stop after this long (humantime); default: until SIGTERM or Ctrl-C.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION")]
@@ -96,7 +101,11 @@ pub fn run(args: Args) -> Result<()> {
         json: true,
         ..Default::default()
     };
-    let ctx = OpenCtx::new(Scope::default(), opts.clone());
+    let scope = Scope {
+        max_keys: args.max_keys,
+        ..Default::default()
+    };
+    let ctx = OpenCtx::new(scope, opts.clone());
     let tools::Opened {
         mut collectors,
         ran,
