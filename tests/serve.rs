@@ -123,15 +123,22 @@ fn named_workload(dir: &Path, name: &str) -> PathBuf {
     p
 }
 
-fn run_fsyncs(bin: &Path, file: &Path, n: usize) -> Value {
-    let out = Command::new(bin)
-        .args(["fsync", file.to_str().unwrap(), &n.to_string(), "0"])
-        .output()
-        .unwrap();
+/// Runs `c` and asserts it succeeded (`what` names it in the failure).
+fn ok(c: &mut Command, what: &str) -> std::process::Output {
+    let out = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         out.status.success(),
-        "{}",
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run_fsyncs(bin: &Path, file: &Path, n: usize) -> Value {
+    let out = ok(
+        Command::new(bin).args(["fsync", file.to_str().unwrap(), &n.to_string(), "0"]),
+        "fsync workload",
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -498,16 +505,11 @@ fn deploy_files_are_valid_and_the_dashboard_names_exported_metrics() {
     require_root();
     ensure_prometheus();
     let deploy = repo().join("deploy");
-    let out = Command::new("promtool")
-        .args(["check", "config"])
-        .arg(deploy.join("prometheus.yml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    ok(
+        Command::new("promtool")
+            .args(["check", "config"])
+            .arg(deploy.join("prometheus.yml")),
+        "promtool check config deploy/prometheus.yml",
     );
     // The manifest: YAML that parses, and the fields the DaemonSet depends on.
     let check = r#"
@@ -538,15 +540,11 @@ svc = kinds["Service"]
 assert svc["spec"]["selector"] == sel and svc["spec"]["clusterIP"] == "None", "headless service"
 print("ok")
 "#;
-    let out = Command::new("python3")
-        .args(["-c", check])
-        .arg(deploy.join("daemonset.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "deploy/daemonset.yaml (python3-yaml needed): {}",
-        String::from_utf8_lossy(&out.stderr)
+    ok(
+        Command::new("python3")
+            .args(["-c", check])
+            .arg(deploy.join("daemonset.yaml")),
+        "deploy/daemonset.yaml (python3-yaml needed)",
     );
     let cf = std::fs::read_to_string(deploy.join("Containerfile")).unwrap();
     assert!(cf.contains("target/release/tracekit") && cf.contains("serve"));
