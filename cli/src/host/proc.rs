@@ -253,6 +253,14 @@ pub fn self_rss_kib() -> (u64, u64) {
         .unwrap_or((0, 0))
 }
 
+/// tracekit's own CPU time (user + system) in seconds since it started; 0 if unreadable.
+pub fn self_cpu_seconds() -> f64 {
+    procfs::process::Process::myself()
+        .and_then(|p| p.stat())
+        .map(|s| (s.utime + s.stime) as f64 / procfs::ticks_per_second() as f64)
+        .unwrap_or(0.0)
+}
+
 /// Number of possible CPUs (per-CPU maps have one slot each).
 pub fn possible_cpus() -> usize {
     aya::util::nr_cpus().unwrap_or(1).max(1)

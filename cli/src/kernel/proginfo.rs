@@ -69,3 +69,17 @@ pub fn session_counters(session: &Session) -> ProgCounters {
     }
     sum
 }
+
+/// The counters of the loaded programs among `ids` (by program id, as in a meta line's
+/// `programs`), for whoever holds ids rather than the session (the exporter's emitter);
+/// programs that are gone are left out.
+pub fn counters_by_id(ids: &[u32]) -> Vec<(u32, ProgCounters)> {
+    aya::programs::loaded_programs()
+        .filter_map(|p| p.ok())
+        .filter(|p| ids.contains(&p.id()))
+        .filter_map(|p| {
+            let fd = p.fd().ok()?;
+            prog_counters(fd.as_fd()).map(|c| (p.id(), c))
+        })
+        .collect()
+}

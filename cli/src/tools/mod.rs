@@ -24,6 +24,7 @@ pub mod net_rx;
 pub mod numa;
 pub mod runq_lat;
 pub mod sched;
+pub mod serve;
 pub mod triage;
 
 /// What the registry knows of a tool or command.
@@ -145,6 +146,8 @@ registry! {
         Triage => triage,
         /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
         Doctor => doctor,
+        /// Prometheus exporter: the low-cost collectors continuously, /metrics with histograms and counters per comm and container.
+        Serve => serve,
     }
 }
 

@@ -1,0 +1,555 @@
+//! What `serve` exports: which row keys of which tool become which metric ([`SPECS`], the one
+//! table), the totals kept per series across windows, and the top-N folding that bounds them.
+//!
+//! Each window's rows are deltas (the run is windowed, so every collector drains and resets its
+//! maps); `serve` adds them to totals kept here, so counters only grow. A metric keeps at most
+//! `max_series` label sets: after each window the most active ones (activity decays by half per
+//! window) stay, the rest are folded into one series labelled `comm="other"` (its totals
+//! absorb theirs, so sums over a metric stay exact) and counted in
+//! `tracekit_series_dropped_total`. Memory is bounded by the metrics × `max_series`, whatever
+//! number of processes comes and goes.
+//!
+//! Series budget: a histogram label set is 52 samples (49 bounds, `+Inf`, `_sum`, `_count`), a
+//! counter's one. With the default `--max-series 20` and every default collector, a node
+//! exports at most 21 × (6 × 52 + 11) ≈ 6,800 samples plus a few dozen of tracekit's own.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::buckets::Buckets;
+use crate::report::render::Output;
+
+/// A counter taken from a row's JSON key.
+pub struct CounterSpec {
+    pub key: &'static str,
+    /// Metric name without `_total` (the encoder appends it).
+    pub name: &'static str,
+    pub help: &'static str,
+    /// The key holds nanoseconds, exported as seconds.
+    pub ns: bool,
+}
+
+/// How one tool's rows of one section kind become metrics.
+pub struct Spec {
+    pub tool: &'static str,
+    pub section: &'static str,
+    /// Row keys that become labels, besides `comm` and the container keys.
+    pub labels: &'static [&'static str],
+    pub counters: &'static [CounterSpec],
+    /// `(distribution in Section::dists, metric name, help)`: histograms in seconds.
+    pub hists: &'static [(&'static str, &'static str, &'static str)],
+}
+
+const fn c(key: &'static str, name: &'static str, help: &'static str) -> CounterSpec {
+    CounterSpec {
+        key,
+        name,
+        help,
+        ns: false,
+    }
+}
+
+const fn ns(key: &'static str, name: &'static str, help: &'static str) -> CounterSpec {
+    CounterSpec {
+        key,
+        name,
+        help,
+        ns: true,
+    }
+}
+
+/// Every exported metric of the collectors, in one place.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        tool: "fsync-lat",
+        section: "summary",
+        labels: &["syscall"],
+        counters: &[
+            c(
+                "count",
+                "tracekit_fsync_calls",
+                "Sync-family calls completed.",
+            ),
+            c(
+                "errors",
+                "tracekit_fsync_errors",
+                "Sync-family calls that returned an error.",
+            ),
+        ],
+        hists: &[(
+            "fsync",
+            "tracekit_fsync_latency_seconds",
+            "Latency of sync-family calls.",
+        )],
+    },
+    Spec {
+        tool: "ctxsw",
+        section: "summary",
+        labels: &[],
+        counters: &[
+            c(
+                "voluntary",
+                "tracekit_ctxsw_voluntary",
+                "Voluntary context switches (the task blocked).",
+            ),
+            c(
+                "involuntary",
+                "tracekit_ctxsw_involuntary",
+                "Involuntary context switches (preempted while runnable).",
+            ),
+            c(
+                "migrations",
+                "tracekit_ctxsw_migrations",
+                "Moves of a task to another CPU.",
+            ),
+        ],
+        hists: &[(
+            "wake_wait",
+            "tracekit_ctxsw_wake_wait_seconds",
+            "Time from wakeup to running.",
+        )],
+    },
+    Spec {
+        tool: "runq-lat",
+        section: "summary",
+        labels: &[],
+        counters: &[
+            c("count", "tracekit_runq_waits", "Waits on a run queue."),
+            ns(
+                "kernel_run_delay_ns",
+                "tracekit_runq_delay_seconds",
+                "Time spent runnable but waiting for a CPU (schedstat).",
+            ),
+        ],
+        hists: &[
+            (
+                "wake",
+                "tracekit_runq_wake_latency_seconds",
+                "Run-queue wait after a wakeup.",
+            ),
+            (
+                "preempt",
+                "tracekit_runq_preempt_latency_seconds",
+                "Run-queue wait after a preemption.",
+            ),
+        ],
+    },
+    Spec {
+        tool: "memstall",
+        section: "summary",
+        labels: &["kind"],
+        counters: &[c(
+            "count",
+            "tracekit_memstall_stalls",
+            "Memory stalls (direct compaction, reclaim, memcg reclaim, THP collapse).",
+        )],
+        hists: &[(
+            "stall",
+            "tracekit_memstall_latency_seconds",
+            "Duration of memory stalls.",
+        )],
+    },
+    Spec {
+        tool: "io-lat",
+        section: "summary",
+        labels: &["dev", "op"],
+        counters: &[
+            c(
+                "count",
+                "tracekit_io_requests",
+                "Block I/O requests completed.",
+            ),
+            c(
+                "bytes",
+                "tracekit_io_bytes",
+                "Bytes of block I/O completed.",
+            ),
+        ],
+        hists: &[(
+            "device",
+            "tracekit_io_device_latency_seconds",
+            "Block I/O time in the device.",
+        )],
+    },
+    Spec {
+        tool: "net-rx",
+        section: "drop",
+        labels: &["reason", "proto"],
+        counters: &[c(
+            "count",
+            "tracekit_net_rx_drops",
+            "Received packets dropped, by reason.",
+        )],
+        hists: &[],
+    },
+];
+
+/// Row keys that become labels when a row has them (set by container attribution).
+const CONTAINER_LABELS: &[&str] = &["container", "pod", "namespace"];
+
+/// The label value of the series other series are folded into.
+pub const OTHER: &str = "other";
+
+pub type Labels = Vec<(&'static str, String)>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Total {
+    Counter(u64),
+    Hist(Box<Buckets>),
+}
+
+impl Total {
+    fn add(&mut self, o: &Total) {
+        match (self, o) {
+            (Total::Counter(a), Total::Counter(b)) => *a += b,
+            (Total::Hist(a), Total::Hist(b)) => a.add(b),
+            _ => {}
+        }
+    }
+
+    /// How much happened (the ranking key): the counter's value or the histogram's count.
+    fn activity(&self) -> u64 {
+        match self {
+            Total::Counter(v) => *v,
+            Total::Hist(b) => b.count,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub total: Total,
+    /// Activity, halved every window.
+    score: f64,
+    /// Window in which the series appeared (older wins ties: stable label sets).
+    born: u64,
+}
+
+/// One metric: its series, the `other` series, and how many were folded.
+#[derive(Debug)]
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub hist: bool,
+    pub ns: bool,
+    pub series: HashMap<Labels, Series>,
+    pub other: Option<Total>,
+    pub dropped: u64,
+}
+
+/// Every metric's totals.
+#[derive(Debug)]
+pub struct Totals {
+    pub families: Vec<Family>,
+    max_series: usize,
+    pid_labels: bool,
+    windows: u64,
+}
+
+/// Where a spec's metrics start in [`Totals::families`].
+fn family_index(spec: usize) -> usize {
+    SPECS[..spec]
+        .iter()
+        .map(|s| s.counters.len() + s.hists.len())
+        .sum()
+}
+
+impl Totals {
+    pub fn new(max_series: usize, pid_labels: bool) -> Totals {
+        let mut families = Vec::new();
+        for s in SPECS {
+            for c in s.counters {
+                families.push(Family::new(c.name, c.help, false, c.ns));
+            }
+            for (_, name, help) in s.hists {
+                families.push(Family::new(name, help, true, false));
+            }
+        }
+        Totals {
+            families,
+            max_series: max_series.max(1),
+            pid_labels,
+            windows: 0,
+        }
+    }
+
+    /// The labels of one row.
+    fn labels(&self, spec: &Spec, row: &Value) -> Labels {
+        let mut l: Labels = Vec::new();
+        let text = |v: &Value| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        for k in ["comm"]
+            .iter()
+            .chain(CONTAINER_LABELS)
+            .chain(spec.labels)
+            .chain(if self.pid_labels { &["pid"][..] } else { &[] })
+        {
+            if let Some(v) = row.get(*k).and_then(text).filter(|v| !v.is_empty()) {
+                l.push((k, v));
+            }
+        }
+        l
+    }
+
+    /// Adds one window's outputs (`tools[i]` produced `outs[i]`), then folds each metric down
+    /// to its most active series.
+    pub fn ingest(&mut self, tools: &[&str], outs: &[Output]) {
+        let mut deltas: Vec<HashMap<Labels, Total>> =
+            self.families.iter().map(|_| HashMap::new()).collect();
+        for (tool, out) in tools.iter().zip(outs) {
+            for sec in &out.sections {
+                let Some(si) = SPECS
+                    .iter()
+                    .position(|s| s.tool == *tool && s.section == sec.kind)
+                else {
+                    continue;
+                };
+                let spec = &SPECS[si];
+                let base = family_index(si);
+                for (ri, row) in sec.json.iter().enumerate() {
+                    let labels = self.labels(spec, row);
+                    for (ci, c) in spec.counters.iter().enumerate() {
+                        let v = row.get(c.key).and_then(Value::as_u64).unwrap_or(0);
+                        if v > 0 {
+                            deltas[base + ci]
+                                .entry(labels.clone())
+                                .or_insert(Total::Counter(0))
+                                .add(&Total::Counter(v));
+                        }
+                    }
+                    for (hi, (dist, _, _)) in spec.hists.iter().enumerate() {
+                        for (d, h) in sec.dists_of(ri) {
+                            if d == dist && h.count > 0 {
+                                let e = deltas[base + spec.counters.len() + hi]
+                                    .entry(labels.clone())
+                                    .or_insert_with(|| Total::Hist(Box::default()));
+                                if let Total::Hist(b) = e {
+                                    b.add_hist(h);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let w = self.windows;
+        for (f, d) in self.families.iter_mut().zip(deltas) {
+            f.apply(d, w, self.max_series);
+        }
+        self.windows += 1;
+    }
+}
+
+impl Family {
+    fn new(name: &'static str, help: &'static str, hist: bool, ns: bool) -> Family {
+        Family {
+            name,
+            help,
+            hist,
+            ns,
+            series: HashMap::new(),
+            other: None,
+            dropped: 0,
+        }
+    }
+
+    /// Adds a window's deltas, decays every score, and folds all but the `max` most active
+    /// series into `other`.
+    fn apply(&mut self, deltas: HashMap<Labels, Total>, window: u64, max: usize) {
+        for s in self.series.values_mut() {
+            s.score /= 2.0;
+        }
+        for (labels, d) in deltas {
+            if labels.iter().any(|(k, v)| *k == "comm" && v == OTHER) {
+                self.fold(d);
+                continue;
+            }
+            match self.series.get_mut(&labels) {
+                Some(s) => {
+                    s.score += d.activity() as f64;
+                    s.total.add(&d);
+                }
+                None => {
+                    self.series.insert(
+                        labels,
+                        Series {
+                            score: d.activity() as f64,
+                            total: d,
+                            born: window,
+                        },
+                    );
+                }
+            }
+        }
+        if self.series.len() <= max {
+            return;
+        }
+        let mut ranked: Vec<(f64, u64, Labels)> = self
+            .series
+            .iter()
+            .map(|(l, s)| (s.score, s.born, l.clone()))
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for (_, _, l) in ranked.into_iter().skip(max) {
+            if let Some(s) = self.series.remove(&l) {
+                self.fold(s.total);
+                self.dropped += 1;
+            }
+        }
+    }
+
+    fn fold(&mut self, v: Total) {
+        match &mut self.other {
+            Some(o) => o.add(&v),
+            None => self.other = Some(v),
+        }
+    }
+
+    /// The series in a stable order, `other` last.
+    pub fn sorted(&self) -> Vec<(Labels, &Total)> {
+        let mut v: Vec<(Labels, &Total)> = self
+            .series
+            .iter()
+            .map(|(l, s)| (l.clone(), &s.total))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(o) = &self.other {
+            v.push((vec![("comm", OTHER.to_string())], o));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::rows::{Column, Ctx, Section};
+    use probes_common::hist::LatHist;
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    struct Row {
+        pid: u32,
+        comm: String,
+        syscall: &'static str,
+        count: u64,
+        errors: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        container: Option<String>,
+        #[serde(skip)]
+        hist: LatHist,
+    }
+
+    fn row(pid: u32, comm: &str, count: u64, container: Option<&str>) -> Row {
+        let mut hist = LatHist::ZERO;
+        for i in 0..count {
+            hist.record(1_000_000 + i);
+        }
+        Row {
+            pid,
+            comm: comm.into(),
+            syscall: "fsync",
+            count,
+            errors: 0,
+            container: container.map(String::from),
+            hist,
+        }
+    }
+
+    const COLS: &[Column<Row>] = &[Column::right("PID", |r, _| r.pid.to_string())];
+
+    fn out(rows: &[Row]) -> Output {
+        Output {
+            sections: vec![Section::build("summary", rows, COLS, &Ctx { secs: 1.0 }, 0)
+                .with_dists(rows, |r| vec![("fsync", r.hist)])],
+            ..Default::default()
+        }
+    }
+
+    fn family<'a>(t: &'a Totals, name: &str) -> &'a Family {
+        t.families.iter().find(|f| f.name == name).unwrap()
+    }
+
+    fn counter(f: &Family, comm: &str) -> u64 {
+        f.sorted()
+            .iter()
+            .filter(|(l, _)| l.iter().any(|(k, v)| *k == "comm" && v == comm))
+            .map(|(_, v)| v.activity())
+            .sum()
+    }
+
+    #[test]
+    fn totals_grow_across_windows_and_merge_by_labels() {
+        let mut t = Totals::new(50, false);
+        // Two processes of one comm are one series; pid is no label by default.
+        t.ingest(
+            &["fsync-lat"],
+            &[out(&[row(1, "db", 3, None), row(2, "db", 4, None)])],
+        );
+        t.ingest(&["fsync-lat"], &[out(&[row(1, "db", 5, Some("web-1"))])]);
+        let calls = family(&t, "tracekit_fsync_calls");
+        assert_eq!(counter(calls, "db"), 12);
+        assert_eq!(calls.series.len(), 2, "with and without a container label");
+        assert!(calls
+            .sorted()
+            .iter()
+            .all(|(l, _)| l.iter().all(|(k, _)| *k != "pid")));
+        let lat = family(&t, "tracekit_fsync_latency_seconds");
+        assert_eq!(counter(lat, "db"), 12);
+        assert!(family(&t, "tracekit_fsync_errors").series.is_empty());
+        let mut p = Totals::new(50, true);
+        p.ingest(
+            &["fsync-lat"],
+            &[out(&[row(1, "db", 3, None), row(2, "db", 4, None)])],
+        );
+        assert_eq!(family(&p, "tracekit_fsync_calls").series.len(), 2);
+    }
+
+    #[test]
+    fn folding_keeps_the_most_active_and_sums_exact() {
+        let mut t = Totals::new(3, false);
+        let rows: Vec<Row> = (0..10)
+            .map(|i| row(i, &format!("p{i}"), 1 + i as u64, None))
+            .collect();
+        t.ingest(&["fsync-lat"], &[out(&rows)]);
+        let f = family(&t, "tracekit_fsync_calls");
+        assert_eq!(f.series.len(), 3);
+        for keep in ["p9", "p8", "p7"] {
+            assert!(counter(f, keep) > 0, "{keep} kept");
+        }
+        assert_eq!(f.dropped, 7);
+        assert_eq!(counter(f, OTHER), (1..=7).sum::<u64>());
+        let all: u64 = f.sorted().iter().map(|(_, v)| v.activity()).sum();
+        assert_eq!(all, (1..=10).sum::<u64>());
+        // Many windows of new short-lived processes: memory stays bounded, other only grows.
+        let mut last_other = counter(f, OTHER);
+        for w in 0..50u32 {
+            let rows: Vec<Row> = (0..20)
+                .map(|i| row(1000 + w * 20 + i, &format!("short{w}-{i}"), 1, None))
+                .collect();
+            t.ingest(&["fsync-lat"], &[out(&rows)]);
+            let f = family(&t, "tracekit_fsync_calls");
+            assert!(f.series.len() <= 3);
+            assert!(counter(f, OTHER) >= last_other);
+            last_other = counter(f, OTHER);
+        }
+        let f = family(&t, "tracekit_fsync_calls");
+        let all: u64 = f.sorted().iter().map(|(_, v)| v.activity()).sum();
+        assert_eq!(all, 55 + 50 * 20);
+    }
+
+    #[test]
+    fn every_spec_metric_name_is_unique() {
+        let t = Totals::new(1, false);
+        let mut names: Vec<&str> = t.families.iter().map(|f| f.name).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n);
+        assert!(names.iter().all(|n| n.starts_with("tracekit_")));
+    }
+}

@@ -1,0 +1,221 @@
+//! `tracekit serve`: the collectors run continuously, one window every `--interval`, and
+//! `/metrics` serves their totals so far in the Prometheus text format, for a fleet's
+//! Prometheus and Grafana instead of a terminal.
+//!
+//! The HTTP server runs on the engine's own tokio runtime: [`Serve::begin`] (called inside the
+//! run loop) spawns it on the listener bound before anything was loaded, so a port in use fails
+//! at once, and it ends with the run (SIGTERM, SIGINT, `--duration`), when the runtime is
+//! dropped and the collectors detach. Scrapes read the totals accumulated at the last window's
+//! end ([`exporter::State`]); see [`metrics`] for what is exported and how series are bounded,
+//! [`buckets`] for the histogram buckets and their quantile error.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+
+use crate::{
+    engine::{self, Emitter, Meta, Output, RunOpts, Scope, Window},
+    error::{Error, Result},
+    options::parse_duration,
+    report::output::Sink,
+    tools::{self, OpenCtx, ToolInfo},
+};
+
+pub mod buckets;
+pub mod exporter;
+pub mod http;
+pub mod metrics;
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "serve",
+    summary: "A Prometheus exporter: the low-cost collectors (or `--tools`) run continuously and `/metrics` serves latency histograms and counters per comm and container, with bounded cardinality (`--max-series`) and tracekit's own cost; `deploy/` has the DaemonSet, scrape config and Grafana dashboard.",
+    hooks: &[],
+    triage: false,
+    hidden: false,
+    needs_btf: false,
+};
+
+const EXAMPLES: &str = "  tracekit serve --duration 24h                      # 127.0.0.1:9435/metrics, every low-cost collector
+  tracekit serve --listen 127.0.0.1:0 --tools fsync-lat,io-lat --interval 15s --duration 1h
+  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = tools::help_footer(EXAMPLES, "root, or the union of the collectors' capabilities (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH; CAP_SYS_ADMIN to mount tracefs); collectors that cannot run are listed in tracekit_collector_up and serve goes on."))]
+pub struct Args {
+    /// Address and port to serve /metrics on (port 0: any free port, printed in the meta line).
+    #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+
+    /// Collectors to run (comma-separated), instead of every low-cost one (those triage runs).
+    #[arg(long, value_delimiter = ',', value_name = "TOOL")]
+    pub tools: Vec<String>,
+
+    /// How often windows end and the totals /metrics serves are updated.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub interval: Duration,
+
+    /// Series per metric at most: the most active label sets are kept, the rest are summed in
+    /// one comm="other" series and counted in tracekit_series_dropped_total.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
+    pub max_series: u32,
+
+    /// Add a `pid` label (one series per process: mind --max-series).
+    #[arg(long)]
+    pub pid_labels: bool,
+
+    /// Cap on the distinct keys (processes × kinds) each collector's kernel maps hold at once, 16
+    /// to 1000000; default from pid_max. What does not fit is counted in `[other]` rows.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    pub max_keys: Option<u32>,
+
+    /// Stop after this long (humantime); default: until SIGTERM or Ctrl-C.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let common = crate::options::Common {
+        duration: args.duration,
+        interval: Some(args.interval),
+        json: true,
+        ..Default::default()
+    };
+    let sink = tools::preflight(INFO.name, &common)?;
+    // Bound before anything is loaded: an address in use costs nothing.
+    let listener = std::net::TcpListener::bind(args.listen).map_err(|source| Error::Io {
+        what: format!("listening on {}", args.listen),
+        source,
+    })?;
+    let listen = listener.local_addr().map_or(args.listen, |a| a);
+    listener.set_nonblocking(true).map_err(|source| Error::Io {
+        what: "setting the listener non-blocking".into(),
+        source,
+    })?;
+    let opts = RunOpts {
+        duration: args.duration,
+        interval: Some(args.interval),
+        json: true,
+        ..Default::default()
+    };
+    let scope = Scope {
+        max_keys: args.max_keys,
+        ..Default::default()
+    };
+    let ctx = OpenCtx::new(scope, opts.clone());
+    let tools::Opened {
+        mut collectors,
+        ran,
+        cannot,
+    } = tools::open_many(&args.tools, |t| t.triage && !t.hidden, "--tools", &ctx)?;
+    if collectors.is_empty() {
+        let why: Vec<String> = cannot.iter().map(|(t, w)| format!("{t}: {w}")).collect();
+        return Err(Error::ToolsUnavailable(format!(
+            "serve: no collector can run here ({})",
+            why.join("; ")
+        )));
+    }
+    let state = exporter::State {
+        totals: metrics::Totals::new(args.max_series as usize, args.pid_labels),
+        ran,
+        cannot,
+        programs: Vec::new(),
+        missed: Default::default(),
+        windows: 0,
+        scrape_seconds: 0.0,
+        listen: listen.to_string(),
+    };
+    let mut emit = Serve {
+        listener: Some(listener),
+        shared: exporter::Shared(Arc::new(Mutex::new(state))),
+        sink,
+        interval: args.interval,
+    };
+    engine::run(&mut collectors, &opts, &mut emit)?;
+    drop(emit);
+    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    Ok(())
+}
+
+/// The exporter's emitter: starts the server, then adds each window to the totals.
+struct Serve {
+    listener: Option<std::net::TcpListener>,
+    shared: exporter::Shared,
+    sink: Sink,
+    interval: Duration,
+}
+
+impl Serve {
+    /// The JSON meta line (scripts and tests wait for it): where it listens, what runs, the
+    /// program ids (to check nothing stays loaded).
+    fn meta_line(st: &exporter::State, metas: &[Meta]) -> Value {
+        json!({
+            "tool": "serve",
+            "type": "meta",
+            "listen": st.listen,
+            "watching": st.ran,
+            "could_not_run": st.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+            "programs": metas.iter().flat_map(|m| m.programs.as_array().cloned().unwrap_or_default()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+impl Emitter for Serve {
+    fn begin(&mut self, metas: &[Meta], _opts: &RunOpts) -> Result<bool> {
+        let listener = self
+            .listener
+            .take()
+            .ok_or_else(|| Error::other("serve: begin called twice"))?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|source| Error::Io {
+            what: "serving /metrics on the event loop".into(),
+            source,
+        })?;
+        let line = {
+            let mut st = self.shared.lock();
+            for m in metas {
+                for p in m.programs.as_array().into_iter().flatten() {
+                    if let (Some(name), Some(id)) = (p["name"].as_str(), p["id"].as_u64()) {
+                        st.programs.push((m.tool, name.to_string(), id as u32));
+                    }
+                }
+            }
+            let cannot: Vec<&str> = st.cannot.iter().map(|(t, _)| *t).collect();
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "Serving http://{}/metrics: {}, a window every {}{}. SIGTERM or Ctrl-C to end.",
+                st.listen,
+                st.ran.join(", "),
+                humantime::format_duration(self.interval),
+                if cannot.is_empty() {
+                    String::new()
+                } else {
+                    format!("; could not run: {}", cannot.join(", "))
+                }
+            );
+            Self::meta_line(&st, metas)
+        };
+        tokio::spawn(http::serve(
+            listener,
+            Arc::new(exporter::Exporter::new(self.shared.clone())),
+        ));
+        match self.sink.write(&format!("{line}\n")) {
+            Ok(()) => Ok(true),
+            // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
+            Err(e) if e.is_broken_pipe() => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn window(&mut self, _w: &Window, outs: &[Output]) -> Result<bool> {
+        self.shared.lock().window(outs);
+        Ok(true)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.finish()?)
+    }
+}

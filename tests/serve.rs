@@ -1,0 +1,586 @@
+//! Root tests for `tracekit serve`: a real Prometheus (Debian's `prometheus`, installed with
+//! apt-get when missing) scrapes it; PromQL over Prometheus's HTTP API must return a workload's
+//! exact fsync count and a p99 within the documented bucket error of tracekit's own. Also: exit
+//! paths (SIGTERM, port in use, bad --tools), series folding, and the deploy/ files (manifest,
+//! scrape config, dashboard names exported by a real run).
+
+use std::{
+    collections::BTreeSet,
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracekit::tools::serve::buckets::MAX_QUANTILE_ERROR;
+use tracekit_tests::*;
+
+/// `tracekit serve` on a free port (`--listen 127.0.0.1:0`, the port read from its meta line).
+struct Serve {
+    tk: Tracer,
+    addr: String,
+    meta: Value,
+}
+
+impl Serve {
+    fn start(extra: &[&str]) -> Serve {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--interval", "1s"];
+        args.extend_from_slice(extra);
+        let mut tk = Tracer::spawn(&args);
+        let meta = tk.wait_attached();
+        let addr = meta["listen"].as_str().expect("listen in meta").to_string();
+        Serve { tk, addr, meta }
+    }
+
+    fn metrics(&self) -> String {
+        let (code, body) = http_get(&self.addr, "/metrics");
+        assert_eq!(code, 200, "{body}");
+        body
+    }
+
+    /// Scrapes until `pred` holds (at most 30 s); the last scrape.
+    fn metrics_until(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = self.metrics();
+            if pred(&m) {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "{what}: never seen in\n{m}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM: exit 0 and every program it loaded gone.
+    fn stop(self) {
+        let ids = program_ids(&self.meta);
+        assert!(!ids.is_empty(), "serve attached no program: {}", self.meta);
+        self.tk.signal(libc::SIGTERM);
+        let (status, _, stderr) = self.tk.finish(Duration::from_secs(20));
+        assert!(status.success(), "SIGTERM: exit {status}: {stderr}");
+        assert_eq!(
+            wait_unloaded(&ids),
+            Vec::<u32>::new(),
+            "programs left loaded"
+        );
+    }
+}
+
+/// One HTTP/1.1 GET over loopback: status and body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let code = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {out:?}"));
+    let body = out.split_once("\r\n\r\n").map_or("", |b| b.1).to_string();
+    (code, body)
+}
+
+/// The value of sample `name` whose labels include every pair of `labels`, summed over matches.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, ls) = series.split_once('{').unwrap_or((series, ""));
+        if n == name
+            && labels
+                .iter()
+                .all(|(k, v)| ls.contains(&format!("{k}=\"{v}\"")))
+        {
+            *found.get_or_insert(0.0) += value.parse::<f64>().unwrap();
+        }
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A copy of tk-workload under a name no other process has (its comm), for exact counts by
+/// comm while other tests run on the machine.
+fn named_workload(dir: &Path, name: &str) -> PathBuf {
+    assert!(name.len() <= 15, "comm {name} would be cut");
+    let p = dir.join(name);
+    std::fs::copy(workload_bin(), &p).unwrap();
+    p
+}
+
+/// Runs `c` and asserts it succeeded (`what` names it in the failure).
+fn ok(c: &mut Command, what: &str) -> std::process::Output {
+    let out = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run_fsyncs(bin: &Path, file: &Path, n: usize) -> Value {
+    let out = ok(
+        Command::new(bin).args(["fsync", file.to_str().unwrap(), &n.to_string(), "0"]),
+        "fsync workload",
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A real Prometheus scraping `target` every second, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Installs Debian's `prometheus` (which brings `promtool`) when it is missing.
+fn ensure_prometheus() {
+    if Command::new("prometheus").arg("--version").output().is_ok() {
+        return;
+    }
+    eprintln!("serve tests: installing Debian's prometheus package (apt-get install prometheus)");
+    let ok = Command::new("apt-get")
+        .args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "prometheus",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "these tests need Debian's prometheus package: apt-get install prometheus failed"
+    );
+    // The package starts a system instance on :9090; these tests run their own.
+    let _ = Command::new("systemctl")
+        .args(["stop", "prometheus"])
+        .status();
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        ensure_prometheus();
+        let dir = scratch("prometheus");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tracekit\n    static_configs:\n      - targets: [\"{target}\"]\n"
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let p = Prometheus { child, addr, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(&p.addr).is_err() || http_get(&p.addr, "/-/ready").0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in 60 s: {}",
+                std::fs::read_to_string(p.dir.join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant PromQL query: the result vector.
+    fn query(&self, q: &str) -> Vec<Value> {
+        let enc: String = q
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (code, body) = http_get(&self.addr, &format!("/api/v1/query?query={enc}"));
+        assert_eq!(code, 200, "{q}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{q}: {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The single value of `q`, if it has one.
+    fn value(&self, q: &str) -> Option<f64> {
+        let r = self.query(q);
+        r.first()
+            .and_then(|s| s["value"][1].as_str())
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Waits (at most 60 s) until `q` has the value `want`; the last value seen.
+    fn wait_value(&self, q: &str, want: f64) -> Option<f64> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = self.value(q);
+            if v == Some(want) || Instant::now() > deadline {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+const N_FSYNC: usize = 200;
+
+#[test]
+fn prometheus_sees_the_exact_fsync_count_and_p99() {
+    require_root();
+    let dir = scratch("serve-prom");
+    let comm = format!("tkprom{}", std::process::id() % 1_000_000);
+    let bin = named_workload(&dir, &comm);
+    let serve = Serve::start(&["--tools", "fsync-lat"]);
+    // tracekit's own p99 for the same calls, from the tool itself.
+    let mut tool = Tracer::spawn(&["fsync-lat", "--json", "--comm", &comm]);
+    tool.wait_attached();
+    let prom = Prometheus::start(&serve.addr);
+    let w = run_fsyncs(&bin, &dir.join("data"), N_FSYNC);
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    tool.signal(libc::SIGINT);
+    let (status, lines, stderr) = tool.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let rows = rows_for(&lines, "fsync-lat", pid);
+    let row = rows
+        .iter()
+        .find(|r| r["syscall"] == "fsync")
+        .expect("fsync-lat row");
+    assert_eq!(row["count"], N_FSYNC as u64, "fsync-lat's own count");
+    let own_p99 = row["p99_ns"].as_f64().unwrap() / 1e9;
+
+    let sel = format!("comm=\"{comm}\",syscall=\"fsync\"");
+    let count_q = format!("sum(tracekit_fsync_calls_total{{{sel}}})");
+    let got = prom.wait_value(&count_q, N_FSYNC as f64);
+    assert_eq!(got, Some(N_FSYNC as f64), "PromQL {count_q}");
+    let hist_q = format!("sum(tracekit_fsync_latency_seconds_count{{{sel}}})");
+    assert_eq!(prom.value(&hist_q), Some(N_FSYNC as f64), "PromQL {hist_q}");
+    // Two scrapes at least, and the target up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrapes = loop {
+        let n = prom
+            .value("count_over_time(up{job=\"tracekit\"}[10m])")
+            .unwrap_or(0.0);
+        if n >= 2.0 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(scrapes >= 2.0, "{scrapes} scrapes");
+    assert_eq!(
+        prom.value(&count_q),
+        Some(N_FSYNC as f64),
+        "after two scrapes"
+    );
+    assert_eq!(prom.value("up{job=\"tracekit\"}"), Some(1.0));
+
+    let q99 = format!(
+        "histogram_quantile(0.99, sum by (le) (tracekit_fsync_latency_seconds_bucket{{{sel}}}))"
+    );
+    let p99 = prom.value(&q99).expect("histogram_quantile");
+    let err = (p99 - own_p99).abs() / p99.min(own_p99);
+    eprintln!(
+        "PromQL {count_q} = {N_FSYNC}; {q99} = {p99:.6} s; fsync-lat p99 {own_p99:.6} s ({:.1} % apart)",
+        err * 100.0
+    );
+    assert!(
+        err <= MAX_QUANTILE_ERROR,
+        "histogram_quantile {p99} s vs fsync-lat p99 {own_p99} s: {:.0} % apart, documented bound {:.0} %",
+        err * 100.0,
+        MAX_QUANTILE_ERROR * 100.0
+    );
+    drop(prom);
+    serve.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn serves_pages_and_self_metrics_then_exits_clean_on_sigterm() {
+    require_root();
+    let serve = Serve::start(&[]);
+    let m = serve.metrics_until("two windows", |m| {
+        sample(m, "tracekit_windows_total", &[]).is_some_and(|w| w >= 2.0)
+    });
+    for name in [
+        "tracekit_rss_bytes",
+        "tracekit_cpu_seconds_total",
+        "tracekit_scrape_duration_seconds",
+        "tracekit_bpf_stats_enabled",
+    ] {
+        assert!(sample(&m, name, &[]).is_some(), "{name} missing in\n{m}");
+    }
+    assert!(sample(&m, "tracekit_rss_bytes", &[]).unwrap() > 1e6);
+    let programs = sample(&m, "tracekit_programs_loaded", &[]).unwrap_or(0.0);
+    assert_eq!(
+        programs as usize,
+        program_ids(&serve.meta).len(),
+        "tracekit_programs_loaded vs the meta line"
+    );
+    for t in serve.meta["watching"].as_array().unwrap() {
+        let t = t.as_str().unwrap();
+        assert_eq!(
+            sample(&m, "tracekit_collector_up", &[("tool", t)]),
+            Some(1.0),
+            "{t}"
+        );
+    }
+    assert!(!m.contains("pid=\""), "no pid label without --pid-labels");
+    let (code, index) = http_get(&serve.addr, "/");
+    assert_eq!(code, 200);
+    assert!(index.contains("/metrics"), "{index}");
+    assert_eq!(http_get(&serve.addr, "/nope").0, 404);
+    serve.stop();
+}
+
+#[test]
+fn port_in_use_and_bad_tools_fail_with_one_line() {
+    require_root();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let before = program_ids_named("tk_fsync").len();
+    let out = Command::new(tracekit_bin())
+        .args([
+            "serve",
+            "--listen",
+            &addr,
+            "--tools",
+            "fsync-lat",
+            "--duration",
+            "5s",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "port in use: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("listening on") && err.contains(&addr), "{err}");
+    assert!(
+        program_ids_named("tk_fsync").len() <= before,
+        "nothing loaded"
+    );
+    drop(taken);
+
+    let out = Command::new(tracekit_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tools",
+            "fsync-lat,nope",
+            "--duration",
+            "5s",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "bad --tools is a usage error: {err}"
+    );
+    assert!(err.contains("--tools") && err.contains("nope"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn max_series_folds_into_other_and_counts_it() {
+    require_root();
+    let dir = scratch("serve-fold");
+    let serve = Serve::start(&["--tools", "fsync-lat", "--max-series", "2"]);
+    let tag = std::process::id() % 100_000;
+    let names: Vec<String> = (0..5).map(|i| format!("tkfold{tag}x{i}")).collect();
+    let mut total = 0;
+    for (i, n) in names.iter().enumerate() {
+        let bin = named_workload(&dir, n);
+        run_fsyncs(&bin, &dir.join("data"), 3 + i);
+        total += 3 + i;
+    }
+    let m = serve.metrics_until("folding", |m| {
+        sample(
+            m,
+            "tracekit_series_dropped_total",
+            &[("metric", "tracekit_fsync_calls")],
+        )
+        .is_some_and(|d| d >= 3.0)
+    });
+    let series: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("tracekit_fsync_calls_total{"))
+        .collect();
+    assert!(series.len() <= 3, "at most 2 series and other: {series:?}");
+    assert!(
+        series.iter().any(|l| l.contains("comm=\"other\"")),
+        "{series:?}"
+    );
+    // Folded, not lost: what my comms do not show any more is in `other`.
+    let shown: f64 = names
+        .iter()
+        .filter_map(|n| sample(&m, "tracekit_fsync_calls_total", &[("comm", n)]))
+        .sum();
+    let other = sample(&m, "tracekit_fsync_calls_total", &[("comm", "other")]).unwrap();
+    assert!(shown <= total as f64, "{shown} > {total}");
+    assert!(
+        other >= total as f64 - shown,
+        "other {other} < {total} - {shown} shown"
+    );
+    serve.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every metric name a PromQL expression mentions.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("tracekit_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+fn exprs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr" | "definition", Value::String(s)) => out.push(s.clone()),
+                    _ => exprs(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn deploy_files_are_valid_and_the_dashboard_names_exported_metrics() {
+    require_root();
+    ensure_prometheus();
+    let deploy = repo().join("deploy");
+    ok(
+        Command::new("promtool")
+            .args(["check", "config"])
+            .arg(deploy.join("prometheus.yml")),
+        "promtool check config deploy/prometheus.yml",
+    );
+    // The manifest: YAML that parses, and the fields the DaemonSet depends on.
+    let check = r#"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = {d["kind"]: d for d in docs}
+assert all(d.get("apiVersion") and d["metadata"].get("name") for d in docs), "apiVersion/name"
+ds = kinds["DaemonSet"]
+spec = ds["spec"]["template"]["spec"]
+sel = ds["spec"]["selector"]["matchLabels"]
+labels = ds["spec"]["template"]["metadata"]["labels"]
+assert all(labels.get(k) == v for k, v in sel.items()), "selector matches the template"
+assert spec["hostPID"] is True, "hostPID"
+c = spec["containers"][0]
+sc = c["securityContext"]
+assert not sc.get("privileged"), "not privileged"
+assert {"BPF", "PERFMON"} <= set(sc["capabilities"]["add"]), "CAP_BPF, CAP_PERFMON"
+assert c["readinessProbe"]["httpGet"]["path"] == "/metrics", "readiness on /metrics"
+assert c["resources"]["limits"]["memory"] and c["resources"]["limits"]["cpu"], "limits"
+env = {e["name"]: e["value"] for e in c["env"]}
+assert env["TRACEKIT_PROC"] == "/host/proc" and "TRACEKIT_TRACEFS" in env, "env"
+mounts = {m["name"]: m for m in c["volumeMounts"]}
+vols = {v["name"] for v in spec["volumes"]}
+assert set(mounts) <= vols, "every mount has a volume"
+assert all(m.get("readOnly") for m in mounts.values()), "host mounts read-only"
+assert {"/host/proc", "/host/sys", "/sys/kernel/tracing", "/sys/kernel/btf"} <= {m["mountPath"] for m in mounts.values()}
+svc = kinds["Service"]
+assert svc["spec"]["selector"] == sel and svc["spec"]["clusterIP"] == "None", "headless service"
+print("ok")
+"#;
+    ok(
+        Command::new("python3")
+            .args(["-c", check])
+            .arg(deploy.join("daemonset.yaml")),
+        "deploy/daemonset.yaml (python3-yaml needed)",
+    );
+    let cf = std::fs::read_to_string(deploy.join("Containerfile")).unwrap();
+    assert!(cf.contains("target/release/tracekit") && cf.contains("serve"));
+
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy.join("grafana-dashboard.json")).unwrap(),
+    )
+    .expect("dashboard JSON parses");
+    let mut all = Vec::new();
+    exprs(&dash["panels"], &mut all);
+    exprs(&dash["templating"], &mut all);
+    assert!(all.len() > 10, "{all:?}");
+    let wanted: BTreeSet<String> = all.iter().flat_map(|e| metric_names(e)).collect();
+
+    // What a real serve run exports (every default collector declares its metrics).
+    let serve = Serve::start(&[]);
+    let m = serve.metrics_until("a window", |m| {
+        sample(m, "tracekit_windows_total", &[]).is_some_and(|w| w >= 1.0)
+    });
+    let mut exported = BTreeSet::new();
+    for l in m.lines() {
+        if let Some(t) = l.strip_prefix("# TYPE ") {
+            let mut p = t.split(' ');
+            let (name, kind) = (p.next().unwrap(), p.next().unwrap_or(""));
+            exported.insert(name.to_string());
+            if kind == "histogram" {
+                for s in ["_bucket", "_sum", "_count"] {
+                    exported.insert(format!("{name}{s}"));
+                }
+            }
+        }
+    }
+    serve.stop();
+    let missing: Vec<&String> = wanted.difference(&exported).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics serve does not export: {missing:?}"
+    );
+}
