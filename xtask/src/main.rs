@@ -138,6 +138,18 @@ fn test(extra: &[String]) -> Result<()> {
         "the root tests compare with fio and bpftrace, and count drops against an nft rule's counter",
     )?;
     toolchain::ensure_debian(
+        &["podman", "runc", "busybox-static"],
+        "the container tests run named podman containers (runc: crun refuses the v1 hybrid) from an image built offline with busybox",
+    )?;
+    toolchain::ensure_debian(
+        &["prometheus", "python3-yaml"],
+        "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
+    )?;
+    toolchain::ensure_debian(
+        &["linux-perf", "gcc"],
+        "the profile tests compare with `perf record` on a C program the test builds",
+    )?;
+    toolchain::ensure_debian(
         &["util-linux"],
         "the capability tests run tracekit as nobody with exact capabilities (setpriv), the --output tests mount small tmpfs",
     )?;
