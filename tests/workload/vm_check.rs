@@ -37,12 +37,12 @@ fn checks() -> Vec<(&'static str, Check)> {
     crate::VM_CHECKS.to_vec()
 }
 
-/// Registered tools hidden from `--help` and from doctor's list (`bench-floor`), checked
-/// without doctor's verdict.
+/// Checks doctor has no verdict on: tools hidden from `--help` and doctor's list
+/// (`bench-floor`), and commands that drive the tools (`triage`); checked all the same.
 fn hidden() -> Vec<&'static str> {
-    tracekit::tools::TOOLS
-        .iter()
-        .filter(|t| t.hidden)
+    let tools = tracekit::tools::TOOLS.iter().filter(|t| t.hidden);
+    tools
+        .chain(tracekit::tools::COMMANDS)
         .map(|t| t.name)
         .collect()
 }
@@ -186,7 +186,7 @@ pub fn main() -> i32 {
             verdict(n, "FAIL", "has a VM check but doctor does not list it");
             continue;
         }
-        // Hidden from --help and doctor (benchmark controls), checked all the same.
+        // Hidden from --help and doctor (benchmark controls), or a command: checked all the same.
         let t = std::time::Instant::now();
         let took = || format!(" ({:.1}s)", t.elapsed().as_secs_f64());
         match catch_unwind(AssertUnwindSafe(check)) {
