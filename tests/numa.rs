@@ -279,10 +279,11 @@ fn balancing() -> Result<String, String> {
     let own = r.w["pages_migrated_life"].as_u64().unwrap_or(0);
     // The task's own counter is bumped by task_numa_fault() for the fault that asked for the
     // migration, the tracepoint by migrate_pages() for the pages it moved, in whatever context:
-    // seen on 5.10 and 6.12 to differ by up to 4 pages of ~8200 in either direction, and by 18
-    // of 8208 on 5.10 with the host loaded. The exact check is the system line below (every
-    // migration, /proc/vmstat over the same window).
-    if pages == 0 || pages.abs_diff(own) > own / 200 + 8 {
+    // seen on 5.10 and 6.12 to differ by up to 4 pages of ~8200 in either direction on a quiet
+    // host, and by 18 and 70 of ~8250 on 5.10 under TCG with the host loaded (the two counters
+    // move at different points of a migration). So this per-task check allows 2 %; the exact
+    // check is the system line below (every migration, /proc/vmstat over the same window).
+    if pages == 0 || pages.abs_diff(own) > own / 50 + 8 {
         return Err(format!(
             "pages_migrated {pages}, the task's numa_pages_migrated {own}"
         ));
