@@ -1,0 +1,94 @@
+//! Classic-tracepoint fallback: kernels without BTF (no struct offsets, so no request pointer
+//! walk) or where neither tp_btf nor raw_tp attach. Requests are keyed by (dev, sector) from
+//! the records; op and sync come from `rwbs`; the cgroup is unknown (0). Limits: two requests
+//! in flight at one (dev, sector) (flushes) collide, and a partial completion cannot be told
+//! from the last one (the 6.x `block_rq_complete` record has no byte count), so it ends the
+//! request early.
+
+use super::*;
+
+/// Reads a field of a classic record at an offset from its format file.
+#[inline(always)]
+fn field<T: Copy + Default>(ctx: &TracePointContext, off: u32) -> T {
+    // SAFETY: offsets come from the event's format file; read_at goes through the helper.
+    unsafe { ctx.read_at::<T>(off as usize) }.unwrap_or_default()
+}
+
+/// The (dev, sector) key of a classic record.
+#[inline(always)]
+fn tp_key(ctx: &TracePointContext) -> SectorKey {
+    SectorKey {
+        sector: field(ctx, off!(IO_TP.sector)),
+        dev: field(ctx, off!(IO_TP.dev)),
+        _pad: 0,
+    }
+}
+
+/// A new entry's identity from a classic insert/issue record, issuer = current task.
+#[inline(always)]
+fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
+    if !dev_wanted(dev) {
+        return None;
+    }
+    let (tgid, comm) = issuer()?;
+    Some(IoStart {
+        comm,
+        tgid,
+        dev,
+        bytes: field(ctx, off!(IO_TP.bytes)),
+        op: rwbs_op(&field(ctx, off!(IO_TP.rwbs))),
+        ..IoStart::default()
+    })
+}
+
+/// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    on_insert(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    0
+}
+
+/// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    on_issue(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    0
+}
+
+/// Classic `block:block_rq_requeue` (fields `dev`, `sector`).
+#[tracepoint]
+pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
+    on_requeue(&IO_START_TP, &tp_key(&ctx));
+    0
+}
+
+/// Classic `block:block_rq_merge` (fields `dev`, `sector`).
+#[tracepoint]
+pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
+    on_merge(&IO_START_TP, &tp_key(&ctx));
+    0
+}
+
+/// Classic `block:block_rq_complete` (fields `dev`, `sector`, `error` (an errno),
+/// `nr_sector`, `rwbs`).
+#[tracepoint]
+pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
+    let key = tp_key(&ctx);
+    let err: i32 = field(&ctx, off!(IO_TP.error));
+    on_complete(
+        &IO_START_TP,
+        &key,
+        err.unsigned_abs(),
+        || true,
+        || {
+            let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
+            if sectors == 0 {
+                return None;
+            }
+            Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
+        },
+    );
+    0
+}
