@@ -15,6 +15,7 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod compare;
 pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
@@ -22,6 +23,7 @@ pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
+pub mod record;
 pub mod runq_lat;
 pub mod sched;
 pub mod triage;
@@ -145,6 +147,10 @@ registry! {
         Triage => triage,
         /// What every tool will do on this kernel, and why (attach modes, fields, node facts).
         Doctor => doctor,
+        /// Record a run for a before/after comparison: rows, histograms, node series and settings, per interval, in one file.
+        Record => record,
+        /// Compare two recordings: settings that changed, then every metric with its verdict, largest changes first.
+        Compare => compare,
     }
 }
 
