@@ -154,26 +154,16 @@ impl Recording {
             };
             if n == 1 {
                 rec.header = header(&v).map_err(|m| bad(path, 1, m))?;
-                rec.facts = rec
-                    .header
-                    .get("facts")
-                    .and_then(Value::as_object)
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                rec.tools = rec
-                    .header
-                    .get("tools")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|t| Some(t.as_str()?.to_string()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                // Values that are not strings are skipped (a hand-edited header).
+                let text = |v: &Value| v.as_str().map(str::to_string);
+                let facts = rec.header.get("facts").and_then(Value::as_object);
+                rec.facts = facts
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
+                    .collect();
+                let tools = rec.header.get("tools").and_then(Value::as_array);
+                rec.tools = tools.into_iter().flatten().filter_map(text).collect();
                 continue;
             }
             rec.line(&v).map_err(|m| bad(path, n, m))?;
