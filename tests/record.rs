@@ -166,7 +166,8 @@ fn compare_finds_slower_fsyncs_and_not_noise() {
     // The other way round it is better.
     let (code, out, err) = compare(&[b.to_str().unwrap(), a1.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{err}");
-    let l = fsync_line(&json_of(&out), "p50");
+    let ch = json_of(&out);
+    let l = fsync_line(&ch, "p50");
     assert!(l["change_pct"].as_f64().unwrap() < -15.0, "{l}");
     assert_eq!(l["verdict"], "better", "{l}");
 
@@ -177,7 +178,8 @@ fn compare_finds_slower_fsyncs_and_not_noise() {
         "--json",
         "--fail-on-regression",
     ]);
-    let l = fsync_line(&json_of(&out), "p50");
+    let ch = json_of(&out);
+    let l = fsync_line(&ch, "p50");
     assert_eq!(l["verdict"], "no significant change", "{l}");
     assert!(code == 0 || code == 7, "{err}");
 
