@@ -92,7 +92,7 @@ pub fn hist_svg(c: &Change) -> Option<String> {
     svg_open(
         &mut s,
         &format!(
-            "{} latency distribution",
+            "{} distribution",
             c.metric
                 .trim_start_matches("p50 ")
                 .trim_start_matches("p99 ")
@@ -166,7 +166,7 @@ pub fn page(
     ch: &[Change],
 ) -> String {
     let mut s = String::from(
-        "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><title>tracekit compare</title><style>body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}.worse{color:#b00000;font-weight:bold}.better{color:#006000;font-weight:bold}figure{display:inline-block;margin:6px}</style></head><body>",
+        "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><title>tracekit compare</title><style>body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}td.l{white-space:normal}td.l,th.l{text-align:left}.worse{color:#b00000;font-weight:bold}.better{color:#006000;font-weight:bold}figure{display:inline-block;margin:6px}</style></head><body>",
     );
     let _ = write!(
         s,

@@ -127,8 +127,8 @@ impl Change {
             None => String::new(),
         };
         let p = match self.p {
-            Some(p) if self.significant => format!(" (significant, p={})", fmt_p(p)),
-            Some(p) => format!(" (p={})", fmt_p(p)),
+            Some(p) if self.significant => format!(" (significant, p{})", p_rel(p)),
+            Some(p) => format!(" (p{})", p_rel(p)),
             None => String::new(),
         };
         format!(
@@ -142,6 +142,17 @@ impl Change {
     }
 }
 
+/// A p-value after `p`: `=0.0192`, `<0.0001`.
+fn p_rel(p: f64) -> String {
+    let t = fmt_p(p);
+    if t.starts_with('<') {
+        t
+    } else {
+        format!("={t}")
+    }
+}
+
+/// A p-value for a table cell: `0.0192`, `<0.0001`.
 fn fmt_p(p: f64) -> String {
     if p < 0.0001 {
         "<0.0001".into()
@@ -271,7 +282,7 @@ pub fn fact_changes(before: &Recording, after: &Recording) -> Vec<(String, Strin
 fn describe(path: &std::path::Path, r: &Recording) -> String {
     let iv = r.intervals.first().map(|i| i.secs).unwrap_or(0.0);
     let mut s = format!(
-        "{} ({}, {} × {:.1} s, Linux {}",
+        "{} ({}, {} × {:.2} s, Linux {}",
         path.display(),
         r.header
             .get("started")

@@ -196,14 +196,16 @@ fn counter_name(k: &str, v: &Value) -> Option<String> {
     })
 }
 
+/// One subject's rows of one interval, merged: counters summed, histograms by metric.
+type Merged = (Map<String, Value>, BTreeMap<String, LatHist>);
+
 /// Every (subject, metric) series of one recording. `split`: subjects told apart by title.
 pub fn series(rec: &Recording, split: &BTreeSet<String>) -> Series {
     let mut out: Series = BTreeMap::new();
     let n = rec.intervals.len();
     for (i, iv) in rec.intervals.iter().enumerate() {
         // This interval's merged rows: subject → (counters, histograms).
-        let mut merged: BTreeMap<String, (Map<String, Value>, BTreeMap<String, LatHist>)> =
-            BTreeMap::new();
+        let mut merged: BTreeMap<String, Merged> = BTreeMap::new();
         for r in &iv.rows {
             let (mut key, title) = identity(r);
             if split.contains(&key) {
