@@ -1,8 +1,9 @@
-//! Root tests for `tracekit record` and `tracekit compare`: record an fsync workload, record it
-//! again with bigger writes per fsync (each fsync then flushes more, so it takes longer):
-//! compare must call the latency change significant and worse, with the right sign; two
-//! recordings of the same workload must show no significant change; and the recorded fsync
-//! count must equal the workload's own.
+//! Root tests for `tracekit record` and `tracekit compare`: record an fsync workload on tmpfs
+//! (where fsync has nothing to write: a few microseconds), record it again on the work tree's
+//! disk (milliseconds): compare must call the latency change significant and worse, with the
+//! right sign; two recordings of the same workload must show no significant change; and the
+//! recorded fsync count must equal the workload's own. (Bigger writes per fsync on the disk were
+//! tried first: on a disk shared with other builders their medians overlapped.)
 
 use std::{
     path::{Path, PathBuf},
@@ -13,8 +14,8 @@ use std::{
 use serde_json::Value;
 use tracekit_tests::*;
 
-/// `tk-workload fsync-paced PATH MS KIB`: writes KIB KiB then fsyncs, again and again for MS
-/// milliseconds; prints its pid and how many fsyncs it made.
+/// `tk-workload fsync-paced PATH MS KIB`: writes KIB KiB at the start of PATH then fsyncs, again
+/// and again for MS milliseconds; prints its pid and how many fsyncs it made.
 pub fn workload(args: &[String]) -> Option<i32> {
     if args.first().map(String::as_str) != Some("fsync-paced") || args.len() != 4 {
         return None;
@@ -25,6 +26,8 @@ pub fn workload(args: &[String]) -> Option<i32> {
     let end = Instant::now() + Duration::from_millis(ms);
     let mut n = 0u64;
     while Instant::now() < end {
+        // Rewritten in place: the file never grows (on tmpfs it is memory).
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0)).expect("seek");
         std::io::Write::write_all(&mut f, &buf).expect("write");
         f.sync_all().expect("fsync");
         n += 1;
@@ -36,8 +39,8 @@ pub fn workload(args: &[String]) -> Option<i32> {
     Some(0)
 }
 
-/// Records `tk-workload fsync-paced` with `kib` per fsync for 3 s in 250 ms intervals; returns
-/// the workload's report.
+/// Records `tk-workload fsync-paced` on `file` with `kib` per fsync for 3 s in 250 ms
+/// intervals; returns the workload's report.
 fn record(out: &Path, file: &Path, kib: u32) -> Value {
     let tk = Tracer::spawn(&[
         "record",
@@ -115,12 +118,14 @@ fn json_of(s: &str) -> Vec<Value> {
 fn compare_finds_slower_fsyncs_and_not_noise() {
     require_root();
     let dir = scratch("record");
-    let file = dir.join("data");
+    let disk = dir.join("data");
+    let shm = PathBuf::from(format!("/dev/shm/tk-record-{}", std::process::id()));
     let p = |n: &str| -> PathBuf { dir.join(n) };
     let (a1, a2, b) = (p("a1.tkr"), p("a2.tkr"), p("b.tkr"));
-    let w1 = record(&a1, &file, 4);
-    record(&a2, &file, 4);
-    record(&b, &file, 512);
+    let w1 = record(&a1, &shm, 4);
+    record(&a2, &shm, 4);
+    record(&b, &disk, 4);
+    let _ = std::fs::remove_file(&shm);
 
     // The recorded count is the workload's own.
     let rec = lines(&a1);
@@ -156,11 +161,11 @@ fn compare_finds_slower_fsyncs_and_not_noise() {
         "--json",
         "--fail-on-regression",
     ]);
-    assert_eq!(code, 7, "{err}");
-    assert!(err.contains("significant regression"), "{err}");
     let ch = json_of(&out);
     let l = fsync_line(&ch, "p50");
-    assert!(l["change_pct"].as_f64().unwrap() > 20.0, "{l}");
+    assert_eq!(code, 7, "{err}; p50 fsync line: {l}");
+    assert!(err.contains("significant regression"), "{err}");
+    assert!(l["change_pct"].as_f64().unwrap() > 100.0, "{l}");
     assert_eq!(l["significant"], true, "{l}");
     assert_eq!(l["verdict"], "worse", "{l}");
     // The other way round it is better.
@@ -168,7 +173,7 @@ fn compare_finds_slower_fsyncs_and_not_noise() {
     assert_eq!(code, 0, "{err}");
     let ch = json_of(&out);
     let l = fsync_line(&ch, "p50");
-    assert!(l["change_pct"].as_f64().unwrap() < -15.0, "{l}");
+    assert!(l["change_pct"].as_f64().unwrap() < -50.0, "{l}");
     assert_eq!(l["verdict"], "better", "{l}");
 
     // The same workload twice: no significant change in its median.

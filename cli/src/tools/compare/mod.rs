@@ -39,6 +39,17 @@ const EXAMPLES: &str = "  tracekit compare before.tkr after.tkr
 pub const ALPHA: f64 = 0.05;
 /// Fewest intervals on each side for a verdict.
 pub const MIN_SAMPLES: usize = 3;
+/// Smallest change that counts, in % of the before value (a noise threshold, as criterion's):
+/// for latency one bucket of the recorded histograms (12.5 %: two runs whose medians fall in
+/// neighbouring buckets differ by less than the layout can tell), else 5 %. A tiny shift every
+/// interval shares (a busier CPU making a 150 ns syscall 160 ns) is real to the test and
+/// nothing to act on.
+pub fn min_change_pct(kind: Kind) -> f64 {
+    match kind {
+        Kind::Latency(_) => 100.0 / probes_common::hist::SUB_COUNT as f64,
+        _ => 5.0,
+    }
+}
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, "none (reads two files)."))]
@@ -228,7 +239,8 @@ pub fn changes(before: &Recording, after: &Recording) -> Vec<Change> {
         let enough =
             c.sides.0.samples.len() >= MIN_SAMPLES && c.sides.1.samples.len() >= MIN_SAMPLES;
         if enough {
-            c.significant = c.p.is_some_and(|p| p < ALPHA);
+            let large = c.change_pct.is_none_or(|x| x.abs() >= min_change_pct(kind));
+            c.significant = large && c.p.is_some_and(|p| p < ALPHA);
             // Which way the samples moved: the sign of the difference of their medians (the
             // headline can sit in the same bucket when the bulk moved).
             let up = {
@@ -330,7 +342,9 @@ pub fn text(
     }
     let shown = crate::report::rows::shown(args.top, ch.len());
     s.push_str(&format!(
-        "Changes, significant first, largest first (two-sided Mann–Whitney U over per-interval samples, p < {ALPHA}); {} of {} lines:\n",
+        "Changes, significant first, largest first (two-sided Mann–Whitney U over per-interval samples, p < {ALPHA}, and a change of at least {:.1} % for latency, {:.0} % otherwise); {} of {} lines:\n",
+        min_change_pct(Kind::Latency("p50")),
+        min_change_pct(Kind::Counter),
         shown,
         ch.len()
     ));
