@@ -220,7 +220,7 @@ pub fn page(
             esc(&c.fmt(c.after.mean)),
             c.after.cv,
             c.change_pct.map(|p| format!("{p:+.1} %")).unwrap_or_else(|| "-".into()),
-            c.p.map(super::fmt_p).unwrap_or_else(|| "-".into()),
+            esc(&c.p.map(super::fmt_p).unwrap_or_else(|| "-".into())),
             esc(c.verdict)
         );
     }
