@@ -175,8 +175,8 @@ fn every_help_shows_examples_range_and_privileges() {
         );
         assert!(examples.iter().all(|e| e[1] == tool), "{examples:?}");
         assert!(s.contains("Privileges: "), "{s}");
-        // doctor traces nothing; triage sizes each collector's maps itself.
-        if tool != "doctor" && tool != "triage" {
+        // doctor and compare trace nothing; triage sizes each collector's maps itself.
+        if !["doctor", "triage", "compare"].contains(&tool) {
             assert!(
                 s.contains("16 to 1000000"),
                 "{tool}: no --max-keys range in {s}"

@@ -32,6 +32,8 @@ pub enum Exit {
     NoSuchProcess = 5,
     /// `doctor`: at least one tool cannot run on this kernel (the report says which and why).
     ToolsUnavailable = 6,
+    /// `compare --fail-on-regression`: a significant change for the worse.
+    Regression = 7,
 }
 
 impl From<Exit> for ExitCode {
@@ -49,6 +51,7 @@ pub const EXIT_CODES_HELP: &str = "Exit codes:
   4  the kernel lacks something needed (tracefs, BTF, a tracepoint or field)
   5  a --pid names no running process
   6  doctor: some tool cannot run on this kernel (the report says which and why)
+  7  compare --fail-on-regression: a significant change for the worse
 
 Environment:
   TRACEKIT_TRACEFS=PATH  use the tracefs mounted at PATH (e.g. /host/sys/kernel/tracing in a container)
@@ -69,6 +72,8 @@ pub enum Error {
     Usage(String),
     #[error("{0}")]
     ToolsUnavailable(String),
+    #[error("{0}")]
+    Regression(String),
     #[error(transparent)]
     Tracefs(#[from] TracefsError),
     #[error(transparent)]
@@ -113,6 +118,7 @@ impl Error {
             Error::NoSuchProcess(_) => Exit::NoSuchProcess,
             Error::Usage(_) => Exit::Usage,
             Error::ToolsUnavailable(_) => Exit::ToolsUnavailable,
+            Error::Regression(_) => Exit::Regression,
             Error::Tracefs(e) => match e {
                 TracefsError::Permission { .. } | TracefsError::MountPermission { .. } => {
                     Exit::Permission

@@ -24,6 +24,7 @@ pub mod proc;
 pub mod psi;
 pub mod sysstat;
 pub mod thp;
+pub mod tuning;
 pub mod vmstat;
 
 /// What went wrong reading or parsing a host file; every message names the file.

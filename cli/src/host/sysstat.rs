@@ -16,6 +16,45 @@ pub struct SysStat {
     /// Per CPU, in /proc/stat order: (all ticks, steal ticks; None when the kernel has no
     /// steal column).
     pub cpus: Vec<(u64, Option<u64>)>,
+    /// The `cpu` line (all CPUs), split as `sar -u` splits it.
+    pub all: CpuTicks,
+}
+
+/// Ticks of the `cpu` line by kind (guest time is inside user, guest_nice inside nice).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+/// CPU time between two readings, in percent of all CPUs' time, as `sar -u` shows it (`user`
+/// includes nice, `system` includes irq and softirq).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSplit {
+    pub user: f64,
+    pub system: f64,
+    pub iowait: f64,
+    pub steal: f64,
+    pub idle: f64,
+}
+
+impl CpuTicks {
+    fn total(&self) -> u64 {
+        self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +94,37 @@ impl SysStat {
                 (total, c.steal)
             })
             .collect();
+        let t = &ks.total;
+        let all = CpuTicks {
+            user: t.user,
+            nice: t.nice,
+            system: t.system,
+            idle: t.idle,
+            iowait: t.iowait.unwrap_or(0),
+            irq: t.irq.unwrap_or(0),
+            softirq: t.softirq.unwrap_or(0),
+            steal: t.steal.unwrap_or(0),
+        };
         Ok(SysStat {
+            all,
             ctxt: ks.ctxt,
             procs_running: ks.procs_running,
             cpus,
+        })
+    }
+
+    /// The node's CPU time split between `earlier` and `self` (None when no tick passed or the
+    /// counters went backwards).
+    pub fn split_since(&self, earlier: &SysStat) -> Option<CpuSplit> {
+        let (a, b) = (&self.all, &earlier.all);
+        let dt = a.total().checked_sub(b.total()).filter(|d| *d > 0)? as f64;
+        let d = |x: u64, y: u64| x.saturating_sub(y) as f64 * 100.0 / dt;
+        Some(CpuSplit {
+            user: d(a.user + a.nice, b.user + b.nice),
+            system: d(a.system + a.irq + a.softirq, b.system + b.irq + b.softirq),
+            iowait: d(a.iowait, b.iowait),
+            steal: d(a.steal, b.steal),
+            idle: d(a.idle, b.idle),
         })
     }
 
@@ -108,6 +174,20 @@ mod tests {
         assert_eq!(b.ctxt - a.ctxt, 85_000);
         // No time passed: no figure rather than a division by zero.
         assert_eq!(a.steal_pct(&a), vec![None, None]);
+    }
+
+    #[test]
+    fn node_split_as_sar_shows_it() {
+        let (a, b) = (fixture(1), fixture(2));
+        assert_eq!(a.all.steal, 600);
+        // 1000 ticks passed: user 400, system 100, idle 400, steal 100.
+        let s = b.split_since(&a).unwrap();
+        assert_eq!(
+            (s.user, s.system, s.iowait, s.steal, s.idle),
+            (40.0, 10.0, 0.0, 10.0, 40.0)
+        );
+        assert_eq!(a.split_since(&a), None);
+        assert_eq!(a.split_since(&b), None);
     }
 
     #[test]

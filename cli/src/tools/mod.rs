@@ -15,6 +15,7 @@ use crate::{
 };
 
 pub mod bench_floor;
+pub mod compare;
 pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
@@ -22,6 +23,7 @@ pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
+pub mod record;
 pub mod runq_lat;
 pub mod sched;
 pub mod serve;
@@ -148,6 +150,10 @@ registry! {
         Doctor => doctor,
         /// Prometheus exporter: the low-cost collectors continuously, /metrics with histograms and counters per comm and container.
         Serve => serve,
+        /// Record a run for a before/after comparison: rows, histograms, node series and settings, per interval, in one file.
+        Record => record,
+        /// Compare two recordings: settings that changed, then every metric with its verdict, largest changes first.
+        Compare => compare,
     }
 }
 

@@ -1,0 +1,444 @@
+//! `tracekit compare before.tkr after.tkr`: what changed between two recordings. The node
+//! settings that differ come first; then every (subject, metric) found in both runs, with the
+//! before/after median, p99, mean and coefficient of variation, the change, a two-sided
+//! Mann–Whitney U test over the per-interval samples ([`stats`]) and a verdict (better, worse,
+//! changed, no significant change), ranked by the size of the change, significant ones first.
+//! `--html` draws the top changes; `--fail-on-regression` exits 7 when any line is worse.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::{
+    error::{Error, Result},
+    report::{output::Sink, render::fmt_ns},
+    tools::{self, record::format::Recording, ToolInfo},
+};
+
+pub mod html;
+pub mod model;
+pub mod stats;
+
+use model::{Direction, Kind};
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "compare",
+    summary: "Compare two recordings (`tracekit record`): node settings that changed, then every process, device and node metric with its median, p99, mean and spread before and after, a Mann–Whitney test per line and a verdict (better, worse, no significant change), largest changes first; `--html` for overlaid histograms and series, `--fail-on-regression` for CI.",
+    hooks: &[],
+    triage: false,
+    hidden: false,
+    needs_btf: false,
+};
+
+const EXAMPLES: &str = "  tracekit compare before.tkr after.tkr
+  tracekit compare before.tkr after.tkr --html report.html
+  tracekit compare before.tkr after.tkr --json --fail-on-regression   # exit 7 when anything got worse";
+
+/// Significance level of the test.
+pub const ALPHA: f64 = 0.05;
+/// Fewest intervals on each side for a verdict.
+pub const MIN_SAMPLES: usize = 3;
+/// Smallest change that counts, in % of the before value (a noise threshold, as criterion's):
+/// for latency one bucket of the recorded histograms (12.5 %: two runs whose medians fall in
+/// neighbouring buckets differ by less than the layout can tell), else 5 %. A tiny shift every
+/// interval shares (a busier CPU making a 150 ns syscall 160 ns) is real to the test and
+/// nothing to act on.
+pub fn min_change_pct(kind: Kind) -> f64 {
+    match kind {
+        Kind::Latency(_) => 100.0 / probes_common::hist::SUB_COUNT as f64,
+        _ => 5.0,
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = tools::help_footer(EXAMPLES, "none (reads two files)."))]
+pub struct Args {
+    /// The recording before the change.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The recording after the change.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// NDJSON: `fact` lines, then one `change` line per metric (ranked), then one `compare`.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML page (no network) with the top changes drawn.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Exit 7 when any change is significant and for the worse.
+    #[arg(long)]
+    pub fail_on_regression: bool,
+    /// Lines shown in the text report (0: all); JSON has them all.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    pub top: usize,
+}
+
+/// The side of a line.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct SideOut {
+    pub intervals: usize,
+    pub median: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub cv: f64,
+}
+
+/// One compared (subject, metric).
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    pub subject: String,
+    pub metric: String,
+    /// `ns` for latency, else the metric's own unit.
+    pub unit: &'static str,
+    pub before: SideOut,
+    pub after: SideOut,
+    /// Change of the headline value (the latency statistic, or the median of the samples), %.
+    pub change_pct: Option<f64>,
+    pub u: Option<f64>,
+    pub p: Option<f64>,
+    pub exact: bool,
+    pub significant: bool,
+    pub direction: Direction,
+    /// `better`, `worse`, `changed`, `no significant change`, `too few intervals`.
+    pub verdict: &'static str,
+    #[serde(skip)]
+    pub kind: Kind,
+    #[serde(skip)]
+    pub sides: (model::Side, model::Side),
+}
+
+impl Change {
+    /// The headline values (before, after).
+    fn headline(&self) -> (f64, f64) {
+        match self.kind {
+            Kind::Latency("p99") => (self.before.p99, self.after.p99),
+            _ => (self.before.median, self.after.median),
+        }
+    }
+
+    pub fn fmt(&self, v: f64) -> String {
+        if self.unit == "ns" {
+            fmt_ns(v.max(0.0).round() as u64)
+        } else if v.abs() >= 100.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.3}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        }
+    }
+
+    /// `p99 fsync latency of tk-workload [fsync-lat summary syscall=fsync]: 1.2ms → 2.5ms (+108 %), worse (significant, p=0.0002)`.
+    pub fn sentence(&self) -> String {
+        let (b, a) = self.headline();
+        let pct = match self.change_pct {
+            Some(c) => format!(" ({c:+.0} %)"),
+            None => String::new(),
+        };
+        let p = match self.p {
+            Some(p) if self.significant => format!(" (significant, p{})", p_rel(p)),
+            Some(p) => format!(" (p{})", p_rel(p)),
+            None => String::new(),
+        };
+        format!(
+            "{} of {}: {} → {}{pct}, {}{p}",
+            self.metric,
+            self.subject,
+            self.fmt(b),
+            self.fmt(a),
+            self.verdict
+        )
+    }
+}
+
+/// A p-value after `p`: `=0.0192`, `<0.0001`.
+fn p_rel(p: f64) -> String {
+    let t = fmt_p(p);
+    if t.starts_with('<') {
+        t
+    } else {
+        format!("={t}")
+    }
+}
+
+/// A p-value for a table cell: `0.0192`, `<0.0001`.
+fn fmt_p(p: f64) -> String {
+    if p < 0.0001 {
+        "<0.0001".into()
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+fn side_out(kind: Kind, s: &model::Side) -> SideOut {
+    match (kind, &s.hist) {
+        (Kind::Latency(_), Some(h)) => {
+            let st = crate::report::hist::stats(h);
+            SideOut {
+                intervals: s.samples.len(),
+                median: st.p50_ns as f64,
+                p99: st.p99_ns as f64,
+                mean: st.mean_ns as f64,
+                cv: st.cv,
+            }
+        }
+        _ => {
+            let st = stats::summarize(&s.samples);
+            SideOut {
+                intervals: st.n,
+                median: st.median,
+                p99: st.p99,
+                mean: st.mean,
+                cv: st.cv,
+            }
+        }
+    }
+}
+
+/// Compares every (subject, metric) present in both recordings, ranked.
+pub fn changes(before: &Recording, after: &Recording) -> Vec<Change> {
+    let split = model::ambiguous(&[before, after]);
+    let (b, mut a) = (model::series(before, &split), model::series(after, &split));
+    let mut out = Vec::new();
+    for ((subject, metric), (kind, bs)) in b {
+        let Some((_, as_)) = a.remove(&(subject.clone(), metric.clone())) else {
+            continue;
+        };
+        let (bo, ao) = (side_out(kind, &bs), side_out(kind, &as_));
+        let mut c = Change {
+            unit: if matches!(kind, Kind::Latency(_)) || metric.contains("_ns") {
+                "ns"
+            } else {
+                ""
+            },
+            direction: model::direction(&metric),
+            subject,
+            metric,
+            before: bo,
+            after: ao,
+            change_pct: None,
+            u: None,
+            p: None,
+            exact: false,
+            significant: false,
+            verdict: "too few intervals",
+            kind,
+            sides: (bs, as_),
+        };
+        let (hb, ha) = c.headline();
+        if hb != 0.0 {
+            c.change_pct = Some((ha - hb) / hb.abs() * 100.0);
+        }
+        if let Some(t) = stats::mann_whitney(&c.sides.0.samples, &c.sides.1.samples) {
+            c.u = Some(t.u);
+            c.p = Some(t.p);
+            c.exact = t.exact;
+        }
+        let enough =
+            c.sides.0.samples.len() >= MIN_SAMPLES && c.sides.1.samples.len() >= MIN_SAMPLES;
+        if enough {
+            let large = c.change_pct.is_none_or(|x| x.abs() >= min_change_pct(kind));
+            c.significant = large && c.p.is_some_and(|p| p < ALPHA);
+            // Which way the samples moved: the sign of the difference of their medians (the
+            // headline can sit in the same bucket when the bulk moved).
+            let up = {
+                let (sb, sa) = (
+                    stats::summarize(&c.sides.0.samples),
+                    stats::summarize(&c.sides.1.samples),
+                );
+                if sa.median != sb.median {
+                    sa.median > sb.median
+                } else {
+                    sa.mean > sb.mean
+                }
+            };
+            c.verdict = match (c.significant, c.direction, up) {
+                (false, ..) => "no significant change",
+                (true, Direction::Neutral, _) => "changed",
+                (true, Direction::LowerIsBetter, true)
+                | (true, Direction::HigherIsBetter, false) => "worse",
+                (true, ..) => "better",
+            };
+        }
+        out.push(c);
+    }
+    // Significant first, then by the size of the change.
+    out.sort_by(|x, y| {
+        let size = |c: &Change| c.change_pct.map(f64::abs).unwrap_or(0.0);
+        y.significant
+            .cmp(&x.significant)
+            .then(size(y).total_cmp(&size(x)))
+            .then(x.subject.cmp(&y.subject))
+            .then(x.metric.cmp(&y.metric))
+    });
+    out
+}
+
+/// Node settings that differ: (name, before, after); absent is `-`.
+pub fn fact_changes(before: &Recording, after: &Recording) -> Vec<(String, String, String)> {
+    let keys: std::collections::BTreeSet<&String> =
+        before.facts.keys().chain(after.facts.keys()).collect();
+    keys.into_iter()
+        .filter_map(|k| {
+            let (b, a) = (before.facts.get(k), after.facts.get(k));
+            (b != a).then(|| {
+                let s = |v: Option<&String>| v.cloned().unwrap_or_else(|| "-".into());
+                (k.clone(), s(b), s(a))
+            })
+        })
+        .collect()
+}
+
+fn describe(path: &std::path::Path, r: &Recording) -> String {
+    let iv = r.intervals.first().map(|i| i.secs).unwrap_or(0.0);
+    let mut s = format!(
+        "{} ({}, {} × {:.2} s, Linux {}",
+        path.display(),
+        r.header
+            .get("started")
+            .and_then(|v| v.as_str())
+            .unwrap_or("?"),
+        r.intervals.len(),
+        iv,
+        r.facts
+            .get("sysctl:kernel.osrelease")
+            .map(String::as_str)
+            .unwrap_or("?"),
+    );
+    if !r.complete {
+        s.push_str(if r.truncated {
+            ", cut short: last line dropped"
+        } else {
+            ", incomplete: no end line"
+        });
+    }
+    s.push(')');
+    s
+}
+
+/// The text report.
+pub fn text(
+    args: &Args,
+    b: &Recording,
+    a: &Recording,
+    facts: &[(String, String, String)],
+    ch: &[Change],
+) -> String {
+    let mut s = format!(
+        "tracekit compare: {} → {}\n\n",
+        describe(&args.before, b),
+        describe(&args.after, a)
+    );
+    if facts.is_empty() {
+        s.push_str("Node settings: no difference.\n\n");
+    } else {
+        s.push_str("Node settings that changed:\n");
+        for (k, x, y) in facts {
+            s.push_str(&format!("  {k}  {x} → {y}\n"));
+        }
+        s.push('\n');
+    }
+    let shown = crate::report::rows::shown(args.top, ch.len());
+    s.push_str(&format!(
+        "Changes, significant first, largest first (two-sided Mann–Whitney U over per-interval samples, p < {ALPHA}, and a change of at least {:.1} % for latency, {:.0} % otherwise); {} of {} lines:\n",
+        min_change_pct(Kind::Latency("p50")),
+        min_change_pct(Kind::Counter),
+        shown,
+        ch.len()
+    ));
+    for (i, c) in ch.iter().take(shown).enumerate() {
+        s.push_str(&format!("{:>3}. {}\n", i + 1, c.sentence()));
+    }
+    use crate::report::render::{Align, Table};
+    let mut t = Table::new(&[
+        ("#", Align::Right),
+        ("BEFORE MEDIAN", Align::Right),
+        ("P99", Align::Right),
+        ("MEAN", Align::Right),
+        ("CV", Align::Right),
+        ("AFTER MEDIAN", Align::Right),
+        ("P99", Align::Right),
+        ("MEAN", Align::Right),
+        ("CV", Align::Right),
+        ("N", Align::Right),
+        ("CHANGE", Align::Right),
+        ("P", Align::Right),
+        ("VERDICT", Align::Left),
+    ]);
+    for (i, c) in ch.iter().take(shown).enumerate() {
+        t.push(vec![
+            (i + 1).to_string(),
+            c.fmt(c.before.median),
+            c.fmt(c.before.p99),
+            c.fmt(c.before.mean),
+            format!("{:.2}", c.before.cv),
+            c.fmt(c.after.median),
+            c.fmt(c.after.p99),
+            c.fmt(c.after.mean),
+            format!("{:.2}", c.after.cv),
+            format!("{}/{}", c.sides.0.samples.len(), c.sides.1.samples.len()),
+            c.change_pct
+                .map(|p| format!("{p:+.1}%"))
+                .unwrap_or_else(|| "-".into()),
+            c.p.map(fmt_p).unwrap_or_else(|| "-".into()),
+            c.verdict.to_string(),
+        ]);
+    }
+    if shown > 0 {
+        s.push('\n');
+        s.push_str(&t.render());
+    }
+    s.push_str("\nMedian, p99, mean and CV of latency are over every event of the run (the recorded histograms); of other metrics over the per-interval samples. N: intervals with samples, before/after.\n");
+    s
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let before = Recording::read(&args.before)?;
+    let after = Recording::read(&args.after)?;
+    // Checked before the work: a path that cannot be written costs nothing.
+    let mut page = match &args.html {
+        Some(p) => Some(Sink::open(Some(p), false)?),
+        None => None,
+    };
+    let facts = fact_changes(&before, &after);
+    let ch = changes(&before, &after);
+    let worse = ch.iter().filter(|c| c.verdict == "worse").count();
+    let mut out = Sink::Stdout;
+    let body = if args.json {
+        let mut s = String::new();
+        for (k, b, a) in &facts {
+            s.push_str(&json!({"type": "fact", "name": k, "before": b, "after": a}).to_string());
+            s.push('\n');
+        }
+        for (i, c) in ch.iter().enumerate() {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            v["type"] = "change".into();
+            v["rank"] = (i + 1).into();
+            s.push_str(&v.to_string());
+            s.push('\n');
+        }
+        s.push_str(&json!({"type": "compare", "before": args.before, "after": args.after, "facts_changed": facts.len(), "lines": ch.len(), "significant": ch.iter().filter(|c| c.significant).count(), "worse": worse, "alpha": ALPHA}).to_string());
+        s.push('\n');
+        s
+    } else {
+        text(&args, &before, &after, &facts, &ch)
+    };
+    match out.write(&body) {
+        Err(e) if e.is_broken_pipe() => return Ok(()),
+        r => r?,
+    }
+    if let Some(sink) = page.as_mut() {
+        sink.write(&html::page(&args, &before, &after, &facts, &ch))?;
+        sink.finish()?;
+    }
+    if args.fail_on_regression && worse > 0 {
+        return Err(Error::Regression(format!(
+            "{worse} significant regression(s) between {} and {}",
+            args.before.display(),
+            args.after.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The `.tkr` file: NDJSON, one JSON object per line, documented in `docs/record-format.md`.
+//!
+//! Why NDJSON rather than a compact binary with a JSON header: a recording is small (one line
+//! per row per interval; histograms are sparse, a few dozen non-empty buckets of 304), `jq`
+//! reads it with no tool of ours, a run killed mid-write leaves every complete line readable
+//! (the reader drops only a cut last line and says so), and a newer field is ignored by an
+//! older reader instead of shifting every byte after it. The first line names the format and
+//! its version; a reader refuses any version it does not know, with the version it reads.
+//!
+//! Lines, in order: `header`, then per interval one `interval` line, its `row` lines (every row
+//! of every section of every collector, with each row's full histograms), one `node` line (the
+//! `sar`-style series), and after the last interval an `end` line.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, Read},
+    path::Path,
+};
+
+use probes_common::hist::{LatHist, MAX_EXP, NBUCKETS, SUB_BITS};
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// The `format` value of the header.
+pub const FORMAT: &str = "tracekit-record";
+/// The version this tracekit writes and reads.
+pub const VERSION: u64 = 1;
+/// Longest line read (a row with a few histograms is a few KiB): a hostile file cannot make the
+/// reader hold more.
+pub const MAX_LINE: u64 = 4 << 20;
+/// Most lines read (a day of 1 s intervals with a few hundred rows each is far below).
+pub const MAX_LINES: usize = 20_000_000;
+
+/// The histogram layout recordings carry (`probes_common::hist`), so a reader can check it.
+pub fn layout_json() -> Value {
+    json!({"layout": "log-linear", "sub_bits": SUB_BITS, "max_exp": MAX_EXP, "buckets": NBUCKETS})
+}
+
+/// A histogram, sparsely: `{"count","sum","min","max","b":[[index,count],…]}` (non-empty
+/// buckets only, indexes ascending).
+pub fn dist_json(h: &LatHist) -> Value {
+    let b: Vec<Value> = h
+        .buckets
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(i, c)| json!([i, c]))
+        .collect();
+    json!({"count": h.count, "sum": h.sum, "min": h.min().unwrap_or(0), "max": h.max, "b": b})
+}
+
+/// One recorded row.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub tool: String,
+    /// The section kind (`summary`, `device`, …).
+    pub kind: String,
+    pub fields: Map<String, Value>,
+    /// Latency distributions by metric (`fsync`, `wake`, …).
+    pub dists: Vec<(String, LatHist)>,
+}
+
+/// One interval: its rows and the node's series.
+#[derive(Clone, Debug, Default)]
+pub struct Interval {
+    pub index: u64,
+    pub secs: f64,
+    pub end_ns: u64,
+    pub rows: Vec<Row>,
+    /// `cpu_user_pct`, `ctxsw_per_s`, `psi_io_some_pct`, … (see the node line).
+    pub node: BTreeMap<String, f64>,
+}
+
+/// A whole recording.
+#[derive(Clone, Debug, Default)]
+pub struct Recording {
+    pub header: Map<String, Value>,
+    /// Node settings (`sysctl:vm.swappiness` → `60`, …).
+    pub facts: BTreeMap<String, String>,
+    pub tools: Vec<String>,
+    pub intervals: Vec<Interval>,
+    /// The `end` line was read (the run ended normally).
+    pub complete: bool,
+    /// The last line was cut (a run killed mid-write): dropped.
+    pub truncated: bool,
+}
+
+fn bad(path: &Path, line: usize, msg: impl std::fmt::Display) -> Error {
+    Error::Usage(format!("{}: line {line}: {msg}", path.display()))
+}
+
+impl Recording {
+    /// Reads and checks a recording. Every problem is one line naming the file and line; a
+    /// file that is not a recording, or of another version, is refused (exit 2).
+    pub fn read(path: &Path) -> Result<Recording> {
+        let f = std::fs::File::open(path).map_err(|source| Error::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })?;
+        let meta = f.metadata().map_err(|source| Error::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })?;
+        if !meta.is_file() {
+            return Err(Error::Usage(format!(
+                "{}: not a regular file (a recording is a file written by tracekit record)",
+                path.display()
+            )));
+        }
+        Recording::parse(std::io::BufReader::new(f), path)
+    }
+
+    /// Parses a recording from `r` (`path` names it in messages).
+    pub fn parse(mut r: impl BufRead, path: &Path) -> Result<Recording> {
+        let mut rec = Recording::default();
+        let mut buf = Vec::new();
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            let got = (&mut r)
+                .take(MAX_LINE + 1)
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| Error::Io {
+                    what: format!("reading {}", path.display()),
+                    source,
+                })?;
+            if got == 0 {
+                break;
+            }
+            n += 1;
+            if n > MAX_LINES {
+                return Err(bad(path, n, format!("more than {MAX_LINES} lines")));
+            }
+            let ended = buf.last() == Some(&b'\n');
+            if !ended && buf.len() as u64 > MAX_LINE {
+                return Err(bad(path, n, format!("line longer than {MAX_LINE} bytes")));
+            }
+            let v: Value = match serde_json::from_slice(&buf) {
+                Ok(v) => v,
+                // A cut last line (no newline) of a run killed mid-write: dropped.
+                Err(_) if !ended && n > 1 => {
+                    rec.truncated = true;
+                    break;
+                }
+                Err(e) if n == 1 => {
+                    return Err(bad(
+                        path,
+                        1,
+                        format!("not a tracekit recording (the first line is not JSON: {e})"),
+                    ))
+                }
+                Err(e) => return Err(bad(path, n, format!("not JSON: {e}"))),
+            };
+            if n == 1 {
+                rec.header = header(&v).map_err(|m| bad(path, 1, m))?;
+                // Values that are not strings are skipped (a hand-edited header).
+                let text = |v: &Value| v.as_str().map(str::to_string);
+                let facts = rec.header.get("facts").and_then(Value::as_object);
+                rec.facts = facts
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), text(v)?)))
+                    .collect();
+                let tools = rec.header.get("tools").and_then(Value::as_array);
+                rec.tools = tools.into_iter().flatten().filter_map(text).collect();
+                continue;
+            }
+            rec.line(&v).map_err(|m| bad(path, n, m))?;
+        }
+        if n == 0 {
+            return Err(Error::Usage(format!(
+                "{}: empty file, not a tracekit recording",
+                path.display()
+            )));
+        }
+        Ok(rec)
+    }
+
+    fn line(&mut self, v: &Value) -> std::result::Result<(), String> {
+        let o = v.as_object().ok_or("not a JSON object")?;
+        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
+        let idx = || {
+            o.get("i")
+                .and_then(Value::as_u64)
+                .ok_or("no interval index \"i\"")
+        };
+        match kind {
+            "interval" => {
+                let index = idx()?;
+                if self.intervals.last().is_some_and(|l| l.index >= index) {
+                    return Err(format!("interval {index} out of order"));
+                }
+                let secs = o.get("secs").and_then(Value::as_f64).unwrap_or(0.0);
+                if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+                    return Err(format!("interval {index}: bad length {secs}"));
+                }
+                self.intervals.push(Interval {
+                    index,
+                    secs,
+                    end_ns: o.get("end_ns").and_then(Value::as_u64).unwrap_or(0),
+                    ..Default::default()
+                });
+            }
+            "row" => {
+                let cur = self.current(idx()?)?;
+                let tool = o
+                    .get("tool")
+                    .and_then(Value::as_str)
+                    .ok_or("row without tool")?;
+                let sec = o
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .ok_or("row without kind")?;
+                let fields = o
+                    .get("row")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .ok_or("row without \"row\" object")?;
+                let mut dists = Vec::new();
+                if let Some(d) = o.get("dists") {
+                    let d = d.as_object().ok_or("\"dists\" is not an object")?;
+                    for (name, h) in d {
+                        dists.push((
+                            name.clone(),
+                            parse_dist(h).map_err(|e| format!("{name}: {e}"))?,
+                        ));
+                    }
+                }
+                cur.rows.push(Row {
+                    tool: tool.to_string(),
+                    kind: sec.to_string(),
+                    fields,
+                    dists,
+                });
+            }
+            "node" => {
+                let cur = self.current(idx()?)?;
+                for (k, x) in o {
+                    if let Some(f) = x.as_f64().filter(|f| f.is_finite()) {
+                        if k != "i" {
+                            cur.node.insert(k.clone(), f);
+                        }
+                    }
+                }
+            }
+            "end" => self.complete = true,
+            // Lines of types this version does not know are skipped (a later minor addition).
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn current(&mut self, i: u64) -> std::result::Result<&mut Interval, String> {
+        match self.intervals.last_mut() {
+            Some(l) if l.index == i => Ok(l),
+            _ => Err(format!("line for interval {i} outside that interval")),
+        }
+    }
+}
+
+/// Checks the header line: format and version.
+fn header(v: &Value) -> std::result::Result<Map<String, Value>, String> {
+    let o = v
+        .as_object()
+        .filter(|o| o.get("format").and_then(Value::as_str) == Some(FORMAT))
+        .ok_or("not a tracekit recording (the first line has no \"format\":\"tracekit-record\")")?;
+    match o.get("version").and_then(Value::as_u64) {
+        Some(VERSION) => Ok(o.clone()),
+        Some(v) if v > VERSION => Err(format!(
+            "recording format version {v} is newer than this tracekit reads (version {VERSION}): compare it with a newer tracekit"
+        )),
+        Some(v) => Err(format!(
+            "recording format version {v} is older than this tracekit reads (version {VERSION}): record again"
+        )),
+        None => Err("the header has no integer \"version\"".into()),
+    }
+}
+
+/// A sparse histogram back into a [`LatHist`], checked: indexes in range, counts adding up.
+fn parse_dist(v: &Value) -> std::result::Result<LatHist, String> {
+    let num = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .ok_or(format!("no integer {k:?}"))
+    };
+    let mut h = LatHist {
+        count: num("count")?,
+        sum: num("sum")?,
+        max: num("max")?,
+        ..LatHist::ZERO
+    };
+    let min = num("min")?;
+    if h.count > 0 {
+        h.min_plus1 = min.checked_add(1).ok_or("min out of range")?;
+        if min > h.max {
+            return Err("min above max".into());
+        }
+    }
+    let b = v
+        .get("b")
+        .and_then(Value::as_array)
+        .ok_or("no bucket list \"b\"")?;
+    let mut total = 0u64;
+    for pair in b {
+        let (i, c) = match pair.as_array().map(Vec::as_slice) {
+            Some([i, c]) => (i.as_u64(), c.as_u64()),
+            _ => (None, None),
+        };
+        let (Some(i), Some(c)) = (i, c) else {
+            return Err("a bucket is not [index, count]".into());
+        };
+        let i = usize::try_from(i)
+            .ok()
+            .filter(|i| *i < NBUCKETS)
+            .ok_or(format!("bucket index {i} out of range (0..{NBUCKETS})"))?;
+        h.buckets[i] = h.buckets[i]
+            .checked_add(c)
+            .ok_or("bucket count overflows")?;
+        total = total.checked_add(c).ok_or("bucket counts overflow")?;
+    }
+    if total != h.count {
+        return Err(format!(
+            "buckets hold {total} values, count says {}",
+            h.count
+        ));
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+#[path = "format_tests.rs"]
+mod tests;
