@@ -19,6 +19,7 @@ pub mod memcg;
 pub mod mountinfo;
 pub mod net;
 pub mod numa;
+pub mod pmu;
 pub mod proc;
 pub mod psi;
 pub mod sysstat;
