@@ -154,18 +154,22 @@ const MIN_SELF_SHARE: f64 = 0.25;
 /// Fewer samples than this say too little.
 const MIN_SAMPLES: u64 = 20;
 
-/// What is known of a few hot functions: what they are, and the usual fix.
-fn known(f: &str, module: &str) -> Option<(&'static str, &'static str)> {
+/// What is known of a few hot functions: what they are, the usual fix, and whether the
+/// function is named by its total samples (a library entry point; not the interpreter loop,
+/// which is on every stack of an interpreted program).
+fn known(f: &str, module: &str) -> Option<(&'static str, &'static str, bool)> {
     if module == "_json" || f.starts_with("encoder_") {
         return Some((
             "the stdlib JSON encoder",
             "serialise with a faster encoder (orjson, ujson: several times faster), cache serialised responses, or send less",
+            true,
         ));
     }
     if f.starts_with("_PyEval_EvalFrame") {
         return Some((
             "the Python interpreter loop",
             "the time is in Python code itself: profile at the Python level (py-spy) or move the hot loop to a compiled extension",
+            false,
         ));
     }
     None
@@ -185,7 +189,14 @@ pub fn findings(
             continue;
         }
         let cpu = p.samples as f64 / freq as f64 / secs;
-        let Some((f, n)) = top(&p.self_, 1).into_iter().next() else {
+        // A known costly library function (the JSON encoder) is named by its total samples
+        // (it and its callees: with full stacks its work spreads over many leaf functions);
+        // otherwise the top function by self samples.
+        let library = top(&p.total, 0).into_iter().find(|(f, n)| {
+            known(&f.function, &f.module).is_some_and(|k| k.2)
+                && *n as f64 >= MIN_SELF_SHARE * p.samples as f64
+        });
+        let Some((f, n)) = library.or_else(|| top(&p.self_, 1).into_iter().next()) else {
             continue;
         };
         let share = n as f64 / p.samples as f64;
