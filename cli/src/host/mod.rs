@@ -15,6 +15,7 @@ pub mod cgroup;
 pub mod disks;
 pub mod facts;
 pub mod kallsyms;
+pub mod maps;
 pub mod memcg;
 pub mod mountinfo;
 pub mod net;
