@@ -43,7 +43,31 @@ pub struct ProfileVal {
     pub samples: u64,
 }
 
-crate::impl_pod!(ProfileKey, ProfileVal);
+/// Bytes of user stack copied per sample in DWARF mode (from the user stack pointer up).
+pub const DWARF_STACK: usize = 8192;
+
+/// One sample in DWARF mode (`PROFILE_DWARF` set), streamed through the `PROFILE_SAMPLES` ring
+/// buffer: the user registers the unwinder starts from and a copy of the user stack above `sp`,
+/// unwound in userspace with the binaries' `.eh_frame` tables.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DwarfSample {
+    pub tgid: u32,
+    pub pid: u32,
+    /// Id in the stack-trace map, or [`NO_STACK`].
+    pub kernel_stack: i32,
+    /// Bytes of `stack` that hold the user stack from `sp` up (0: it could not be read).
+    pub len: u32,
+    /// User registers at the sample (the task's saved user registers when the sample hit the
+    /// kernel).
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub comm: [u8; COMM_LEN],
+    pub stack: [u8; DWARF_STACK],
+}
+
+crate::impl_pod!(ProfileKey, ProfileVal, DwarfSample);
 
 #[cfg(test)]
 mod tests {
@@ -54,5 +78,6 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<ProfileKey>(), 24);
         assert_eq!(size_of::<ProfileVal>(), COMM_LEN + 8);
+        assert_eq!(size_of::<DwarfSample>(), 40 + COMM_LEN + DWARF_STACK);
     }
 }
