@@ -8,15 +8,27 @@
 //! still named) and kernel stacks through kallsyms (`symbols.rs`), then aggregates
 //! (`stacks.rs`) and reports (`rows.rs`).
 //!
-//! Limits: user stacks are walked by frame pointers; code built without them (most
-//! distribution binaries and interpreters) shows one or two frames per sample, correct for
-//! self time but short of callers. The stack map is not reset between `--interval` windows.
+//! User stacks: `--unwind fp` walks frame pointers in the kernel (`bpf_get_stackid`, counted in
+//! the kernel: the fast path, but code built without them — most distribution binaries and
+//! interpreters — shows one or two frames per sample). `--unwind dwarf` streams each sample's
+//! user registers and 8 KiB of its user stack through a ring buffer and unwinds them here with
+//! the binaries' `.eh_frame` CFI (`unwind.rs`, as `perf --call-graph dwarf` does), counting per
+//! (process, thread, stack) in userspace: one record per sample, so meant for one process or a
+//! few (at most `--freq` × CPUs records a second). `auto` (the default) is DWARF when `--pid`
+//! or `--comm` narrows the scope and frame pointers otherwise. The stack map is not reset
+//! between `--interval` windows.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::Duration,
+};
 
-use aya::maps::{stack_trace::StackTraceMap, MapData};
+use aya::maps::{stack_trace::StackTraceMap, MapData, RingBuf};
 use probes_common::{
-    profile::{ProfileKey, ProfileVal, STAT_IDLE, STAT_STACK_COLLIDED, STAT_USTACK_FAILED},
+    profile::{
+        DwarfSample, ProfileKey, ProfileVal, STAT_IDLE, STAT_STACK_COLLIDED, STAT_USTACK_FAILED,
+    },
     stats,
 };
 
@@ -39,6 +51,7 @@ use crate::{
 mod rows;
 mod stacks;
 mod symbols;
+mod unwind;
 
 use rows::*;
 use stacks::*;
@@ -46,7 +59,7 @@ use symbols::Resolver;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "profile",
-    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; findings name a busy process's hot function.",
+    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function.",
     hooks: HOOKS,
     triage: false,
     hidden: false,
@@ -64,7 +77,8 @@ pub const HOOKS: &[Hook] = &[Hook {
 
 const EXAMPLES: &str = "  tracekit profile --duration 10s                       # top functions of the busiest processes
   tracekit profile --duration 10s --svg cpu.svg         # and a flame graph of every process
-  tracekit profile --pid 812 --duration 30s --folded cpu.folded   # folded stacks for flamegraph.pl or inferno";
+  tracekit profile --pid 812 --duration 30s --folded cpu.folded   # folded stacks for flamegraph.pl or inferno
+  tracekit profile --comm python3 --unwind dwarf --duration 5s     # full stacks of code without frame pointers";
 
 const NEEDS: &str = "root, or CAP_BPF and CAP_PERFMON (perf events on every CPU); resolving the \
 stacks of other users' processes reads /proc/<pid>/map_files, which needs CAP_SYS_ADMIN.";
@@ -96,6 +110,20 @@ pub struct Args {
     /// Functions shown per process, by self and by total samples.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
+
+    /// How user stacks are walked: `fp` (frame pointers, in the kernel: cheap, but short for
+    /// code built without them), `dwarf` (a copy of each sample's user stack unwound here with
+    /// the binaries' CFI: complete, one record per sample), `auto` (dwarf with --pid or
+    /// --comm, fp otherwise).
+    #[arg(long, value_enum, default_value_t = Unwind::Auto)]
+    pub unwind: Unwind,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwind {
+    Auto,
+    Fp,
+    Dwarf,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -117,7 +145,13 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }
     let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
     let scope = &ctx.scope;
+    let dwarf = match args.unwind {
+        Unwind::Dwarf => true,
+        Unwind::Fp => false,
+        Unwind::Auto => !scope.pids.is_empty() || scope.comm.is_some(),
+    };
     let spec = LoadSpec::new()
+        .global("PROFILE_DWARF", &u8::from(dwarf))
         .max_entries("PROFILE_COUNTS", scope.key_cap())
         .max_entries("PROFILE_STACKS", 16384);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
@@ -138,6 +172,19 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             map: "PROFILE_STACKS".into(),
         })?;
     let stacks = StackTraceMap::try_from(m).context("PROFILE_STACKS")?;
+    let samples = match dwarf {
+        true => {
+            let m = session
+                .ebpf
+                .take_map("PROFILE_SAMPLES")
+                .ok_or(loader::LoadError::NoMap {
+                    object: OBJECT.name,
+                    map: "PROFILE_SAMPLES".into(),
+                })?;
+            Some(RingBuf::try_from(m).context("PROFILE_SAMPLES")?)
+        }
+        false => None,
+    };
     let ncpu = aya::util::online_cpus()
         .map(|c| c.len())
         .unwrap_or(1)
@@ -147,6 +194,15 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         counts,
         stacks,
         resolver: Resolver::default(),
+        dwarf: samples.map(|ring| Dwarf {
+            ring,
+            unwinder: unwind::Unwinder::default(),
+            ids: HashMap::new(),
+            next_id: 0,
+            counts: HashMap::new(),
+            unwound: 0,
+            frames: 0,
+        }),
         scope: scope.clone(),
         freq: args.freq,
         ncpu,
@@ -161,8 +217,63 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }))
 }
 
+/// DWARF mode: the sample stream, the unwinder, and the counts kept here instead of the kernel.
+struct Dwarf {
+    ring: RingBuf<MapData>,
+    unwinder: unwind::Unwinder,
+    /// Unwound stacks by (tgid, addresses), with the id they have in the resolver (ids are never
+    /// reused, so the resolver's cache stays right when this table is cleared).
+    ids: HashMap<(u32, Vec<u64>), i32>,
+    next_id: i32,
+    /// Samples this window per key (`user_stack`: an id from `ids`).
+    counts: HashMap<ProfileKey, ProfileVal>,
+    /// Samples unwound this window, and their frames in all.
+    unwound: u64,
+    frames: u64,
+}
+
+impl Dwarf {
+    /// Unwinds one streamed sample and counts it; its stack is resolved now (the process may
+    /// exit before the window ends).
+    fn take(&mut self, s: &DwarfSample, resolver: &mut Resolver) {
+        let ips = self.unwinder.unwind(s);
+        self.unwound += 1;
+        self.frames += ips.len() as u64;
+        let user_stack = if ips.is_empty() {
+            probes_common::profile::NO_STACK
+        } else {
+            if self.ids.len() >= symbols::MAX_STACKS {
+                self.ids.clear();
+            }
+            let next = &mut self.next_id;
+            let id = *self.ids.entry((s.tgid, ips.clone())).or_insert_with(|| {
+                *next = next.wrapping_add(1) & i32::MAX;
+                *next
+            });
+            if !resolver.has_user(s.tgid, id) {
+                resolver.resolve_user(s.tgid, id, &ips);
+            }
+            id
+        };
+        let key = ProfileKey {
+            tgid: s.tgid,
+            pid: s.pid,
+            user_stack,
+            kernel_stack: s.kernel_stack,
+            gen: 0,
+            _pad: 0,
+        };
+        let v = self.counts.entry(key).or_insert(ProfileVal {
+            comm: s.comm,
+            samples: 0,
+        });
+        v.samples += 1;
+    }
+}
+
 struct Profile {
     session: Session,
+    dwarf: Option<Dwarf>,
     counts: GenMap<ProfileKey, ProfileVal>,
     stacks: StackTraceMap<MapData>,
     resolver: Resolver,
@@ -192,7 +303,11 @@ impl Profile {
     /// The frames of one key, outermost first: user frames, then kernel frames.
     fn frames(&mut self, k: &ProfileKey) -> Vec<symbols::Frame> {
         let mut out: Vec<symbols::Frame> = Vec::new();
-        if let Some(ips) = self.ips(k.user_stack) {
+        if self.dwarf.is_some() {
+            if let Some(f) = self.resolver.user_frames(k.tgid, k.user_stack) {
+                out.extend(f.iter().rev().cloned());
+            }
+        } else if let Some(ips) = self.ips(k.user_stack) {
             let f = self.resolver.resolve_user(k.tgid, k.user_stack, &ips);
             out.extend(f.iter().rev().cloned());
         }
@@ -245,16 +360,36 @@ impl Collector for Profile {
         .with("freq_hz", self.freq)
         .with("clock", "cpu-clock")
         .with("hardware_pmu", self.pmu)
-        .with("unwind", "fp")
+        .with("unwind", if self.dwarf.is_some() { "dwarf" } else { "fp" })
     }
 
     fn poll_interval(&self) -> Option<Duration> {
-        Some(Duration::from_secs(1))
+        // DWARF mode: the ring buffer (4 MiB) holds about 2.5 s of 8 KiB samples at 99 Hz on
+        // two CPUs; read it well before.
+        Some(Duration::from_millis(if self.dwarf.is_some() {
+            200
+        } else {
+            1000
+        }))
     }
 
-    /// Resolves the user stacks of processes seen since the last poll while they still run.
+    /// Resolves the user stacks of processes seen since the last poll while they still run
+    /// (DWARF mode: unwinds and counts the streamed samples).
     fn on_events(&mut self) -> Result<()> {
         self.resolver.begin_poll();
+        if let Some(d) = &mut self.dwarf {
+            d.unwinder.begin_poll();
+            loop {
+                let s: DwarfSample = match d.ring.next() {
+                    None => break,
+                    Some(item) if item.len() < std::mem::size_of::<DwarfSample>() => continue,
+                    // SAFETY: the record is a DwarfSample (plain integers), read unaligned.
+                    Some(item) => unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) },
+                };
+                d.take(&s, &mut self.resolver);
+            }
+            return Ok(());
+        }
         for k in self.counts.keys() {
             if k.user_stack >= 0 && !self.resolver.has_user(k.tgid, k.user_stack) {
                 if let Some(ips) = self.ips(k.user_stack) {
@@ -277,6 +412,16 @@ impl Collector for Profile {
             .counts
             .drain(self.gen)
             .context("reading PROFILE_COUNTS")?;
+        let mut drained = drained;
+        let mut unwound = None;
+        if let Some(d) = &mut self.dwarf {
+            drained.rows.extend(d.counts.drain());
+            unwound = Some((
+                std::mem::take(&mut d.unwound),
+                std::mem::take(&mut d.frames),
+            ));
+            d.unwinder.retain(crate::host::proc::exists);
+        }
         let st = self.session.stats_delta()?;
         let secs = w.secs();
         let threads = self.scope.threads;
@@ -345,10 +490,15 @@ impl Collector for Profile {
             self.ncpu,
             w.span(),
         );
-        out.notes.push(format!(
-            "clock: {}; user stacks by frame pointers",
-            self.clock()
-        ));
+        out.notes.push(match unwound {
+            Some((n, f)) => format!(
+                "clock: {}; user stacks unwound with DWARF CFI: {n} samples, {:.1} frames each on average; {} lost to a full ring buffer",
+                self.clock(),
+                f as f64 / n.max(1) as f64,
+                st[stats::RINGBUF_FULL as usize]
+            ),
+            None => format!("clock: {}; user stacks by frame pointers", self.clock()),
+        });
         if no_user > 0 {
             out.notes.push(format!(
                 "{no_user} samples of user processes have no user stack (code without frame pointers, or a failed walk: {} failed)",
@@ -395,6 +545,7 @@ impl Collector for Profile {
                 .with("idle_samples", idle)
                 .with("stack_collisions", collided)
                 .with("events", st[stats::EVENTS as usize])
+                .with("ringbuf_full", st[stats::RINGBUF_FULL as usize])
                 .with("missed", missed),
         );
         self.resolver.end_window();

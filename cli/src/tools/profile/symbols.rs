@@ -121,6 +121,11 @@ impl Resolver {
         self.user.contains_key(&(tgid, id))
     }
 
+    /// The resolved user stack `id` of `tgid`, if it was resolved.
+    pub fn user_frames(&self, tgid: u32, id: i32) -> Option<Rc<[Frame]>> {
+        self.user.get(&(tgid, id)).cloned()
+    }
+
     /// Resolves the user stack `id` of `tgid` (return addresses `ips`, innermost first).
     pub fn resolve_user(&mut self, tgid: u32, id: i32, ips: &[u64]) -> Rc<[Frame]> {
         if let Some(f) = self.user.get(&(tgid, id)) {
