@@ -131,6 +131,8 @@ fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     let mut tk = Tracer::spawn(&[
         "profile",
         "--json",
+        "--unwind",
+        "fp",
         "--comm",
         "tk_hot",
         "--svg",
@@ -200,6 +202,114 @@ fn hot_function_matches_perf_and_is_in_the_flame_graph() {
         .status()
         .expect("python3");
     assert!(xml.success(), "the SVG is not well-formed XML");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The Python case of the issue: `json.dumps` of a large dict in a loop, on this host's Python
+/// (built without frame pointers).
+const PY_JSON: &str = "import json\nd = {\"k%d\" % i: [i, str(i), {\"x\": i}] for i in range(2000)}\nwhile True: json.dumps(d)";
+
+/// Share of the folded samples of `pid` whose stack has a frame that `pred` accepts.
+fn folded_share(folded: &str, pid: u64, pred: impl Fn(&str) -> bool) -> (u64, u64) {
+    let (mut hit, mut all) = (0, 0);
+    for l in folded.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        let mut frames = stack.split(';');
+        let head = frames.next().unwrap_or("");
+        if !head.ends_with(&format!("-{pid}")) {
+            continue;
+        }
+        all += n;
+        if frames.any(&pred) {
+            hit += n;
+        }
+    }
+    (hit, all)
+}
+
+/// Python's `json.dumps` loop profiled at once with DWARF and with frame-pointer unwinding:
+/// with DWARF most samples have the `_json` C encoder on the stack and reach `Py_RunMain` or
+/// `main`; the frame-pointer run is printed beside it (its stacks stop after a frame or two).
+#[test]
+fn python_json_stacks_unwind_with_dwarf() {
+    require_root();
+    let dir = scratch("profile-py");
+    let mut py = Command::new("python3")
+        .args(["-c", PY_JSON])
+        .spawn()
+        .expect("python3");
+    let pid = py.id() as u64;
+    let run = |mode: &str| {
+        let folded = dir.join(format!("{mode}.folded"));
+        let mut tk = Tracer::spawn(&[
+            "profile",
+            "--json",
+            "--pid",
+            &pid.to_string(),
+            "--unwind",
+            mode,
+            "--duration",
+            "5s",
+            "--top",
+            "10",
+            "--folded",
+            folded.to_str().unwrap(),
+        ]);
+        tk.wait_attached();
+        (tk, folded)
+    };
+    let (dwarf, dwarf_folded) = run("dwarf");
+    let (fp, fp_folded) = run("fp");
+    let (status, lines, stderr) = dwarf.finish(Duration::from_secs(60));
+    let (fp_status, _, fp_stderr) = fp.finish(Duration::from_secs(60));
+    let _ = py.kill();
+    let _ = py.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(fp_status.success(), "{fp_stderr}");
+
+    eprintln!("DWARF: top functions of python3 (pid {pid}) by self samples:");
+    eprintln!(
+        "{:<40} {:<14} {:>6} {:>7} {:>7}",
+        "FUNCTION", "MODULE", "SELF", "SELF%", "TOTAL%"
+    );
+    for r in rows(&lines, "function", pid) {
+        eprintln!(
+            "{:<40} {:<14} {:>6} {:>6.1}% {:>6.1}%",
+            r["function"].as_str().unwrap_or(""),
+            r["module"].as_str().unwrap_or(""),
+            r["self_samples"].as_u64().unwrap_or(0),
+            r["self_ppm"].as_f64().unwrap_or(0.0) / 1e4,
+            r["total_ppm"].as_f64().unwrap_or(0.0) / 1e4,
+        );
+    }
+    let reaches_main = |f: &str| f.starts_with("Py_RunMain") || f == "main";
+    let encoder = |f: &str| f.starts_with("encoder_listencode_");
+    let mut verdict = Vec::new();
+    for (mode, path) in [("dwarf", &dwarf_folded), ("fp", &fp_folded)] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (main, all) = folded_share(&text, pid, reaches_main);
+        let (enc, _) = folded_share(&text, pid, encoder);
+        let pct = |n: u64| n as f64 * 100.0 / all.max(1) as f64;
+        eprintln!(
+            "{mode}: {all} samples; {main} ({:.1} %) reach Py_RunMain/main; {enc} ({:.1} %) have encoder_listencode_* on the stack",
+            pct(main),
+            pct(enc)
+        );
+        verdict.push((mode, all, main, enc));
+    }
+    let (_, all, main, enc) = verdict[0];
+    assert!(all >= 100, "only {all} DWARF samples of python3");
+    assert!(
+        2 * enc > all,
+        "encoder_listencode_* on {enc} of {all} DWARF stacks"
+    );
+    assert!(
+        2 * main > all,
+        "Py_RunMain/main on {main} of {all} DWARF stacks"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
