@@ -77,8 +77,7 @@ pub const HOOKS: &[Hook] = &[Hook {
 
 const EXAMPLES: &str = "  tracekit profile --duration 10s                       # top functions of the busiest processes
   tracekit profile --duration 10s --svg cpu.svg         # and a flame graph of every process
-  tracekit profile --pid 812 --duration 30s --folded cpu.folded   # folded stacks for flamegraph.pl or inferno
-  tracekit profile --comm python3 --unwind dwarf --duration 5s     # full stacks of code without frame pointers";
+  tracekit profile --pid 812 --duration 30s --folded cpu.folded   # one process, full stacks (--pid: DWARF unwinding), folded for inferno";
 
 const NEEDS: &str = "root, or CAP_BPF and CAP_PERFMON (perf events on every CPU); resolving the \
 stacks of other users' processes reads /proc/<pid>/map_files, which needs CAP_SYS_ADMIN.";
