@@ -163,25 +163,15 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &ProfileKey| k.gen,
         ZERO,
     )?;
-    let m = session
-        .ebpf
-        .take_map("PROFILE_STACKS")
-        .ok_or(loader::LoadError::NoMap {
+    let mut take = |name: &'static str| {
+        session.ebpf.take_map(name).ok_or(loader::LoadError::NoMap {
             object: OBJECT.name,
-            map: "PROFILE_STACKS".into(),
-        })?;
-    let stacks = StackTraceMap::try_from(m).context("PROFILE_STACKS")?;
+            map: name.into(),
+        })
+    };
+    let stacks = StackTraceMap::try_from(take("PROFILE_STACKS")?).context("PROFILE_STACKS")?;
     let samples = match dwarf {
-        true => {
-            let m = session
-                .ebpf
-                .take_map("PROFILE_SAMPLES")
-                .ok_or(loader::LoadError::NoMap {
-                    object: OBJECT.name,
-                    map: "PROFILE_SAMPLES".into(),
-                })?;
-            Some(RingBuf::try_from(m).context("PROFILE_SAMPLES")?)
-        }
+        true => Some(RingBuf::try_from(take("PROFILE_SAMPLES")?).context("PROFILE_SAMPLES")?),
         false => None,
     };
     let ncpu = aya::util::online_cpus()
