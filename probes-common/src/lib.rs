@@ -12,6 +12,7 @@ pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
+pub mod profile;
 pub mod sched;
 pub mod stats;
 

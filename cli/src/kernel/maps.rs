@@ -76,6 +76,14 @@ macro_rules! gen_map_api {
 }
 
 gen_map_api!(GenMap, Drained, "");
+
+impl<K: Pod, V: Pod> GenMap<K, V> {
+    /// Every key in the map now, of either generation, left in place (a tool that must act on
+    /// new keys while the window runs: resolving a process's stacks before it exits).
+    pub fn keys(&self) -> Vec<K> {
+        self.0.map.all_keys()
+    }
+}
 gen_map_api!(PerCpuGenMap, DrainedPerCpu, " with its per-CPU values");
 
 /// What one generation held: its rows and its `[other]` row.

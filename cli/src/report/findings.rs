@@ -33,6 +33,7 @@ pub enum Cause {
     CpuSteal,
     ConntrackFull,
     Pressure,
+    CpuHot,
 }
 
 impl Cause {
@@ -58,6 +59,7 @@ impl Cause {
             Cause::CpuSteal => "cpu-steal",
             Cause::ConntrackFull => "conntrack-full",
             Cause::Pressure => "pressure",
+            Cause::CpuHot => "cpu-hot",
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
+pub mod profile;
 pub mod record;
 pub mod runq_lat;
 pub mod sched;
@@ -139,6 +140,8 @@ registry! {
         NetRx => net_rx,
         /// Processes running on one NUMA node while their memory sits on another.
         Numa => numa,
+        /// Where the CPU goes per process: top functions by self and total samples, folded stacks and an SVG flame graph, without perf.
+        Profile => profile,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,

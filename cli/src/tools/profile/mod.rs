@@ -1,0 +1,544 @@
+//! `tracekit profile`: where the CPU goes, per process, as a table of functions, folded stacks
+//! and an SVG flame graph, without perf on the node.
+//!
+//! Kernel side (`probes-ebpf/src/bin/profile.rs`): a perf_event program on the software CPU
+//! clock of every online CPU at `--freq` Hz takes kernel and user stacks (frame pointers, via
+//! `bpf_get_stackid`) and counts samples per (process, thread, user stack, kernel stack) in the
+//! kernel. Userspace resolves user stacks while the window runs (so processes that exit are
+//! still named) and kernel stacks through kallsyms (`symbols.rs`), then aggregates
+//! (`stacks.rs`) and reports (`rows.rs`).
+//!
+//! User stacks: `--unwind fp` walks frame pointers in the kernel (`bpf_get_stackid`, counted in
+//! the kernel: the fast path, but code built without them — most distribution binaries and
+//! interpreters — shows one or two frames per sample). `--unwind dwarf` streams each sample's
+//! user registers and 8 KiB of its user stack through a ring buffer and unwinds them here with
+//! the binaries' `.eh_frame` CFI (`unwind.rs`, as `perf --call-graph dwarf` does), counting per
+//! (process, thread, stack) in userspace: one record per sample, so meant for one process or a
+//! few (at most `--freq` × CPUs records a second). `auto` (the default) is DWARF when `--pid`
+//! or `--comm` narrows the scope and frame pointers otherwise. The stack map is not reset
+//! between `--interval` windows.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::Duration,
+};
+
+use aya::maps::{stack_trace::StackTraceMap, MapData, RingBuf};
+use probes_common::{
+    profile::{
+        DwarfSample, ProfileKey, ProfileVal, STAT_IDLE, STAT_STACK_COLLIDED, STAT_USTACK_FAILED,
+    },
+    stats,
+};
+
+use crate::{
+    engine::{Collector, Meta, Output, Stats, Window},
+    error::{Context as _, Error, Result},
+    kernel::{
+        hooks::{AttachMode, Hook},
+        loader::{self, LoadSpec, Object, Session},
+        maps::GenMap,
+    },
+    options::Common,
+    report::{
+        rows::{id_columns, Ctx, Section},
+        who::Titles,
+    },
+    tools::{self, row_comm, OpenCtx, ToolInfo},
+};
+
+mod rows;
+mod stacks;
+mod symbols;
+mod unwind;
+
+use rows::*;
+use stacks::*;
+use symbols::Resolver;
+
+pub const INFO: ToolInfo = ToolInfo {
+    name: "profile",
+    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function.",
+    hooks: HOOKS,
+    triage: false,
+    hidden: false,
+    needs_btf: false,
+};
+
+const OBJECT: Object = crate::object!("profile");
+const PROGRAM: &str = "tk_profile";
+
+/// The software CPU clock, one perf event per online CPU (`attach_cpu_clock`).
+pub const HOOKS: &[Hook] = &[Hook {
+    programs: &[(AttachMode::PerfEvent, PROGRAM)],
+    ..Hook::event("cpu-clock")
+}];
+
+const EXAMPLES: &str = "  tracekit profile --duration 10s                       # top functions of the busiest processes
+  tracekit profile --duration 10s --svg cpu.svg         # and a flame graph of every process
+  tracekit profile --pid 812 --duration 30s --folded cpu.folded   # one process, full stacks (--pid: DWARF unwinding), folded for inferno";
+
+const NEEDS: &str = "root, or CAP_BPF and CAP_PERFMON (perf events on every CPU); resolving the \
+stacks of other users' processes reads /proc/<pid>/map_files, which needs CAP_SYS_ADMIN.";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+
+    /// Samples per second and CPU (perf's -F; 99 avoids lockstep with timers at 100 Hz).
+    #[arg(long, short = 'F', default_value_t = 99, value_name = "HZ",
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub freq: u64,
+
+    /// Write the folded stacks of the whole run to FILE (`comm-pid;outer;…;leaf count`; kernel
+    /// frames end in `_[k]`), for flamegraph.pl or inferno-flamegraph.
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write an SVG flame graph of the whole run to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+
+    /// Processes shown in the text tables, most samples first (0: all). JSON has every process.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub rows: usize,
+
+    /// Functions shown per process, by self and by total samples.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub top: usize,
+
+    /// How user stacks are walked: `fp` (frame pointers, in the kernel: cheap, but short for
+    /// code built without them), `dwarf` (a copy of each sample's user stack unwound here with
+    /// the binaries' CFI: complete, one record per sample), `auto` (dwarf with --pid or
+    /// --comm, fp otherwise).
+    #[arg(long, value_enum, default_value_t = Unwind::Auto)]
+    pub unwind: Unwind,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwind {
+    Auto,
+    Fp,
+    Dwarf,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
+}
+
+const ZERO: ProfileVal = ProfileVal {
+    comm: [0; 16],
+    samples: 0,
+};
+
+/// Loads the sampling program and attaches it to every online CPU's clock.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    for p in [&args.folded, &args.svg].into_iter().flatten() {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(Error::Usage(format!("{}: no such directory", p.display())));
+        }
+    }
+    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    let scope = &ctx.scope;
+    let dwarf = match args.unwind {
+        Unwind::Dwarf => true,
+        Unwind::Fp => false,
+        Unwind::Auto => !scope.pids.is_empty() || scope.comm.is_some(),
+    };
+    let spec = LoadSpec::new()
+        .global("PROFILE_DWARF", &u8::from(dwarf))
+        .max_entries("PROFILE_COUNTS", scope.key_cap())
+        .max_entries("PROFILE_STACKS", 16384);
+    let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+    session.attach_cpu_clock(PROGRAM, args.freq)?;
+    session.choices.extend(plan);
+    let counts = GenMap::take(
+        &mut session,
+        "PROFILE_COUNTS",
+        Some("PROFILE_OTHER"),
+        |k: &ProfileKey| k.gen,
+        ZERO,
+    )?;
+    let mut take = |name: &'static str| {
+        session.ebpf.take_map(name).ok_or(loader::LoadError::NoMap {
+            object: OBJECT.name,
+            map: name.into(),
+        })
+    };
+    let stacks = StackTraceMap::try_from(take("PROFILE_STACKS")?).context("PROFILE_STACKS")?;
+    let samples = match dwarf {
+        true => Some(RingBuf::try_from(take("PROFILE_SAMPLES")?).context("PROFILE_SAMPLES")?),
+        false => None,
+    };
+    let ncpu = aya::util::online_cpus()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .max(1);
+    Ok(Box::new(Profile {
+        session,
+        counts,
+        stacks,
+        resolver: Resolver::default(),
+        dwarf: samples.map(|ring| Dwarf {
+            ring,
+            unwinder: unwind::Unwinder::default(),
+            ids: HashMap::new(),
+            next_id: 0,
+            counts: HashMap::new(),
+            unwound: 0,
+            frames: 0,
+        }),
+        scope: scope.clone(),
+        freq: args.freq,
+        ncpu,
+        pmu: crate::host::pmu::hardware_pmu(),
+        folded_path: args.folded.clone(),
+        svg_path: args.svg.clone(),
+        folded: BTreeMap::new(),
+        rows: args.rows,
+        top: args.top,
+        gen: 0,
+        titles: Titles::default(),
+    }))
+}
+
+/// DWARF mode: the sample stream, the unwinder, and the counts kept here instead of the kernel.
+struct Dwarf {
+    ring: RingBuf<MapData>,
+    unwinder: unwind::Unwinder,
+    /// Unwound stacks by (tgid, addresses), with the id they have in the resolver (ids are never
+    /// reused, so the resolver's cache stays right when this table is cleared).
+    ids: HashMap<(u32, Vec<u64>), i32>,
+    next_id: i32,
+    /// Samples this window per key (`user_stack`: an id from `ids`).
+    counts: HashMap<ProfileKey, ProfileVal>,
+    /// Samples unwound this window, and their frames in all.
+    unwound: u64,
+    frames: u64,
+}
+
+impl Dwarf {
+    /// Unwinds one streamed sample and counts it; its stack is resolved now (the process may
+    /// exit before the window ends).
+    fn take(&mut self, s: &DwarfSample, resolver: &mut Resolver) {
+        let ips = self.unwinder.unwind(s);
+        self.unwound += 1;
+        self.frames += ips.len() as u64;
+        let user_stack = if ips.is_empty() {
+            probes_common::profile::NO_STACK
+        } else {
+            if self.ids.len() >= symbols::MAX_STACKS {
+                self.ids.clear();
+            }
+            let next = &mut self.next_id;
+            let id = *self.ids.entry((s.tgid, ips.clone())).or_insert_with(|| {
+                *next = next.wrapping_add(1) & i32::MAX;
+                *next
+            });
+            if !resolver.has_user(s.tgid, id) {
+                resolver.resolve_user(s.tgid, id, &ips);
+            }
+            id
+        };
+        let key = ProfileKey {
+            tgid: s.tgid,
+            pid: s.pid,
+            user_stack,
+            kernel_stack: s.kernel_stack,
+            gen: 0,
+            _pad: 0,
+        };
+        let v = self.counts.entry(key).or_insert(ProfileVal {
+            comm: s.comm,
+            samples: 0,
+        });
+        v.samples += 1;
+    }
+}
+
+struct Profile {
+    session: Session,
+    dwarf: Option<Dwarf>,
+    counts: GenMap<ProfileKey, ProfileVal>,
+    stacks: StackTraceMap<MapData>,
+    resolver: Resolver,
+    scope: crate::engine::Scope,
+    freq: u64,
+    ncpu: usize,
+    pmu: Option<&'static str>,
+    folded_path: Option<PathBuf>,
+    svg_path: Option<PathBuf>,
+    /// Folded stacks of the whole run (for `--folded` and `--svg`).
+    folded: BTreeMap<String, u64>,
+    rows: usize,
+    top: usize,
+    gen: u32,
+    titles: Titles,
+}
+
+impl Profile {
+    fn ips(&self, id: i32) -> Option<Vec<u64>> {
+        if id < 0 {
+            return None;
+        }
+        let st = self.stacks.get(&(id as u32), 0).ok()?;
+        Some(st.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// The frames of one key, outermost first: user frames, then kernel frames.
+    fn frames(&mut self, k: &ProfileKey) -> Vec<symbols::Frame> {
+        let mut out: Vec<symbols::Frame> = Vec::new();
+        if self.dwarf.is_some() {
+            if let Some(f) = self.resolver.user_frames(k.tgid, k.user_stack) {
+                out.extend(f.iter().rev().cloned());
+            }
+        } else if let Some(ips) = self.ips(k.user_stack) {
+            let f = self.resolver.resolve_user(k.tgid, k.user_stack, &ips);
+            out.extend(f.iter().rev().cloned());
+        }
+        if let Some(ips) = self.ips(k.kernel_stack) {
+            let f = self.resolver.resolve_kernel(k.kernel_stack, &ips);
+            out.extend(f.iter().rev().cloned());
+        }
+        if out.is_empty() {
+            out.push(marker("[no stack]", "[unknown]"));
+        }
+        out
+    }
+
+    fn clock(&self) -> String {
+        match self.pmu {
+            Some(p) => format!("cpu-clock (software; the hardware PMU `{p}` is not used, so results compare across machines)"),
+            None => "cpu-clock (software; this machine has no hardware PMU)".into(),
+        }
+    }
+
+    fn write_files(&self) -> Result<()> {
+        if let Some(p) = &self.folded_path {
+            write_atomic(p, folded_text(&self.folded).as_bytes())
+                .map_err(|e| Error::other(format!("writing {}: {e}", p.display())))?;
+        }
+        if let Some(p) = &self.svg_path {
+            let title = format!("CPU samples at {} Hz, {}", self.freq, self.scope.describe());
+            svg(&self.folded, &title)
+                .and_then(|svg| write_atomic(p, &svg))
+                .map_err(|e| {
+                    Error::other(format!("writing the flame graph {}: {e}", p.display()))
+                })?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for Profile {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn meta(&self) -> Meta {
+        Meta::of(
+            INFO.name,
+            format!("CPU samples at {} Hz on {}", self.freq, self.clock()),
+            &self.scope,
+            &self.session,
+        )
+        .with("freq_hz", self.freq)
+        .with("clock", "cpu-clock")
+        .with("hardware_pmu", self.pmu)
+        .with("unwind", if self.dwarf.is_some() { "dwarf" } else { "fp" })
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        // DWARF mode: the ring buffer (4 MiB) holds about 2.5 s of 8 KiB samples at 99 Hz on
+        // two CPUs; read it well before.
+        Some(Duration::from_millis(if self.dwarf.is_some() {
+            200
+        } else {
+            1000
+        }))
+    }
+
+    /// Resolves the user stacks of processes seen since the last poll while they still run
+    /// (DWARF mode: unwinds and counts the streamed samples).
+    fn on_events(&mut self) -> Result<()> {
+        self.resolver.begin_poll();
+        if let Some(d) = &mut self.dwarf {
+            d.unwinder.begin_poll();
+            loop {
+                let s: DwarfSample = match d.ring.next() {
+                    None => break,
+                    Some(item) if item.len() < std::mem::size_of::<DwarfSample>() => continue,
+                    // SAFETY: the record is a DwarfSample (plain integers), read unaligned.
+                    Some(item) => unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) },
+                };
+                d.take(&s, &mut self.resolver);
+            }
+            return Ok(());
+        }
+        for k in self.counts.keys() {
+            if k.user_stack >= 0 && !self.resolver.has_user(k.tgid, k.user_stack) {
+                if let Some(ips) = self.ips(k.user_stack) {
+                    self.resolver.resolve_user(k.tgid, k.user_stack, &ips);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flip(&mut self) -> Result<()> {
+        self.gen = self.session.flip_generation()?;
+        Ok(())
+    }
+
+    crate::tools::session_methods!(session);
+
+    fn collect(&mut self, w: &Window) -> Result<Output> {
+        let drained = self
+            .counts
+            .drain(self.gen)
+            .context("reading PROFILE_COUNTS")?;
+        let mut drained = drained;
+        let mut unwound = None;
+        if let Some(d) = &mut self.dwarf {
+            drained.rows.extend(d.counts.drain());
+            unwound = Some((
+                std::mem::take(&mut d.unwound),
+                std::mem::take(&mut d.frames),
+            ));
+            d.unwinder.retain(crate::host::proc::exists);
+        }
+        let st = self.session.stats_delta()?;
+        let secs = w.secs();
+        let threads = self.scope.threads;
+        let mut samples = Vec::with_capacity(drained.rows.len() + 1);
+        for (k, v) in &drained.rows {
+            let frames = self.frames(k);
+            let id = if threads { k.pid } else { k.tgid };
+            samples.push(Sample {
+                id,
+                tgid: k.tgid,
+                comm: row_comm(id, k.tgid, threads, &v.comm),
+                frames,
+                count: v.samples,
+            });
+        }
+        if drained.other.samples > 0 {
+            samples.push(Sample {
+                id: 0,
+                tgid: 0,
+                comm: b"[other]".to_vec(),
+                frames: vec![marker("[other]", "[unknown]")],
+                count: drained.other.samples,
+            });
+        }
+        fold_into(&mut self.folded, &samples);
+        let aggs = aggregate(&samples);
+        let one_cpu = self.freq as f64 * secs;
+        let all = one_cpu * self.ncpu as f64;
+        let mut order: Vec<(&u32, &ProcAgg)> = aggs.iter().collect();
+        order.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
+        let procs: Vec<ProcRow> = order
+            .iter()
+            .map(|(id, p)| proc_row(p, **id, threads, one_cpu, all, self.titles.of(p.tgid)))
+            .collect();
+        let shown = crate::report::rows::shown(self.rows, order.len());
+        let (mut by_self, mut by_total) = (Vec::new(), Vec::new());
+        for (id, p) in &order[..shown] {
+            by_self.extend(fn_rows(p, **id, threads, self.top, all, false));
+            by_total.extend(fn_rows(p, **id, threads, self.top, all, true));
+        }
+        let total: u64 = samples.iter().map(|s| s.count).sum();
+        let idle = st[STAT_IDLE as usize];
+        let collided = st[STAT_STACK_COLLIDED as usize];
+        let mut user_proc: std::collections::HashMap<u32, bool> = Default::default();
+        let no_user = samples
+            .iter()
+            .filter(|s| {
+                *user_proc.entry(s.tgid).or_insert_with(|| {
+                    crate::host::facts::ProcFacts::read(s.tgid).is_some_and(|f| !f.kthread)
+                })
+            })
+            .filter(|s| {
+                s.frames
+                    .iter()
+                    .all(|f| &*f.module == "kernel" || f.function.starts_with('['))
+            })
+            .map(|s| s.count)
+            .sum::<u64>();
+
+        let mut out = Output::default();
+        let missed = out.note_missed(&st, "sample", "");
+        out.title = format!(
+            "profile: {total} samples of {} at {} Hz on {} CPUs ({idle} idle); {}; stacks lost to collisions {collided}",
+            self.scope.describe(),
+            self.freq,
+            self.ncpu,
+            w.span(),
+        );
+        out.notes.push(match unwound {
+            Some((n, f)) => format!(
+                "clock: {}; user stacks unwound with DWARF CFI: {n} samples, {:.1} frames each on average; {} lost to a full ring buffer",
+                self.clock(),
+                f as f64 / n.max(1) as f64,
+                st[stats::RINGBUF_FULL as usize]
+            ),
+            None => format!("clock: {}; user stacks by frame pointers", self.clock()),
+        });
+        if no_user > 0 {
+            out.notes.push(format!(
+                "{no_user} samples of user processes have no user stack (code without frame pointers, or a failed walk: {} failed)",
+                st[STAT_USTACK_FAILED as usize]
+            ));
+        }
+        out.note_skipped(&self.session.skipped);
+        if samples.is_empty() {
+            out.notes.push("no samples: nothing ran in scope".into());
+        }
+        let ctx = Ctx { secs };
+        let found: Vec<(u32, &ProcAgg, crate::report::who::Title)> = order
+            .iter()
+            .map(|(id, p)| (**id, *p, self.titles.of(p.tgid)))
+            .collect();
+        out.findings = findings(INFO.name, &found, self.freq, secs);
+        out.sections.push(
+            Section::build(
+                "process",
+                &procs,
+                &id_columns(PROCS, threads),
+                &ctx,
+                self.rows,
+            )
+            .caption("CPU by process (%CPU: of one CPU; %ALL: of all CPUs):"),
+        );
+        out.sections.push(
+            Section::build("function", &by_self, &id_columns(FUNCS, threads), &ctx, 0).caption(
+                format!(
+                    "Top {} functions per process by self samples (the function was running):",
+                    self.top
+                ),
+            ),
+        );
+        out.sections.push(
+            Section::build("function_total", &by_total, &id_columns(FUNCS, threads), &ctx, 0)
+                .caption(format!("Top {} functions per process by total samples (on the stack: the function or its callees):", self.top)),
+        );
+        out.footnotes.push("SELF%/TOTAL%: of the process's samples; %ALL: self samples as a share of all CPUs' time.".into());
+        self.write_files()?;
+        out.stats = Some(
+            Stats::new(st)
+                .with("samples", total)
+                .with("idle_samples", idle)
+                .with("stack_collisions", collided)
+                .with("events", st[stats::EVENTS as usize])
+                .with("ringbuf_full", st[stats::RINGBUF_FULL as usize])
+                .with("missed", missed),
+        );
+        self.resolver.end_window();
+        self.titles.end_window();
+        Ok(out)
+    }
+}

@@ -1,0 +1,293 @@
+//! profile's rows (per process, per function) and its findings.
+
+use serde::Serialize;
+
+use super::stacks::{label, top, ProcAgg};
+use crate::report::{
+    findings::{Cause, Finding, Score, Subject},
+    rows::Column,
+    sanitize,
+    who::Title,
+};
+
+/// One process (or thread) in one window.
+#[derive(Serialize)]
+pub struct ProcRow {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    pub samples: u64,
+    /// CPU time the samples stand for, in parts per million of one CPU.
+    pub cpu_ppm: u64,
+    /// Share of all CPUs' time, parts per million.
+    pub all_ppm: u64,
+    #[serde(flatten)]
+    pub title: Title,
+    #[serde(skip)]
+    pub id: u32,
+    #[serde(skip)]
+    pub comm_raw: Vec<u8>,
+}
+
+pub const PROCS: &[Column<ProcRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("SAMPLES", |r, _| r.samples.to_string()),
+    Column::right("%CPU", |r, _| format!("{:.1}", r.cpu_ppm as f64 / 1e4)),
+    Column::right("%ALL", |r, _| format!("{:.1}", r.all_ppm as f64 / 1e4)),
+];
+
+/// One function of one process in one window.
+#[derive(Serialize)]
+pub struct FnRow {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub comm: String,
+    pub function: String,
+    pub module: String,
+    /// Samples with this function innermost.
+    pub self_samples: u64,
+    /// Samples with this function anywhere on the stack.
+    pub total_samples: u64,
+    /// Shares of the process's samples, and of all CPUs' time, parts per million.
+    pub self_ppm: u64,
+    pub total_ppm: u64,
+    pub self_all_ppm: u64,
+    #[serde(skip)]
+    pub id: u32,
+    #[serde(skip)]
+    pub label: String,
+    #[serde(skip)]
+    pub comm_raw: Vec<u8>,
+}
+
+pub const FUNCS: &[Column<FnRow>] = &[
+    Column::right("PID", |r, _| r.id.to_string()),
+    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::right("SELF", |r, _| r.self_samples.to_string()),
+    Column::right("SELF%", |r, _| format!("{:.1}", r.self_ppm as f64 / 1e4)),
+    Column::right("TOTAL", |r, _| r.total_samples.to_string()),
+    Column::right("TOTAL%", |r, _| format!("{:.1}", r.total_ppm as f64 / 1e4)),
+    Column::right("%ALL", |r, _| format!("{:.1}", r.self_all_ppm as f64 / 1e4)),
+    Column::left("FUNCTION", |r, _| r.label.clone()),
+];
+
+fn ppm(part: u64, whole: f64) -> u64 {
+    if whole <= 0.0 {
+        0
+    } else {
+        (part as f64 * 1e6 / whole).round() as u64
+    }
+}
+
+/// The rows of the functions of `p`: the `n` with the most self samples, then those among the
+/// `n` with the most total samples not listed yet (`by_total`: ranked by total instead).
+pub fn fn_rows(
+    p: &ProcAgg,
+    id: u32,
+    threads: bool,
+    n: usize,
+    all: f64,
+    by_total: bool,
+) -> Vec<FnRow> {
+    let ranked = if by_total {
+        top(&p.total, n)
+    } else {
+        top(&p.self_, n)
+    };
+    let (name, _) = sanitize::name_fields(&p.comm);
+    ranked
+        .into_iter()
+        .map(|(f, _)| {
+            let s = p.self_.get(&f).copied().unwrap_or(0);
+            let t = p.total.get(&f).copied().unwrap_or(0);
+            FnRow {
+                pid: if threads { p.tgid } else { id },
+                tid: threads.then_some(id),
+                comm: name.clone(),
+                function: f.function.to_string(),
+                module: f.module.to_string(),
+                self_samples: s,
+                total_samples: t,
+                self_ppm: ppm(s, p.samples as f64),
+                total_ppm: ppm(t, p.samples as f64),
+                self_all_ppm: ppm(s, all),
+                id,
+                label: label(&f),
+                comm_raw: p.comm.clone(),
+            }
+        })
+        .collect()
+}
+
+pub fn proc_row(
+    p: &ProcAgg,
+    id: u32,
+    threads: bool,
+    one_cpu: f64,
+    all: f64,
+    title: Title,
+) -> ProcRow {
+    let (comm, comm_bytes) = sanitize::name_fields(&p.comm);
+    ProcRow {
+        pid: if threads { p.tgid } else { id },
+        tid: threads.then_some(id),
+        comm,
+        comm_bytes,
+        samples: p.samples,
+        cpu_ppm: ppm(p.samples, one_cpu),
+        all_ppm: ppm(p.samples, all),
+        title,
+        id,
+        comm_raw: p.comm.clone(),
+    }
+}
+
+/// A process worth a finding uses at least this share of one CPU …
+const MIN_CPU: f64 = 0.10;
+/// … and one function holds at least this share of its samples as self time.
+const MIN_SELF_SHARE: f64 = 0.25;
+/// Fewer samples than this say too little.
+const MIN_SAMPLES: u64 = 20;
+
+/// What is known of a few hot functions: what they are, the usual fix, and whether the
+/// function is named by its total samples (a library entry point; not the interpreter loop,
+/// which is on every stack of an interpreted program).
+fn known(f: &str, module: &str) -> Option<(&'static str, &'static str, bool)> {
+    if module == "_json" || f.starts_with("encoder_") {
+        return Some((
+            "the stdlib JSON encoder",
+            "serialise with a faster encoder (orjson, ujson: several times faster), cache serialised responses, or send less",
+            true,
+        ));
+    }
+    if f.starts_with("_PyEval_EvalFrame") {
+        return Some((
+            "the Python interpreter loop",
+            "the time is in Python code itself: profile at the Python level (py-spy) or move the hot loop to a compiled extension",
+            false,
+        ));
+    }
+    None
+}
+
+/// One finding per busy process whose CPU goes mostly to one function.
+pub fn findings(
+    tool: &'static str,
+    procs: &[(u32, &ProcAgg, Title)],
+    freq: u64,
+    secs: f64,
+) -> Vec<Finding> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for (id, p, title) in procs {
+        if p.tgid == me || p.samples < MIN_SAMPLES {
+            continue;
+        }
+        let cpu = p.samples as f64 / freq as f64 / secs;
+        // A known costly library function (the JSON encoder) is named by its total samples
+        // (it and its callees: with full stacks its work spreads over many leaf functions);
+        // otherwise the top function by self samples.
+        let library = top(&p.total, 0).into_iter().find(|(f, n)| {
+            known(&f.function, &f.module).is_some_and(|k| k.2)
+                && *n as f64 >= MIN_SELF_SHARE * p.samples as f64
+        });
+        let Some((f, n)) = library.or_else(|| top(&p.self_, 1).into_iter().next()) else {
+            continue;
+        };
+        let share = n as f64 / p.samples as f64;
+        if cpu < MIN_CPU || share < MIN_SELF_SHARE || f.function.starts_with('[') {
+            continue;
+        }
+        let subject = Subject::process(*id, sanitize::text(&p.comm)).with_title(title);
+        let what = known(&f.function, &f.module);
+        let fname = sanitize::text(f.function.as_bytes());
+        let module = sanitize::text(f.module.as_bytes());
+        let ns_per_s = (n as f64 / freq as f64 / secs * 1e9) as u64;
+        out.push(
+            Finding {
+                tool,
+                cause: Cause::CpuHot,
+                subject: subject.clone(),
+                culprit: None,
+                score: Score::NsPerS(ns_per_s),
+                summary: format!(
+                    "{}: {:.0} % of its CPU in `{fname}` ({module}){}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
+                    subject.text(),
+                    share * 100.0,
+                    what.map(|w| format!(", {}", w.0)).unwrap_or_default(),
+                    cpu * 100.0,
+                    p.samples,
+                ),
+                evidence: vec![],
+                advice: what
+                    .map(|w| w.1.to_string())
+                    .unwrap_or_else(|| format!("make `{fname}` cheaper or call it less: the flame graph shows who calls it")),
+                next: Some(format!(
+                    "tracekit profile --pid {} --duration 30s --svg cpu.svg",
+                    p.tgid
+                )),
+            }
+            .evidence("samples", p.samples)
+            .evidence("function_samples", n)
+            .evidence("freq_hz", freq)
+            .evidence("function_ppm", ppm(n, p.samples as f64)),
+        );
+    }
+    crate::report::findings::rank(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::stacks::{aggregate, marker, Sample};
+    use super::*;
+
+    #[test]
+    fn finding_names_the_hot_function_of_a_busy_process() {
+        let s = vec![
+            Sample {
+                id: 812,
+                tgid: 812,
+                comm: b"python3".to_vec(),
+                frames: vec![
+                    marker("main", "python3.11"),
+                    marker("encoder_listencode_obj", "_json"),
+                ],
+                count: 410,
+            },
+            Sample {
+                id: 812,
+                tgid: 812,
+                comm: b"python3".to_vec(),
+                frames: vec![marker("main", "python3.11")],
+                count: 590,
+            },
+            Sample {
+                id: 9,
+                tgid: 9,
+                comm: b"idle".to_vec(),
+                frames: vec![marker("spin", "x")],
+                count: 5,
+            },
+        ];
+        let a = aggregate(&s);
+        let procs: Vec<(u32, &ProcAgg, Title)> =
+            a.iter().map(|(id, p)| (*id, p, Title::default())).collect();
+        let f = findings("profile", &procs, 99, 10.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].summary.starts_with("python3 (pid 812): 41 % of its CPU in `encoder_listencode_obj` (_json), the stdlib JSON encoder"),
+            "{}",
+            f[0].summary
+        );
+        let rows = fn_rows(&a[&812], 812, false, 5, 1980.0, false);
+        assert_eq!(rows[0].function, "main");
+        assert_eq!(rows[0].self_ppm, 590_000);
+        assert_eq!(rows[1].total_ppm, 410_000);
+    }
+}

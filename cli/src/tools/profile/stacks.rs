@@ -1,0 +1,222 @@
+//! From resolved samples to what profile shows: per-process function counts (self: the
+//! innermost frame; total: anywhere on the stack, once per sample), folded stacks in the format
+//! `flamegraph.pl` and inferno read, and the SVG flame graph.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    io::Write,
+    path::Path,
+    rc::Rc,
+};
+
+use super::symbols::Frame;
+
+/// Samples of one stack of one process (or thread) in a window.
+pub struct Sample {
+    /// tgid, or tid with `--threads`.
+    pub id: u32,
+    pub tgid: u32,
+    pub comm: Vec<u8>,
+    /// Outermost first; kernel frames after the user frames.
+    pub frames: Vec<Frame>,
+    pub count: u64,
+}
+
+/// One process's samples by function.
+#[derive(Default)]
+pub struct ProcAgg {
+    pub tgid: u32,
+    pub comm: Vec<u8>,
+    pub samples: u64,
+    pub self_: HashMap<Frame, u64>,
+    pub total: HashMap<Frame, u64>,
+}
+
+/// Per-process aggregates, keyed by id.
+pub fn aggregate(samples: &[Sample]) -> BTreeMap<u32, ProcAgg> {
+    let mut out: BTreeMap<u32, ProcAgg> = BTreeMap::new();
+    for s in samples {
+        let p = out.entry(s.id).or_insert_with(|| ProcAgg {
+            tgid: s.tgid,
+            comm: s.comm.clone(),
+            ..Default::default()
+        });
+        p.samples += s.count;
+        if let Some(leaf) = s.frames.last() {
+            *p.self_.entry(leaf.clone()).or_default() += s.count;
+        }
+        let mut seen = HashSet::new();
+        for f in &s.frames {
+            if seen.insert(f) {
+                *p.total.entry(f.clone()).or_default() += s.count;
+            }
+        }
+    }
+    out
+}
+
+/// The `(function, samples)` pairs of `m` with the most samples first (ties by name), at most
+/// `n` (0: all).
+pub fn top(m: &HashMap<Frame, u64>, n: usize) -> Vec<(Frame, u64)> {
+    let mut v: Vec<(Frame, u64)> = m.iter().map(|(f, c)| (f.clone(), *c)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    if n > 0 {
+        v.truncate(n);
+    }
+    v
+}
+
+/// A name as one folded-stack frame: `;` separates frames and the last space the count, so
+/// both are replaced; kernel frames carry inferno's `_[k]` suffix (coloured as kernel).
+fn folded_name(f: &Frame) -> String {
+    let name: String = f
+        .function
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_whitespace() || c.is_control() => '_',
+            c => c,
+        })
+        .collect();
+    if &*f.module == "kernel" {
+        format!("{name}_[k]")
+    } else {
+        name
+    }
+}
+
+/// Adds `samples` to the folded stacks `acc` (`comm-pid;outer;…;leaf` → count).
+pub fn fold_into(acc: &mut BTreeMap<String, u64>, samples: &[Sample]) {
+    for s in samples {
+        let comm = crate::report::sanitize::text(&s.comm).replace([';', ' '], "_");
+        let mut line = format!("{comm}-{}", s.id);
+        for f in &s.frames {
+            line.push(';');
+            line.push_str(&folded_name(f));
+        }
+        *acc.entry(line).or_default() += s.count;
+    }
+}
+
+/// The folded stacks as text, one `stack count` line each.
+pub fn folded_text(acc: &BTreeMap<String, u64>) -> String {
+    let mut s = String::new();
+    for (k, v) in acc {
+        s.push_str(&format!("{k} {v}\n"));
+    }
+    s
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory, renamed over it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_file_name(format!(
+        ".{}.tk-tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    ));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The SVG flame graph of `acc`.
+pub fn svg(acc: &BTreeMap<String, u64>, title: &str) -> std::io::Result<Vec<u8>> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title.to_string();
+    opts.count_name = "samples".into();
+    let lines: Vec<String> = acc.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let mut out = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut out)
+        .map_err(std::io::Error::other)?;
+    Ok(out)
+}
+
+/// A frame for display: `function (module)`.
+pub fn label(f: &Frame) -> String {
+    format!(
+        "{} ({})",
+        crate::report::sanitize::text(f.function.as_bytes()),
+        crate::report::sanitize::text(f.module.as_bytes())
+    )
+}
+
+/// A frame that stands for what could not be resolved or recorded.
+pub fn marker(name: &str, module: &str) -> Frame {
+    Frame {
+        function: Rc::from(name),
+        module: Rc::from(module),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fr(f: &str, m: &str) -> Frame {
+        marker(f, m)
+    }
+
+    fn fixture() -> Vec<Sample> {
+        let main = fr("main", "hot");
+        let spin = fr("spin", "hot");
+        let k = fr("asm_sysvec_apic_timer_interrupt", "kernel");
+        vec![
+            Sample {
+                id: 7,
+                tgid: 7,
+                comm: b"hot".to_vec(),
+                frames: vec![main.clone(), spin.clone()],
+                count: 9,
+            },
+            Sample {
+                id: 7,
+                tgid: 7,
+                comm: b"hot".to_vec(),
+                frames: vec![main.clone(), spin.clone(), k],
+                count: 1,
+            },
+            Sample {
+                id: 8,
+                tgid: 8,
+                comm: b"a b;c".to_vec(),
+                frames: vec![fr("f;g h", "x")],
+                count: 2,
+            },
+        ]
+    }
+
+    #[test]
+    fn self_and_total_per_process() {
+        let a = aggregate(&fixture());
+        let p = &a[&7];
+        assert_eq!(p.samples, 10);
+        assert_eq!(top(&p.self_, 1), vec![(fr("spin", "hot"), 9)]);
+        assert_eq!(p.total[&fr("main", "hot")], 10);
+        assert_eq!(p.total[&fr("spin", "hot")], 10);
+        assert_eq!(top(&p.self_, 0).len(), 2);
+    }
+
+    #[test]
+    fn folded_lines_escape_separators_and_mark_kernel_frames() {
+        let mut acc = BTreeMap::new();
+        fold_into(&mut acc, &fixture());
+        fold_into(&mut acc, &fixture()[..1]);
+        let t = folded_text(&acc);
+        assert_eq!(
+            t,
+            "a_b_c-8;f:g_h 2\nhot-7;main;spin 18\nhot-7;main;spin;asm_sysvec_apic_timer_interrupt_[k] 1\n"
+        );
+    }
+
+    #[test]
+    fn svg_names_the_functions() {
+        let mut acc = BTreeMap::new();
+        fold_into(&mut acc, &fixture());
+        let s = String::from_utf8(svg(&acc, "t").unwrap()).unwrap();
+        assert!(s.starts_with("<?xml"), "{}", &s[..40]);
+        assert!(s.contains("spin"));
+        assert!(s.trim_end().ends_with("</svg>"));
+    }
+}

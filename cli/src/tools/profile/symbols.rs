@@ -1,0 +1,233 @@
+//! Stack symbolisation with blazesym: user frames through the process (`/proc/<pid>/maps`, the
+//! mapped files via `/proc/<pid>/map_files/` so binaries inside containers and deleted files
+//! resolve, ELF symbols and DWARF where present, perf map files `/tmp/perf-<pid>.map` for JITs),
+//! kernel frames through kallsyms.
+//!
+//! A process's mappings and perf map are cached the first time its stacks are seen, and its
+//! stacks are resolved while the window runs (every poll), so a process that exits before the
+//! window ends is still named. Caches are bounded: resolved stacks of processes that are gone
+//! are dropped at the end of each window, and everything is dropped past [`MAX_STACKS`].
+
+use std::{collections::HashMap, rc::Rc};
+
+use blazesym::{
+    symbolize::{
+        cache,
+        source::{Kernel, Process, Source},
+        Input, Symbolized, Symbolizer,
+    },
+    Pid,
+};
+
+/// One frame as shown: the function and the object it is in (its file name's stem).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    pub function: Rc<str>,
+    pub module: Rc<str>,
+}
+
+/// Resolved stacks kept at most (user stacks per process plus kernel stacks).
+pub const MAX_STACKS: usize = 200_000;
+
+pub struct Resolver {
+    sym: Symbolizer,
+    /// (tgid, stack id) → frames, innermost first.
+    user: HashMap<(u32, i32), Rc<[Frame]>>,
+    kernel: HashMap<i32, Rc<[Frame]>>,
+    /// Processes whose mappings were cached, with the poll that cached them last.
+    cached: HashMap<u32, u64>,
+    poll: u64,
+    kernel_module: Rc<str>,
+    unknown: Rc<str>,
+}
+
+impl Default for Resolver {
+    fn default() -> Self {
+        Resolver {
+            sym: Symbolizer::builder().enable_inlined_fns(false).build(),
+            user: HashMap::new(),
+            kernel: HashMap::new(),
+            cached: HashMap::new(),
+            poll: 0,
+            kernel_module: Rc::from("kernel"),
+            unknown: Rc::from("[unknown]"),
+        }
+    }
+}
+
+/// The short name of a mapped object: `_json` for `/usr/lib/python3.11/lib-dynload/
+/// _json.cpython-311-x86_64-linux-gnu.so`, `libc` for `libc.so.6`, `python3.11` for a binary.
+pub fn module_stem(path: &str) -> &str {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let cut = [".cpython-", ".so"]
+        .iter()
+        .filter_map(|p| base.find(p))
+        .min()
+        .unwrap_or(base.len());
+    if cut == 0 {
+        base
+    } else {
+        &base[..cut]
+    }
+}
+
+/// Addresses to look up: the interrupted instruction for the innermost frame, and one byte
+/// before each return address for the others (the call itself, which may be the last
+/// instruction of its function).
+fn lookup_addrs(ips: &[u64]) -> Vec<u64> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+        .collect()
+}
+
+impl Resolver {
+    fn frames(&self, syms: Vec<Symbolized>, module: Option<&Rc<str>>) -> Rc<[Frame]> {
+        syms.into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(s) => Frame {
+                    function: Rc::from(s.name.as_ref()),
+                    module: match (module, &s.module) {
+                        (Some(m), _) => m.clone(),
+                        (None, Some(m)) => Rc::from(module_stem(&m.to_string_lossy())),
+                        (None, None) => self.unknown.clone(),
+                    },
+                },
+                Symbolized::Unknown(_) => Frame {
+                    function: self.unknown.clone(),
+                    module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
+                },
+            })
+            .collect()
+    }
+
+    /// Starts a poll: mappings are read again (at most once per poll and process), since a
+    /// process maps libraries as it runs (Python imports `_json` when first asked to).
+    pub fn begin_poll(&mut self) {
+        self.poll += 1;
+    }
+
+    /// Remembers `tgid`'s mappings and perf map now, so its stacks resolve after it exits.
+    pub fn note_process(&mut self, tgid: u32) {
+        if self.cached.insert(tgid, self.poll) != Some(self.poll) {
+            let c = cache::Process::new(Pid::from(tgid));
+            // No perf map is the usual case, and a process gone already is resolved as unknown.
+            let _ = self.sym.cache(&cache::Cache::Process(c));
+        }
+    }
+
+    /// Whether the user stack `id` of `tgid` is resolved already.
+    pub fn has_user(&self, tgid: u32, id: i32) -> bool {
+        self.user.contains_key(&(tgid, id))
+    }
+
+    /// The resolved user stack `id` of `tgid`, if it was resolved.
+    pub fn user_frames(&self, tgid: u32, id: i32) -> Option<Rc<[Frame]>> {
+        self.user.get(&(tgid, id)).cloned()
+    }
+
+    /// Resolves the user stack `id` of `tgid` (return addresses `ips`, innermost first).
+    pub fn resolve_user(&mut self, tgid: u32, id: i32, ips: &[u64]) -> Rc<[Frame]> {
+        if let Some(f) = self.user.get(&(tgid, id)) {
+            return f.clone();
+        }
+        let alive = crate::host::proc::exists(tgid);
+        if alive {
+            self.note_process(tgid);
+        }
+        let mut p = Process::new(Pid::from(tgid));
+        // Cached mappings of a process that has exited can only be used by path.
+        p.map_files = alive;
+        let addrs = lookup_addrs(ips);
+        let syms = self
+            .sym
+            .symbolize(&Source::Process(p), Input::AbsAddr(&addrs))
+            .unwrap_or_default();
+        let frames = if syms.len() == addrs.len() {
+            self.frames(syms, None)
+        } else {
+            self.frames(Vec::new(), None)
+        };
+        self.bound();
+        self.user.insert((tgid, id), frames.clone());
+        frames
+    }
+
+    /// Resolves kernel stack `id` (addresses `ips`, innermost first) through kallsyms.
+    pub fn resolve_kernel(&mut self, id: i32, ips: &[u64]) -> Rc<[Frame]> {
+        if let Some(f) = self.kernel.get(&id) {
+            return f.clone();
+        }
+        let addrs = lookup_addrs(ips);
+        let src = Source::Kernel(Kernel {
+            // The running kernel's kallsyms: a vmlinux found on disk may not match it.
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Kernel::default()
+        });
+        let syms = self
+            .sym
+            .symbolize(&src, Input::AbsAddr(&addrs))
+            .unwrap_or_default();
+        let km = self.kernel_module.clone();
+        let frames = if syms.len() == addrs.len() {
+            self.frames(syms, Some(&km))
+        } else {
+            addrs
+                .iter()
+                .map(|_| Frame {
+                    function: self.unknown.clone(),
+                    module: km.clone(),
+                })
+                .collect()
+        };
+        self.bound();
+        self.kernel.insert(id, frames.clone());
+        frames
+    }
+
+    /// Ends a window: forgets processes that have exited (their stacks were resolved in it).
+    pub fn end_window(&mut self) {
+        let gone: Vec<u32> = self
+            .cached
+            .keys()
+            .copied()
+            .filter(|p| !crate::host::proc::exists(*p))
+            .collect();
+        for p in &gone {
+            self.cached.remove(p);
+            let _ = self.sym.evict(&blazesym::symbolize::evict::Evict::Process(
+                blazesym::symbolize::evict::Process::new(Pid::from(*p)),
+            ));
+        }
+        self.user.retain(|(t, _), _| !gone.contains(t));
+    }
+
+    fn bound(&mut self) {
+        if self.user.len() + self.kernel.len() >= MAX_STACKS {
+            self.user.clear();
+            self.kernel.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_stems() {
+        assert_eq!(
+            module_stem("/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so"),
+            "_json"
+        );
+        assert_eq!(module_stem("/usr/lib/x86_64-linux-gnu/libc.so.6"), "libc");
+        assert_eq!(module_stem("/usr/bin/python3.11"), "python3.11");
+        assert_eq!(module_stem("hot"), "hot");
+        assert_eq!(module_stem("/x/.so"), ".so");
+    }
+
+    #[test]
+    fn return_addresses_are_looked_up_one_byte_back() {
+        assert_eq!(lookup_addrs(&[100, 200, 0]), vec![100, 199, 0]);
+    }
+}

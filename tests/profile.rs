@@ -1,0 +1,393 @@
+//! Root tests for `tracekit profile`: a C program whose time goes to one known function (built
+//! here with frame pointers), profiled by tracekit and by `perf record -F 99 -g -e cpu-clock` on
+//! the same run; and a "JIT" workload (machine code in an anonymous mapping, named in
+//! `/tmp/perf-<pid>.map`), which is also the VM check: guests have no compiler, and the test
+//! binaries are stripped and built without frame pointers, so a JIT with a perf map is the
+//! hot function a guest can name.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+/// The hot function of the C program.
+const HOT: &str = "tk_hot_spin";
+/// The JIT workload's function, as its perf map names it.
+const JIT: &str = "tk_jit_hot_loop";
+
+const HOT_C: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+__attribute__((noinline)) unsigned long tk_hot_spin(unsigned long n) {
+    volatile unsigned long x = 0;
+    for (unsigned long i = 0; i < n; i++) x += i * i;
+    return x;
+}
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main(int argc, char **argv) {
+    double secs = argc > 1 ? atof(argv[1]) : 2.0, t0 = now();
+    unsigned long s = 0;
+    while (now() - t0 < secs) s += tk_hot_spin(2000000);
+    return (int)(s & 1) * 0;
+}
+"#;
+
+/// Rows of `kind` for `pid` in tracekit's JSON lines.
+fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["tool"] == "profile" && l["type"] == kind && l["pid"] == pid)
+        .collect()
+}
+
+/// (process samples, the function's self samples, the top function by self samples).
+fn shares(lines: &[Value], pid: u64, function: &str) -> Result<(u64, u64, String), String> {
+    let procs = rows(lines, "process", pid);
+    let samples: u64 = procs.iter().filter_map(|r| r["samples"].as_u64()).sum();
+    let fns = rows(lines, "function", pid);
+    let of = |f: &str| -> u64 {
+        fns.iter()
+            .filter(|r| r["function"] == f)
+            .filter_map(|r| r["self_samples"].as_u64())
+            .sum()
+    };
+    let top = fns
+        .iter()
+        .max_by_key(|r| r["self_samples"].as_u64().unwrap_or(0))
+        .and_then(|r| r["function"].as_str())
+        .ok_or_else(|| format!("no function rows for pid {pid}"))?;
+    Ok((samples, of(function), top.to_string()))
+}
+
+/// The share check both cases make: at least 90 % of the process's samples in `function`.
+fn check_hot(lines: &[Value], pid: u64, function: &str) -> Result<String, String> {
+    let (samples, hot, top) = shares(lines, pid, function)?;
+    if samples < 20 {
+        return Err(format!("only {samples} samples for pid {pid}"));
+    }
+    if (hot as f64) < 0.9 * samples as f64 || top != function {
+        return Err(format!(
+            "{hot} of {samples} samples in {function} (top function {top})"
+        ));
+    }
+    Ok(format!(
+        "{hot} of {samples} samples ({:.1} %) in {function}",
+        hot as f64 * 100.0 / samples as f64
+    ))
+}
+
+/// perf's samples per pid and its leaf functions, from `perf script`.
+fn perf_samples(data: &Path) -> HashMap<u64, HashMap<String, u64>> {
+    let out = Command::new("perf")
+        .args(["script", "-F", "pid,ip,sym", "--hide-call-graph", "-i"])
+        .arg(data)
+        .output()
+        .expect("perf script");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut m: HashMap<u64, HashMap<String, u64>> = HashMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        let Some(pid) = t.first().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let sym = t.get(2).copied().unwrap_or("[unknown]").to_string();
+        *m.entry(pid).or_default().entry(sym).or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn hot_function_matches_perf_and_is_in_the_flame_graph() {
+    require_root();
+    let dir = scratch("profile-c");
+    let src = dir.join("hot.c");
+    std::fs::write(&src, HOT_C).unwrap();
+    let bin = dir.join("tk_hot");
+    let cc = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(cc.success());
+    let (svg, folded, data) = (
+        dir.join("cpu.svg"),
+        dir.join("cpu.folded"),
+        dir.join("perf.data"),
+    );
+    let mut tk = Tracer::spawn(&[
+        "profile",
+        "--json",
+        "--unwind",
+        "fp",
+        "--comm",
+        "tk_hot",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    tk.wait_attached();
+    let perf = Command::new("perf")
+        .args(["record", "-F", "99", "-g", "-e", "cpu-clock", "-q", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&bin)
+        .arg("5")
+        .status()
+        .expect("perf record (Debian package linux-perf)");
+    assert!(perf.success());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+
+    let by_pid = perf_samples(&data);
+    let (&pid, perf_fns) = by_pid
+        .iter()
+        .max_by_key(|(_, f)| f.values().sum::<u64>())
+        .expect("perf recorded samples");
+    let perf_total: u64 = perf_fns.values().sum();
+    let perf_top = perf_fns.iter().max_by_key(|(_, n)| **n).unwrap().0.clone();
+    let verdict = check_hot(&lines, pid, HOT).unwrap();
+    let (tk_total, _, tk_top) = shares(&lines, pid, HOT).unwrap();
+    eprintln!("tracekit: {verdict}; perf: {perf_total} samples, top {perf_top} ({perf_fns:?})");
+    assert_eq!(tk_top, perf_top, "top function");
+    let off = (tk_total as f64 - perf_total as f64).abs() / perf_total as f64;
+    assert!(
+        off <= 0.10,
+        "tracekit {tk_total} samples, perf {perf_total}: {:.1} % apart",
+        off * 100.0
+    );
+    // Frame pointers: the hot function's callers are on the stack, up to main.
+    let main_total: u64 = rows(&lines, "function_total", pid)
+        .iter()
+        .filter(|r| r["function"] == "main")
+        .filter_map(|r| r["total_samples"].as_u64())
+        .sum();
+    assert!(
+        main_total as f64 >= 0.9 * tk_total as f64,
+        "main on {main_total} of {tk_total} stacks"
+    );
+    let f = findings_for(&lines, pid);
+    assert!(f.iter().any(|s| s.contains(HOT)), "findings: {f:?}");
+
+    let folded_text = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        folded_text
+            .lines()
+            .any(|l| l.contains(&format!(";main;{HOT}"))),
+        "{folded_text}"
+    );
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.contains(HOT));
+    let xml = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])",
+        ])
+        .arg(&svg)
+        .status()
+        .expect("python3");
+    assert!(xml.success(), "the SVG is not well-formed XML");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The Python case of the issue: `json.dumps` of a large dict in a loop, on this host's Python
+/// (built without frame pointers).
+const PY_JSON: &str = "import json\nd = {\"k%d\" % i: [i, str(i), {\"x\": i}] for i in range(2000)}\nwhile True: json.dumps(d)";
+
+/// Share of the folded samples of `pid` whose stack has a frame that `pred` accepts.
+fn folded_share(folded: &str, pid: u64, pred: impl Fn(&str) -> bool) -> (u64, u64) {
+    let (mut hit, mut all) = (0, 0);
+    for l in folded.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        let mut frames = stack.split(';');
+        let head = frames.next().unwrap_or("");
+        if !head.ends_with(&format!("-{pid}")) {
+            continue;
+        }
+        all += n;
+        if frames.any(&pred) {
+            hit += n;
+        }
+    }
+    (hit, all)
+}
+
+/// Python's `json.dumps` loop profiled at once with DWARF and with frame-pointer unwinding:
+/// with DWARF most samples have the `_json` C encoder on the stack and reach `Py_RunMain` or
+/// `main`; the frame-pointer run is printed beside it (its stacks stop after a frame or two).
+#[test]
+fn python_json_stacks_unwind_with_dwarf() {
+    require_root();
+    let dir = scratch("profile-py");
+    let mut py = Command::new("python3")
+        .args(["-c", PY_JSON])
+        .spawn()
+        .expect("python3");
+    let pid = py.id() as u64;
+    let run = |mode: &str| {
+        let folded = dir.join(format!("{mode}.folded"));
+        let mut tk = Tracer::spawn(&[
+            "profile",
+            "--json",
+            "--pid",
+            &pid.to_string(),
+            "--unwind",
+            mode,
+            "--duration",
+            "5s",
+            "--top",
+            "10",
+            "--folded",
+            folded.to_str().unwrap(),
+        ]);
+        tk.wait_attached();
+        (tk, folded)
+    };
+    let (dwarf, dwarf_folded) = run("dwarf");
+    let (fp, fp_folded) = run("fp");
+    let (status, lines, stderr) = dwarf.finish(Duration::from_secs(60));
+    let (fp_status, _, fp_stderr) = fp.finish(Duration::from_secs(60));
+    let _ = py.kill();
+    let _ = py.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(fp_status.success(), "{fp_stderr}");
+
+    eprintln!("DWARF: top functions of python3 (pid {pid}) by self samples:");
+    eprintln!(
+        "{:<40} {:<14} {:>6} {:>7} {:>7}",
+        "FUNCTION", "MODULE", "SELF", "SELF%", "TOTAL%"
+    );
+    for r in rows(&lines, "function", pid) {
+        eprintln!(
+            "{:<40} {:<14} {:>6} {:>6.1}% {:>6.1}%",
+            r["function"].as_str().unwrap_or(""),
+            r["module"].as_str().unwrap_or(""),
+            r["self_samples"].as_u64().unwrap_or(0),
+            r["self_ppm"].as_f64().unwrap_or(0.0) / 1e4,
+            r["total_ppm"].as_f64().unwrap_or(0.0) / 1e4,
+        );
+    }
+    let reaches_main = |f: &str| f.starts_with("Py_RunMain") || f == "main";
+    let encoder = |f: &str| f.starts_with("encoder_listencode_");
+    let mut verdict = Vec::new();
+    for (mode, path) in [("dwarf", &dwarf_folded), ("fp", &fp_folded)] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (main, all) = folded_share(&text, pid, reaches_main);
+        let (enc, _) = folded_share(&text, pid, encoder);
+        let pct = |n: u64| n as f64 * 100.0 / all.max(1) as f64;
+        eprintln!(
+            "{mode}: {all} samples; {main} ({:.1} %) reach Py_RunMain/main; {enc} ({:.1} %) have encoder_listencode_* on the stack",
+            pct(main),
+            pct(enc)
+        );
+        verdict.push((mode, all, main, enc));
+    }
+    let (_, all, main, enc) = verdict[0];
+    assert!(all >= 100, "only {all} DWARF samples of python3");
+    assert!(
+        2 * enc > all,
+        "encoder_listencode_* on {enc} of {all} DWARF stacks"
+    );
+    assert!(
+        2 * main > all,
+        "Py_RunMain/main on {main} of {all} DWARF stacks"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn findings_for(lines: &[Value], pid: u64) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["tool"] == "profile" && l["type"] == "finding" && l["pid"] == pid)
+        .filter_map(|l| l["summary"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn jit_code_is_named_from_its_perf_map() {
+    require_root();
+    let (w, lines) = trace_workload(
+        &["profile", "--json", "--comm", "tk-workload"],
+        &["profile-jit", "3"],
+    );
+    let pid = w["pid"].as_u64().unwrap();
+    check_hot(&lines, pid, JIT).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workload `tk-workload` runs for these tests and for the VM check (tests/workload/build.rs
+// finds it), and the check each guest kernel of `cargo xtask vm-test` runs.
+
+/// `profile-jit SECS`: runs a hot loop generated at run time for SECS seconds.
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["profile-jit", secs] => jit_workload(secs.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}
+
+/// x86_64: `mov rax, rdi; 1: dec rax; jnz 1b; ret`: counts its argument down to zero.
+const LOOP: [u8; 9] = [0x48, 0x89, 0xf8, 0x48, 0xff, 0xc8, 0x75, 0xfb, 0xc3];
+
+/// Copies [`LOOP`] into an executable anonymous mapping, names it in `/tmp/perf-<pid>.map` as a
+/// JIT does, and calls it until `secs` have passed.
+fn jit_workload(secs: f64) {
+    let pid = std::process::id();
+    // SAFETY: a fresh private anonymous mapping, written before it is made executable and only
+    // called as the function LOOP encodes (System V: argument in rdi, result in rax).
+    let f: extern "C" fn(u64) -> u64 = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap");
+        std::ptr::copy_nonoverlapping(LOOP.as_ptr(), p.cast(), LOOP.len());
+        assert_eq!(
+            libc::mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC),
+            0
+        );
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn(u64) -> u64>(p)
+    };
+    let map = format!("/tmp/perf-{pid}.map");
+    std::fs::write(&map, format!("{:x} {:x} {JIT}\n", f as usize, LOOP.len())).expect("perf map");
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        n = n.wrapping_add(f(std::hint::black_box(50_000_000)));
+    }
+    let _ = std::fs::remove_file(&map);
+    println!("{}", serde_json::json!({"pid": pid, "left": n}));
+}
+
+/// profile: at least 90 % of the JIT workload's samples in its hot loop, named from its perf map.
+pub fn vm_check() -> Result<String, String> {
+    let (lines, w, modes) =
+        tracekit_tests::vm::traced(&["profile", "--comm", "tk-workload"], &["profile-jit", "3"])?;
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")?;
+    let v = check_hot(&lines, pid, JIT)?;
+    Ok(format!("{v} (perf map); {modes}; programs unloaded"))
+}
