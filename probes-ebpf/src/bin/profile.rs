@@ -12,7 +12,7 @@
 //! otherwise (`STAT_USTACK_FAILED`), a key that did not fit (`KEY_MAP_FULL`, the sample goes to
 //! `[other]`). Idle samples (pid 0) are only counted (`STAT_IDLE`), for the share of all CPU.
 //!
-//! DWARF mode (`PROFILE_DWARF` = 1, for code without frame pointers): instead of a user stack
+//! DWARF mode (`tk_profile_dwarf`, for code without frame pointers): instead of a user stack
 //! id, each sample streams a [`DwarfSample`] through `PROFILE_SAMPLES` — the task's saved user
 //! registers (`bpf_task_pt_regs`, so samples that hit the kernel unwind from the user side too)
 //! and up to [`DWARF_STACK`] bytes of user stack above `sp` — and userspace unwinds it with the
@@ -37,7 +37,7 @@ use probes_common::{
     },
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, ro, slot, stat};
+use probes_ebpf::{allowed, atomic_add, generation, slot, stat};
 
 /// Stacks by id (frame addresses, innermost first). Sized by userspace.
 #[map]
@@ -60,10 +60,6 @@ static PROFILE_SCRATCH: PerCpuArray<ProfileVal> = PerCpuArray::with_max_entries(
 /// userspace.
 #[map]
 static PROFILE_SAMPLES: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
-
-/// 1: DWARF mode (stream stacks), 0: frame-pointer stack ids.
-#[no_mangle]
-static PROFILE_DWARF: u8 = 0;
 
 const EEXIST: i32 = 17;
 /// `BPF_RB_NO_WAKEUP`: userspace polls the ring buffer.
@@ -139,8 +135,22 @@ fn stack_id(ctx: &PerfEventContext, flags: u64) -> (i32, i32) {
     }
 }
 
+/// Frame-pointer mode: stack ids, counted here. Uses no helper newer than 5.10.
 #[perf_event]
 pub fn tk_profile(ctx: PerfEventContext) -> u32 {
+    sample(&ctx, false)
+}
+
+/// DWARF mode: each sample's user registers and stack streamed for unwinding in userspace.
+/// A program of its own because `bpf_task_pt_regs` needs Linux 5.15: on older kernels only this
+/// one fails to load, and frame-pointer mode still runs.
+#[perf_event]
+pub fn tk_profile_dwarf(ctx: PerfEventContext) -> u32 {
+    sample(&ctx, true)
+}
+
+#[inline(always)]
+fn sample(ctx: &PerfEventContext, dwarf: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, pid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     if pid == 0 {
@@ -151,12 +161,12 @@ pub fn tk_profile(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     stat(stats::EVENTS);
-    let (kernel_stack, _) = stack_id(&ctx, 0);
-    if ro(&PROFILE_DWARF) != 0 {
+    let (kernel_stack, _) = stack_id(ctx, 0);
+    if dwarf {
         stream(tgid, pid, kernel_stack);
         return 0;
     }
-    let (user_stack, uerr) = stack_id(&ctx, BPF_F_USER_STACK as u64);
+    let (user_stack, uerr) = stack_id(ctx, BPF_F_USER_STACK as u64);
     // EFAULT: no user stack (kernel threads); EEXIST is counted above.
     if uerr != 0 && uerr != -EEXIST && uerr != -14 {
         stat(STAT_USTACK_FAILED);

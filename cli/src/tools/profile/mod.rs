@@ -68,6 +68,8 @@ pub const INFO: ToolInfo = ToolInfo {
 
 const OBJECT: Object = crate::object!("profile");
 const PROGRAM: &str = "tk_profile";
+/// DWARF mode's program (Linux 5.15+).
+const PROGRAM_DWARF: &str = "tk_profile_dwarf";
 
 /// The software CPU clock, one perf event per online CPU (`attach_cpu_clock`).
 pub const HOOKS: &[Hook] = &[Hook {
@@ -150,11 +152,32 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         Unwind::Auto => !scope.pids.is_empty() || scope.comm.is_some(),
     };
     let spec = LoadSpec::new()
-        .global("PROFILE_DWARF", &u8::from(dwarf))
         .max_entries("PROFILE_COUNTS", scope.key_cap())
         .max_entries("PROFILE_STACKS", 16384);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    session.attach_cpu_clock(PROGRAM, args.freq)?;
+    let mut fallback = None;
+    let tried = dwarf.then(|| session.attach_cpu_clock(PROGRAM_DWARF, args.freq));
+    let dwarf = match tried {
+        None => false,
+        Some(Ok(())) => true,
+        // bpf_task_pt_regs (the user registers of a sample taken in the kernel) is 5.15+.
+        Some(Err(e)) if args.unwind == Unwind::Dwarf => {
+            return Err(Error::KernelFeature(format!(
+                "--unwind dwarf: {PROGRAM_DWARF} does not load on this kernel (it needs bpf_task_pt_regs, Linux 5.15+): {}",
+                crate::error::one_line(&e.into())
+            )))
+        }
+        Some(Err(e)) => {
+            fallback = Some(format!(
+                "DWARF unwinding needs Linux 5.15+; {PROGRAM_DWARF}: {}",
+                crate::error::one_line(&e.into())
+            ));
+            false
+        }
+    };
+    if !dwarf {
+        session.attach_cpu_clock(PROGRAM, args.freq)?;
+    }
     session.choices.extend(plan);
     let counts = GenMap::take(
         &mut session,
@@ -203,6 +226,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         top: args.top,
         gen: 0,
         titles: Titles::default(),
+        fallback,
     }))
 }
 
@@ -263,6 +287,8 @@ impl Dwarf {
 struct Profile {
     session: Session,
     dwarf: Option<Dwarf>,
+    /// Why DWARF mode was asked for (`auto`) but frame pointers are used.
+    fallback: Option<String>,
     counts: GenMap<ProfileKey, ProfileVal>,
     stacks: StackTraceMap<MapData>,
     resolver: Resolver,
@@ -486,7 +512,13 @@ impl Collector for Profile {
                 f as f64 / n.max(1) as f64,
                 st[stats::RINGBUF_FULL as usize]
             ),
-            None => format!("clock: {}; user stacks by frame pointers", self.clock()),
+            None => format!(
+                "clock: {}; user stacks by frame pointers{}",
+                self.clock(),
+                self.fallback
+                    .as_deref()
+                    .map_or(String::new(), |why| format!(" ({why})"))
+            ),
         });
         if no_user > 0 {
             out.notes.push(format!(
