@@ -39,10 +39,18 @@ fn check_path(args: &[&str], how: &str) {
     let meta = tk.wait_attached();
     let ids = program_ids(&meta);
     assert!(!ids.is_empty(), "{args:?}: no programs reported");
-    let loaded = loaded_program_ids();
+    // Listing walks the kernel's program ids one by one; a program another test frees during
+    // the walk can end it early, so a miss is looked for again before it counts.
+    let all_loaded = || {
+        let loaded = loaded_program_ids();
+        ids.iter().all(|i| loaded.contains(i))
+    };
     assert!(
-        ids.iter().all(|i| loaded.contains(i)),
-        "{args:?}: reported programs are not loaded"
+        (0..5).any(|_| all_loaded() || {
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        }),
+        "{args:?}: reported programs {ids:?} are not loaded"
     );
     let sig = match how {
         "duration" | "panic" | "error" => None,

@@ -146,6 +146,10 @@ fn test(extra: &[String]) -> Result<()> {
         "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
     )?;
     toolchain::ensure_debian(
+        &["chromium"],
+        "the compare test renders its --html page in headless Chromium",
+    )?;
+    toolchain::ensure_debian(
         &["linux-perf", "gcc"],
         "the profile tests compare with `perf record` on a C program the test builds",
     )?;

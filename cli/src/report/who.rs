@@ -78,7 +78,9 @@ impl Id {
 
     /// The subject of a finding about this row's process, naming its container.
     pub fn subject(&self) -> crate::report::findings::Subject {
-        crate::report::findings::Subject::process(self.pid, self.comm.clone())
+        // The text form: escapes shown as `\x1b`, never sent to the terminal.
+        let name = crate::report::sanitize::text(&self.comm_raw);
+        crate::report::findings::Subject::process(self.pid, name)
             .with_title(&self.title)
             .with_container(self.container.get())
     }

@@ -81,8 +81,9 @@ const EXAMPLES: &str = "  tracekit profile --duration 10s                       
   tracekit profile --duration 10s --svg cpu.svg         # and a flame graph of every process
   tracekit profile --pid 812 --duration 30s --folded cpu.folded   # one process, full stacks (--pid: DWARF unwinding), folded for inferno";
 
-const NEEDS: &str = "root, or CAP_BPF and CAP_PERFMON (perf events on every CPU); resolving the \
-stacks of other users' processes reads /proc/<pid>/map_files, which needs CAP_SYS_ADMIN.";
+const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN stands in for \
+both) to sample every CPU; resolving the stacks of other users' processes reads \
+/proc/<pid>/map_files, which needs CAP_SYS_ADMIN (without it their user frames stay addresses).";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
