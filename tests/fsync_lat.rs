@@ -1,12 +1,14 @@
 //! Root tests for `tracekit fsync-lat`: a workload does N fsyncs and M fdatasyncs, timing each
 //! itself; tracekit must report exactly N and M for its pid, with percentiles within 10 %.
+//! The workload times around the syscall and the kernel inside it, so a sample preempted on its
+//! way back to user space is longer in the workload's list: a percentile may slip by two ranks.
 
 use std::time::Duration;
 
 use tracekit_tests::*;
 
-const N_FSYNC: usize = 150;
-const N_FDATASYNC: usize = 90;
+const N_FSYNC: usize = 300;
+const N_FDATASYNC: usize = 200;
 
 #[test]
 fn counts_exact_and_percentiles_within_ten_percent() {
@@ -42,12 +44,14 @@ fn counts_exact_and_percentiles_within_ten_percent() {
             .collect();
         for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns"), (0.99, "p99_ns")] {
             let exact = percentile(&own, q);
+            let slipped = percentile(&own, q - 2.0 / own.len() as f64);
             let got = row[field].as_u64().unwrap();
-            let err = got.abs_diff(exact) as f64 / exact as f64;
             assert!(
-                err <= 0.10,
-                "{syscall} {field}: tracekit {got} ns, workload {exact} ns ({:.1} % off)",
-                err * 100.0
+                got as f64 <= exact as f64 * 1.10 && got as f64 >= slipped as f64 * 0.90,
+                "{syscall} {field}: tracekit {got} ns, workload {exact} ns \
+                 (two ranks lower: {slipped} ns); allowed {:.0}..={:.0}",
+                slipped as f64 * 0.90,
+                exact as f64 * 1.10
             );
         }
         // The kernel measures inside the syscall, the workload around it: max and total can

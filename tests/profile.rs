@@ -385,23 +385,6 @@ fn jit_workload(secs: f64) {
 
 /// profile: at least 90 % of the JIT workload's samples in its hot loop, named from its perf map.
 pub fn vm_check() -> Result<String, String> {
-    // 5.10 refuses tk_profile with EINVAL before its verifier runs (no log line but the
-    // stats); 6.1 and later load it. Listed as a known failure of 5.10 until found.
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if release.starts_with("5.10.") {
-        let o = std::process::Command::new(tracekit_bin())
-            .args(["profile", "--unwind", "fp", "--duration", "1s"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        let err = String::from_utf8_lossy(&o.stderr);
-        if !o.status.success() && err.contains("loading program tk_profile") {
-            return Err(format!(
-                "{}the profile loader on 5.10: {}",
-                tracekit_tests::vm::KNOWN,
-                err.trim()
-            ));
-        }
-    }
     let (lines, w, modes) = tracekit_tests::vm::traced(
         &["profile", "--unwind", "fp", "--comm", "tk-workload"],
         &["profile-jit", "3"],

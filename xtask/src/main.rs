@@ -183,6 +183,12 @@ fn test(extra: &[String]) -> Result<()> {
     } else {
         Ok(())
     };
-    host.context("the tests on this host failed")?;
-    vms.context("the VM checks failed")
+    match (host, vms) {
+        (Ok(()), vms) => vms.context("the VM checks failed"),
+        (Err(h), Ok(())) => Err(h).context("the tests on this host failed"),
+        // Both, so neither hides the other.
+        (Err(h), Err(v)) => {
+            bail!("the tests on this host failed: {h:#}\nand the VM checks failed: {v:#}")
+        }
+    }
 }

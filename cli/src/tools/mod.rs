@@ -169,15 +169,13 @@ pub struct Opened {
     pub cannot: Vec<(&'static str, String)>,
 }
 
-/// Opens the collectors named in `names` (every one `default` selects when `names` is empty)
-/// with their default options; a name the registry does not know is a usage error (`flag`
-/// names the option in the message), a collector that cannot run here is listed, not fatal.
-pub fn open_many(
-    names: &[String],
-    default: impl Fn(&ToolInfo) -> bool,
-    flag: &str,
-    ctx: &OpenCtx,
-) -> Result<Opened> {
+/// Opens, for a command that drives several tools (triage, serve, record), the collectors its
+/// `--tools` names (every tool marked `triage` when none is named) with their default options
+/// under `scope` and `opts`. A name the registry does not know is a usage error; a collector
+/// that cannot run here is listed, not fatal.
+pub fn open_many(names: &[String], scope: Scope, opts: &RunOpts) -> Result<Opened> {
+    let ctx = &OpenCtx::new(scope, opts.clone());
+    let (default, flag) = (|t: &ToolInfo| t.triage && !t.hidden, "--tools");
     if let Some(bad) = names
         .iter()
         .find(|n| !TOOLS.iter().any(|t| t.name == n.as_str()))

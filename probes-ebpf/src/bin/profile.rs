@@ -21,7 +21,7 @@
 #![no_main]
 
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
+    bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel,
         generated::{bpf_get_current_task_btf, bpf_probe_read_user, bpf_task_pt_regs},
@@ -44,9 +44,12 @@ use probes_ebpf::{allowed, atomic_add, generation, slot, stat};
 static PROFILE_STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
 
 /// Samples per (process, thread, user stack, kernel stack, generation). Sized by userspace.
+/// Preallocated: a perf_event program runs in NMI context, where allocating is unsafe, and
+/// before Linux 6.1 (commit 96da3f7d489d, "bpf: Remove tracing program restriction on map
+/// types") the verifier refuses such a program a `BPF_F_NO_PREALLOC` hash ("perf_event programs
+/// can only use preallocated hash map", EINVAL).
 #[map]
-static PROFILE_COUNTS: HashMap<ProfileKey, ProfileVal> =
-    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+static PROFILE_COUNTS: HashMap<ProfileKey, ProfileVal> = HashMap::with_max_entries(16384, 0);
 
 /// Samples whose key did not fit, one row per generation.
 #[map]

@@ -51,10 +51,7 @@ pub const KERNELS: &[Spec] = &[
         // Pinned: bullseye's last point release, frozen, so the oldest kernel does not drift.
         package: "linux-image-5.10.0-30-amd64-unsigned",
         degraded: &[],
-        known_failures: &[(
-            "profile",
-            "tk_profile (perf_event) refused with EINVAL before verification",
-        )],
+        known_failures: &[],
     },
     Spec {
         name: "6.1",

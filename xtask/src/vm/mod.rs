@@ -345,7 +345,16 @@ pub fn vm_test(tracekit: &Path, kernels: &str) -> Result<()> {
                 degraded: r.spec.degraded,
                 known_failures: r.spec.known_failures,
             };
+            let before = failures.len();
             failures.extend(check_failures(k, allowed, &run));
+            // CI keeps no files: a guest that stopped early shows its last words here.
+            if run.exit != Some(0) && failures.len() > before {
+                let tail = lines.len().saturating_sub(40);
+                failures.push(format!(
+                    "{k}: last console lines:\n    {}",
+                    lines[tail..].join("\n    ")
+                ));
+            }
         }
         summary.push(summary_line(r, &run));
         guests.push((k, run));

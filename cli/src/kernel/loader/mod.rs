@@ -198,16 +198,7 @@ fn prog_load_err(program: &str, e: ProgramError) -> LoadError {
             let log = verifier_log.to_string();
             // The error is often well before the last lines; RUST_LOG=tracekit=debug shows it all.
             tracing::debug!("verifier log of {program}:\n{log}");
-            let tail: Vec<&str> = log
-                .lines()
-                .rev()
-                .filter(|l| !l.trim().is_empty())
-                .take(2)
-                .collect();
-            format!(
-                "{io_error} (verifier: {})",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-            )
+            format!("{io_error} (verifier: {})", verifier_reason(&log))
         }
         other => other.to_string(),
     };
@@ -215,6 +206,25 @@ fn prog_load_err(program: &str, e: ProgramError) -> LoadError {
         program: program.to_string(),
         msg,
     }
+}
+
+/// The last two lines of a verifier log that are not its statistics: the reason for a refusal
+/// is printed just before them, and the statistics alone ("processed 0 insns") say nothing.
+fn verifier_reason(log: &str) -> String {
+    const STATS: [&str; 4] = [
+        "processed ",
+        "stack depth ",
+        "verification time ",
+        "max_states_per_insn ",
+    ];
+    let tail: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !STATS.iter().any(|s| l.starts_with(s)))
+        .rev()
+        .take(2)
+        .collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
 }
 
 impl Session {
@@ -479,4 +489,25 @@ fn is_eperm(e: &aya::EbpfError) -> bool {
         src = s.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verifier_reason;
+
+    #[test]
+    fn the_reason_comes_before_the_statistics() {
+        // Linux 5.10 refusing a perf_event program a BPF_F_NO_PREALLOC hash map.
+        let log = "perf_event programs can only use preallocated hash map\n\
+                   processed 0 insns (limit 1000000) max_states_per_insn 0 total_states 0 \
+                   peak_states 0 mark_read 0\n";
+        assert_eq!(
+            verifier_reason(log),
+            "perf_event programs can only use preallocated hash map"
+        );
+        let log = "0: (b7) r0 = 0\n1: (95) exit\nR0 !read_ok\n\
+                   verification time 12 usec\nstack depth 0+0\nprocessed 2 insns\n";
+        assert_eq!(verifier_reason(log), "1: (95) exit / R0 !read_ok");
+        assert_eq!(verifier_reason(""), "");
+    }
 }

@@ -13,7 +13,7 @@ use crate::{
     host::sysstat::SysStat,
     options::{parse_comm, parse_duration, parse_pid},
     report::output::Sink,
-    tools::{self, triage::node::Node, OpenCtx, ToolInfo},
+    tools::{self, triage::node::Node, ToolInfo},
 };
 
 pub mod format;
@@ -112,12 +112,11 @@ pub fn run(args: Args) -> Result<()> {
         json: true,
         ..Default::default()
     };
-    let ctx = OpenCtx::new(scope, opts.clone());
     let tools::Opened {
         mut collectors,
         ran,
         cannot,
-    } = tools::open_many(&args.tools, |t| t.triage && !t.hidden, "--tools", &ctx)?;
+    } = tools::open_many(&args.tools, scope, &opts)?;
     collectors.push(Box::new(Node::open()));
     let mut emit = Recorder {
         sink,

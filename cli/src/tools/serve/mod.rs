@@ -22,7 +22,7 @@ use crate::{
     error::{Error, Result},
     options::parse_duration,
     report::output::Sink,
-    tools::{self, OpenCtx, ToolInfo},
+    tools::{self, ToolInfo},
 };
 
 pub mod buckets;
@@ -105,12 +105,11 @@ pub fn run(args: Args) -> Result<()> {
         max_keys: args.max_keys,
         ..Default::default()
     };
-    let ctx = OpenCtx::new(scope, opts.clone());
     let tools::Opened {
         mut collectors,
         ran,
         cannot,
-    } = tools::open_many(&args.tools, |t| t.triage && !t.hidden, "--tools", &ctx)?;
+    } = tools::open_many(&args.tools, scope, &opts)?;
     if collectors.is_empty() {
         let why: Vec<String> = cannot.iter().map(|(t, w)| format!("{t}: {w}")).collect();
         return Err(Error::ToolsUnavailable(format!(

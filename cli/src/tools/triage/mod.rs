@@ -15,7 +15,7 @@ use crate::{
         findings::{rank, Cause, Finding},
         output::Sink,
     },
-    tools::{self, OpenCtx, ToolInfo},
+    tools::{self, ToolInfo},
 };
 
 pub mod node;
@@ -81,12 +81,11 @@ pub fn run(args: Args) -> Result<()> {
         json: args.json,
         ..Default::default()
     };
-    let ctx = OpenCtx::new(scope, opts.clone());
     let tools::Opened {
         mut collectors,
         ran,
         cannot,
-    } = tools::open_many(&args.tools, |t| t.triage && !t.hidden, "--tools", &ctx)?;
+    } = tools::open_many(&args.tools, scope, &opts)?;
     collectors.push(Box::new(node::Node::open()));
     let markdown = args
         .output
