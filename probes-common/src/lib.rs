@@ -19,6 +19,14 @@ pub mod stats;
 /// Length of a task's `comm` as the kernel stores it (`TASK_COMM_LEN`), including the NUL.
 pub const COMM_LEN: usize = 16;
 
+/// `$a.f += $b.f` for each counter field named: the merge of two map values, one line per type.
+#[macro_export]
+macro_rules! add_counters {
+    ($a:expr, $b:expr; $($f:ident),+ $(,)?) => {
+        $( $a.$f += $b.$f; )+
+    };
+}
+
 /// Marks `$t` as plain old data for aya's map accessors (userspace only).
 #[macro_export]
 macro_rules! impl_pod {

@@ -113,13 +113,8 @@ impl MsVal {
         for (a, b) in self.outcomes.iter_mut().zip(o.outcomes.iter()) {
             *a += *b;
         }
-        self.direct += o.direct;
-        self.reclaimed += o.reclaimed;
-        self.scans += o.scans;
-        self.isolates += o.isolates;
-        self.collapses += o.collapses;
-        self.collapsed += o.collapsed;
-        self.fallbacks += o.fallbacks;
+        crate::add_counters!(self, o; direct, reclaimed, scans, isolates, collapses, collapsed,
+            fallbacks);
         self.hist.merge(&o.hist);
     }
 

@@ -89,16 +89,8 @@ impl NumaVal {
 
     /// Adds `o`'s counters (identity fields kept).
     pub fn add(&mut self, o: &NumaVal) {
-        self.runs += o.runs;
-        self.hint_faults += o.hint_faults;
-        self.hint_faults_local += o.hint_faults_local;
-        self.hint_pages += o.hint_pages;
-        self.hint_pages_migrated += o.hint_pages_migrated;
-        self.pages_migrated += o.pages_migrated;
-        self.pages_failed += o.pages_failed;
-        self.moves += o.moves;
-        self.swaps += o.swaps;
-        self.sticks += o.sticks;
+        crate::add_counters!(self, o; runs, hint_faults, hint_faults_local, hint_pages,
+            hint_pages_migrated, pages_migrated, pages_failed, moves, swaps, sticks);
         for (a, b) in self.cpu_ns.iter_mut().zip(o.cpu_ns.iter()) {
             *a += b;
         }

@@ -129,6 +129,14 @@ impl SchedVal {
         wake: LatHist::ZERO,
         preempt: LatHist::ZERO,
     };
+
+    /// Adds `o`'s counters and histograms (identity fields kept).
+    pub fn add(&mut self, o: &SchedVal) {
+        crate::add_counters!(self, o; voluntary, involuntary, migrations, run_delay_ns,
+            wake_unmeasured, own_wakeups);
+        self.wake.merge(&o.wake);
+        self.preempt.merge(&o.preempt);
+    }
 }
 
 /// Two tasks in one interval: victim and preemptor (`PREEMPTORS`), victim and the task it

@@ -4,16 +4,7 @@
 
 use aya::maps::PerCpuArray;
 
-use crate::{
-    engine::{Collector, Meta, Output, Stats, Window},
-    error::{Context as _, Error, Result},
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{LoadSpec, Object, Session},
-    },
-    options::Common,
-    tools::{self, OpenCtx, ToolInfo},
-};
+use crate::tools::prelude::*;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "bench-floor",

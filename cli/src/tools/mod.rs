@@ -23,6 +23,7 @@ pub mod io_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
+pub mod prelude;
 pub mod profile;
 pub mod record;
 pub mod runq_lat;
@@ -47,6 +48,20 @@ pub struct ToolInfo {
     /// Needs the kernel's BTF whatever the attach mode (struct offsets it reads, such as
     /// `task_struct`'s): on a kernel without BTF, doctor says it cannot run.
     pub needs_btf: bool,
+}
+
+impl ToolInfo {
+    /// A command that loads nothing of its own (it drives the collectors, or reads files).
+    pub const fn command(name: &'static str, summary: &'static str) -> ToolInfo {
+        ToolInfo {
+            name,
+            summary,
+            hooks: &[],
+            triage: false,
+            hidden: false,
+            needs_btf: false,
+        }
+    }
 }
 
 /// What opening a collector needs: the scope, and the kernel facts shared by every collector
@@ -82,6 +97,15 @@ macro_rules! session_methods {
 
         fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
             Some(&mut self.$($f).+)
+        }
+    };
+    // The usual `flip`: the session's next generation, kept in `self.$g`.
+    ($($f:ident).+; flips $g:ident) => {
+        $crate::tools::session_methods!($($f).+);
+
+        fn flip(&mut self) -> $crate::error::Result<()> {
+            self.$g = self.$($f).+.flip_generation()?;
+            Ok(())
         }
     };
 }

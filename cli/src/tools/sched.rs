@@ -482,17 +482,7 @@ impl SchedSession {
         for r in rows {
             let rep = self.fold.rep(r.tgid);
             match by.get_mut(&rep) {
-                Some(m) => {
-                    let (a, b) = (&mut m.v, &r.v);
-                    a.voluntary += b.voluntary;
-                    a.involuntary += b.involuntary;
-                    a.migrations += b.migrations;
-                    a.run_delay_ns += b.run_delay_ns;
-                    a.wake_unmeasured += b.wake_unmeasured;
-                    a.own_wakeups += b.own_wakeups;
-                    a.wake.merge(&b.wake);
-                    a.preempt.merge(&b.preempt);
-                }
+                Some(m) => m.v.add(&r.v),
                 None => {
                     let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
                     let title = self.titles.of(rep);

@@ -273,37 +273,22 @@ mod tests {
 
     #[test]
     fn table_shows_only_what_differs_per_kernel() {
-        let status = |off: u32| json!({"status": {"offset": off, "size": 4}});
-        let host = vec![
-            sys("6.18.0", false, false, 1),
-            hook("ctxsw", "sched:sched_switch", Some("tp_btf"), json!({})),
-            hook(
-                "memstall",
-                "compaction:mm_compaction_end",
-                Some("tracepoint"),
-                status(44),
-            ),
-        ];
-        let old = vec![
-            sys("5.10.0-30-amd64", true, true, 2),
-            hook("ctxsw", "sched:sched_switch", Some("raw_tp"), json!({})),
-            hook(
-                "memstall",
-                "compaction:mm_compaction_end",
-                Some("tracepoint"),
-                status(40),
-            ),
-        ];
-        let new = vec![
-            sys("6.12.118+deb13-amd64", true, true, 2),
-            hook("ctxsw", "sched:sched_switch", Some("tp_btf"), json!({})),
-            hook(
-                "memstall",
-                "compaction:mm_compaction_end",
-                Some("tracepoint"),
-                status(44),
-            ),
-        ];
+        // A kernel's doctor lines: its release, BTF/fentry, nodes, ctxsw's mode, a field offset.
+        let kernel = |release: &str, new: bool, nodes: u32, mode: &str, off: u32| {
+            vec![
+                sys(release, new, new, nodes),
+                hook("ctxsw", "sched:sched_switch", Some(mode), json!({})),
+                hook(
+                    "memstall",
+                    "compaction:mm_compaction_end",
+                    Some("tracepoint"),
+                    json!({"status": {"offset": off, "size": 4}}),
+                ),
+            ]
+        };
+        let host = kernel("6.18.0", false, 1, "tp_btf", 44);
+        let old = kernel("5.10.0-30-amd64", true, 2, "raw_tp", 40);
+        let new = kernel("6.12.118+deb13-amd64", true, 2, "tp_btf", 44);
         let c = compare(&host, TRUTH, &[("5.10", &old), ("6.12", &new)]);
         assert!(c.failures.is_empty(), "{:?}", c.failures);
         let t = c.table.join("\n");

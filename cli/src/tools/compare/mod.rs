@@ -22,14 +22,10 @@ pub mod stats;
 
 use model::{Direction, Kind};
 
-pub const INFO: ToolInfo = ToolInfo {
-    name: "compare",
-    summary: "Compare two recordings (`tracekit record`): node settings that changed, then every process, device and node metric with its median, p99, mean and spread before and after, a Mann–Whitney test per line and a verdict (better, worse, no significant change), largest changes first; `--html` for overlaid histograms and series, `--fail-on-regression` for CI.",
-    hooks: &[],
-    triage: false,
-    hidden: false,
-    needs_btf: false,
-};
+pub const INFO: ToolInfo = ToolInfo::command(
+    "compare",
+    "Compare two recordings (`tracekit record`): node settings that changed, then every process, device and node metric with its median, p99, mean and spread before and after, a Mann–Whitney test per line and a verdict (better, worse, no significant change), largest changes first; `--html` for overlaid histograms and series, `--fail-on-regression` for CI.",
+);
 
 const EXAMPLES: &str = "  tracekit compare before.tkr after.tkr
   tracekit compare before.tkr after.tkr --html report.html

@@ -36,14 +36,10 @@ pub mod node;
 
 use node::System;
 
-pub const INFO: ToolInfo = ToolInfo {
-    name: "doctor",
-    summary: "What every tool will do on this kernel, and why: each hook's attach mode and program (and why cheaper modes were rejected), the fields it reads at which offsets, whether each tool can run; and the node's facts (privileges, BTF, tracefs, cgroups, NUMA, THP, I/O schedulers, conntrack).",
-    hooks: &[],
-    triage: false,
-    hidden: false,
-    needs_btf: false,
-};
+pub const INFO: ToolInfo = ToolInfo::command(
+    "doctor",
+    "What every tool will do on this kernel, and why: each hook's attach mode and program (and why cheaper modes were rejected), the fields it reads at which offsets, whether each tool can run; and the node's facts (privileges, BTF, tracefs, cgroups, NUMA, THP, I/O schedulers, conntrack).",
+);
 
 const EXAMPLES: &str = "  tracekit doctor                                  # what each tool will do on this kernel, and why
   tracekit doctor --json --output doctor.ndjson    # the same as NDJSON, to compare nodes";

@@ -21,23 +21,14 @@ use probes_common::{
 use serde::Serialize;
 
 use crate::{
-    engine::{Collector, Meta, Output, Stats, Window},
-    error::{Context as _, Error, Result},
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{self, LoadSpec, Object, Session},
-        maps::GenMap,
-    },
-    options::Common,
     report::{
         findings::{Cause, Finding, Score},
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{id_columns, Column, Ctx, Section},
         sanitize,
         who::{Folding, Id, Title, Titles},
     },
-    tools::{self, row_comm, OpenCtx, ToolInfo},
+    tools::prelude::*,
 };
 
 mod files;
@@ -401,12 +392,7 @@ impl Collector for FsyncLat {
         Ok(())
     }
 
-    fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
-        Ok(())
-    }
-
-    crate::tools::session_methods!(session);
+    crate::tools::session_methods!(session; flips gen);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;

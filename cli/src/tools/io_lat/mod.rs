@@ -30,21 +30,12 @@ use probes_common::io_lat::{
 };
 
 use crate::{
-    engine::{Collector, Meta, Output, Scope, Stats, Window},
-    error::{Context as _, Result},
     host::{
         cgroup::IdResolver,
         disks::{self, DiskCounters},
         facts::FactsCache,
     },
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{Object, Session},
-        maps::GenMap,
-    },
-    options::Common,
-    report::rows::{Ctx, Section},
-    tools::{self, ToolInfo},
+    tools::prelude::*,
 };
 
 pub use open::{open, rq_offsets};

@@ -27,16 +27,9 @@ use aya::maps::{HashMap, MapData, RingBuf};
 use probes_common::memstall::{MsKey, MsLife, MsNew, MsOom, MsVal};
 
 use crate::{
-    engine::{Collector, Meta, Output, Scope, Window},
-    error::{Context as _, Result},
     host::{facts::FactsCache, thp::ThpSettings, vmstat::Vmstat},
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{LoadError, Object, Session},
-        maps::GenMap,
-    },
-    options::Common,
-    tools::{self, OpenCtx, ToolInfo},
+    kernel::loader::LoadError,
+    tools::prelude::*,
 };
 
 mod findings;

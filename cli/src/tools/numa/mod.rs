@@ -22,24 +22,13 @@ use probes_common::numa::{
 use serde_json::{json, Value};
 
 use crate::{
-    engine::{Collector, Meta, Output, Scope, Stats, Window},
-    error::{Context as _, Error, Result},
     host::{
         facts::FactsCache,
         numa::{self as hnuma, Topology},
         vmstat::Vmstat,
     },
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{self, LoadSpec, Object, Session},
-        maps::GenMap,
-    },
-    options::Common,
-    report::{
-        rows::{id_columns, Ctx, Section},
-        who::{Id, Title},
-    },
-    tools::{self, doctor::node::cpu_ranges, row_comm, OpenCtx, ToolInfo},
+    report::who::{Id, Title},
+    tools::{doctor::node::cpu_ranges, prelude::*},
 };
 
 mod one_node;

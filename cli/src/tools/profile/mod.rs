@@ -32,21 +32,7 @@ use probes_common::{
     stats,
 };
 
-use crate::{
-    engine::{Collector, Meta, Output, Stats, Window},
-    error::{Context as _, Error, Result},
-    kernel::{
-        hooks::{AttachMode, Hook},
-        loader::{self, LoadSpec, Object, Session},
-        maps::GenMap,
-    },
-    options::Common,
-    report::{
-        rows::{id_columns, Ctx, Section},
-        who::Titles,
-    },
-    tools::{self, row_comm, OpenCtx, ToolInfo},
-};
+use crate::{report::who::Titles, tools::prelude::*};
 
 mod rows;
 mod stacks;
@@ -416,12 +402,7 @@ impl Collector for Profile {
         Ok(())
     }
 
-    fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
-        Ok(())
-    }
-
-    crate::tools::session_methods!(session);
+    crate::tools::session_methods!(session; flips gen);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self

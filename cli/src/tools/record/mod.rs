@@ -18,14 +18,10 @@ use crate::{
 
 pub mod format;
 
-pub const INFO: ToolInfo = ToolInfo {
-    name: "record",
-    summary: "Record a run for a before/after comparison: every row and full histogram of the collectors triage runs, per interval, plus the node's CPU split, pressure, context switches and run queue, and its settings (sysctls, THP, I/O schedulers, governor), in one versioned NDJSON file (`.tkr`).",
-    hooks: &[],
-    triage: false,
-    hidden: false,
-    needs_btf: false,
-};
+pub const INFO: ToolInfo = ToolInfo::command(
+    "record",
+    "Record a run for a before/after comparison: every row and full histogram of the collectors triage runs, per interval, plus the node's CPU split, pressure, context switches and run queue, and its settings (sysctls, THP, I/O schedulers, governor), in one versioned NDJSON file (`.tkr`).",
+);
 
 const EXAMPLES: &str = "  tracekit record --duration 60s --output before.tkr     # the collectors triage runs, 1 s intervals
   tracekit record --duration 5m --interval 5s --tools fsync-lat,io-lat --output after.tkr --force";

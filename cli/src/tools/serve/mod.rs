@@ -30,14 +30,10 @@ pub mod exporter;
 pub mod http;
 pub mod metrics;
 
-pub const INFO: ToolInfo = ToolInfo {
-    name: "serve",
-    summary: "A Prometheus exporter: the low-cost collectors (or `--tools`) run continuously and `/metrics` serves latency histograms and counters per comm and container, with bounded cardinality (`--max-series`) and tracekit's own cost; `deploy/` has the DaemonSet, scrape config and Grafana dashboard.",
-    hooks: &[],
-    triage: false,
-    hidden: false,
-    needs_btf: false,
-};
+pub const INFO: ToolInfo = ToolInfo::command(
+    "serve",
+    "A Prometheus exporter: the low-cost collectors (or `--tools`) run continuously and `/metrics` serves latency histograms and counters per comm and container, with bounded cardinality (`--max-series`) and tracekit's own cost; `deploy/` has the DaemonSet, scrape config and Grafana dashboard.",
+);
 
 const EXAMPLES: &str = "  tracekit serve --duration 24h                      # 127.0.0.1:9435/metrics, every low-cost collector
   tracekit serve --listen 127.0.0.1:0 --tools fsync-lat,io-lat --interval 15s --duration 1h

@@ -20,14 +20,10 @@ use crate::{
 
 pub mod node;
 
-pub const INFO: ToolInfo = ToolInfo {
-    name: "triage",
-    summary: "Run it first on a sick node: every collector that can run here, at once, for 15 s, plus the node's own counters (CPU steal, pressure, memory cgroups at their limit, swap, conntrack, backlog drops); prints the findings ranked by harm, each with who, why, the evidence, the fix and the next command. `--output report.md` for an incident channel.",
-    hooks: &[],
-    triage: false,
-    hidden: false,
-    needs_btf: false,
-};
+pub const INFO: ToolInfo = ToolInfo::command(
+    "triage",
+    "Run it first on a sick node: every collector that can run here, at once, for 15 s, plus the node's own counters (CPU steal, pressure, memory cgroups at their limit, swap, conntrack, backlog drops); prints the findings ranked by harm, each with who, why, the evidence, the fix and the next command. `--output report.md` for an incident channel.",
+);
 
 const EXAMPLES: &str = "  tracekit triage                                   # 15 s, ranked findings
   tracekit triage --duration 60s --output incident.md   # Markdown to paste in the incident channel
