@@ -158,7 +158,12 @@ fn every_tool_names_the_containers() {
     ensure_runtime();
     let tag = std::process::id();
     let made = Made {
-        names: vec![format!("tk-ct-fsync-{tag}"), format!("tk-ct-mem-{tag}")],
+        names: vec![
+            format!("tk-ct-fsync-{tag}"),
+            format!("tk-ct-mem-{tag}"),
+            format!("tk-ct-udp-{tag}"),
+            format!("tk-ct-spin-{tag}"),
+        ],
         image: format!("localhost/tk-ct-{tag}:latest"),
         dir: scratch("containers"),
     };
@@ -168,7 +173,17 @@ fn every_tool_names_the_containers() {
     let fsync_pid = run(&made, &fsync_name, "ct-fsync /data/f 300");
     // 256 MiB written under a 64 MiB limit: memcg reclaim in the writer.
     let mem_pid = run(&made, &mem_name, "ct-write /data/big 256");
-    for (n, p) in [(&fsync_name, fsync_pid), (&mem_name, mem_pid)] {
+    // 20,000 datagrams into a 2 KiB receive buffer: drops at a socket owned in a container.
+    let (udp_name, spin_name) = (made.names[2].clone(), made.names[3].clone());
+    let udp_pid = run(&made, &udp_name, "ct-udp 20000");
+    // 1.5 s on the CPU: profile's and numa's rows.
+    let spin_pid = run(&made, &spin_name, "ct-spin 1500");
+    for (n, p) in [
+        (&fsync_name, fsync_pid),
+        (&mem_name, mem_pid),
+        (&udp_name, udp_pid),
+        (&spin_name, spin_pid),
+    ] {
         assert_eq!(
             podman(&["inspect", "--format", "{{.Name}}", n]).as_str(),
             n.as_str()
@@ -208,6 +223,11 @@ fn every_tool_names_the_containers() {
         .into_iter()
         .map(|t| (t, spawn(&[t, "--json"])))
         .collect();
+    // Tools without --by container: net-rx (drops by socket), numa (forced on one node),
+    // profile (frame pointers: the workload's own stacks do not matter here).
+    let net_rx = spawn(&["net-rx", "--json"]);
+    let numa = spawn(&["numa", "--json", "--force"]);
+    let profile = spawn(&["profile", "--json", "--unwind", "fp"]);
     let others_by: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
         .map(|t| (t, spawn(&[t, "--json", "--by", "container"])))
@@ -236,6 +256,9 @@ fn every_tool_names_the_containers() {
     let others: Vec<(&str, Vec<Value>)> = others.into_iter().map(|(t, x)| (t, stop(x))).collect();
     let others_by: Vec<(&str, Vec<Value>)> =
         others_by.into_iter().map(|(t, x)| (t, stop(x))).collect();
+    let net_rx = stop(net_rx);
+    let numa = stop(numa);
+    let profile = stop(profile);
     let all = stop(fsync_all);
     std::fs::write(gate.join("end"), "").unwrap();
     for n in &made.names {
@@ -336,6 +359,35 @@ fn every_tool_names_the_containers() {
         );
     }
 
+    // net-rx: the overflowing socket's drops, named by the container of its owner, exactly the
+    // container's own Udp: RcvbufErrors (its network namespace counts only its sockets).
+    let out = podman(&["logs", &udp_name]);
+    let u: Value = serde_json::from_str(out.lines().last().unwrap_or("{}")).expect(&out);
+    let dropped = u["sent"].as_u64().unwrap() - u["kept"].as_u64().unwrap();
+    assert!(dropped > 0, "{u}");
+    assert_eq!(u["rcvbuf_errors"].as_u64(), Some(dropped), "{u}");
+    let sock = net_rx
+        .iter()
+        .find(|v| v["type"] == "socket" && v["port"] == u["port"] && v["pid"] == udp_pid)
+        .unwrap_or_else(|| panic!("net-rx: no socket row of pid {udp_pid}: {net_rx:?}"));
+    assert_eq!(sock["container"], udp_name.as_str(), "{sock}");
+    assert_eq!(sock["reason"], "SOCKET_RCVBUFF", "{sock}");
+    assert_eq!(sock["count"].as_u64(), Some(dropped), "{sock}");
+    let drop_row = net_rx
+        .iter()
+        .find(|v| v["type"] == "drop" && v["port"] == u["port"] && v["pid"] == udp_pid)
+        .unwrap_or_else(|| panic!("net-rx: no drop row of pid {udp_pid}: {net_rx:?}"));
+    assert_eq!(drop_row["container"], udp_name.as_str(), "{drop_row}");
+
+    // numa and profile: the spinner's row is named by its container.
+    for (tool, lines, section) in [("numa", &numa, "summary"), ("profile", &profile, "process")] {
+        let x = lines
+            .iter()
+            .find(|l| l["tool"] == tool && l["type"] == section && l["pid"] == spin_pid)
+            .unwrap_or_else(|| panic!("{tool}: no {section} row for the spinner {spin_pid}"));
+        assert_eq!(x["container"], spin_name.as_str(), "{tool}: {x}");
+    }
+
     // The other tools name the containers' processes too.
     for (tool, lines) in &others {
         let r = rows(lines, tool);
@@ -355,10 +407,37 @@ fn every_tool_names_the_containers() {
 // The workloads `tk-workload` runs in the containers (tests/workload/build.rs finds them): each
 // does its work, says so in DONE, and stays alive (so /proc still names it) until END exists.
 
-/// `ct-fsync PATH N DONE END`, `ct-write PATH MIB DONE END`.
+/// `ct-fsync PATH N DONE END`, `ct-write PATH MIB DONE END`, `ct-udp N DONE END` (N datagrams
+/// to its own receiver, which never reads: the overflow is `SOCKET_RCVBUFF`; prints the port and
+/// the container's `Udp: RcvbufErrors` increase), `ct-spin MS DONE END` (MS ms on the CPU).
 pub fn workload(args: &[String]) -> Option<i32> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    // What must live until END: the receiver, so tracekit finds its owner when it reports.
+    let mut _keep = None;
     let (done, end) = match a.as_slice() {
+        ["ct-udp", n, done, end] => {
+            use tracekit_tests::udp;
+            let rx = udp::small_receiver();
+            let port = rx.local_addr().ok()?.port();
+            let before = udp::udp_snmp();
+            let sent = udp::send(n.parse().ok()?, 200, port);
+            let errs = udp::delta(&before, &udp::udp_snmp(), "RcvbufErrors");
+            let kept = udp::drain(&rx);
+            println!(
+                "{}",
+                serde_json::json!({"port": port, "sent": sent, "kept": kept, "rcvbuf_errors": errs})
+            );
+            _keep = Some(rx);
+            (done, end)
+        }
+        ["ct-spin", ms, done, end] => {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < Duration::from_millis(ms.parse().ok()?) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            (done, end)
+        }
         ["ct-fsync", path, n, done, end] => {
             let mut f = open_trunc(path);
             let fs = timed_sync(&mut f, "fsync", n.parse().ok()?);

@@ -4,37 +4,27 @@ use serde::Serialize;
 
 use super::stacks::{label, top, ProcAgg};
 use crate::report::{
-    findings::{Cause, Finding, Score, Subject},
+    findings::{Cause, Finding, Score},
     rows::Column,
     sanitize,
-    who::Title,
+    who::{Id, Title},
 };
 
 /// One process (or thread) in one window.
 #[derive(Serialize)]
 pub struct ProcRow {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub who: Id,
     pub samples: u64,
     /// CPU time the samples stand for, in parts per million of one CPU.
     pub cpu_ppm: u64,
     /// Share of all CPUs' time, parts per million.
     pub all_ppm: u64,
-    #[serde(flatten)]
-    pub title: Title,
-    #[serde(skip)]
-    pub id: u32,
-    #[serde(skip)]
-    pub comm_raw: Vec<u8>,
 }
 
 pub const PROCS: &[Column<ProcRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| r.title.beside(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| r.who.comm_text()),
     Column::right("SAMPLES", |r, _| r.samples.to_string()),
     Column::right("%CPU", |r, _| format!("{:.1}", r.cpu_ppm as f64 / 1e4)),
     Column::right("%ALL", |r, _| format!("{:.1}", r.all_ppm as f64 / 1e4)),
@@ -43,10 +33,8 @@ pub const PROCS: &[Column<ProcRow>] = &[
 /// One function of one process in one window.
 #[derive(Serialize)]
 pub struct FnRow {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tid: Option<u32>,
-    pub comm: String,
+    #[serde(flatten)]
+    pub who: Id,
     pub function: String,
     pub module: String,
     /// Samples with this function innermost.
@@ -58,16 +46,12 @@ pub struct FnRow {
     pub total_ppm: u64,
     pub self_all_ppm: u64,
     #[serde(skip)]
-    pub id: u32,
-    #[serde(skip)]
     pub label: String,
-    #[serde(skip)]
-    pub comm_raw: Vec<u8>,
 }
 
 pub const FUNCS: &[Column<FnRow>] = &[
-    Column::right("PID", |r, _| r.id.to_string()),
-    Column::left("COMM", |r, _| sanitize::text(&r.comm_raw)),
+    Column::right("PID", |r, _| r.who.id_text()),
+    Column::left("COMM", |r, _| sanitize::text(&r.who.comm_raw)),
     Column::right("SELF", |r, _| r.self_samples.to_string()),
     Column::right("SELF%", |r, _| format!("{:.1}", r.self_ppm as f64 / 1e4)),
     Column::right("TOTAL", |r, _| r.total_samples.to_string()),
@@ -99,16 +83,15 @@ pub fn fn_rows(
     } else {
         top(&p.self_, n)
     };
-    let (name, _) = sanitize::name_fields(&p.comm);
+    // The process's title is on its process row, not repeated on each of its functions.
+    let who = Id::new(id, p.tgid, threads, p.comm.clone(), Title::default());
     ranked
         .into_iter()
         .map(|(f, _)| {
             let s = p.self_.get(&f).copied().unwrap_or(0);
             let t = p.total.get(&f).copied().unwrap_or(0);
             FnRow {
-                pid: if threads { p.tgid } else { id },
-                tid: threads.then_some(id),
-                comm: name.clone(),
+                who: who.clone(),
                 function: f.function.to_string(),
                 module: f.module.to_string(),
                 self_samples: s,
@@ -116,9 +99,7 @@ pub fn fn_rows(
                 self_ppm: ppm(s, p.samples as f64),
                 total_ppm: ppm(t, p.samples as f64),
                 self_all_ppm: ppm(s, all),
-                id,
                 label: label(&f),
-                comm_raw: p.comm.clone(),
             }
         })
         .collect()
@@ -132,18 +113,11 @@ pub fn proc_row(
     all: f64,
     title: Title,
 ) -> ProcRow {
-    let (comm, comm_bytes) = sanitize::name_fields(&p.comm);
     ProcRow {
-        pid: if threads { p.tgid } else { id },
-        tid: threads.then_some(id),
-        comm,
-        comm_bytes,
+        who: Id::new(id, p.tgid, threads, p.comm.clone(), title),
         samples: p.samples,
         cpu_ppm: ppm(p.samples, one_cpu),
         all_ppm: ppm(p.samples, all),
-        title,
-        id,
-        comm_raw: p.comm.clone(),
     }
 }
 
@@ -203,7 +177,7 @@ pub fn findings(
         if cpu < MIN_CPU || share < MIN_SELF_SHARE || f.function.starts_with('[') {
             continue;
         }
-        let subject = Subject::process(*id, sanitize::text(&p.comm)).with_title(title);
+        let subject = Id::new(*id, p.tgid, false, p.comm.clone(), title.clone()).subject();
         let what = known(&f.function, &f.module);
         let fname = sanitize::text(f.function.as_bytes());
         let module = sanitize::text(f.module.as_bytes());
