@@ -118,13 +118,22 @@ pub fn parse_proc_stat_ctxt(stat: &str) -> Option<f64> {
 /// `Udp:` NoPorts + RcvbufErrors from /proc/net/snmp: the datagrams the kernel dropped for a
 /// closed port or a full receive buffer.
 pub fn parse_snmp_udp_drops(snmp: &str) -> Option<f64> {
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (udp.next()?, udp.next()?);
-    let value = |key: &str| -> Option<f64> {
-        let i = names.split_whitespace().position(|n| n == key)?;
-        values.split_whitespace().nth(i)?.parse().ok()
-    };
-    Some(value("NoPorts")? + value("RcvbufErrors")?)
+    Some(snmp_field(snmp, "Udp: ", "NoPorts")? + snmp_field(snmp, "Udp: ", "RcvbufErrors")?)
+}
+
+/// `Tcp:` InSegs from /proc/net/snmp: the TCP segments the host received (on loopback every
+/// one its own).
+pub fn parse_snmp_tcp_insegs(snmp: &str) -> Option<f64> {
+    snmp_field(snmp, "Tcp: ", "InSegs")
+}
+
+/// One counter of a /proc/net/snmp group (`prefix` is `"Udp: "`, `"Tcp: "`, …): the group's
+/// first line names the counters, its second holds their values.
+fn snmp_field(snmp: &str, prefix: &str, key: &str) -> Option<f64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let i = names.split_whitespace().position(|n| n == key)?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
 
 /// Requests completed (reads, writes, discards, flushes) from /sys/block/<dev>/stat.
@@ -214,6 +223,9 @@ mod tests {
         let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\nUdp: 10 300 40 7 40 0 0 0 0\nUdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n";
         assert_eq!(parse_snmp_udp_drops(snmp), Some(340.0));
         assert_eq!(parse_snmp_udp_drops("Ip: a\nIp: 1\n"), None);
+        let tcp = "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs\nTcp: 1 200 120000 -1 5 4 0 0 2 98765 43210\n";
+        assert_eq!(parse_snmp_tcp_insegs(tcp), Some(98765.0));
+        assert_eq!(parse_snmp_tcp_insegs(snmp), None);
         let stat = "  100 0 800 50 20 0 160 30 0 60 80 5 0 40 0 3 1\n";
         assert_eq!(parse_block_stat_ios(stat), Some(128.0));
         assert_eq!(
