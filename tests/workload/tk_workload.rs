@@ -19,7 +19,7 @@ use tracekit_tests::{anon_map, open_trunc, timed_sync};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       (and each tool's own workloads, in tests/<tool>.rs)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
+        "usage: tk-workload fsync PATH N_FSYNC N_FDATASYNC\n       tk-workload fsync-procs PATH N      (N processes, one fsync each)\n       (and each tool's own workloads, in tests/<tool>.rs)\n       tk-workload named HEXNAME PATH N    (set comm to the bytes HEXNAME, then N fsyncs)\n       tk-workload compact\n       tk-workload collapse N_2MIB\n       tk-workload collapse-einval         (one MADV_COLLAPSE the kernel refuses with EINVAL)\n       tk-workload memcg-write CGROUP_PROCS FILE MIB\n       tk-workload pingpong ROUNDS\n       tk-workload pingpong-split ROUNDS   (the two sides pinned to CPUs 0 and 1: every hop wakes an idle CPU)\n       tk-workload spin MILLISECONDS\n       tk-workload tcp-stream MIB          (MIB MiB over one loopback TCP connection, at most 20 s)\n       tk-workload spin-named HEXNAME MS   (spin, the children named by the bytes HEXNAME)\n       tk-workload vm-check"
     );
     std::process::exit(2);
 }
@@ -45,6 +45,7 @@ fn main() {
         Some("memcg-write") if args.len() == 4 => memcg_write(&args[1], &args[2], parse(&args[3])),
         Some("pingpong") if args.len() == 2 => pingpong(parse(&args[1]), false),
         Some("pingpong-split") if args.len() == 2 => pingpong(parse(&args[1]), true),
+        Some("tcp-stream") if args.len() == 2 => tcp_stream(parse(&args[1])),
         Some("spin") if args.len() == 2 => spin(parse(&args[1]) as u64, None),
         Some("spin-named") if args.len() == 3 => {
             spin(parse(&args[2]) as u64, Some(hex_bytes(&args[1])))
@@ -364,4 +365,46 @@ fn spin(ms: u64, name: Option<Vec<u8>>) {
         }
     };
     with_children(vec![Box::new(body.clone()), Box::new(body)]);
+}
+
+/// A TCP stream over loopback: a receiver thread reads to EOF while this thread writes `mib` MiB
+/// in 128 KiB writes (stopping early after 20 s, so a slow machine still ends). Prints the bytes
+/// the receiver got and the wall time from the first write to the receiver's EOF.
+fn tcp_stream(mib: usize) {
+    use std::{
+        io::Read,
+        net::{TcpListener, TcpStream},
+        time::Duration,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local_addr");
+    let receiver = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().expect("accept");
+        let mut buf = vec![0u8; 128 << 10];
+        let mut got = 0u64;
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => return got,
+                Ok(n) => got += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    });
+    let mut tx = TcpStream::connect(addr).expect("connect");
+    let chunk = vec![0x5au8; 128 << 10];
+    let t = Instant::now();
+    for _ in 0..mib * 8 {
+        tx.write_all(&chunk).expect("write");
+        if t.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+    }
+    drop(tx);
+    let bytes = receiver.join().expect("receiver thread");
+    let wall = ns(t.elapsed());
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "bytes": bytes, "wall_ns": wall})
+    );
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask bench [--quick]`: tracekit's cost beside libbpf-tools and bpftrace, measured the
+//! `cargo xtask bench [--quick] [--only PAT,…]`: tracekit's cost beside libbpf-tools and bpftrace, measured the
 //! same way in the same run, written to docs/benchmarks.md and docs/benchmarks.json.
 //!
 //! Method: for each workload, every configuration (nothing traced, the floor program, each
@@ -62,7 +62,30 @@ pub fn run(args: &[String]) -> Result<()> {
     let rounds = if quick { 5 } else { 7 };
     let started = Instant::now();
 
-    let cases = config::cases(&tk, quick);
+    // `--only PAT[,PAT…]`: the tracers whose name contains a pattern (every tracer of a
+    // workload whose name contains one), for checking a change; written beside the scratch
+    // files, never over docs/.
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| {
+            args.get(i + 1)
+                .map(|p| p.split(',').map(str::to_string).collect())
+                .ok_or_else(|| anyhow::anyhow!("--only needs PAT[,PAT…]"))
+        })
+        .transpose()?;
+    let mut cases = config::cases(&tk, quick);
+    let mut st_cases = config::startup_cases(&tk);
+    if let Some(pats) = &only {
+        let hit = |name: &str| pats.iter().any(|p| name.contains(p.as_str()));
+        for (w, tracers) in &mut cases {
+            if !hit(&w.name()) {
+                tracers.retain(|t| hit(&t.name));
+            }
+        }
+        cases.retain(|(_, tracers)| !tracers.is_empty());
+        st_cases.retain(|(name, _)| hit(name));
+    }
     let report: Vec<Value> = cases
         .iter()
         .map(|(w, tracers)| passes::overhead(w, tracers, rounds, &wl, &scratch))
@@ -76,6 +99,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let calls = match w {
             Workload::Pipe { pinned: true, .. }
             | Workload::UdpDrops { .. }
+            | Workload::TcpStream { .. }
             | Workload::BlockRead { .. } => None,
             Workload::Fsync { n } => Some(f64::from(*n)),
             _ => continue,
@@ -92,7 +116,7 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
 
-    let startup = passes::startup(&config::startup_cases(&tk), rounds)?;
+    let startup = passes::startup(&st_cases, rounds)?;
 
     let doc = json!({
         "date": humantime_now(),
@@ -105,7 +129,11 @@ pub fn run(args: &[String]) -> Result<()> {
         "bpf_stats": prog_stats,
         "bpf_per_call": per_call,
     });
-    let docs = root().join("docs");
+    let docs = if only.is_some() {
+        scratch.clone()
+    } else {
+        root().join("docs")
+    };
     std::fs::create_dir_all(&docs)?;
     std::fs::write(
         docs.join("benchmarks.json"),
@@ -113,7 +141,8 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     std::fs::write(docs.join("benchmarks.md"), markdown(&doc))?;
     eprintln!(
-        "bench: wrote docs/benchmarks.md and docs/benchmarks.json in {} s",
+        "bench: wrote {}/benchmarks.md and .json in {} s",
+        docs.display(),
         started.elapsed().as_secs()
     );
     print!("{}", markdown(&doc));

@@ -90,10 +90,16 @@ pub fn parse_strace_attach_ms(trace: &str) -> Option<f64> {
 }
 
 /// Milliseconds from the last write to stdout (the report) to the end of the process in
-/// `strace -f -ttt` output: what detaching and exiting cost after the user has the answer.
+/// `strace -f -ttt` output: what detaching and exiting cost after the user has the answer. The
+/// process is the one strace started (the pid of the first line); a child it leaves behind
+/// (tracekit closes classic tracepoints in a background child, each waiting ~70 ms for RCU)
+/// does not hold up the shell and is not counted.
 pub fn parse_strace_exit_ms(trace: &str) -> Option<f64> {
     let lines: Vec<&str> = trace.lines().collect();
-    let end = lines.iter().rposition(|l| l.contains("+++ exited with"))?;
+    let pid = lines.first()?.split_whitespace().next()?;
+    let end = lines
+        .iter()
+        .position(|l| l.contains("+++ exited with") && l.split_whitespace().next() == Some(pid))?;
     let last_write = lines[..end]
         .iter()
         .rposition(|l| l.contains(" write(1, "))?;
@@ -118,13 +124,22 @@ pub fn parse_proc_stat_ctxt(stat: &str) -> Option<f64> {
 /// `Udp:` NoPorts + RcvbufErrors from /proc/net/snmp: the datagrams the kernel dropped for a
 /// closed port or a full receive buffer.
 pub fn parse_snmp_udp_drops(snmp: &str) -> Option<f64> {
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (udp.next()?, udp.next()?);
-    let value = |key: &str| -> Option<f64> {
-        let i = names.split_whitespace().position(|n| n == key)?;
-        values.split_whitespace().nth(i)?.parse().ok()
-    };
-    Some(value("NoPorts")? + value("RcvbufErrors")?)
+    Some(snmp_field(snmp, "Udp: ", "NoPorts")? + snmp_field(snmp, "Udp: ", "RcvbufErrors")?)
+}
+
+/// `Tcp:` InSegs from /proc/net/snmp: the TCP segments the host received (on loopback every
+/// one its own).
+pub fn parse_snmp_tcp_insegs(snmp: &str) -> Option<f64> {
+    snmp_field(snmp, "Tcp: ", "InSegs")
+}
+
+/// One counter of a /proc/net/snmp group (`prefix` is `"Udp: "`, `"Tcp: "`, …): the group's
+/// first line names the counters, its second holds their values.
+fn snmp_field(snmp: &str, prefix: &str, key: &str) -> Option<f64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let i = names.split_whitespace().position(|n| n == key)?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
 
 /// Requests completed (reads, writes, discards, flushes) from /sys/block/<dev>/stat.
@@ -189,6 +204,10 @@ mod tests {
         let t = "100 1000.000000 execve(\"/x\", [...]) = 0\n100 1001.000000 write(1, \"report\\n\", 7) = 7\n100 1001.002500 exit_group(0) = ?\n100 1001.003000 +++ exited with 0 +++\n";
         let ms = parse_strace_exit_ms(t).unwrap();
         assert!((ms - 3.0).abs() < 1e-6, "{ms}");
+        // A background child ending later is not the process's end.
+        let t = "100 1000.000000 execve(\"/x\", [...]) = 0\n100 1001.000000 write(1, \"report\\n\", 7) = 7\n100 1001.000100 clone(...) = 101\n100 1001.004000 +++ exited with 0 +++\n101 1001.800000 +++ exited with 0 +++\n";
+        let ms = parse_strace_exit_ms(t).unwrap();
+        assert!((ms - 4.0).abs() < 1e-6, "{ms}");
         assert_eq!(
             parse_strace_exit_ms("100 1.0 write(1, \"x\", 1) = 1\n"),
             None
@@ -214,6 +233,9 @@ mod tests {
         let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\nUdp: 10 300 40 7 40 0 0 0 0\nUdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n";
         assert_eq!(parse_snmp_udp_drops(snmp), Some(340.0));
         assert_eq!(parse_snmp_udp_drops("Ip: a\nIp: 1\n"), None);
+        let tcp = "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs\nTcp: 1 200 120000 -1 5 4 0 0 2 98765 43210\n";
+        assert_eq!(parse_snmp_tcp_insegs(tcp), Some(98765.0));
+        assert_eq!(parse_snmp_tcp_insegs(snmp), None);
         let stat = "  100 0 800 50 20 0 160 30 0 60 80 5 0 40 0 3 1\n";
         assert_eq!(parse_block_stat_ios(stat), Some(128.0));
         assert_eq!(

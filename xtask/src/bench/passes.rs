@@ -86,7 +86,7 @@ pub(super) fn overhead(
             "events_lost": v.iter().filter_map(|s| s.lost).max(),
         }));
     }
-    json!({"workload": w.name(), "rows": rows})
+    json!({"workload": w.name(), "rows": rows, "untraced_run_ns": w.run_ns(base)})
 }
 
 /// Where the kernel time goes on one workload, per program (separate pass, bpf_stats on): every
@@ -172,6 +172,13 @@ pub(super) fn startup(st_cases: &[(String, Vec<String>)], rounds: usize) -> Resu
     for ((name, _), runs) in st_cases.iter().zip(&st_runs) {
         let v: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let x: Vec<f64> = runs.iter().filter_map(|r| r.1).collect();
+        if v.is_empty() {
+            startup.push(json!({
+                "tool": name,
+                "status": "N/A: no attach syscall seen under strace (not in this build, or it failed: run it by hand)",
+            }));
+            continue;
+        }
         let (lo, hi) = spread(&v);
         let (xlo, xhi) = spread(&x);
         startup.push(json!({

@@ -22,7 +22,7 @@ fn of_workload<'a>(doc: &'a Value, key: &str, w: &str) -> Vec<&'a Value> {
 /// Per workload: the kernel time per event of each tracer beside its slowdown in the overhead
 /// table, then per program.
 fn kernel_time(m: &mut String, doc: &Value) {
-    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\nKernel time per event is the run time of all a tracer's programs over one workload run, divided by the events the kernel itself counted over that run (context switches from /proc/stat `ctxt`, UDP drops from /proc/net/snmp NoPorts + RcvbufErrors, requests completed by the disk from its `stat`; for fsync, the calls made); the whole machine's events count on both sides. Slowdown is from the overhead table of the same workload.\n\n", doc["rounds"]));
+    m.push_str(&format!("## Where the kernel time goes (kernel.bpf_stats_enabled=1, separate pass, median of {} interleaved rounds)\n\nKernel time per event is the run time of all a tracer's programs over one workload run, divided by the events the kernel itself counted over that run (context switches from /proc/stat `ctxt`, UDP drops from /proc/net/snmp NoPorts + RcvbufErrors, TCP segments received (data and acks, up to 64 KiB each on loopback) from its InSegs, requests completed by the disk from its `stat`; for fsync, the calls made); the whole machine's events count on both sides. Kernel time / untraced run is that run time per run against the untraced run's wall time (median): the slowdown the programs would cause were all of it on the workload's path (it is not, on two CPUs: some runs beside it), a steadier bound than the slowdown measured on a shared machine. Slowdown is from the overhead table of the same workload.\n\n", doc["rounds"]));
     let mut workloads: Vec<&str> = Vec::new();
     for key in ["bpf_per_call", "bpf_stats"] {
         for x in doc[key].as_array().into_iter().flatten() {
@@ -39,17 +39,18 @@ fn kernel_time(m: &mut String, doc: &Value) {
         let calls = of_workload(doc, "bpf_per_call", w);
         if let Some(first) = calls.first() {
             let event = first["event"].as_str().unwrap_or("fsync call");
-            m.push_str(&format!("| tracer | ns per {event} | spread | × floor | events per run | slowdown |\n|---|---|---|---|---|---|\n"));
+            m.push_str(&format!("| tracer | ns per {event} | spread | × floor | events per run | kernel time / untraced run | slowdown |\n|---|---|---|---|---|---|---|\n"));
             let floor = calls
                 .iter()
                 .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
                 .and_then(|c| c["ns_per_call"].as_f64());
-            let rows = doc["workloads"]
+            let table = doc["workloads"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|x| x["workload"] == w)
-                .map(|x| &x["rows"]);
+                .find(|x| x["workload"] == w);
+            let rows = table.map(|x| &x["rows"]);
+            let run_ns = table.and_then(|x| x["untraced_run_ns"].as_f64());
             for c in &calls {
                 let ratio = match (c["ns_per_call"].as_f64(), floor) {
                     (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
@@ -63,14 +64,24 @@ fn kernel_time(m: &mut String, doc: &Value) {
                     .and_then(|r| r["slowdown_pct"].as_f64())
                     .map(|x| format!("{x:.1}%"))
                     .unwrap_or_else(|| "–".into());
+                // The programs' kernel time over a run against the untraced run's wall time:
+                // the slowdown they would cause were all of it on the workload's path, steadier
+                // than the measured slowdown on a shared machine.
+                let share = match (c["ns_per_call"].as_f64(), c["events"].as_f64(), run_ns) {
+                    (Some(ns), Some(n), Some(r)) if r > 0.0 => {
+                        format!("{:.2}%", ns * n / r * 100.0)
+                    }
+                    _ => "–".into(),
+                };
                 m.push_str(&format!(
-                    "| {} | {} | {}–{} | {} | {} | {} |\n",
+                    "| {} | {} | {}–{} | {} | {} | {} | {} |\n",
                     c["tracer"].as_str().unwrap_or(""),
                     fmt_opt(&c["ns_per_call"], 0),
                     fmt_opt(&c["min"], 0),
                     fmt_opt(&c["max"], 0),
                     ratio,
                     fmt_opt(&c["events"], 0),
+                    share,
                     slowdown
                 ));
             }
@@ -105,7 +116,8 @@ pub fn markdown(doc: &Value) -> String {
         doc["rounds"],
         doc["wall_s"],
     ));
-    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
+    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (the process started, not the background child tracekit leaves to close classic tracepoints, which does not hold up the shell) (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
+    m.push_str("Peers: on block requests, `biolatency -D` (a histogram per disk, issue → complete: two hooks) is the reference issue 12 names, and `biolatency -Q -D` (insert → complete: the insert hook too) is the like-for-like one, since `io-lat` needs the insert hook to split queue time from device time; both run. On the receive path, the one-liner counting `kfree_skb` by reason is issue 11's reference, and a bpftrace script doing what `net-rx` does in the kernel (drops by reason, NET_RX softirq time per CPU, NAPI polls and budget exhaustion; its softirq programs run on every softirq, as `net-rx`'s do) is the like-for-like one. `numa --force` loads its programs on a one-node host (without it, it loads nothing there), so its own `sched_switch` program is measured beside `ctxsw` in the same run.\n\n");
     for w in doc["workloads"].as_array().into_iter().flatten() {
         m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
         m.push_str("| configuration | median | spread | slowdown | tracer CPU | RSS / peak | events lost |\n|---|---|---|---|---|---|---|\n");
@@ -151,6 +163,14 @@ pub fn markdown(doc: &Value) -> String {
         .find(|s| s["tool"] == "libbpf-tools runqlat")
         .and_then(|s| s["median_ms"].as_f64());
     for s in doc["startup"].as_array().into_iter().flatten() {
+        if s["median_ms"].is_null() {
+            m.push_str(&format!(
+                "| {} | {} | | | | |\n",
+                s["tool"].as_str().unwrap_or(""),
+                s["status"].as_str().unwrap_or("N/A")
+            ));
+            continue;
+        }
         let ratio = match (s["median_ms"].as_f64(), runqlat) {
             (Some(a), Some(r)) if r > 0.0 => format!("{:.2}", a / r),
             _ => "–".into(),
@@ -180,7 +200,7 @@ mod tests {
     fn markdown_has_a_table_per_workload() {
         let doc = json!({
             "date": "2026-11-29", "machine": {"cpu": "x", "cpus": 2, "kernel": "6.18"}, "quick": true, "rounds": 5, "wall_s": 100,
-            "workloads": [{"workload": "w1", "rows": [
+            "workloads": [{"workload": "w1", "untraced_run_ns": 1.2e8, "rows": [
                 {"config": "nothing traced", "median": 4.0, "min": 3.9, "max": 4.2, "unit": "us/op", "slowdown_pct": 0.0, "runs": 5},
                 {"config": "tracekit ctxsw", "median": 4.4, "min": 4.3, "max": 4.6, "unit": "us/op", "slowdown_pct": 10.0, "tracer_cpu_ms": 12.0, "rss_kib": 4096.0, "rss_peak_kib": 8192.0, "events_lost": 0, "runs": 5},
                 {"config": "x", "status": "N/A: needs kprobes"}
@@ -191,7 +211,8 @@ mod tests {
             ],
             "bpf_stats": [{"workload": "w1", "tracer": "tracekit ctxsw", "program": "tk_ctxsw_switch", "attach": "tp_btf", "run_cnt": 100000.0, "ns_per_run": 60.0, "rounds": 5}],
             "startup": [{"tool": "tracekit", "median_ms": 17.0, "min_ms": 16.0, "max_ms": 18.0, "runs": 5,
-                "exit_median_ms": 2.5, "exit_min_ms": 2.0, "exit_max_ms": 3.0}]
+                "exit_median_ms": 2.5, "exit_min_ms": 2.0, "exit_max_ms": 3.0},
+                {"tool": "tracekit gone", "status": "N/A: no attach syscall seen"}]
         });
         let m = markdown(&doc);
         assert!(m.contains("## w1"));
@@ -204,17 +225,21 @@ mod tests {
         assert!(m.contains("| x | N/A: needs kprobes |"));
         assert!(
             m.contains(
-                "| tracer | ns per context switch | spread | × floor | events per run | slowdown |"
+                "| tracer | ns per context switch | spread | × floor | events per run | kernel time / untraced run | slowdown |"
             ),
             "{m}"
         );
         assert!(
-            m.contains("| tracekit ctxsw | 60 | 55–70 | 3.0 | 100000 | 10.0% |"),
+            m.contains("| tracekit ctxsw | 60 | 55–70 | 3.0 | 100000 | 5.00% | 10.0% |"),
             "{m}"
         );
         assert!(m.contains("| tracekit ctxsw | tk_ctxsw_switch | tp_btf | 100000 | 60 |"));
         assert!(
             m.contains("| tracekit | 17.0 ms | 16.0–18.0 ms | – | 2.5 ms | 2.0–3.0 ms |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("| tracekit gone | N/A: no attach syscall seen | | | | |"),
             "{m}"
         );
     }

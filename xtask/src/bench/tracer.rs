@@ -30,7 +30,7 @@ pub(super) enum Ready {
     /// "Attaching", triage: "Triage: watching" on stderr).
     Line(&'static str),
     /// Not measurable on this host, and why (the row reads N/A with the reason).
-    NotHere(&'static str),
+    NotHere(String),
 }
 
 #[derive(Clone, Debug)]
@@ -69,7 +69,7 @@ impl Drop for Running {
 }
 
 fn start(t: &Tracer) -> Result<Running> {
-    if let Ready::NotHere(why) = t.ready {
+    if let Ready::NotHere(why) = &t.ready {
         bail!("{why}");
     }
     let mut child = Command::new(&t.argv[0])

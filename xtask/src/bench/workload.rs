@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::parse::{
     parse_block_stat_ios, parse_fio_read_lat_ns, parse_perf_pipe, parse_proc_stat_ctxt,
-    parse_snmp_udp_drops, parse_stress_ng,
+    parse_snmp_tcp_insegs, parse_snmp_udp_drops, parse_stress_ng,
 };
 
 #[derive(Clone, Debug)]
@@ -33,6 +33,9 @@ pub(super) enum Workload {
     /// closed port (NO_SOCKET), `n / 2` to a receiver with a 1 KiB buffer that never reads
     /// (SOCKET_RCVBUFF), sent by `tk-workload net-rx-send`. Metric: ns per datagram.
     UdpDrops { n: u32 },
+    /// `tk-workload tcp-stream MIB`: one TCP connection on loopback, `mib` MiB in 128 KiB
+    /// writes. Metric: ns per MiB received (its inverse is the throughput).
+    TcpStream { mib: u32 },
     /// `fio` 4 KiB random reads, O_DIRECT, one at a time, `n` of them, on a 64 MiB scratch file
     /// on the work tree's disk. Metric: mean ns per read.
     BlockRead { n: u32 },
@@ -62,6 +65,9 @@ impl Workload {
             Workload::UdpDrops { n } => format!(
                 "UDP drops on loopback: {n} datagrams, half to a closed port, half to a full 1 KiB receive buffer"
             ),
+            Workload::TcpStream { mib } => format!(
+                "TCP stream on loopback: {mib} MiB over one connection, 128 KiB writes"
+            ),
             Workload::BlockRead { n } => format!(
                 "fio randread 4 KiB O_DIRECT iodepth 1: {n} reads of a scratch file on the work tree's disk"
             ),
@@ -76,8 +82,25 @@ impl Workload {
             Workload::Compaction { .. } => "ns/compaction",
             Workload::Syscalls { .. } => "ns/syscall",
             Workload::UdpDrops { .. } => "ns/datagram",
+            Workload::TcpStream { .. } => "ns/MiB",
             Workload::BlockRead { .. } => "ns/read",
         }
+    }
+
+    /// The wall time of one run from its metric, where the metric is per unit of a fixed count
+    /// (not for the switch storm, which runs for a time and counts what it got done).
+    pub(super) fn run_ns(&self, metric: f64) -> Option<f64> {
+        let units = match self {
+            Workload::Pipe { loops, .. } => return Some(metric * 1000.0 * f64::from(*loops)),
+            Workload::SwitchStorm { .. } => return None,
+            Workload::Fsync { n }
+            | Workload::Compaction { n }
+            | Workload::UdpDrops { n }
+            | Workload::BlockRead { n } => *n,
+            Workload::Syscalls { loops } => *loops,
+            Workload::TcpStream { mib } => *mib,
+        };
+        Some(metric * f64::from(units))
     }
 
     /// Runs once; returns the metric (lower is better).
@@ -138,6 +161,19 @@ impl Workload {
                 Ok(us * 1000.0)
             }
             Workload::UdpDrops { n } => udp_drops(*n, workload_bin),
+            Workload::TcpStream { mib } => {
+                let out = Command::new(workload_bin)
+                    .args(["tcp-stream", &mib.to_string()])
+                    .output()
+                    .context("tk-workload tcp-stream")?;
+                let v: Value =
+                    serde_json::from_slice(&out.stdout).context("tk-workload tcp-stream output")?;
+                let bytes = v["bytes"].as_f64().context("bytes")?;
+                if bytes == 0.0 {
+                    bail!("no byte received");
+                }
+                Ok(v["wall_ns"].as_f64().context("wall_ns")? / (bytes / f64::from(1 << 20)))
+            }
             Workload::BlockRead { n } => {
                 let out = Command::new("fio")
                     .args([
@@ -177,7 +213,8 @@ impl Workload {
 impl Workload {
     /// What the kernel itself has counted so far of the events this workload makes (the
     /// denominator of kernel time per event): context switches (/proc/stat `ctxt`), UDP drops
-    /// (/proc/net/snmp NoPorts + RcvbufErrors), requests completed by the scratch file's disk.
+    /// (/proc/net/snmp NoPorts + RcvbufErrors), TCP segments received (/proc/net/snmp
+    /// InSegs: data and acks, up to 64 KiB each on loopback), requests completed by the scratch file's disk.
     /// Everything else on the machine counts too, in the tracers' run time as here. `None`
     /// where the kernel keeps no such count (fsync calls: the workload's own count is used).
     pub(super) fn events(&self, scratch: &Path) -> Option<f64> {
@@ -187,6 +224,7 @@ impl Workload {
                 parse_proc_stat_ctxt(&read("/proc/stat")?)
             }
             Workload::UdpDrops { .. } => parse_snmp_udp_drops(&read("/proc/net/snmp")?),
+            Workload::TcpStream { .. } => parse_snmp_tcp_insegs(&read("/proc/net/snmp")?),
             Workload::BlockRead { .. } => {
                 let dev = std::fs::metadata(scratch).ok()?.dev();
                 let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
@@ -209,6 +247,7 @@ impl Workload {
         match self {
             Workload::Pipe { .. } | Workload::SwitchStorm { .. } => "context switch",
             Workload::UdpDrops { .. } => "dropped datagram",
+            Workload::TcpStream { .. } => "TCP segment received",
             Workload::BlockRead { .. } => "block request",
             Workload::Fsync { .. } => "fsync call",
             Workload::Compaction { .. } => "compaction run",
