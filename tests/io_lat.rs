@@ -550,17 +550,7 @@ impl FailingLoop {
             }
         };
         assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&img)
-            .output()
-            .expect("losetup");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        fl.dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        fl.dev = losetup(&[], &img);
         fl.name = fl.dev.trim_start_matches("/dev/").to_string();
         fl
     }
