@@ -280,6 +280,102 @@ fn exec_renames_the_row() {
     assert_exec_renames_the_row("ctxsw");
 }
 
+/// The text form of a row that spans an exec: the COMM cell reads `new (was old)`, here
+/// `tk-workload … (was sh)`, on the row of the process's pid.
+#[test]
+fn exec_renames_the_row_in_text() {
+    require_root();
+    let tk = spawn_text_attached(&["ctxsw", "--rows", "0"]);
+    let pid = run_exec_workload().to_string();
+    tk.signal(libc::SIGINT);
+    let (status, text, stderr) = tk.finish_text(Duration::from_secs(15));
+    assert!(status.success(), "exit {status}: {stderr}");
+    let rows: Vec<&String> = text
+        .iter()
+        .filter(|l| l.split_whitespace().next() == Some(pid.as_str()))
+        .collect();
+    assert_eq!(rows.len(), 1, "rows of pid {pid}: {text:#?}");
+    let row = rows[0];
+    let comm = row.find("tk-workload").expect("new name");
+    let was = row
+        .find("(was sh)")
+        .unwrap_or_else(|| panic!("no (was sh): {row}"));
+    assert!(comm < was, "{row}");
+}
+
+/// "Preempted by" names a task by the name it has after an exec: two spinners on the last CPU
+/// are preempted by a process that started as `sh`, exec'd `tk-workload naps` (pinned to the
+/// same CPU, waking every 2 ms) and exited before the window ended. Their PREEMPTED_BY entry
+/// for its pid says `tk-workload`, as its own row does, not `sh` nor `[exited]`.
+#[test]
+fn preempted_by_names_the_task_after_its_exec() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
+    tk.wait_attached();
+    let spin = std::process::Command::new(workload_bin())
+        .args(["spin", "1500"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn spin");
+    let script = format!("sleep 0.2; exec {} naps 300 2000", workload_bin().display());
+    let status = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let napper = status.id();
+    assert!({ status }.wait().unwrap().success());
+    let out = spin.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let w: Value = serde_json::from_slice(&out.stdout).unwrap();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let own = rows_for(&lines, "ctxsw", napper);
+    assert_eq!(own.len(), 1, "{own:?}");
+    assert_eq!(own[0]["comm"], "tk-workload", "{}", own[0]);
+    assert_eq!(own[0]["exec_from"], "sh", "{}", own[0]);
+    let mut times = 0;
+    for pid in workload_proc_pids(&w) {
+        for r in rows_for(&lines, "ctxsw", pid as u32) {
+            for p in r["preempted_by"].as_array().unwrap() {
+                if p["pid"] == napper {
+                    assert_eq!(p["comm"], "tk-workload", "{r}");
+                    times += p["count"].as_u64().unwrap();
+                }
+            }
+        }
+    }
+    eprintln!("the spinners were preempted by the exec'd napper {times} times");
+    assert!(times > 0, "the napper never preempted a spinner: {lines:?}");
+}
+
+/// The workloads of this file (`tk-workload ARGS`).
+pub fn workload(args: &[String]) -> Option<i32> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["naps", n, us] => naps(n.parse().ok()?, us.parse().ok()?),
+        _ => return None,
+    }
+    Some(0)
+}
+
+/// Pinned to the last CPU, N times: sleeps US microseconds, then wakes (and, on a CPU where
+/// something runs, preempts it).
+fn naps(n: usize, us: u64) {
+    // SAFETY: sysconf is a plain query; cpu_set_t is plain data, one bit set, pinning ourselves.
+    unsafe {
+        let cpu = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize - 1;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(rc, 0, "sched_setaffinity");
+    }
+    for _ in 0..n {
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
 /// (traced switches/s, /proc/stat ctxt/s) of the system lines on the screen; the line must
 /// show the part away from the idle task, which it adds up.
 fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {

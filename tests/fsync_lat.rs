@@ -197,6 +197,38 @@ fn rename_over_is_shown_per_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A file synced after it was unlinked (a scratch file kept open, as databases do for temporary
+/// data): the row names the path it had and says it is deleted, without the kernel's
+/// " (deleted)" suffix in the name.
+#[test]
+fn unlinked_file_is_shown_as_deleted() {
+    require_root();
+    let dir = scratch("fsync-deleted");
+    let file = dir.join("sort.tmp");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--by-file"],
+        &["fsync-deleted", file.to_str().unwrap(), "20", "300"],
+    );
+    let pid = w["pid"].as_u64().unwrap();
+    assert_eq!(w["unlinked"], true, "{w}");
+    let files: Vec<_> = lines
+        .iter()
+        .filter(|l| l["type"] == "file" && l["pid"] == pid)
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0]["count"], 20, "{:?}", files[0]);
+    assert_eq!(files[0]["file_state"], "deleted", "{:?}", files[0]);
+    // The kernel's name for it: the canonical path (no `..`).
+    let want = std::fs::canonicalize(&dir).unwrap().join("sort.tmp");
+    assert_eq!(
+        files[0]["file"].as_str().unwrap(),
+        want.to_str().unwrap(),
+        "{:?}",
+        files[0]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `--pid <parent> --children`: processes the parent starts after tracekit attached are traced
 /// from their first call, each shown with its own title (as `exec -a` set it, like
 /// "postgres: walwriter"); a process outside the tree doing the same calls is not.
@@ -413,7 +445,8 @@ fn rate_is_fractional() {
 // The workloads `tk-workload` runs for these tests and for the VM check (tests/workload/build.rs finds
 // them), and the check each guest kernel of `cargo xtask vm-test` runs.
 
-/// `fsync PATH N M`, `fsync-procs PATH N`, `fsync-reuse DIR N`, `fsync-wal DIR N`.
+/// `fsync PATH N M`, `fsync-procs PATH N`, `fsync-reuse DIR N`, `fsync-wal DIR N`,
+/// `fsync-deleted PATH N MS`.
 pub fn workload(args: &[String]) -> Option<i32> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
@@ -424,6 +457,7 @@ pub fn workload(args: &[String]) -> Option<i32> {
         }
         ["fsync-procs", path, n] => fsync_procs(path, n.parse().ok()?),
         ["fsync-reuse", dir, n] => fsync_reuse(dir, n.parse().ok()?),
+        ["fsync-deleted", path, n, ms] => fsync_deleted(path, n.parse().ok()?, ms.parse().ok()?),
         ["fsync-wal", dir, n] => fsync_wal(dir, n.parse().ok()?),
         _ => return None,
     }
@@ -442,6 +476,20 @@ fn fsync_reuse(dir: &str, n: usize) {
         once("B");
     }
     println!("{}", serde_json::json!({"pid": std::process::id()}));
+}
+
+/// Opens PATH, unlinks it, fsyncs it N times through the open fd, then keeps it open MS
+/// milliseconds (tracekit names files while their fd is open).
+fn fsync_deleted(path: &str, n: usize, ms: u64) {
+    let mut f = open_trunc(path);
+    std::fs::remove_file(path).expect("unlink");
+    timed_sync(&mut f, "fsync", n);
+    let unlinked = std::fs::metadata(path).is_err();
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "unlinked": unlinked})
+    );
+    std::thread::sleep(Duration::from_millis(ms));
 }
 
 /// N times: writes DIR/wal.tmp, fsyncs it, renames it over DIR/wal (a new inode each round).

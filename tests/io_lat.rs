@@ -510,6 +510,120 @@ fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
     assert!(s["evidence"]["queue_share_pct"].as_f64().unwrap() >= 25.0);
 }
 
+/// A loop device over a sparse file on a full tmpfs of its own, detached and unmounted on drop.
+struct FailingLoop {
+    dev: String,
+    name: String,
+    mnt: PathBuf,
+    dir: PathBuf,
+}
+
+impl FailingLoop {
+    /// Every write into the device's (unallocated) blocks fails in the backing file system.
+    fn new() -> FailingLoop {
+        let dir = scratch("iolat-err");
+        let mnt = dir.join("tmpfs");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tk-iolat-err"])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount tmpfs on {}", mnt.display());
+        let mut fl = FailingLoop {
+            dev: String::new(),
+            name: String::new(),
+            mnt,
+            dir,
+        };
+        let img = fl.mnt.join("disk.img");
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(16 << 20))
+            .unwrap();
+        // Fill the file system: a page the loop device writes has nowhere to go.
+        let mut fill = std::fs::File::create(fl.mnt.join("fill")).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        let full = loop {
+            use std::io::Write;
+            if let Err(e) = fill.write_all(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        fl.dev = losetup(&[], &img);
+        fl.name = fl.dev.trim_start_matches("/dev/").to_string();
+        fl
+    }
+}
+
+impl Drop for FailingLoop {
+    fn drop(&mut self) {
+        if !self.dev.is_empty() {
+            let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        }
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A real I/O error: direct writes to a loop device whose backing file system is full fail in
+/// the driver, and the writer gets the error. io-lat's row for the writer counts each failed
+/// request under the errno name the writer got (EIO or ENOSPC, by how the loop driver reports
+/// it). device-mapper's `error` target would be the usual tool; this kernel has none.
+#[test]
+fn io_errors_are_counted_under_their_errno() {
+    require_root();
+    let _serial = serial();
+    let lo = FailingLoop::new();
+    const N: usize = 3;
+    let mut tk = Tracer::spawn(&["io-lat", "--json", "--dev", &lo.name]);
+    tk.wait_attached();
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&lo.dev)
+            .unwrap()
+    };
+    let buf = anon_map(4096);
+    let mut errnos = Vec::new();
+    for i in 0..N {
+        let off = ((i + 1) << 20) as libc::off_t;
+        // SAFETY: a page-aligned 4 KiB buffer of our own, written at an aligned offset.
+        let rc = unsafe { libc::pwrite(std::os::fd::AsRawFd::as_raw_fd(&f), buf, 4096, off) };
+        assert_eq!(rc, -1, "write {i} to {} succeeded", lo.dev);
+        errnos.push(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    drop(f);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "exit {status}: {stderr}");
+    let name = match errnos[0] {
+        libc::EIO => "EIO",
+        libc::ENOSPC => "ENOSPC",
+        e => panic!("writes failed with errno {e}, neither EIO nor ENOSPC"),
+    };
+    assert!(errnos.iter().all(|e| *e == errnos[0]), "{errnos:?}");
+    let me = std::process::id();
+    let mine: Vec<&Value> = rows(&lines, &lo.name)
+        .into_iter()
+        .filter(|r| r["pid"] == me && r["op"] == "write")
+        .collect();
+    eprintln!("{N} writes failed with {name}; rows: {mine:?}");
+    let errors: u64 = mine.iter().filter_map(|r| r["errors"][name].as_u64()).sum();
+    let all: u64 = mine
+        .iter()
+        .filter_map(|r| r["errors"].as_object())
+        .flat_map(|m| m.values().filter_map(Value::as_u64))
+        .sum();
+    assert_eq!(
+        errors, N as u64,
+        "{name} errors in the writer's rows: {mine:?}"
+    );
+    assert_eq!(all, N as u64, "no error under another name: {mine:?}");
+}
+
 #[test]
 fn unknown_device_and_threads_are_usage_errors() {
     require_root();

@@ -298,6 +298,30 @@ fn softirq_time_lands_on_the_flooding_cpu() {
     assert!(on(1, "softirq_count") > 5 * on(0, "softirq_count"));
     assert!(on(1, "drops") >= N, "the drops happened on CPU 1 too");
     assert!(on(1, "softirq_ns") > 0 && on(1, "processed") >= N);
+    // The finding names the CPU that did the NET_RX work, with its share as evidence.
+    let imbalance: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "finding" && l["cause"] == "softirq-imbalance")
+        .collect();
+    eprintln!("imbalance findings: {imbalance:?}");
+    assert_eq!(imbalance.len(), 1, "{lines:?}");
+    let f = imbalance[0];
+    assert_eq!(f["subject"]["kind"], "cpu", "{f}");
+    assert_eq!(f["subject"]["name"], "CPU 1", "{f}");
+    assert_eq!(f["evidence"]["cpu"], 1, "{f}");
+    assert_eq!(f["evidence"]["softirq_ns"], on(1, "softirq_ns"), "{f}");
+    assert!(f["evidence"]["share_pct"].as_f64().unwrap() >= 75.0, "{f}");
+    assert!(
+        f["summary"].as_str().unwrap().starts_with("CPU 1 handles "),
+        "{f}"
+    );
+    assert!(
+        f["advice"]
+            .as_str()
+            .unwrap()
+            .starts_with("loopback traffic"),
+        "{f}"
+    );
 }
 
 #[test]

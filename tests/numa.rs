@@ -98,6 +98,81 @@ fn forced_on_one_node_counts_run_time() {
     }
 }
 
+/// A v1 cpuset cgroup of our own, removed on drop (after its tasks left).
+struct Cpuset(std::path::PathBuf);
+
+impl Drop for Cpuset {
+    fn drop(&mut self) {
+        // A task released a moment ago may still be leaving it.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `Cpus_allowed_list` and `Mems_allowed_list` of a process, from its own status file.
+fn allowed_of(pid: u32) -> (String, String) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {k} in /proc/{pid}/status"))
+    };
+    (field("Cpus_allowed_list:"), field("Mems_allowed_list:"))
+}
+
+/// The cpuset and memory policy a process runs under are shown in its row: a workload whose
+/// 16 MiB region is bound to node 0 (`mbind`, MPOL_BIND: a policy even on one node), moved
+/// into a cpuset of the last CPU only, shows policy `bind:0` and exactly the CPUs and nodes
+/// its own `/proc/<pid>/status` allows (not the host's `0-1`).
+#[test]
+fn cpuset_and_memory_policy_are_shown() {
+    require_root();
+    let root = std::path::Path::new("/sys/fs/cgroup/cpuset");
+    if !root.join("cpuset.cpus").exists() {
+        eprintln!("skipped: no v1 cpuset hierarchy at {}", root.display());
+        return;
+    }
+    // SAFETY: sysconf is a plain query.
+    let ncpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    if ncpus < 2 {
+        eprintln!("skipped: one CPU, a cpuset cannot narrow it");
+        return;
+    }
+    let last = (ncpus - 1).to_string();
+    let cg = Cpuset(root.join(format!("tk-numa-{}", std::process::id())));
+    std::fs::create_dir(&cg.0).unwrap();
+    std::fs::write(cg.0.join("cpuset.cpus"), &last).unwrap();
+    std::fs::write(cg.0.join("cpuset.mems"), "0").unwrap();
+    let mut tk = Tracer::spawn(&["numa", "--json", "--maps", "64", "--force"]);
+    let ids = program_ids(&tk.wait_attached());
+    let held = Held::start(&["numa-place", "bind", "0", "0", "16", "1"]).unwrap();
+    let pid = held.pid;
+    // It sleeps now until released: move it into the cpuset, then end the window.
+    std::fs::write(cg.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    let (cpus, mems) = allowed_of(pid);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(60));
+    held.release();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(cpus, last, "the cpuset narrowed its CPUs");
+    let rows = rows_for(&lines, "numa", pid);
+    assert_eq!(rows.len(), 1, "{lines:?}");
+    let row = rows[0];
+    eprintln!(
+        "policy {} cpus {} mems {} (status: {cpus} / {mems})",
+        row["mempolicy"], row["cpus_allowed"], row["mems_allowed"]
+    );
+    assert_eq!(row["mempolicy"], "bind:0", "{row}");
+    assert_eq!(row["cpus_allowed"], cpus.as_str(), "{row}");
+    assert_eq!(row["mems_allowed"], mems.as_str(), "{row}");
+    assert!(wait_unloaded(&ids).is_empty(), "programs left loaded");
+}
+
 const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 
 /// One traced workload: tracekit's lines, the workload's report and run time, the kernel's

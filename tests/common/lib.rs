@@ -170,6 +170,37 @@ impl Tracer {
     }
 }
 
+/// Spawns `tracekit ARGS` in text mode and waits (at most 20 s) for its announcement on stderr
+/// ("Tracing … Ctrl-C to end."), printed once everything is attached: the text-mode
+/// counterpart of [`Tracer::wait_attached`]. Its stderr is drained and dropped from then on.
+pub fn spawn_text_attached(args: &[&str]) -> Tracer {
+    let mut child = Command::new(tracekit_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tracekit");
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            // Keep draining after the announcement, so tracekit never blocks on stderr.
+            let _ = tx.send(line);
+        }
+    });
+    let tk = Tracer::from_child(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.starts_with("Tracing ") => return tk,
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("tracekit {args:?} did not announce tracing within 20 s: {seen:?}"),
+        }
+    }
+}
+
 /// A test that fails (panics) before `finish` must not leave its tracekit running.
 impl Drop for Tracer {
     fn drop(&mut self) {

@@ -45,17 +45,7 @@ impl LoopDev {
         let file = dir.join("disk.img");
         // Written, not sparse: reads of holes would never reach the backing disk.
         std::fs::write(&file, vec![0x5au8; 64 << 20]).unwrap();
-        let out = Command::new("losetup")
-            .args(["-f", "--show", "--direct-io=on"])
-            .arg(&file)
-            .output()
-            .expect("losetup");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let dev = losetup(&["--direct-io=on"], &file);
         let name = dev.trim_start_matches("/dev/").to_string();
         let lo = LoopDev { dev, name, dir };
         lo.set("scheduler", "none");
@@ -72,6 +62,22 @@ impl LoopDev {
     pub(crate) fn diskstats(&self) -> (u64, u64) {
         diskstats_of(&self.name).unwrap_or_else(|| panic!("{} not in /proc/diskstats", self.name))
     }
+}
+
+/// Attaches `file` to a free loop device (`losetup -f --show EXTRA FILE`): its /dev path.
+pub(crate) fn losetup(extra: &[&str], file: &std::path::Path) -> String {
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .args(extra)
+        .arg(file)
+        .output()
+        .expect("losetup");
+    assert!(
+        out.status.success(),
+        "losetup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 impl Drop for LoopDev {

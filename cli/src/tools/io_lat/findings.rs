@@ -271,3 +271,199 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
         .evidence("wait_ns", t.sync_ns),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use probes_common::io_lat::NSIZES;
+
+    use super::*;
+    use crate::{
+        host::disks::QueueFacts,
+        report::{findings::Num, who::Id},
+        tools::io_lat::rows::Lat,
+    };
+
+    const VDA: u32 = 254 << 20;
+
+    /// `n` requests of `ns` each.
+    fn hist(n: u64, ns: u64) -> LatHist {
+        let mut h = LatHist::ZERO;
+        for _ in 0..n {
+            h.record(ns);
+        }
+        h
+    }
+
+    /// `count` sync reads of 2 ms each on vda by `pid` (a kernel thread's async writes with
+    /// `writeback`).
+    fn issued(pid: u32, comm: &str, count: u64, writeback: bool) -> SummaryRow {
+        let total = hist(count, 2_000_000);
+        SummaryRow {
+            dev: "vda".into(),
+            major: 254,
+            minor: 0,
+            who: Id {
+                pid,
+                comm: comm.into(),
+                comm_raw: comm.as_bytes().to_vec(),
+                ..Default::default()
+            },
+            kthread: Some(writeback),
+            cgroup_id: 0,
+            cgroup: writeback.then(|| "/app".to_string()),
+            cgroup_bytes: None,
+            op: if writeback { "write" } else { "read" }.into(),
+            sync: !writeback,
+            count,
+            iops: 0.0,
+            bytes: count * 4096,
+            bytes_per_s: 0.0,
+            direct: 0,
+            queued: 0,
+            errors: BTreeMap::new(),
+            sizes: vec![],
+            queue: Lat::of("queue_", &LatHist::ZERO),
+            device: Lat::of("device_", &total),
+            total: Lat::of("", &total),
+            other: false,
+            cgroup_raw: vec![],
+            kdev: VDA,
+            sizes_raw: [0; NSIZES],
+            device_hist: total,
+        }
+    }
+
+    /// vda with `count` requests of 2 ms, busy `util_pct` of the window; no queue trouble.
+    fn vda(count: u64, util_pct: f64) -> DeviceRow {
+        let total = hist(count, 2_000_000);
+        DeviceRow {
+            dev: "vda".into(),
+            major: 254,
+            minor: 0,
+            facts: QueueFacts {
+                scheduler: Some("none".into()),
+                rotational: Some(false),
+                ..Default::default()
+            },
+            queue_limit: None,
+            count,
+            iops: 0.0,
+            bytes: count * 4096,
+            bytes_per_s: 0.0,
+            reads: count,
+            writes: 0,
+            discards: 0,
+            diskstats_reads: count,
+            diskstats_writes: 0,
+            diskstats_discards: None,
+            diskstats_flushes: None,
+            untracked_reads: 0,
+            untracked_writes: 0,
+            unseen_reads: 0,
+            unseen_writes: 0,
+            util_pct,
+            aqu_sz: 0.0,
+            sync_time_ns: total.sum,
+            queue_share_pct: 0.0,
+            queue: Lat::of("queue_", &LatHist::ZERO),
+            device: Lat::of("device_", &total),
+            total: Lat::of("", &total),
+            depth_samples: 0,
+            inflight_mean: None,
+            inflight_max: None,
+            queued_mean: None,
+            queued_max: None,
+            full_pct: None,
+            hw_full_pct: None,
+            inflight_at_issue_mean: 0.0,
+            inflight_at_issue_max: 0,
+            queued_at_insert_mean: 0.0,
+            queued_at_insert_max: 0,
+            kdev: VDA,
+            by_op: BTreeMap::new(),
+        }
+    }
+
+    fn ev(f: &Finding, name: &str) -> Num {
+        f.evidence
+            .iter()
+            .find(|(k, _)| *k == name)
+            .unwrap_or_else(|| panic!("no evidence {name}: {f:?}"))
+            .1
+    }
+
+    #[test]
+    fn one_process_behind_a_busy_device_is_named() {
+        let rows = [
+            issued(812, "fio", 930, false),
+            issued(900, "cron", 70, false),
+        ];
+        let dev = vda(1000, 96.0);
+        let p99 = dev.total.s.p99_ns;
+        assert!((1_900_000..=2_000_000).contains(&p99), "{p99}");
+        let f = find(&rows, std::slice::from_ref(&dev), 10.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        let t = &f[0];
+        assert_eq!(t.cause, Cause::IoLatency);
+        assert_eq!(t.subject.kind, "process");
+        assert_eq!(t.subject.pid, Some(812));
+        assert_eq!(t.subject.name.as_deref(), Some("fio"));
+        assert_eq!(
+            t.summary,
+            format!(
+                "fio (pid 812) issues 93 % of vda's I/O (930 of 1000 requests, 93/s); vda is busy 96 % of the time, p99 request {}.",
+                fmt_ns(p99)
+            )
+        );
+        // It waited for its own reads: 930 × 2 ms in 10 s.
+        assert_eq!(t.score, Score::NsPerS(186_000_000));
+        assert_eq!(ev(t, "share_pct"), Num::F(93.0));
+        assert_eq!(ev(t, "requests"), Num::U(930));
+        assert_eq!(ev(t, "device_requests"), Num::U(1000));
+        assert_eq!(ev(t, "util_pct"), Num::F(96.0));
+        assert_eq!(ev(t, "wait_ns"), Num::U(1_860_000_000));
+        assert!(t.advice.contains("io.max"), "{}", t.advice);
+        assert_eq!(
+            t.next.as_deref(),
+            Some("tracekit io-lat --dev vda --pid 812 --duration 30s")
+        );
+    }
+
+    #[test]
+    fn top_issuer_needs_a_busy_device_and_most_of_its_requests() {
+        let rows = [
+            issued(812, "fio", 930, false),
+            issued(900, "cron", 70, false),
+        ];
+        // Not busy enough.
+        assert!(find(&rows, &[vda(1000, 40.0)], 10.0).is_empty());
+        // Busy, but shared: 60 %.
+        let shared = [
+            issued(812, "fio", 600, false),
+            issued(900, "cron", 400, false),
+        ];
+        assert!(find(&shared, &[vda(1000, 96.0)], 10.0).is_empty());
+        // Too few requests to conclude from.
+        let few = [issued(812, "fio", 40, false)];
+        assert!(find(&few, &[vda(40, 96.0)], 10.0).is_empty());
+        // tracekit's own I/O is never a finding.
+        let me = [issued(std::process::id(), "tracekit", 1000, false)];
+        assert!(find(&me, &[vda(1000, 96.0)], 10.0).is_empty());
+    }
+
+    #[test]
+    fn writeback_issuer_is_shown_as_writeback_and_scored_by_rate() {
+        let rows = [issued(95, "kworker/u8:3", 800, true)];
+        let f = find(&rows, &[vda(800, 80.0)], 10.0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].summary
+                .starts_with("kworker/u8:3 (pid 95, writeback charged to /app) issues 100 % of vda's I/O (800 of 800 requests, 80/s)"),
+            "{}",
+            f[0].summary
+        );
+        // Nobody waits for async writeback: the request rate ranks it.
+        assert_eq!(f[0].score, Score::RatePerS(80.0));
+        assert_eq!(f[0].subject.cgroup.as_deref(), Some("/app"));
+    }
+}

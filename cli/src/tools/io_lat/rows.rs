@@ -38,7 +38,7 @@ pub struct Lat {
 }
 
 impl Lat {
-    fn of(prefix: &'static str, h: &LatHist) -> Lat {
+    pub(super) fn of(prefix: &'static str, h: &LatHist) -> Lat {
         Lat {
             prefix,
             s: hist::stats(h),

@@ -33,3 +33,295 @@ fn hooks_follow_the_flags() {
     assert!(HOOKS.iter().skip(1).all(|h| h.optional));
     assert!(!HOOKS[0].optional);
 }
+
+/// net-rx's findings on synthetic evidence: the culprits that have no real trigger on this
+/// host (a NIC ring, a full backlog, a full conntrack table, receive interrupts on one CPU).
+mod verdicts {
+    use std::collections::BTreeMap;
+
+    use crate::{
+        host::{net::Ring, sysctl},
+        report::findings::{Cause, Finding, Num, Score},
+        tools::net_rx::{
+            findings::{findings, Evidence},
+            rows::{ConntrackRow, CpuRow, DevIrq, DeviceRow},
+        },
+    };
+
+    /// Every finding of a window with these CPUs, devices and conntrack table.
+    fn judge(
+        cpus: &[CpuRow],
+        devices: &[DeviceRow],
+        conntrack: &ConntrackRow,
+        secs: f64,
+        ncpus: usize,
+    ) -> Vec<Finding> {
+        findings(&Evidence {
+            drops: &[],
+            socks: &[],
+            cpus,
+            devices,
+            conntrack,
+            secs,
+            ncpus,
+        })
+    }
+
+    fn of(f: &[Finding], cause: Cause) -> Vec<Finding> {
+        f.iter().filter(|x| x.cause == cause).cloned().collect()
+    }
+
+    fn ev(f: &Finding, name: &str) -> Num {
+        f.evidence
+            .iter()
+            .find(|(k, _)| *k == name)
+            .unwrap_or_else(|| panic!("no evidence {name}: {f:?}"))
+            .1
+    }
+
+    /// CPU 0 idle in NET_RX, CPU 1 doing `ns` of it in the window (share 100 % minus a sliver).
+    fn cpus_busy_on_1(ns: u64, secs: f64) -> Vec<CpuRow> {
+        let total = ns + ns / 50;
+        vec![
+            CpuRow {
+                cpu: 0,
+                softirq_ns: Some(ns / 50),
+                share_pct: Some((ns / 50) as f64 * 100.0 / total as f64),
+                softirq_pct: Some((ns / 50) as f64 * 100.0 / (secs * 1e9)),
+                ..Default::default()
+            },
+            CpuRow {
+                cpu: 1,
+                softirq_ns: Some(ns),
+                share_pct: Some(ns as f64 * 100.0 / total as f64),
+                softirq_pct: Some(ns as f64 * 100.0 / (secs * 1e9)),
+                squeezed: Some(812),
+                time_squeeze: 640,
+                ..Default::default()
+            },
+        ]
+    }
+
+    /// A NIC whose one queue interrupt (IRQ 45) is bound to CPU 1, RPS off.
+    fn eth0_on_cpu1() -> DeviceRow {
+        DeviceRow {
+            dev: "eth0".into(),
+            rx_packets: 4_000_000,
+            rps_cpus: BTreeMap::from([("rx-0".to_string(), vec![])]),
+            irqs: vec![DevIrq {
+                irq: 45,
+                name: "eth0-rx-0".into(),
+                affinity: Some(vec![1]),
+                per_cpu: BTreeMap::from([(1, 90_000)]),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn softirq_on_one_cpu_names_the_cpu_and_the_interrupt() {
+        // 1.8 s of NET_RX in a 2 s window on CPU 1: 900 ms/s, 98 % of all NET_RX time.
+        let cpus = cpus_busy_on_1(1_800_000_000, 2.0);
+        let f = judge(&cpus, &[eth0_on_cpu1()], &ConntrackRow::default(), 2.0, 2);
+        let i = of(&f, Cause::SoftirqImbalance);
+        assert_eq!(i.len(), 1, "{f:?}");
+        let i = &i[0];
+        assert_eq!(i.subject.kind, "cpu");
+        assert_eq!(i.subject.name.as_deref(), Some("CPU 1"));
+        assert_eq!(i.score, Score::NsPerS(900_000_000));
+        assert_eq!(
+            i.summary,
+            "CPU 1 handles 98 % of NET_RX softirq time: 1.80s in 2.00s (90.0 % of that CPU) (eth0 interrupts all on CPU 1); RPS off on eth0."
+        );
+        assert_eq!(ev(i, "cpu"), Num::U(1));
+        assert_eq!(ev(i, "softirq_ns"), Num::U(1_800_000_000));
+        assert_eq!(ev(i, "full_budget_polls"), Num::U(812));
+        assert_eq!(ev(i, "time_squeeze"), Num::U(640));
+        assert!(i.advice.contains("smp_affinity_list"), "{}", i.advice);
+        assert!(i.advice.contains("rps_cpus"), "{}", i.advice);
+        assert!(i.next.as_deref().unwrap().contains("/proc/interrupts"));
+    }
+
+    #[test]
+    fn softirq_imbalance_needs_two_cpus_a_busy_cpu_and_most_of_the_work() {
+        let eth0 = [eth0_on_cpu1()];
+        let none = |cpus: &[CpuRow], ncpus| {
+            of(
+                &judge(cpus, &eth0, &ConntrackRow::default(), 2.0, ncpus),
+                Cause::SoftirqImbalance,
+            )
+        };
+        // One CPU: nothing to balance over.
+        assert!(none(&cpus_busy_on_1(1_800_000_000, 2.0), 1).is_empty());
+        // 40 ms/s, under the 50 ms/s a finding needs; 50 ms/s is enough.
+        assert!(none(&cpus_busy_on_1(80_000_000, 2.0), 2).is_empty());
+        assert_eq!(none(&cpus_busy_on_1(100_000_000, 2.0), 2).len(), 1);
+        // Busy but shared: CPU 1 carries 60 %.
+        let mut even = cpus_busy_on_1(1_800_000_000, 2.0);
+        even[0].softirq_ns = Some(1_200_000_000);
+        even[0].share_pct = Some(40.0);
+        even[1].share_pct = Some(60.0);
+        assert!(none(&even, 2).is_empty());
+        // Loopback: NET_RX runs on the sender's CPU; the fix is the senders, not IRQs or RPS.
+        let lo = DeviceRow {
+            dev: "lo".into(),
+            rx_packets: 9_000_000,
+            ..Default::default()
+        };
+        let cpus = cpus_busy_on_1(1_800_000_000, 2.0);
+        let f = judge(&cpus, &[lo], &ConntrackRow::default(), 2.0, 2);
+        let i = &of(&f, Cause::SoftirqImbalance)[0];
+        assert!(!i.summary.contains("RPS off"), "{}", i.summary);
+        assert!(i.advice.starts_with("loopback traffic"), "{}", i.advice);
+    }
+
+    #[test]
+    fn backlog_overflow_names_the_cpu_that_dropped_most() {
+        let cpus = [
+            CpuRow {
+                cpu: 0,
+                backlog_drops: 300,
+                ..Default::default()
+            },
+            CpuRow {
+                cpu: 1,
+                backlog_drops: 1200,
+                ..Default::default()
+            },
+        ];
+        let f = judge(&cpus, &[], &ConntrackRow::default(), 10.0, 2);
+        let b = of(&f, Cause::NetBacklog);
+        assert_eq!(b.len(), 1, "{f:?}");
+        let b = &b[0];
+        assert_eq!(b.subject.name.as_deref(), Some("CPU 1"));
+        assert_eq!(b.score, Score::RatePerS(150.0));
+        let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
+        assert_eq!(
+            b.summary,
+            format!("1500 packets dropped in 10.0s because a CPU's input backlog was full (net.core.netdev_max_backlog = {max}); CPU 1 dropped 1200.")
+        );
+        assert_eq!(ev(b, "backlog_drops"), Num::U(1500));
+        assert_eq!(ev(b, "drops_per_s"), Num::F(150.0));
+        assert_eq!(ev(b, "cpu"), Num::U(1));
+        assert!(b.advice.starts_with("raise net.core.netdev_max_backlog"));
+        assert!(b.advice.contains("RPS"), "{}", b.advice);
+        // No backlog drops: no finding.
+        let calm = [CpuRow::default(), CpuRow::default()];
+        assert!(of(
+            &judge(&calm, &[], &ConntrackRow::default(), 10.0, 2),
+            Cause::NetBacklog
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn ring_drops_cite_the_counters_and_the_ring() {
+        // The field report: a 256-slot ring on a NIC that takes 4096.
+        let small = DeviceRow {
+            dev: "eth0".into(),
+            rx_missed_errors: 400,
+            rx_fifo_errors: 100,
+            rx_dropped: 48_721,
+            ring: Some(Ring {
+                rx: 256,
+                rx_max: 4096,
+            }),
+            ..Default::default()
+        };
+        let full = DeviceRow {
+            dev: "eth1".into(),
+            rx_over_errors: 80,
+            ring: Some(Ring {
+                rx: 4096,
+                rx_max: 4096,
+            }),
+            ..Default::default()
+        };
+        // A virtual device: rx_dropped also counts unknown protocols, and it has no ring.
+        let veth = DeviceRow {
+            dev: "veth0".into(),
+            rx_dropped: 10_000,
+            ..Default::default()
+        };
+        let f = judge(&[], &[small, full, veth], &ConntrackRow::default(), 8.0, 2);
+        let r = of(&f, Cause::NetDrops);
+        assert_eq!(r.len(), 2, "{f:?}");
+        let eth0 = r
+            .iter()
+            .find(|x| x.subject.name.as_deref() == Some("eth0"))
+            .unwrap();
+        assert_eq!(eth0.subject.kind, "device");
+        assert_eq!(
+            eth0.summary,
+            "eth0: 49221 packets lost at the NIC in 8.00s (rx_missed_errors +400, rx_fifo_errors +100, rx_over_errors +0, rx_dropped +48721); ring 256 of max 4096."
+        );
+        assert_eq!(ev(eth0, "drops"), Num::U(49_221));
+        assert_eq!(eth0.score, Score::RatePerS(49_221.0 / 8.0));
+        assert_eq!(
+            eth0.advice,
+            "enlarge the receive ring (ethtool -G eth0 rx 4096) and spread its interrupts over CPUs"
+        );
+        assert_eq!(
+            eth0.next.as_deref(),
+            Some("ethtool -S eth0 | grep -iE 'drop|miss|fifo|over'")
+        );
+        let eth1 = r
+            .iter()
+            .find(|x| x.subject.name.as_deref() == Some("eth1"))
+            .unwrap();
+        assert_eq!(ev(eth1, "drops"), Num::U(80));
+        assert!(
+            eth1.advice.starts_with("the ring is at its maximum"),
+            "{}",
+            eth1.advice
+        );
+    }
+
+    #[test]
+    fn full_conntrack_table_cites_fill_and_losses() {
+        let table = ConntrackRow {
+            loaded: true,
+            count: Some(262_000),
+            max: Some(262_144),
+            fill_pct: Some(262_000.0 * 100.0 / 262_144.0),
+            drop: Some(1200),
+            early_drop: Some(300),
+            insert_failed: Some(5),
+        };
+        let f = judge(&[], &[], &table, 10.0, 2);
+        let c = of(&f, Cause::ConntrackFull);
+        assert_eq!(c.len(), 1, "{f:?}");
+        let c = &c[0];
+        assert_eq!(c.subject.kind, "system");
+        assert_eq!(c.subject.name.as_deref(), Some("conntrack"));
+        assert_eq!(c.score, Score::RatePerS(150.5));
+        assert_eq!(
+            c.summary,
+            "conntrack table 262000 of 262144 entries (99.9 %); in 10.0s 1200 new connections dropped, 300 entries evicted early, 5 inserts failed."
+        );
+        assert_eq!(ev(c, "entries"), Num::U(262_000));
+        assert_eq!(ev(c, "max"), Num::U(262_144));
+        assert_eq!(ev(c, "dropped"), Num::U(1505));
+        assert!(c.advice.starts_with("raise net.netfilter.nf_conntrack_max"));
+        assert_eq!(c.next.as_deref(), Some("conntrack -S"));
+        // Nearly full without a loss yet is worth a warning; half full is not; not loaded is
+        // nothing at all.
+        let nearly = ConntrackRow {
+            drop: Some(0),
+            early_drop: Some(0),
+            insert_failed: Some(0),
+            fill_pct: Some(95.0),
+            ..table.clone()
+        };
+        assert_eq!(
+            of(&judge(&[], &[], &nearly, 10.0, 2), Cause::ConntrackFull).len(),
+            1
+        );
+        let half = ConntrackRow {
+            fill_pct: Some(50.0),
+            ..nearly
+        };
+        assert!(of(&judge(&[], &[], &half, 10.0, 2), Cause::ConntrackFull).is_empty());
+        assert!(judge(&[], &[], &ConntrackRow::default(), 10.0, 2).is_empty());
+    }
+}
