@@ -189,11 +189,20 @@ fn rename_over_is_shown_per_file() {
         })
         .collect();
     assert_eq!(inodes.len(), 15, "{files:?}");
+    // Each segment named before its close is "renamed" (the name now names another file); on a
+    // loaded machine tracekit may look only after the close, and then says "closed" and keeps
+    // the kernel's own name for it. Never anything else, and the rename is seen at least once.
     for f in &files {
         assert_eq!(f["count"], 1, "{f:?}");
         assert!(f["file"].as_str().unwrap().ends_with("wal.tmp"), "{f:?}");
-        assert_eq!(f["file_state"], "renamed", "{f:?}");
+        assert!(
+            f["file_state"] == "renamed" || f["file_state"] == "closed",
+            "{f:?}"
+        );
     }
+    let renamed = files.iter().filter(|f| f["file_state"] == "renamed").count();
+    eprintln!("{renamed} of 15 segments named before their close");
+    assert!(renamed > 0, "{files:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -498,6 +507,9 @@ fn fsync_wal(dir: &str, n: usize) {
         let tmp = format!("{dir}/wal.tmp");
         let mut f = open_trunc(&tmp);
         timed_sync(&mut f, "fsync", 1);
+        // A database keeps its segment open a little while after syncing it: tracekit names a
+        // file from its fd, which must still be open when it looks.
+        std::thread::sleep(Duration::from_millis(50));
         drop(f);
         std::fs::rename(&tmp, format!("{dir}/wal")).expect("rename over wal");
     }
