@@ -18,14 +18,15 @@ mod vm;
 const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test [KERNEL...] | bench [--quick | --render]>\n\
+    "usage: cargo xtask <setup | build | run -- ARGS | test [-- CARGO-TEST-ARGS] | vm-test [KERNEL...] | bench [--quick] [--only PAT,...] | bench --render>\n\
      \n  setup   install the kernel-side toolchain (rust-src, LLVM 22, bpf-linker 0.13.0) if missing\
      \n  build   build target/release/tracekit: one static file with its kernel programs embedded\
      \n  run     build, then run tracekit with ARGS (as root)\
      \n  test    build, then run every test: unit tests, the root tests against this kernel, and vm-test\
      \n  vm-test build, then run the checks on Debian's 5.10, 6.1 and 6.12 kernels (two NUMA nodes) under qemu;\
      \n          KERNEL... (or TRACEKIT_VM_KERNELS=5.10,6.12) picks some, TRACEKIT_VM_JOBS how many boot at once\
-     \n  bench   overhead, start-up and memory beside libbpf-tools and bpftrace -> docs/benchmarks.md"
+     \n  bench   overhead, start-up and memory beside libbpf-tools and bpftrace -> docs/benchmarks.md;\
+     \n          --only PAT,... runs the tracers whose name holds a pattern (into target/bench-scratch/)"
 }
 
 fn main() -> ExitCode {
