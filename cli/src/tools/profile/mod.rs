@@ -430,7 +430,9 @@ impl Collector for Profile {
             .context("reading PROFILE_COUNTS")?;
         let mut drained = drained;
         let mut unwound = None;
+        let mut not_unwound = Vec::new();
         if let Some(d) = &mut self.dwarf {
+            not_unwound = unwind::skipped_notes(d.unwinder.skipped());
             drained.rows.extend(d.counts.drain());
             unwound = Some((
                 std::mem::take(&mut d.unwound),
@@ -521,6 +523,7 @@ impl Collector for Profile {
                     .map_or(String::new(), |why| format!(" ({why})"))
             ),
         });
+        out.notes.extend(not_unwound);
         if no_user > 0 {
             out.notes.push(format!(
                 "{no_user} samples of user processes have no user stack (code without frame pointers, or a failed walk: {} failed)",
