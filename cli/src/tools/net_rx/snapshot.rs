@@ -158,7 +158,10 @@ mod tests {
         b.softnet[0].processed = 25;
         b.softnet[0].dropped = 4;
         b.counters.insert("Udp:NoPorts".into(), 3005);
-        b.devices.get_mut(std::ffi::OsStr::new("eth0")).unwrap().insert("rx_packets", 160);
+        b.devices
+            .get_mut(std::ffi::OsStr::new("eth0"))
+            .unwrap()
+            .insert("rx_packets", 160);
         b.irqs[0].per_cpu = vec![0, 70];
         b.softnet.push(Softnet {
             cpu: 2,

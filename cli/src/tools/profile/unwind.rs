@@ -347,7 +347,10 @@ mod tests {
     #[test]
     fn skipped_binaries_are_named_in_notes() {
         let mut m = BTreeMap::new();
-        m.insert("/opt/big\x1b/bin".to_string(), NotUnwound::TooLarge(4 << 30));
+        m.insert(
+            "/opt/big\x1b/bin".to_string(),
+            NotUnwound::TooLarge(4 << 30),
+        );
         m.insert("/dev/evil".to_string(), NotUnwound::NotAFile);
         let notes = skipped_notes(&m);
         assert_eq!(
