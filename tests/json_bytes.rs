@@ -8,7 +8,7 @@ use std::{
     ffi::{OsStr, OsString},
     os::unix::ffi::OsStrExt,
     process::Command,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use tracekit_tests::*;
@@ -143,51 +143,6 @@ const WAKER: &[u8] = b"wk\x1b[2J\n\xff";
 /// A wakee thread's name: 0xff, then a real backslash and "xff" (the old escaping's twin).
 const WAKEE: &[u8] = b"we\n\xff\\xff";
 
-/// Two threads of this test process, each naming itself first (`PR_SET_NAME`), then handing a
-/// byte back and forth over pipes for `secs`; returns their tids (the first wakes the second).
-fn named_pingpong(secs: f64) -> (u32, u32) {
-    let mut a = [0i32; 2];
-    let mut b = [0i32; 2];
-    // SAFETY: pipe() writes two fds into each array.
-    unsafe {
-        assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
-        assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
-    }
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let side = move |rd: i32, wr: i32, first: bool, name: &'static [u8]| {
-        let c = std::ffi::CString::new(name).unwrap();
-        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-        unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
-        let mut byte = [0u8; 1];
-        let mut i = 0u64;
-        loop {
-            // SAFETY: one-byte reads and writes on our pipes.
-            unsafe {
-                if !(first && i == 0) && libc::read(rd, byte.as_mut_ptr().cast(), 1) != 1 {
-                    break;
-                }
-                byte[0] = u8::from(Instant::now() >= end);
-                if libc::write(wr, byte.as_ptr().cast(), 1) != 1 || byte[0] == 1 {
-                    break;
-                }
-            }
-            i += 1;
-        }
-        // SAFETY: plain syscall.
-        unsafe { libc::gettid() as u32 }
-    };
-    let t2 = std::thread::spawn(move || side(a[0], b[1], false, WAKEE));
-    let t1 = side(b[0], a[1], true, WAKER);
-    let t2 = t2.join().unwrap();
-    // SAFETY: closing the fds made above.
-    unsafe {
-        for fd in a.iter().chain(&b) {
-            libc::close(*fd);
-        }
-    }
-    (t1, t2)
-}
-
 /// ctxsw's waker rows (`--threads`) name both ends exactly: `comm`/`wakee_comm` with
 /// `comm_bytes`/`wakee_comm_bytes` (they were lossy strings only).
 #[test]
@@ -196,10 +151,18 @@ fn json_bytes_are_lossless_in_waker_rows() {
     let me = std::process::id().to_string();
     // Rows take a task's name when first seen in a window: later windows see the new names.
     let mut tk = Tracer::spawn(&[
-        "ctxsw", "--json", "--threads", "--pid", &me, "--interval", "300ms",
+        "ctxsw",
+        "--json",
+        "--threads",
+        "--pid",
+        &me,
+        "--interval",
+        "300ms",
     ]);
     tk.wait_attached();
-    let (t1, t2) = std::thread::spawn(|| named_pingpong(1.5)).join().unwrap();
+    let (t1, t2) = std::thread::spawn(|| thread_pingpong(1.5, [Some(WAKER), Some(WAKEE)]))
+        .join()
+        .unwrap();
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
@@ -236,11 +199,17 @@ struct HostileLink {
 }
 
 fn ip(args: &[&OsStr]) -> Result<(), String> {
-    let o = Command::new("ip").args(args).output().expect("ip (iproute2)");
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
     if o.status.success() {
         Ok(())
     } else {
-        Err(format!("ip {args:?}: {}", String::from_utf8_lossy(&o.stderr)))
+        Err(format!(
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ))
     }
 }
 
@@ -260,10 +229,29 @@ impl HostileLink {
         );
         let steps: [&[&OsStr]; 7] = [
             &[o("netns"), o("add"), ns],
-            &[o("link"), o("add"), d, o("type"), o("veth"), o("peer"), o("name"), p, o("netns"), ns],
+            &[
+                o("link"),
+                o("add"),
+                d,
+                o("type"),
+                o("veth"),
+                o("peer"),
+                o("name"),
+                p,
+                o("netns"),
+                ns,
+            ],
             &[o("addr"), o("add"), o("10.213.77.1/30"), o("dev"), d],
             &[o("link"), o("set"), d, o("up")],
-            &[o("-n"), ns, o("addr"), o("add"), o("10.213.77.2/30"), o("dev"), p],
+            &[
+                o("-n"),
+                ns,
+                o("addr"),
+                o("add"),
+                o("10.213.77.2/30"),
+                o("dev"),
+                p,
+            ],
             &[o("-n"), ns, o("link"), o("set"), p, o("up")],
             &[o("-n"), ns, o("link"), o("set"), o("lo"), o("up")],
         ];
@@ -345,7 +333,9 @@ fn json_bytes_are_lossless_in_device_names() {
         .filter(|l| l["type"] == "drop" && l["ifindex"] == ifindex && l["port"] == port)
         .collect();
     let dropped: u64 = drops.iter().map(|d| d["count"].as_u64().unwrap()).sum();
-    eprintln!("sent {sent} datagrams: device row rx_packets {rx}, NO_SOCKET drops on the link {dropped}");
+    eprintln!(
+        "sent {sent} datagrams: device row rx_packets {rx}, NO_SOCKET drops on the link {dropped}"
+    );
     // The peer's ARP and IPv6 chatter arrive on the link too.
     assert!(rx >= sent as u64, "rx_packets {rx} < {sent} sent: {dev}");
     assert_eq!(dropped, sent as u64, "{drops:?}");
