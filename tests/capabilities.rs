@@ -148,7 +148,9 @@ fn reduced_capabilities_trace_other_users_processes() {
 fn tracefs_permission_is_exit_3_naming_the_capability() {
     require_root();
     let no_btf = [("TRACEKIT_BTF", "/nonexistent/vmlinux")];
-    let cases: [(&[&str], &[(&str, &str)], usize); 4] = [
+    // (command line, environment, programs expected on classic tracepoints)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
+    let cases: [Case; 4] = [
         (&["fsync-lat"], &no_btf, usize::MAX),
         (&["memstall"], &no_btf, usize::MAX),
         (&["io-lat"], &no_btf, usize::MAX),

@@ -283,7 +283,7 @@ fn random_command_lines_end_with_documented_codes() {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
-            if polls % 10 == 0 {
+            if polls.is_multiple_of(10) {
                 held_programs(child.id(), &mut ids);
             }
             polls += 1;
