@@ -19,8 +19,8 @@ fn tools() -> Vec<&'static str> {
         .collect()
 }
 
-/// Runs tracekit as nobody holding exactly `caps` (setpriv names, e.g. "bpf"), with `env`.
-fn as_nobody(caps: &[&str], args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
+/// tracekit as nobody holding exactly `caps` (setpriv names, e.g. "bpf").
+fn nobody_cmd(caps: &[&str], args: &[&str]) -> Command {
     let set = if caps.is_empty() {
         "-all".to_string()
     } else {
@@ -32,14 +32,20 @@ fn as_nobody(caps: &[&str], args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Va
                 .join(",")
         )
     };
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(format!("--inh-caps={set}"))
         .arg(format!("--ambient-caps={set}"))
         .arg(format!("--bounding-set={set}"))
         .arg("--")
         .arg(tracekit_bin())
-        .args(args)
+        .args(args);
+    c
+}
+
+/// Runs tracekit as nobody holding exactly `caps`, with `env`.
+fn as_nobody(caps: &[&str], args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
+    let o = nobody_cmd(caps, args)
         .envs(env.iter().copied())
         .output()
         .expect("setpriv (util-linux) runs");
@@ -133,37 +139,48 @@ fn reduced_capabilities_trace_other_users_processes() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Without BTF (here: `TRACEKIT_BTF` naming a missing file), fsync-lat and memstall read
-/// tracefs: as nobody that needs CAP_DAC_READ_SEARCH, and lacking it is exit 3 naming it.
+/// Classic tracepoints read tracefs (mode 0700): as nobody that needs CAP_DAC_READ_SEARCH,
+/// and lacking it is exit 3 naming it, never "this kernel lacks ...". The tools with a classic
+/// path: fsync-lat, memstall and io-lat fall back to it without BTF (here: `TRACEKIT_BTF`
+/// naming a missing file); net-rx takes it with `--attach tracepoint` (without BTF it cannot
+/// run at all: it needs the sk_buff layout, exit 4 once tracefs is readable).
 #[test]
 fn tracefs_permission_is_exit_3_naming_the_capability() {
     require_root();
     let no_btf = [("TRACEKIT_BTF", "/nonexistent/vmlinux")];
-    for tool in ["fsync-lat", "memstall"] {
-        let (code, _, err) =
-            as_nobody(&["bpf", "perfmon"], &[tool, "--duration", "300ms"], &no_btf);
-        assert_eq!(code, 3, "{tool}: {err}");
+    // (command line, environment, programs expected on classic tracepoints)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
+    let cases: [Case; 4] = [
+        (&["fsync-lat"], &no_btf, usize::MAX),
+        (&["memstall"], &no_btf, usize::MAX),
+        (&["io-lat"], &no_btf, usize::MAX),
+        // Only the drop hook is classic; the softirq and NAPI hooks stay on tp_btf.
+        (&["net-rx", "--attach", "tracepoint"], &[], 1),
+    ];
+    for (tool, env, classic) in cases {
+        let args = |json: bool| {
+            let mut a = tool.to_vec();
+            if json {
+                a.push("--json");
+            }
+            a.extend(["--duration", "300ms"]);
+            a
+        };
+        let (code, _, err) = as_nobody(&["bpf", "perfmon"], &args(false), env);
+        assert_eq!(code, 3, "{tool:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         assert!(
             err.contains("CAP_DAC_READ_SEARCH") && err.contains("permission denied"),
-            "{tool}: {err}"
+            "{tool:?}: {err}"
         );
-        assert!(!err.contains("lacks"), "{tool} blames the kernel: {err}");
-        let (code, lines, err) = as_nobody(
-            &["bpf", "perfmon", "dac_read_search"],
-            &[tool, "--json", "--duration", "300ms"],
-            &no_btf,
-        );
-        assert_eq!(code, 0, "{tool} with CAP_DAC_READ_SEARCH: {err}");
+        assert!(!err.contains("lacks"), "{tool:?} blames the kernel: {err}");
+        let (code, lines, err) =
+            as_nobody(&["bpf", "perfmon", "dac_read_search"], &args(true), env);
+        assert_eq!(code, 0, "{tool:?} with CAP_DAC_READ_SEARCH: {err}");
         let meta = lines.iter().find(|l| l["type"] == "meta").expect("meta");
-        assert!(
-            meta["programs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|p| p["attach"] == "tracepoint"),
-            "{meta}"
-        );
+        let progs = meta["programs"].as_array().unwrap();
+        let on_tracepoints = progs.iter().filter(|p| p["attach"] == "tracepoint").count();
+        assert_eq!(on_tracepoints, classic.min(progs.len()), "{tool:?}: {meta}");
     }
 }
 
@@ -202,4 +219,156 @@ fn doctor_unprivileged_says_so() {
         serde_json::json!(["CAP_BPF", "CAP_PERFMON"]),
         "{sys}"
     );
+}
+
+/// The set triage, record and serve document: the union of the collectors' (classic
+/// tracepoints read tracefs, mode 0700).
+const MULTI: [&str; 3] = ["bpf", "perfmon", "dac_read_search"];
+
+/// The collectors triage (and record, serve) run by default.
+fn triage_tools() -> Vec<&'static str> {
+    tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| t.triage)
+        .map(|t| t.name)
+        .collect()
+}
+
+fn assert_help_states_the_set(cmd: &str) {
+    let help = Command::new(tracekit_bin())
+        .args([cmd, "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("(CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH"),
+        "{cmd} --help does not state the set: {help}"
+    );
+}
+
+/// `could_not_run` of a header or checked line, as "tool: reason" strings.
+fn could_not_run(v: &Value) -> Vec<String> {
+    v["could_not_run"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no could_not_run in {v}"))
+        .iter()
+        .map(|c| format!("{}: {}", c["tool"], c["reason"]))
+        .collect()
+}
+
+/// triage as nobody with exactly its documented set runs every collector it runs as root.
+#[test]
+fn triage_runs_every_collector_with_exactly_its_documented_capabilities() {
+    require_root();
+    assert_help_states_the_set("triage");
+    let (code, lines, err) = as_nobody(&MULTI, &["triage", "--json", "--duration", "1s"], &[]);
+    assert_eq!(code, 0, "triage as nobody with {MULTI:?}: {err}");
+    let checked = lines
+        .iter()
+        .find(|l| l["type"] == "checked")
+        .unwrap_or_else(|| panic!("no checked line: {err}"));
+    assert_eq!(could_not_run(checked), Vec::<String>::new(), "{checked}");
+    let ran: Vec<&str> = checked["ran"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    eprintln!("triage as nobody with {MULTI:?} ran {ran:?}");
+    assert_eq!(ran, triage_tools(), "{checked}");
+}
+
+/// record as nobody with exactly its documented set records every collector, into a file
+/// nobody may create.
+#[test]
+fn record_runs_every_collector_with_exactly_its_documented_capabilities() {
+    require_root();
+    assert_help_states_the_set("record");
+    let dir = scratch("caps-record");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = dir.join("run.tkr");
+    let (code, _, err) = as_nobody(
+        &MULTI,
+        &[
+            "record",
+            "--duration",
+            "1s",
+            "--interval",
+            "500ms",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "record as nobody with {MULTI:?}: {err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(could_not_run(&header), Vec::<String>::new(), "{header}");
+    let tools: Vec<&str> = header["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    eprintln!(
+        "record as nobody with {MULTI:?}: {tools:?}, {} lines",
+        text.lines().count()
+    );
+    assert_eq!(tools, triage_tools(), "{header}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// serve as nobody with exactly its documented set (tracefs already mounted) watches every
+/// collector, and /metrics says each is up.
+#[test]
+fn serve_runs_every_collector_with_exactly_its_documented_capabilities() {
+    require_root();
+    assert_help_states_the_set("serve");
+    let child = nobody_cmd(
+        &MULTI,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "500ms",
+            "--duration",
+            "3s",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut tk = Tracer::from_child(child);
+    let meta = tk.wait_attached();
+    assert_eq!(could_not_run(&meta), Vec::<String>::new(), "{meta}");
+    let ids = program_ids(&meta);
+    let addr = meta["listen"].as_str().expect("listen").to_string();
+    // One scrape after the first window.
+    std::thread::sleep(Duration::from_millis(1200));
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut b = String::new();
+        s.read_to_string(&mut b).unwrap();
+        b
+    };
+    let up: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("tracekit_collector_up{"))
+        .collect();
+    eprintln!("serve as nobody with {MULTI:?}: {up:?}");
+    assert_eq!(up.len(), triage_tools().len(), "{body}");
+    let value = |l: &str| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+    assert!(up.iter().all(|l| value(l) == Some(1.0)), "{up:?}");
+    let (status, _, err) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{err}");
+    assert_eq!(wait_unloaded(&ids), Vec::<u32>::new(), "programs left");
 }

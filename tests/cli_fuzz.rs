@@ -1,6 +1,9 @@
 //! Root property test over the command line itself: random combinations of tools, flags and
 //! hostile values. Every run ends with a documented exit code (0, 2, 3, 4 or 5; doctor may say
-//! 6), never 1, never a panic or an internal error, and leaves no program in the kernel.
+//! 6), never 1, never a panic or an internal error, and leaves no program in the kernel: the
+//! programs each case holds (its `/proc/<pid>/fdinfo`) are all gone at the end, and a leftover
+//! names the case that loaded it (only this run's programs are looked at, so tests running
+//! beside it cannot disturb it). Every tool gets its own flags too.
 //! Reproduce a failure with `TK_FUZZ_SEED=<seed printed>`.
 
 use std::{
@@ -28,8 +31,94 @@ impl Rng {
     }
 }
 
-fn tracekit_programs() -> Vec<u32> {
-    program_ids_named("tk_")
+/// The BPF programs process `pid` holds now (a program's or a link's `prog_id` in
+/// `/proc/<pid>/fdinfo`): the ids one case loaded, without listing anyone else's.
+fn held_programs(pid: u32, into: &mut std::collections::BTreeSet<u32>) {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let Ok(t) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        for l in t.lines() {
+            if let Some(id) = l.strip_prefix("prog_id:") {
+                if let Ok(id) = id.trim().parse() {
+                    into.insert(id);
+                }
+            }
+        }
+    }
+}
+
+/// Values of one flag: well-formed ones and malformed ones (none: a switch; `OUT`: an
+/// `--output`-like path from the outputs list).
+type Flag = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+const NUM: &[&str] = &["0", "1", "16", "1000000", "3"];
+const BAD_NUM: &[&str] = &["15", "1000001", "-1", "abc", "99999999999999999999"];
+const OUT: &[&str] = &["OUT"];
+
+/// Each tool's own flags with their values.
+fn own_flags(tool: &str) -> &'static [Flag] {
+    match tool {
+        "fsync-lat" => &[
+            ("--rows", NUM, BAD_NUM),
+            ("--by-file", &[], &[]),
+            ("--top-files", NUM, BAD_NUM),
+        ],
+        "memstall" | "runq-lat" => &[("--rows", NUM, BAD_NUM)],
+        "ctxsw" => &[
+            ("--rows", NUM, BAD_NUM),
+            ("--top", &[], &[]),
+            ("--top-preemptors", NUM, BAD_NUM),
+        ],
+        "io-lat" => &[
+            ("--rows", NUM, BAD_NUM),
+            (
+                "--dev",
+                &["vda", "loop0", "vda1", "nosuch0"],
+                &["", "../../etc", "a/b"],
+            ),
+            (
+                "--attach",
+                &["tp-btf", "raw-tp", "tracepoint"],
+                &["tp_btf", "bogus", ""],
+            ),
+        ],
+        "net-rx" => &[
+            ("--rows", NUM, BAD_NUM),
+            (
+                "--attach",
+                &["tp_btf", "raw_tp", "tracepoint"],
+                &["tp-btf", "kprobe", ""],
+            ),
+            ("--consume", &[], &[]),
+            ("--drops-only", &[], &[]),
+        ],
+        "numa" => &[
+            ("--rows", NUM, BAD_NUM),
+            ("--maps", NUM, BAD_NUM),
+            ("--force", &[], &[]),
+        ],
+        "profile" => &[
+            ("--rows", NUM, BAD_NUM),
+            ("--top", NUM, BAD_NUM),
+            (
+                "--freq",
+                &["1", "99", "10000"],
+                &["0", "10001", "-5", "fast"],
+            ),
+            ("--unwind", &["auto", "fp", "dwarf"], &["lbr", ""]),
+            ("--folded", OUT, OUT),
+            ("--svg", OUT, OUT),
+        ],
+        _ => &[],
+    }
 }
 
 /// One random command line: mostly well-formed (so that most runs reach the kernel and the
@@ -64,8 +153,6 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
         out_slash.as_str(),
         "",
     ];
-    let numbers = ["0", "1", "16", "1000000", "3"];
-    let bad_numbers = ["15", "1000001", "-1", "abc", "99999999999999999999"];
     let tools = tools_and_commands();
     let mut a = vec![if bad(r) {
         r.pick(&["no-such-tool", "--json", "", "bench-floor"])
@@ -84,28 +171,40 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
         "--hist",
         "--max-keys",
     ];
-    let own: &[&str] = match a[0].as_str() {
-        "fsync-lat" => &["--rows", "--by-file", "--top-files"],
-        "memstall" | "runq-lat" => &["--rows"],
-        "ctxsw" => &["--rows", "--top", "--top-preemptors"],
-        _ => &[],
-    };
+    let own = own_flags(&a[0]);
     for _ in 0..(r.next() % 5) {
-        let flag = if bad(r) {
-            *r.pick(&["--bogus", "-d", "-p", "positional", "--top", "--by-file"])
-        } else if a[0] == "doctor" {
-            *r.pick(&["--json", "--output"])
-        } else if !own.is_empty() && r.chance(30) {
-            *r.pick(own)
-        } else {
-            *r.pick(&common)
-        };
         let value = |r: &mut Rng, good: &[&str], badv: &[&str]| {
             if bad(r) {
                 r.pick(badv).to_string()
             } else {
                 r.pick(good).to_string()
             }
+        };
+        if !own.is_empty() && a[0] != "doctor" && r.chance(40) {
+            let &(flag, good, badv) = r.pick(own);
+            a.push(flag.into());
+            match good {
+                [] => {}
+                ["OUT"] => a.push(r.pick(&outputs).to_string()),
+                _ => a.push(value(r, good, badv)),
+            }
+            continue;
+        }
+        let flag = if bad(r) {
+            *r.pick(&[
+                "--bogus",
+                "-d",
+                "-p",
+                "positional",
+                "--top",
+                "--by-file",
+                "--attach",
+                "--unwind",
+            ])
+        } else if a[0] == "doctor" {
+            *r.pick(&["--json", "--output"])
+        } else {
+            *r.pick(&common)
         };
         match flag {
             "--duration" | "--interval" | "-d" => {
@@ -124,14 +223,14 @@ fn argv(r: &mut Rng, scratch: &str, tid: &str) -> Vec<String> {
                 a.push(flag.into());
                 a.push(r.pick(&outputs).to_string());
             }
-            "--max-keys" | "--rows" | "--top-files" | "--top-preemptors" => {
+            "--max-keys" => {
                 a.push(flag.into());
-                a.push(value(r, &numbers, &bad_numbers));
+                a.push(value(r, NUM, BAD_NUM));
             }
             "--top" => {
                 a.push(flag.into());
                 if r.chance(50) {
-                    a.push(value(r, &numbers, &bad_numbers));
+                    a.push(value(r, NUM, BAD_NUM));
                 }
             }
             other => a.push(other.into()),
@@ -161,9 +260,11 @@ fn random_command_lines_end_with_documented_codes() {
     // A thread of this process, for --pid.
     let idle = IdleThread::start();
     let tid = idle.tid.clone();
-    let before = tracekit_programs();
     let mut r = Rng(seed | 1);
     let mut codes = std::collections::BTreeMap::new();
+    // The programs each case was seen holding, to find which case left one behind.
+    let mut held: Vec<(usize, Vec<String>, std::collections::BTreeSet<u32>)> = Vec::new();
+    let mut per_tool: std::collections::BTreeMap<String, usize> = Default::default();
     for case in 0..cases {
         let args = argv(&mut r, dir.to_str().unwrap(), &tid);
         let mut child = Command::new(tracekit_bin())
@@ -176,10 +277,16 @@ fn random_command_lines_end_with_documented_codes() {
             .unwrap();
         let start = Instant::now();
         let mut interrupted = false;
+        let mut ids = std::collections::BTreeSet::new();
+        let mut polls = 0u32;
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
+            if polls.is_multiple_of(10) {
+                held_programs(child.id(), &mut ids);
+            }
+            polls += 1;
             if !interrupted && start.elapsed() > Duration::from_millis(800) {
                 // Runs without a duration end on Ctrl-C, like a user would end them.
                 // SAFETY: plain syscall on our child's pid.
@@ -215,18 +322,35 @@ fn random_command_lines_end_with_documented_codes() {
             );
         }
         *codes.entry(code.unwrap()).or_insert(0) += 1;
+        *per_tool.entry(args[0].clone()).or_insert(0) += 1;
+        if !ids.is_empty() {
+            held.push((case, args, ids));
+        }
     }
     idle.stop();
-    eprintln!("cli fuzz: exit codes {codes:?}");
+    eprintln!("cli fuzz: exit codes {codes:?}; cases per tool {per_tool:?}");
+    // Every program a case held is gone (the detach child of the last cases may still be
+    // closing theirs: waited for, bounded).
+    let all: Vec<u32> = held.iter().flat_map(|h| h.2.iter().copied()).collect();
+    eprintln!(
+        "cli fuzz: {} cases seen holding {} programs",
+        held.len(),
+        all.len()
+    );
+    assert!(!all.is_empty(), "no case was seen holding a program");
+    let left = wait_unloaded(&all);
+    let culprits: Vec<String> = held
+        .iter()
+        .filter(|h| h.2.iter().any(|i| left.contains(i)))
+        .map(|(case, args, ids)| format!("case {case} {args:?}: {ids:?}"))
+        .collect();
+    assert!(
+        culprits.is_empty(),
+        "programs {left:?} left loaded by: {culprits:#?}"
+    );
     assert!(
         codes.get(&0).copied().unwrap_or(0) > 5,
         "too few runs traced: {codes:?}"
     );
-    let new: Vec<u32> = tracekit_programs()
-        .into_iter()
-        .filter(|i| !before.contains(i))
-        .collect();
-    let left = wait_unloaded(&new);
-    assert!(left.is_empty(), "programs {left:?} left after the fuzz run");
     let _ = std::fs::remove_dir_all(dir);
 }

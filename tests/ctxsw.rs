@@ -493,49 +493,6 @@ fn top_ends_when_its_terminal_goes_away() {
     );
 }
 
-/// Two threads of this test process handing a byte back and forth over pipes for `secs`;
-/// returns their tids.
-fn thread_pingpong(secs: f64, started: std::sync::mpsc::Sender<()>) -> (u32, u32) {
-    let mut a = [0i32; 2];
-    let mut b = [0i32; 2];
-    // SAFETY: pipe() writes two fds into each array.
-    unsafe {
-        assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
-        assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
-    }
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let side = move |rd: i32, wr: i32, first: bool| {
-        let mut byte = [0u8; 1];
-        let mut i = 0u64;
-        loop {
-            // SAFETY: one-byte reads and writes on our pipes.
-            unsafe {
-                if !(first && i == 0) && libc::read(rd, byte.as_mut_ptr().cast(), 1) != 1 {
-                    break;
-                }
-                byte[0] = u8::from(Instant::now() >= end);
-                if libc::write(wr, byte.as_ptr().cast(), 1) != 1 || byte[0] == 1 {
-                    break;
-                }
-            }
-            i += 1;
-        }
-        // SAFETY: plain syscall.
-        unsafe { libc::gettid() as u32 }
-    };
-    let t2 = std::thread::spawn(move || side(a[0], b[1], false));
-    let _ = started.send(());
-    let t1 = side(b[0], a[1], true);
-    let t2 = t2.join().unwrap();
-    // SAFETY: closing the fds made above.
-    unsafe {
-        for fd in a.iter().chain(&b) {
-            libc::close(*fd);
-        }
-    }
-    (t1, t2)
-}
-
 /// Issue #14: a switch storm between two threads of one process, traced per thread, shows who
 /// wakes whom (both directions, same process) and ends in a ctxsw-storm finding that says the
 /// switches are between its own threads.
@@ -545,8 +502,7 @@ fn threads_show_waker_wakee_pairs_and_a_storm_between_own_threads() {
     let me = std::process::id();
     let mut tk = Tracer::spawn(&["ctxsw", "--json", "--threads", "--pid", &me.to_string()]);
     tk.wait_attached();
-    let (tx, _rx) = std::sync::mpsc::channel();
-    let (t1, t2) = std::thread::spawn(move || thread_pingpong(1.5, tx))
+    let (t1, t2) = std::thread::spawn(|| thread_pingpong(1.5, [None, None]))
         .join()
         .unwrap();
     tk.signal(libc::SIGINT);

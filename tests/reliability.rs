@@ -210,132 +210,6 @@ fn traced_pid_exiting_mid_run_keeps_its_numbers() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// ESC, a newline and a byte that is not UTF-8 in a process name.
-const HOSTILE_HEX: &str = "1b5b324a0a6576696cff";
-
-#[test]
-fn hostile_process_names_are_escaped_in_text_and_faithful_in_json() {
-    require_root();
-    let dir = scratch("hostile");
-    let path = dir.join("f");
-    // Text.
-    let tk = Tracer::spawn(&["fsync-lat", "--interval", "200ms"]);
-    std::thread::sleep(Duration::from_millis(600));
-    run_workload(&["named", HOSTILE_HEX, path.to_str().unwrap(), "3"]);
-    std::thread::sleep(Duration::from_millis(300));
-    tk.signal(libc::SIGINT);
-    let (_, text, _) = tk.finish_text(Duration::from_secs(10));
-    let text = text.join("\n");
-    assert!(
-        !text.contains('\x1b'),
-        "raw escape reached the terminal: {text:?}"
-    );
-    assert!(
-        text.contains("\\x1b[2J\\x0aevil\\xff"),
-        "escaped name missing: {text}"
-    );
-    // JSON.
-    let mut tj = Tracer::spawn(&["fsync-lat", "--json"]);
-    tj.wait_attached();
-    let w = run_workload(&["named", HOSTILE_HEX, path.to_str().unwrap(), "3"]);
-    tj.signal(libc::SIGINT);
-    let (_, lines, _) = tj.finish(Duration::from_secs(10));
-    let pid = w["pid"].as_u64().unwrap() as u32;
-    let row = rows_for(&lines, "fsync-lat", pid)
-        .into_iter()
-        .next()
-        .expect("row for the named process");
-    // Lossless: the string with U+FFFD for the invalid byte, and the exact bytes beside it.
-    assert_eq!(row["comm"], "\u{1b}[2J\nevil\u{fffd}");
-    assert_eq!(bytes_of(row, "comm"), hex(HOSTILE_HEX));
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-fn hex(h: &str) -> Vec<u8> {
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// The exact bytes of a JSON field in tracekit's representation (README, Safety): the string,
-/// or `<key>_bytes` when the bytes are not UTF-8.
-fn bytes_of(v: &serde_json::Value, key: &str) -> Vec<u8> {
-    if let Some(a) = v[format!("{key}_bytes")].as_array() {
-        return a.iter().map(|b| b.as_u64().unwrap() as u8).collect();
-    }
-    v[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {key} in {v}"))
-        .as_bytes()
-        .to_vec()
-}
-
-/// Every field from outside has the same lossless representation: a file name (`file`) and a
-/// preemptor's name (`preempted_by[].comm`) holding a byte that is not UTF-8 and a real
-/// backslash come back exact, and the two are told apart.
-#[test]
-fn json_bytes_are_lossless_in_every_field() {
-    require_root();
-    use std::os::unix::ffi::OsStrExt;
-    // 0xff, then a literal backslash followed by "xff": two different byte strings that the old
-    // `\xNN` escaping printed the same.
-    let name: &[u8] = b"wal-\xff-\\xff";
-    let dir = scratch("lossless");
-    // The kernel names the file by its canonical path.
-    let path = std::fs::canonicalize(&dir)
-        .unwrap()
-        .join(std::ffi::OsStr::from_bytes(name));
-    let me = std::process::id().to_string();
-    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--by-file", "--pid", &me]);
-    tk.wait_attached();
-    let f = std::fs::File::create(&path).unwrap();
-    for _ in 0..3 {
-        f.sync_all().unwrap();
-    }
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(10));
-    assert!(status.success(), "{stderr}");
-    let file = lines
-        .iter()
-        .find(|l| l["type"] == "file")
-        .unwrap_or_else(|| panic!("no file line: {lines:?}"));
-    assert_eq!(
-        bytes_of(file, "file"),
-        path.as_os_str().as_bytes(),
-        "{file}"
-    );
-    assert!(
-        file["file"].as_str().unwrap().contains('\u{fffd}'),
-        "{file}"
-    );
-    drop(f);
-
-    // Two spinners named with the same kind of bytes preempt each other.
-    let pname = b"sp\xff\\xff".to_vec();
-    let hexname: String = pname.iter().map(|b| format!("{b:02x}")).collect();
-    let (w, lines) = trace_workload(
-        &["ctxsw", "--json", "--interval", "300ms"],
-        &["spin-named", &hexname, "1000"],
-    );
-    let pids = workload_proc_pids(&w);
-    let by: Vec<&serde_json::Value> = lines
-        .iter()
-        .filter(|l| l["type"] == "summary" && pids.contains(&l["pid"].as_u64().unwrap_or(0)))
-        .flat_map(|l| l["preempted_by"].as_array().unwrap().iter())
-        .filter(|p| pids.contains(&p["pid"].as_u64().unwrap_or(0)))
-        .collect();
-    assert!(
-        !by.is_empty(),
-        "the spinners never preempted each other: {lines:?}"
-    );
-    assert!(
-        by.iter().any(|p| bytes_of(p, "comm") == pname),
-        "preempted_by names not exact: {by:?}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// Missing kernel pieces: one line naming what is missing and how to fix it, exit code 4.
 /// (fsync-lat reads tracefs only on a kernel without BTF, here a `TRACEKIT_BTF` naming a
 /// missing file.)
@@ -551,17 +425,26 @@ fn inherited_ignored_sighup_is_respected() {
 
 /// Detaching is fast: from the final report to the process's exit takes milliseconds for
 /// every tool (classic tracepoints took ~70 ms per hook to close, ~0.9 s for fsync-lat and
-/// memstall).
+/// memstall). The slow links are closed after the exit by the `tracekit-detach` child
+/// (`engine::detach_in_background`), so the programs are also followed until the kernel has
+/// freed every one of them (bounded at 10 s). Measured here (Linux 6.18, 2 shared vCPUs, two
+/// runs): exit 0.2-13 ms after the report for every tool; programs gone at most 0.2-17 ms after
+/// the exit for ctxsw, runq-lat, io-lat, net-rx, numa and profile, 64-73 ms for memstall and
+/// 356-389 ms for fsync-lat (its classic syscall tracepoints, closed by the detach child).
 #[test]
 fn detaching_takes_milliseconds() {
     require_root();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for tool in tools() {
         let mut best = Duration::MAX;
+        let mut gone_worst = Duration::ZERO;
         // The best of three: the machine is shared with other test runs.
         for _ in 0..3 {
+            // numa loads nothing on a one-node machine unless forced.
+            let force: &[&str] = if tool == "numa" { &["--force"] } else { &[] };
             let mut child = std::process::Command::new(tracekit_bin())
                 .args([tool, "--json", "--duration", "300ms"])
+                .args(force)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn()
@@ -569,13 +452,19 @@ fn detaching_takes_milliseconds() {
             let out = std::io::BufReader::new(child.stdout.take().unwrap());
             use std::io::BufRead;
             let mut last_line_at = None;
+            let mut ids = Vec::new();
             for line in out.lines().map_while(Result::ok) {
+                if line.contains("\"type\":\"meta\"") {
+                    let meta: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    ids = program_ids(&meta);
+                }
                 if line.contains("\"type\":\"stats\"") {
                     last_line_at = Some(std::time::Instant::now());
                     // The report is complete; now time the exit.
                     break;
                 }
             }
+            assert!(!ids.is_empty(), "{tool}: no programs in the meta line");
             let at = last_line_at.expect("a stats line");
             loop {
                 if child.try_wait().unwrap().is_some() {
@@ -584,11 +473,29 @@ fn detaching_takes_milliseconds() {
                 assert!(at.elapsed() < Duration::from_secs(5), "{tool} did not exit");
                 std::thread::sleep(Duration::from_micros(500));
             }
-            best = best.min(at.elapsed());
+            let exited = at.elapsed();
+            best = best.min(exited);
+            // The programs really go (the detach child closes slow links after the exit).
+            let gone = loop {
+                let loaded = loaded_program_ids();
+                if !ids.iter().any(|i| loaded.contains(i)) {
+                    break at.elapsed() - exited;
+                }
+                assert!(
+                    at.elapsed() < Duration::from_secs(10),
+                    "{tool}: programs {:?} still loaded 10 s after the report",
+                    ids.iter()
+                        .filter(|i| loaded.contains(i))
+                        .collect::<Vec<_>>()
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            gone_worst = gone_worst.max(gone);
         }
         eprintln!(
-            "{tool}: exit {:.1} ms after the final report",
-            best.as_secs_f64() * 1e3
+            "{tool}: exit {:.1} ms after the final report; programs gone at most {:.1} ms after the exit",
+            best.as_secs_f64() * 1e3,
+            gone_worst.as_secs_f64() * 1e3
         );
         assert!(
             best < Duration::from_millis(100),

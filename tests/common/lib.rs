@@ -562,3 +562,51 @@ pub fn tools() -> Vec<&'static str> {
 pub fn tools_and_commands() -> Vec<&'static str> {
     tracekit::tools::visible().map(|t| t.name).collect()
 }
+
+/// Two threads of this test process handing a byte back and forth over pipes for `secs`, each
+/// first naming itself (`PR_SET_NAME`) where `names` gives a name; returns their tids (the
+/// first wakes the second first).
+pub fn thread_pingpong(secs: f64, names: [Option<&'static [u8]>; 2]) -> (u32, u32) {
+    let mut a = [0i32; 2];
+    let mut b = [0i32; 2];
+    // SAFETY: pipe() writes two fds into each array.
+    unsafe {
+        assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
+        assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let side = move |rd: i32, wr: i32, first: bool, name: Option<&'static [u8]>| {
+        if let Some(n) = name {
+            let c = std::ffi::CString::new(n).expect("a name without NUL");
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string (the kernel keeps 15 bytes).
+            unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
+        }
+        let mut byte = [0u8; 1];
+        let mut i = 0u64;
+        loop {
+            // SAFETY: one-byte reads and writes on our pipes.
+            unsafe {
+                if !(first && i == 0) && libc::read(rd, byte.as_mut_ptr().cast(), 1) != 1 {
+                    break;
+                }
+                byte[0] = u8::from(Instant::now() >= end);
+                if libc::write(wr, byte.as_ptr().cast(), 1) != 1 || byte[0] == 1 {
+                    break;
+                }
+            }
+            i += 1;
+        }
+        // SAFETY: plain syscall.
+        unsafe { libc::gettid() as u32 }
+    };
+    let t2 = thread::spawn(move || side(a[0], b[1], false, names[1]));
+    let t1 = side(b[0], a[1], true, names[0]);
+    let t2 = t2.join().unwrap();
+    // SAFETY: closing the fds made above.
+    unsafe {
+        for fd in a.iter().chain(&b) {
+            libc::close(*fd);
+        }
+    }
+    (t1, t2)
+}

@@ -5,10 +5,18 @@
 //! `/proc/irq/*/smp_affinity_list`), and which process owns a socket (`/proc/net/{udp,tcp}*`,
 //! `/proc/<pid>/fd`).
 //!
+//! Device names are kept as the kernel's bytes (`OsString`): a name may hold any byte but `/`,
+//! `:` and whitespace, including escapes and bytes that are not UTF-8, and a lossy copy would
+//! name no device in `/sys/class/net` or the ethtool ioctl.
+//!
 //! `/proc/net/snmp` is parsed here rather than with `procfs::net::Snmp`, which fails as a whole
 //! when a kernel lacks one of the fields it expects, and does not cover `/proc/net/netstat`.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    ffi::{OsStr, OsString},
+    os::unix::ffi::OsStrExt,
+};
 
 use serde::Serialize;
 
@@ -120,14 +128,14 @@ pub const DEVICE_COUNTERS: &[&str] = &[
 ];
 
 /// Devices under `/sys/class/net` with the counters of [`DEVICE_COUNTERS`] they expose.
-pub fn device_counters() -> BTreeMap<String, BTreeMap<&'static str, u64>> {
+pub fn device_counters() -> BTreeMap<OsString, BTreeMap<&'static str, u64>> {
     let dir = sys_path("class/net");
     let mut out = BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return out;
     };
     for e in rd.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
+        let name = e.file_name();
         let stats = e.path().join("statistics");
         let m: BTreeMap<&'static str, u64> = DEVICE_COUNTERS
             .iter()
@@ -261,21 +269,21 @@ pub fn irq_is_device(name: &str, dev: &str, bus: Option<&str>) -> bool {
 
 /// The bus device name of network device `dev` (`virtio2`, `0000:03:00.0`); `None` for virtual
 /// devices (`lo`, veths, bridges).
-pub fn bus_device(dev: &str) -> Option<String> {
-    std::fs::read_link(sys_path(&format!("class/net/{dev}/device")))
+pub fn bus_device(dev: impl AsRef<OsStr>) -> Option<String> {
+    std::fs::read_link(dev_path(dev.as_ref()).join("device"))
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
 /// Network devices by ifindex (`/sys/class/net/*/ifindex`), as the kernel's drop records name
 /// them. Only this network namespace's devices.
-pub fn interfaces() -> BTreeMap<u32, String> {
+pub fn interfaces() -> BTreeMap<u32, OsString> {
     let mut out = BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(sys_path("class/net")) else {
         return out;
     };
     for e in rd.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
+        let name = e.file_name();
         if let Some(i) = read_u64(&e.path().join("ifindex")) {
             out.insert(i as u32, name);
         }
@@ -301,9 +309,9 @@ pub fn parse_cpu_mask(s: &str) -> Option<Vec<u32>> {
 }
 
 /// RPS CPUs of each receive queue of `dev` (`queues/rx-N/rps_cpus`; empty: RPS off), by queue.
-pub fn rps_cpus(dev: &str) -> BTreeMap<String, Vec<u32>> {
+pub fn rps_cpus(dev: impl AsRef<OsStr>) -> BTreeMap<String, Vec<u32>> {
     let mut out = BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir(sys_path(&format!("class/net/{dev}/queues"))) else {
+    let Ok(rd) = std::fs::read_dir(dev_path(dev.as_ref()).join("queues")) else {
         return out;
     };
     for e in rd.filter_map(Result::ok) {
@@ -316,6 +324,11 @@ pub fn rps_cpus(dev: &str) -> BTreeMap<String, Vec<u32>> {
         }
     }
     out
+}
+
+/// `/sys/class/net/<dev>`, the name as its bytes.
+fn dev_path(dev: &OsStr) -> std::path::PathBuf {
+    sys_path("class/net").join(dev)
 }
 
 /// Receive ring of a device, as `ethtool -g` shows it.
@@ -348,7 +361,8 @@ struct IfReq {
 
 /// Runs ethtool command `T` (a `struct ethtool_*` whose first `u32` is the command) on `dev`;
 /// `None` when the driver does not implement it (EOPNOTSUPP) or `dev` is not in this namespace.
-fn ethtool<T: Copy>(dev: &str, mut cmd: T) -> Option<T> {
+fn ethtool<T: Copy>(dev: &OsStr, mut cmd: T) -> Option<T> {
+    let dev = dev.as_bytes();
     if dev.is_empty() || dev.len() >= libc::IFNAMSIZ {
         return None;
     }
@@ -357,7 +371,7 @@ fn ethtool<T: Copy>(dev: &str, mut cmd: T) -> Option<T> {
         data: (&raw mut cmd).cast(),
         _pad: [0; 16],
     };
-    req.name[..dev.len()].copy_from_slice(dev.as_bytes());
+    req.name[..dev.len()].copy_from_slice(dev);
     // SAFETY: a plain socket for the ioctl, closed below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -403,9 +417,9 @@ struct ChannelsParam {
 }
 
 /// The receive ring of `dev` (`ETHTOOL_GRINGPARAM`), where the driver exposes it.
-pub fn ring(dev: &str) -> Option<Ring> {
+pub fn ring(dev: impl AsRef<OsStr>) -> Option<Ring> {
     let r = ethtool(
-        dev,
+        dev.as_ref(),
         RingParam {
             cmd: ETHTOOL_GRINGPARAM,
             ..Default::default()
@@ -418,9 +432,9 @@ pub fn ring(dev: &str) -> Option<Ring> {
 }
 
 /// The queue counts of `dev` (`ETHTOOL_GCHANNELS`), where the driver exposes them.
-pub fn channels(dev: &str) -> Option<Channels> {
+pub fn channels(dev: impl AsRef<OsStr>) -> Option<Channels> {
     let c = ethtool(
-        dev,
+        dev.as_ref(),
         ChannelsParam {
             cmd: ETHTOOL_GCHANNELS,
             ..Default::default()
@@ -595,7 +609,7 @@ Broken: a b
         assert!(!softnet().unwrap().is_empty());
         let c = protocol_counters().unwrap();
         assert!(c.contains_key("Udp:NoPorts"), "{c:?}");
-        assert!(device_counters().contains_key("lo"));
+        assert!(device_counters().contains_key(OsStr::new("lo")));
     }
 
     #[test]
@@ -639,7 +653,7 @@ Broken: a b
     #[test]
     fn this_machine_has_loopback_and_sockets() {
         let ifs = interfaces();
-        assert_eq!(ifs.get(&1).map(String::as_str), Some("lo"));
+        assert_eq!(ifs.get(&1).map(OsString::as_os_str), Some(OsStr::new("lo")));
         // Loopback has no ring and no channels: the ioctl says so without an error.
         assert_eq!(ring("lo"), None);
         assert_eq!(ring("no-such-device-x"), None);

@@ -267,9 +267,13 @@ struct WakerRow {
     pid: u32,
     tid: u32,
     comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<Vec<u8>>,
     wakee_pid: u32,
     wakee_tid: u32,
     wakee_comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wakee_comm_bytes: Option<Vec<u8>>,
     wakeups: u64,
     wakeups_per_s: f64,
     same_process: bool,
@@ -357,13 +361,17 @@ impl Ctxsw {
             .iter()
             .map(|p| {
                 let (a, b) = (names.get(p.a), names.get(p.b));
+                let (comm, comm_bytes) = sanitize::name_fields(&a);
+                let (wakee_comm, wakee_comm_bytes) = sanitize::name_fields(&b);
                 WakerRow {
                     pid: p.a_tgid,
                     tid: p.a,
-                    comm: sanitize::name_fields(&a).0,
+                    comm,
+                    comm_bytes,
                     wakee_pid: p.b_tgid,
                     wakee_tid: p.b,
-                    wakee_comm: sanitize::name_fields(&b).0,
+                    wakee_comm,
+                    wakee_comm_bytes,
                     wakeups: p.count,
                     wakeups_per_s: per_s(p.count, secs),
                     same_process: p.a_tgid == p.b_tgid,

@@ -4,7 +4,9 @@
 
 use std::{
     collections::BTreeMap,
+    ffi::OsString,
     net::{Ipv4Addr, Ipv6Addr},
+    os::unix::ffi::OsStrExt,
 };
 
 use probes_common::net_rx::{CpuVal, DropKey, DropVal, SockKey, SockVal};
@@ -43,7 +45,10 @@ pub struct DropRow {
     pub daddr: String,
     /// Destination port, 0 when the protocol has none.
     pub port: u16,
+    /// The device (lossy where its name is not UTF-8; then `dev_bytes` holds the exact bytes).
     pub dev: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev_bytes: Option<Vec<u8>>,
     pub ifindex: u32,
     /// Drops per CPU (by CPU number, non-zero only).
     pub cpus: BTreeMap<u32, u64>,
@@ -107,18 +112,28 @@ pub const DROPS: &[Column<DropRow>] = &[
     Column::right("RATE/s", |r, _| rate(r.rate_per_s)),
     Column::left("PROTO", |r, _| r.proto.clone()),
     Column::left("DEST", |r, _| dest(r)),
-    Column::left("DEV", |r, _| sanitize::text(r.dev.as_bytes())),
+    Column::left("DEV", |r, _| dev_text(&r.dev, &r.dev_bytes)),
     Column::left("CPU", |r, _| cpus_text(&r.cpus)),
     Column::right("PID", |r, _| opt(&r.pid)),
     Column::left("COMM", |r, _| comm_text(&r.comm, &r.title)),
     Column::left("WHERE", |r, _| r.location.clone()),
 ];
 
+/// A device name for the terminal, from its exact bytes.
+fn dev_text(dev: &str, bytes: &Option<Vec<u8>>) -> String {
+    sanitize::text(bytes.as_deref().unwrap_or(dev.as_bytes()))
+}
+
+/// A device name's two JSON fields (see `report::sanitize`).
+fn dev_fields(dev: &OsString) -> (String, Option<Vec<u8>>) {
+    sanitize::name_fields(dev.as_bytes())
+}
+
 /// What a window's rows are named with.
 pub struct Names<'a> {
     pub reasons: &'a Reasons,
     pub syms: Option<&'a Symbolizer>,
-    pub ifnames: &'a BTreeMap<u32, String>,
+    pub ifnames: &'a BTreeMap<u32, OsString>,
     /// Protocol counter deltas of the window (causes on kernels without reasons).
     pub counters: &'a BTreeMap<String, i64>,
 }
@@ -161,6 +176,13 @@ pub fn drop_rows(
                     None => ("unknown".to_string(), None),
                 }
             };
+            let (dev, dev_bytes) = match k.ifindex {
+                0 => (String::new(), None),
+                i => n
+                    .ifnames
+                    .get(&i)
+                    .map_or_else(|| (format!("if{i}"), None), dev_fields),
+            };
             let finding = (reason == "NO_SOCKET" && k.dport != 0)
                 .then(|| format!("nobody listens on {proto}/{}", k.dport));
             DropRow {
@@ -177,10 +199,8 @@ pub fn drop_rows(
                 l3proto: k.l3proto,
                 daddr: daddr(k),
                 port: k.dport,
-                dev: match k.ifindex {
-                    0 => String::new(),
-                    i => n.ifnames.get(&i).cloned().unwrap_or_else(|| format!("if{i}")),
-                },
+                dev,
+                dev_bytes,
                 ifindex: k.ifindex,
                 cpus: per_cpu(v, |x| x.count),
                 location: n
@@ -516,7 +536,10 @@ pub struct DevIrq {
 /// A device that received packets or dropped some in the window.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DeviceRow {
+    /// The device (lossy where its name is not UTF-8; then `dev_bytes` holds the exact bytes).
     pub dev: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev_bytes: Option<Vec<u8>>,
     /// `/sys/class/net/DEV/statistics` deltas.
     pub rx_packets: u64,
     pub rx_bytes: u64,
@@ -558,7 +581,7 @@ fn irqs_text(r: &DeviceRow) -> String {
 }
 
 pub const DEVICES: &[Column<DeviceRow>] = &[
-    Column::left("DEV", |r, _| sanitize::text(r.dev.as_bytes())),
+    Column::left("DEV", |r, _| dev_text(&r.dev, &r.dev_bytes)),
     Column::right("RX-PKTS", |r, _| r.rx_packets.to_string()),
     Column::right("RX/s", |r, c| rate(r.rx_packets as f64 / c.secs)),
     Column::right("DROPPED", |r, _| r.rx_dropped.to_string()),
@@ -586,7 +609,7 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
 /// Device rows: devices with counter changes in the window (`delta`), with ring, queue, RPS and
 /// interrupt facts.
 pub fn device_rows(
-    delta: &BTreeMap<String, BTreeMap<&'static str, u64>>,
+    delta: &BTreeMap<OsString, BTreeMap<&'static str, u64>>,
     irqs: &[(net::Irq, Vec<u64>)],
 ) -> Vec<DeviceRow> {
     let mut rows: Vec<DeviceRow> = delta
@@ -594,8 +617,20 @@ pub fn device_rows(
         .map(|(dev, m)| {
             let g = |k: &str| m.get(k).copied().unwrap_or(0);
             let bus = net::bus_device(dev);
+            let (name, dev_bytes) = dev_fields(dev);
             DeviceRow {
-                dev: dev.clone(),
+                irqs: irqs
+                    .iter()
+                    .filter(|(i, _)| net::irq_is_device(&i.name, &name, bus.as_deref()))
+                    .map(|(i, d)| DevIrq {
+                        irq: i.irq,
+                        name: i.name.clone(),
+                        affinity: i.affinity.clone(),
+                        per_cpu: per_cpu(d, |x| *x),
+                    })
+                    .collect(),
+                dev: name,
+                dev_bytes,
                 rx_packets: g("rx_packets"),
                 rx_bytes: g("rx_bytes"),
                 rx_dropped: g("rx_dropped"),
@@ -606,16 +641,6 @@ pub fn device_rows(
                 ring: net::ring(dev),
                 channels: net::channels(dev),
                 rps_cpus: net::rps_cpus(dev),
-                irqs: irqs
-                    .iter()
-                    .filter(|(i, _)| net::irq_is_device(&i.name, dev, bus.as_deref()))
-                    .map(|(i, d)| DevIrq {
-                        irq: i.irq,
-                        name: i.name.clone(),
-                        affinity: i.affinity.clone(),
-                        per_cpu: per_cpu(d, |x| *x),
-                    })
-                    .collect(),
             }
         })
         .collect();

@@ -2,7 +2,7 @@
 //! differenced: softnet_stat per CPU, the protocol counters, device statistics, conntrack, and
 //! interrupts per CPU. All parsing is in `crate::host::net`.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, ffi::OsString};
 
 use crate::host::net::{self, Conntrack, Irq, Softnet};
 
@@ -11,7 +11,7 @@ use crate::host::net::{self, Conntrack, Irq, Softnet};
 pub struct Snapshot {
     softnet: Vec<Softnet>,
     counters: BTreeMap<String, i64>,
-    devices: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    devices: BTreeMap<OsString, BTreeMap<&'static str, u64>>,
     conntrack: Option<Conntrack>,
     irqs: Vec<Irq>,
 }
@@ -24,7 +24,7 @@ pub struct Delta {
     /// Protocol counters that changed (`Udp:NoPorts` → +3000).
     pub counters: BTreeMap<String, i64>,
     /// Device counters that changed, by device (devices that saw nothing are left out).
-    pub devices: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    pub devices: BTreeMap<OsString, BTreeMap<&'static str, u64>>,
     /// The conntrack table now, and its statistics' deltas (`drop`, `insert_failed`, …);
     /// `None` when the module is not loaded.
     pub conntrack: Option<(Conntrack, BTreeMap<String, u64>)>,
@@ -158,7 +158,10 @@ mod tests {
         b.softnet[0].processed = 25;
         b.softnet[0].dropped = 4;
         b.counters.insert("Udp:NoPorts".into(), 3005);
-        b.devices.get_mut("eth0").unwrap().insert("rx_packets", 160);
+        b.devices
+            .get_mut(std::ffi::OsStr::new("eth0"))
+            .unwrap()
+            .insert("rx_packets", 160);
         b.irqs[0].per_cpu = vec![0, 70];
         b.softnet.push(Softnet {
             cpu: 2,
@@ -175,7 +178,7 @@ mod tests {
         assert_eq!(d.counters.len(), 1);
         assert_eq!(d.counters["Udp:NoPorts"], 3000);
         assert_eq!(d.devices.len(), 1, "lo saw nothing");
-        assert_eq!(d.devices["eth0"]["rx_packets"], 60);
+        assert_eq!(d.devices[std::ffi::OsStr::new("eth0")]["rx_packets"], 60);
         assert_eq!(d.irqs[0].1, [0, 60]);
         assert!(d.conntrack.is_none(), "module not loaded");
     }

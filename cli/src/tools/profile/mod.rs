@@ -125,11 +125,11 @@ const ZERO: ProfileVal = ProfileVal {
 
 /// Loads the sampling program and attaches it to every online CPU's clock.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    // The files are checked before anything is attached, with --output's rules (a directory,
+    // a missing directory or a dangling symlink is exit 2; a device is written into, never
+    // replaced). The check's temporary file goes with the sink.
     for p in [&args.folded, &args.svg].into_iter().flatten() {
-        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
-        if dir.is_some_and(|d| !d.is_dir()) {
-            return Err(Error::Usage(format!("{}: no such directory", p.display())));
-        }
+        crate::report::output::Sink::open(Some(p), false)?;
     }
     let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
     let scope = &ctx.scope;
@@ -332,16 +332,14 @@ impl Profile {
 
     fn write_files(&self) -> Result<()> {
         if let Some(p) = &self.folded_path {
-            write_atomic(p, folded_text(&self.folded).as_bytes())
-                .map_err(|e| Error::other(format!("writing {}: {e}", p.display())))?;
+            write_file(p, &folded_text(&self.folded))?;
         }
         if let Some(p) = &self.svg_path {
             let title = format!("CPU samples at {} Hz, {}", self.freq, self.scope.describe());
-            svg(&self.folded, &title)
-                .and_then(|svg| write_atomic(p, &svg))
-                .map_err(|e| {
-                    Error::other(format!("writing the flame graph {}: {e}", p.display()))
-                })?;
+            let svg = svg(&self.folded, &title).map_err(|e| {
+                Error::other(format!("drawing the flame graph {}: {e}", p.display()))
+            })?;
+            write_file(p, &String::from_utf8_lossy(&svg))?;
         }
         Ok(())
     }
@@ -411,7 +409,9 @@ impl Collector for Profile {
             .context("reading PROFILE_COUNTS")?;
         let mut drained = drained;
         let mut unwound = None;
+        let mut not_unwound = Vec::new();
         if let Some(d) = &mut self.dwarf {
+            not_unwound = unwind::skipped_notes(d.unwinder.skipped());
             drained.rows.extend(d.counts.drain());
             unwound = Some((
                 std::mem::take(&mut d.unwound),
@@ -502,6 +502,7 @@ impl Collector for Profile {
                     .map_or(String::new(), |why| format!(" ({why})"))
             ),
         });
+        out.notes.extend(not_unwound);
         if no_user > 0 {
             out.notes.push(format!(
                 "{no_user} samples of user processes have no user stack (code without frame pointers, or a failed walk: {} failed)",

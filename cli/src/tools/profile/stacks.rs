@@ -4,12 +4,12 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    io::Write,
     path::Path,
     rc::Rc,
 };
 
 use super::symbols::Frame;
+use crate::report::output::{OutputError, Sink};
 
 /// Samples of one stack of one process (or thread) in a window.
 pub struct Sample {
@@ -107,22 +107,34 @@ pub fn folded_text(acc: &BTreeMap<String, u64>) -> String {
     s
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory, renamed over it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_file_name(format!(
-        ".{}.tk-tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default()
-    ));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+/// Writes `text` to `path` with `--output`'s rules (`report::output::Sink`): a regular file is
+/// replaced atomically, a device or FIFO is written into and never replaced, a directory is
+/// refused.
+pub fn write_file(path: &Path, text: &str) -> Result<(), OutputError> {
+    let mut sink = Sink::open(Some(path), false)?;
+    sink.write(text)?;
+    sink.finish()
 }
 
-/// The SVG flame graph of `acc`.
+/// An SVG that says there was nothing to draw (inferno refuses an empty profile).
+fn empty_svg(title: &str) -> Vec<u8> {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    format!(
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg version=\"1.1\" width=\"1200\" height=\"60\" xmlns=\"http://www.w3.org/2000/svg\"><text x=\"600\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text><text x=\"600\" y=\"48\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"12\">no samples: nothing ran in scope</text></svg>\n",
+        esc(title)
+    )
+    .into_bytes()
+}
+
+/// The SVG flame graph of `acc` (with no samples, an SVG saying so).
 pub fn svg(acc: &BTreeMap<String, u64>, title: &str) -> std::io::Result<Vec<u8>> {
+    if acc.is_empty() {
+        return Ok(empty_svg(title));
+    }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = "samples".into();
@@ -218,5 +230,41 @@ mod tests {
         assert!(s.starts_with("<?xml"), "{}", &s[..40]);
         assert!(s.contains("spin"));
         assert!(s.trim_end().ends_with("</svg>"));
+    }
+
+    /// No samples (a --comm that matched nothing): an SVG saying so, never an error.
+    #[test]
+    fn svg_of_nothing_says_so() {
+        let s = String::from_utf8(svg(&BTreeMap::new(), "in comm <x> & y").unwrap()).unwrap();
+        assert!(
+            s.starts_with("<?xml") && s.trim_end().ends_with("</svg>"),
+            "{s}"
+        );
+        assert!(
+            s.contains("no samples") && s.contains("in comm &lt;x&gt; &amp; y"),
+            "{s}"
+        );
+    }
+
+    /// The flame graph and folded files follow --output's rules: a directory is refused, a
+    /// character device is written into, never replaced.
+    #[test]
+    fn files_are_written_with_the_output_rules() {
+        let dir = std::env::temp_dir().join(format!("tk-profile-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(matches!(
+            write_file(&dir, "x"),
+            Err(OutputError::Target { .. })
+        ));
+        write_file(Path::new("/dev/null"), "x").unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+        let f = dir.join("cpu.folded");
+        write_file(&f, "a;b 3\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "a;b 3\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -7,8 +7,18 @@
 //! when a sample's instruction pointer is outside every known module (a new `dlopen`). The
 //! unwind sections of each file are read once and shared, keyed by (device, inode); both caches
 //! are bounded ([`MAX_FILES`], [`MAX_PROCS`]: cleared when full).
+//!
+//! A mapped file is never read whole: only its headers and unwind sections are read
+//! (`object::ReadCache`), and only from a regular file of at most [`MAX_BINARY_BYTES`] (a mapping
+//! may name a device, a FIFO or a file of any size). A binary over the cap is not unwound, and
+//! the report says so ([`Unwinder::skipped`], [`skipped_notes`]).
 
-use std::{collections::HashMap, ops::Range, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    ops::Range,
+    path::Path,
+    sync::Arc,
+};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
@@ -25,6 +35,11 @@ pub const MAX_FILES: usize = 512;
 pub const MAX_PROCS: usize = 4096;
 /// Frames kept per stack (as `bpf_get_stackid`'s default depth).
 pub const MAX_FRAMES: usize = 127;
+/// Skipped binaries named in the report (the rest are not listed).
+const MAX_SKIPPED_NAMED: usize = 16;
+/// Largest binary unwound: far above any real executable or library (Chromium's is ~250 MiB),
+/// and what is read of it is only its headers and unwind sections.
+pub const MAX_BINARY_BYTES: u64 = 1 << 30;
 
 type Data = Arc<[u8]>;
 
@@ -38,8 +53,40 @@ struct FileInfo {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// Why a mapped binary was not unwound (said in the report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotUnwound {
+    /// A regular file of this many bytes, over the cap.
+    TooLarge(u64),
+    /// A device, FIFO or socket: nothing to read unwind tables from.
+    NotAFile,
+}
+
+/// Why [`read_binary`] gave nothing.
+#[derive(Debug, PartialEq, Eq)]
+enum Unread {
+    /// Said in the report.
+    Skipped(NotUnwound),
+    /// Unreadable (gone, no permission) or not an object file: no frames, nothing to say.
+    Quiet,
+}
+
+/// The unwind facts of the binary at `path`: only a regular file of at most `cap` bytes, and
+/// only its headers and sections are read (never the whole file).
+fn read_binary(path: &Path, cap: u64) -> Result<FileInfo, Unread> {
+    let f = std::fs::File::open(path).map_err(|_| Unread::Quiet)?;
+    let md = f.metadata().map_err(|_| Unread::Quiet)?;
+    if !md.is_file() {
+        return Err(Unread::Skipped(NotUnwound::NotAFile));
+    }
+    if md.len() > cap {
+        return Err(Unread::Skipped(NotUnwound::TooLarge(md.len())));
+    }
+    FileInfo::parse(&object::ReadCache::new(f)).ok_or(Unread::Quiet)
+}
+
 impl FileInfo {
-    fn parse(data: &[u8]) -> Option<FileInfo> {
+    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileInfo> {
         let f = object::File::parse(data).ok()?;
         let section = |name: &str| {
             let s = f.section_by_name(name)?;
@@ -80,6 +127,28 @@ impl FileInfo {
     }
 }
 
+/// One report note per skipped binary: `not unwound: /opt/big/bin larger than 1024 MiB (4096
+/// MiB)`; the path is escaped (it comes from the traced process's maps).
+pub fn skipped_notes(skipped: &BTreeMap<String, NotUnwound>) -> Vec<String> {
+    const MIB: u64 = 1 << 20;
+    skipped
+        .iter()
+        .map(|(path, why)| {
+            let path = crate::report::sanitize::text(path.as_bytes());
+            match why {
+                NotUnwound::TooLarge(n) => format!(
+                    "not unwound: {path} larger than {} MiB ({} MiB); its frames show as [unknown]",
+                    MAX_BINARY_BYTES / MIB,
+                    n.div_ceil(MIB)
+                ),
+                NotUnwound::NotAFile => format!(
+                    "not unwound: {path} is not a regular file (a device or FIFO mapped executable)"
+                ),
+            }
+        })
+        .collect()
+}
+
 struct Proc {
     unwinder: UnwinderX86_64<Data>,
     ranges: Vec<Range<u64>>,
@@ -93,9 +162,16 @@ pub struct Unwinder {
     procs: HashMap<u32, Proc>,
     cache: CacheX86_64,
     poll: u64,
+    /// Binaries not unwound in this run, by path (the first [`MAX_SKIPPED_NAMED`]).
+    skipped: BTreeMap<String, NotUnwound>,
 }
 
 impl Unwinder {
+    /// The binaries not unwound in this run, by path (for the report's notes).
+    pub fn skipped(&self) -> &BTreeMap<String, NotUnwound> {
+        &self.skipped
+    }
+
     pub fn begin_poll(&mut self) {
         self.poll += 1;
     }
@@ -117,11 +193,20 @@ impl Unwinder {
         // the root path is the fallback when map_files needs more privilege.
         let by_map = proc_path(&format!("{pid}/map_files/{:x}-{:x}", m.start, m.end));
         let by_root = proc_path(&format!("{pid}/root{}", m.path));
-        let info = std::fs::read(by_map)
-            .or_else(|_| std::fs::read(by_root))
-            .ok()
-            .and_then(|d| FileInfo::parse(&d))
-            .map(Arc::new);
+        let read = match read_binary(&by_map, MAX_BINARY_BYTES) {
+            Err(Unread::Quiet) => read_binary(&by_root, MAX_BINARY_BYTES),
+            r => r,
+        };
+        let info = match read {
+            Ok(f) => Some(Arc::new(f)),
+            Err(Unread::Skipped(why)) => {
+                if self.skipped.len() < MAX_SKIPPED_NAMED {
+                    self.skipped.insert(m.path.clone(), why);
+                }
+                None
+            }
+            Err(Unread::Quiet) => None,
+        };
         self.files.insert(key, info.clone());
         info
     }
@@ -218,5 +303,62 @@ mod tests {
         };
         assert_eq!(g.bias(0x401000, 0x1000), Some(0));
         assert_eq!(g.bias(0x401000, 0x9000), None);
+    }
+
+    /// A binary over the cap is skipped by its size alone (a sparse file: nothing is read), a
+    /// device is skipped without a read (`/dev/zero` would never end), and one under the cap
+    /// gives its unwind sections.
+    #[test]
+    fn binaries_over_the_cap_or_not_files_are_skipped_unread() {
+        let dir = std::env::temp_dir().join(format!("tk-unwind-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big");
+        let f = std::fs::File::create(&big).unwrap();
+        // 4 GiB and one byte, sparse: a read of it would take seconds and 4 GiB of memory.
+        f.set_len((4 << 30) + 1).unwrap();
+        drop(f);
+        assert_eq!(
+            read_binary(&big, MAX_BINARY_BYTES).err(),
+            Some(Unread::Skipped(NotUnwound::TooLarge((4 << 30) + 1)))
+        );
+        // The cap is exact: a file of cap bytes is read (and is no ELF), cap+1 is not.
+        let small = dir.join("small");
+        std::fs::write(&small, [0u8; 64]).unwrap();
+        assert_eq!(read_binary(&small, 64).err(), Some(Unread::Quiet));
+        assert_eq!(
+            read_binary(&small, 63).err(),
+            Some(Unread::Skipped(NotUnwound::TooLarge(64)))
+        );
+        assert_eq!(
+            read_binary(Path::new("/dev/zero"), MAX_BINARY_BYTES).err(),
+            Some(Unread::Skipped(NotUnwound::NotAFile))
+        );
+        assert_eq!(
+            read_binary(&dir.join("missing"), MAX_BINARY_BYTES).err(),
+            Some(Unread::Quiet)
+        );
+        // This test binary itself: read through the cache, its .eh_frame found.
+        let me = read_binary(Path::new("/proc/self/exe"), MAX_BINARY_BYTES).unwrap();
+        assert!(me.eh_frame.as_ref().is_some_and(|e| !e.1.is_empty()));
+        assert!(!me.segments.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn skipped_binaries_are_named_in_notes() {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "/opt/big\x1b/bin".to_string(),
+            NotUnwound::TooLarge(4 << 30),
+        );
+        m.insert("/dev/evil".to_string(), NotUnwound::NotAFile);
+        let notes = skipped_notes(&m);
+        assert_eq!(
+            notes,
+            [
+                "not unwound: /dev/evil is not a regular file (a device or FIFO mapped executable)",
+                "not unwound: /opt/big\\x1b/bin larger than 1024 MiB (4096 MiB); its frames show as [unknown]",
+            ]
+        );
     }
 }
