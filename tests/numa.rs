@@ -408,7 +408,98 @@ fn balancing() -> Result<String, String> {
             "{vm} +{line} = sum of rows (+{kernel} around the workload)"
         ));
     }
+    if !sys["hint_hook"].is_null() {
+        let region_pages = r.w["region_kib"].as_u64().unwrap_or(0) / 4;
+        got.push(by_destination(row, &rows, sys, region_pages)?);
+    }
+    got.push(moves_by_pair(&rows, sys)?);
     Ok(format!("balancing: {}", got.join(", ")))
+}
+
+/// Integers of a JSON array (`[]` when absent).
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| x.as_u64().unwrap_or(u64::MAX))
+        .collect()
+}
+
+/// Pages migrated by destination node: the system line's per-node pages sum exactly to its
+/// `numa_pages_migrated` delta (/proc/vmstat over the window), each row's to its own total,
+/// and the workload (run on node 0, memory first touched on node 1) had its pages moved onto
+/// node 0: at least 90 % of its region, and at most 64 pages onto node 1 (while it first
+/// touches the region pinned to node 1, a scan may already move a few pages it touched on
+/// node 0 before pinning itself: its stack, its binary's page cache).
+fn by_destination(
+    row: &Value,
+    rows: &[&Value],
+    sys: &Value,
+    region_pages: u64,
+) -> Result<String, String> {
+    let to = u64s(&sys["pages_migrated_by_node"]);
+    let total = sys["vmstat"]["numa_pages_migrated"].as_u64().unwrap_or(0);
+    if to.len() != 2 || to.iter().sum::<u64>() != total {
+        return Err(format!(
+            "pages_migrated_by_node {to:?} does not sum to numa_pages_migrated +{total}"
+        ));
+    }
+    for r in rows {
+        let v = u64s(&r["pages_migrated_by_node"]);
+        if Some(v.iter().sum::<u64>()) != r["hint_pages_migrated"].as_u64() {
+            return Err(format!(
+                "a row's pages by node do not sum to its total: {r}"
+            ));
+        }
+    }
+    let own = u64s(&row["pages_migrated_by_node"]);
+    let pages = row["hint_pages_migrated"].as_u64().unwrap_or(0);
+    if own.len() != 2 || own[0] < region_pages / 10 * 9 || own[1] > 64 {
+        return Err(format!(
+            "the workload's {pages} pages by destination {own:?}: expected most of its {region_pages} onto node 0"
+        ));
+    }
+    Ok(format!(
+        "pages by destination node {to:?} (sum = numa_pages_migrated), the workload's {own:?}"
+    ))
+}
+
+/// Task moves by node pair (system-wide, every task) sum to the rows' moves (no `--pid`: every
+/// task has a row); a swap moves two tasks, so the rows hold at most twice the swap events.
+fn moves_by_pair(rows: &[&Value], sys: &Value) -> Result<String, String> {
+    let count = |key: &str| -> Result<(u64, String), String> {
+        let list = sys[key].as_array().ok_or(format!("no {key}"))?;
+        let mut sum = 0;
+        let mut shown = Vec::new();
+        for p in list {
+            let (s, d, n) = (
+                p["src_node"].as_u64(),
+                p["dst_node"].as_u64(),
+                p["count"].as_u64(),
+            );
+            let (Some(s), Some(d), Some(n)) = (s, d, n) else {
+                return Err(format!("{key}: {p}"));
+            };
+            if s > 1 || d > 1 || n == 0 {
+                return Err(format!("{key}: {p}"));
+            }
+            sum += n;
+            shown.push(format!("{s}→{d} ×{n}"));
+        }
+        Ok((sum, shown.join(" ")))
+    };
+    let (moves, mt) = count("task_moves_by_pair")?;
+    let (swaps, st) = count("task_swaps_by_pair")?;
+    let row_sum = |f: &str| rows.iter().filter_map(|r| r[f].as_u64()).sum::<u64>();
+    let (row_moves, row_swaps) = (row_sum("task_moves"), row_sum("task_swaps"));
+    if moves != row_moves || row_swaps > 2 * swaps || row_swaps < swaps {
+        return Err(format!(
+            "pairs: moves {moves} vs rows {row_moves}, swaps {swaps} vs rows {row_swaps}"
+        ));
+    }
+    Ok(format!(
+        "task moves by pair [{mt}] = rows' {row_moves}, swaps [{st}] (rows {row_swaps})"
+    ))
 }
 
 /// ns per `sched_switch` run of the switch program (kernel.bpf_stats_enabled) under a pipe

@@ -16,6 +16,14 @@ pub const MAX_NODES: usize = 64;
 pub const STAT_NO_BASELINE: u32 = 5;
 /// A CPU missing from the CPU→node map (hot-added after start): its time went to node 0.
 pub const STAT_NO_NODE: u32 = 6;
+/// A task move or swap whose node pair did not fit `NUMA_PAIRS`: not counted by pair.
+pub const STAT_PAIR_FULL: u32 = 7;
+
+/// [`PairKey::kind`] of `sched:sched_move_numa`: the task moved to its preferred node.
+pub const PAIR_MOVE: u32 = 0;
+/// [`PairKey::kind`] of `sched:sched_swap_numa`: two tasks swapped CPUs across nodes (one event;
+/// the source task goes `src`→`dst`, the other the opposite way).
+pub const PAIR_SWAP: u32 = 1;
 
 /// What this CPU switched in last: the task and its run time at that moment (`LAST_IN`).
 #[repr(C)]
@@ -67,6 +75,10 @@ pub struct NumaVal {
     pub sticks: u64,
     /// On-CPU time (ns) per node id, from `se.sum_exec_runtime`.
     pub cpu_ns: [u64; MAX_NODES],
+    /// Pages its hinting faults migrated, by destination node: `task_numa_fault`'s `mem_node`
+    /// when `TNF_MIGRATED` is set (the node the page is on after the fault). Sums to
+    /// `hint_pages_migrated`.
+    pub migrated_to: [u64; MAX_NODES],
 }
 
 impl NumaVal {
@@ -85,6 +97,7 @@ impl NumaVal {
         swaps: 0,
         sticks: 0,
         cpu_ns: [0; MAX_NODES],
+        migrated_to: [0; MAX_NODES],
     };
 
     /// Adds `o`'s counters (identity fields kept).
@@ -92,6 +105,9 @@ impl NumaVal {
         crate::add_counters!(self, o; runs, hint_faults, hint_faults_local, hint_pages,
             hint_pages_migrated, pages_migrated, pages_failed, moves, swaps, sticks);
         for (a, b) in self.cpu_ns.iter_mut().zip(o.cpu_ns.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.migrated_to.iter_mut().zip(o.migrated_to.iter()) {
             *a += b;
         }
     }
@@ -108,7 +124,18 @@ pub struct NumaOffsets {
     pub sum_exec_runtime: u32,
 }
 
-crate::impl_pod!(Stint, NumaKey, NumaVal, NumaOffsets);
+/// Key of `NUMA_PAIRS`: scheduler NUMA moves or swaps (`kind`) from node `src` to node `dst`
+/// in one generation (nodes of the event's CPUs; the value is the event count).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PairKey {
+    pub gen: u32,
+    pub kind: u32,
+    pub src: u32,
+    pub dst: u32,
+}
+
+crate::impl_pod!(Stint, NumaKey, NumaVal, NumaOffsets, PairKey);
 
 #[cfg(test)]
 mod tests {
@@ -120,7 +147,8 @@ mod tests {
         assert_eq!(size_of::<Stint>(), 16);
         assert_eq!(size_of::<NumaKey>(), 8);
         assert_eq!(size_of::<NumaOffsets>(), 16);
-        assert_eq!(size_of::<NumaVal>(), 16 + 8 + 10 * 8 + 8 * MAX_NODES);
+        assert_eq!(size_of::<NumaVal>(), 16 + 8 + 10 * 8 + 2 * 8 * MAX_NODES);
+        assert_eq!(size_of::<PairKey>(), 16);
     }
 
     #[test]
@@ -133,7 +161,10 @@ mod tests {
         b.cpu_ns[0] = 1;
         b.hint_faults = 3;
         b.tgid = 9;
+        b.migrated_to[1] = 512;
+        a.migrated_to[1] = 1;
         a.add(&b);
+        assert_eq!(a.migrated_to[1], 513);
         assert_eq!(a.cpu_ns[1], 12);
         assert_eq!(a.cpu_ns[0], 1);
         assert_eq!(a.hint_faults, 5);

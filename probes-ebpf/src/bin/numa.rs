@@ -7,11 +7,17 @@
 //!   timestamp, no per-task map: one per-CPU slot, one array lookup and one hash lookup per
 //!   switch; the per-node times of a task add up to its `/proc/<pid>/schedstat` run time.
 //! - `sched:sched_move_numa`, `sched_swap_numa`, `sched_stick_numa`: the scheduler's NUMA
-//!   placement moves (tp_btf, else raw_tp; rare).
+//!   placement moves (tp_btf, else raw_tp; rare), per task and, system-wide, per (source node,
+//!   destination node) pair of the event's CPUs in `NUMA_PAIRS` (the tracepoints' own
+//!   `src_nid`/`dst_nid` are `cpu_to_node` of the same CPUs).
 //! - `migrate:mm_migrate_pages` with reason `MR_NUMA_MISPLACED` (value from the kernel's BTF):
 //!   pages NUMA balancing moved, in the context of the task whose fault moved them.
 //! - `task_numa_fault` (fentry, else kprobe; optional): every NUMA hinting fault, local or not,
-//!   and the pages it migrated. The kernel counts `numa_hint_faults` once per call of it.
+//!   and the pages it migrated, by destination node (`mem_node` when `TNF_MIGRATED`: the node
+//!   the page is on after the fault). The source node of a migrated page is no argument (it is
+//!   `folio_nid()` before the move, a `page->flags` bit field whose shift no BTF describes), and
+//!   `last_cpupid` is the last *accessor*, not where the page was: so no source node here.
+//!   The kernel counts `numa_hint_faults` once per call of it.
 //!
 //! Fields of `struct task_struct` (`pid`, `tgid`, `comm`, `se.sum_exec_runtime`) are read at
 //! offsets from /sys/kernel/btf/vmlinux (`NUMA_OFFS`).
@@ -27,11 +33,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext},
 };
 use probes_common::{
-    numa::{NumaKey, NumaOffsets, NumaVal, Stint, MAX_NODES, STAT_NO_BASELINE, STAT_NO_NODE},
+    numa::{
+        NumaKey, NumaOffsets, NumaVal, PairKey, Stint, MAX_NODES, PAIR_MOVE, PAIR_SWAP,
+        STAT_NO_BASELINE, STAT_NO_NODE, STAT_PAIR_FULL,
+    },
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, generation,
+    allowed, atomic_add, generation, get_or_insert,
     kread::{Direct, Kread, Probe},
     ro, slot, stat, task_comm,
 };
@@ -73,6 +82,11 @@ static NUMA_AGG: HashMap<NumaKey, NumaVal> = HashMap::with_max_entries(8192, BPF
 #[map]
 static NUMA_OTHER: Array<NumaVal> = Array::with_max_entries(2, 0);
 
+/// System-wide task moves and swaps per (kind, source node, destination node) and generation,
+/// sized by userspace.
+#[map]
+static NUMA_PAIRS: HashMap<PairKey, u64> = HashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+
 #[map]
 static NUMA_SCRATCH: PerCpuArray<NumaVal> = PerCpuArray::with_max_entries(1, 0);
 
@@ -106,6 +120,34 @@ fn current() -> Option<*mut NumaVal> {
         // SAFETY: this CPU's scratch slot, owned by this run.
         unsafe { (*v).comm = bpf_get_current_comm().unwrap_or_default() };
     })
+}
+
+/// The node of `cpu` (node 0 for a CPU beyond the map, counted as `STAT_NO_NODE`).
+#[inline(always)]
+fn node_of(cpu: u32) -> u32 {
+    match CPU_NODE.get(cpu) {
+        Some(n) => *n,
+        None => {
+            stat(STAT_NO_NODE);
+            0
+        }
+    }
+}
+
+/// One scheduler move or swap from `src_cpu`'s node to `dst_cpu`'s, system-wide (any task).
+#[inline(always)]
+fn on_pair(kind: u32, src_cpu: u64, dst_cpu: u64) {
+    let key = PairKey {
+        gen: generation(),
+        kind,
+        src: node_of(src_cpu as u32),
+        dst: node_of(dst_cpu as u32),
+    };
+    match get_or_insert(&NUMA_PAIRS, &key, &0) {
+        // SAFETY: a live map value.
+        Some(p) => unsafe { atomic_add(p, 1) },
+        None => stat(STAT_PAIR_FULL),
+    }
 }
 
 /// `sched_switch(preempt, prev, next, ...)`.
@@ -143,13 +185,7 @@ fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
     // The CPU id indexes the array; a CPU beyond it (hot-added after start) counts as node 0.
     // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let node = match CPU_NODE.get(cpu) {
-        Some(n) => *n as u64,
-        None => {
-            stat(STAT_NO_NODE);
-            0
-        }
-    };
+    let node = node_of(cpu) as u64;
     // `current` is still `prev` here.
     let Some(v) = value(tid, tgid, |v| {
         // SAFETY: this CPU's scratch slot, owned by this run.
@@ -217,7 +253,7 @@ fn on_migrate(succeeded: u64, failed: u64, reason: i32) {
 
 /// `task_numa_fault(last_cpupid, mem_node, pages, flags)`, in the faulting task.
 #[inline(always)]
-fn on_fault(pages: i32, flags: i32) {
+fn on_fault(mem_node: i32, pages: i32, flags: i32) {
     let Some(v) = current() else {
         return;
     };
@@ -232,6 +268,15 @@ fn on_fault(pages: i32, flags: i32) {
         atomic_add(&raw mut (*v).hint_faults_local, local);
         atomic_add(&raw mut (*v).hint_pages, pages);
         atomic_add(&raw mut (*v).hint_pages_migrated, pages * migrated);
+    }
+    // By destination: only migrations (a non-migrating fault adds nothing, so skip the store).
+    // The bound check must be on the index the pointer arithmetic uses (see on_switch).
+    let node = mem_node as u32 as u64;
+    // SAFETY: reads a local.
+    let idx = unsafe { core::ptr::read_volatile(&node) };
+    if migrated != 0 && idx < MAX_NODES as u64 {
+        // SAFETY: `v` is a live map value; the index is checked against the array length.
+        unsafe { atomic_add(&raw mut (*v).migrated_to[idx as usize], pages) };
     }
 }
 
@@ -252,12 +297,14 @@ pub fn tk_numa_switch_raw(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_move_numa")]
 pub fn tk_numa_move(ctx: BtfTracePointContext) -> i32 {
     on_task::<Direct>(ctx.arg(0), MOVES);
+    on_pair(PAIR_MOVE, ctx.arg(1), ctx.arg(2));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_move_numa")]
 pub fn tk_numa_move_raw(ctx: RawTracePointContext) -> i32 {
     on_task::<Probe>(ctx.arg(0), MOVES);
+    on_pair(PAIR_MOVE, ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -266,6 +313,7 @@ pub fn tk_numa_move_raw(ctx: RawTracePointContext) -> i32 {
 pub fn tk_numa_swap(ctx: BtfTracePointContext) -> i32 {
     on_task::<Direct>(ctx.arg(0), SWAPS);
     on_task::<Direct>(ctx.arg(2), SWAPS);
+    on_pair(PAIR_SWAP, ctx.arg(1), ctx.arg(3));
     0
 }
 
@@ -273,6 +321,7 @@ pub fn tk_numa_swap(ctx: BtfTracePointContext) -> i32 {
 pub fn tk_numa_swap_raw(ctx: RawTracePointContext) -> i32 {
     on_task::<Probe>(ctx.arg(0), SWAPS);
     on_task::<Probe>(ctx.arg(2), SWAPS);
+    on_pair(PAIR_SWAP, ctx.arg(1), ctx.arg(3));
     0
 }
 
@@ -318,13 +367,18 @@ pub fn tk_numa_migrate_raw(ctx: RawTracePointContext) -> i32 {
 
 #[fentry(function = "task_numa_fault")]
 pub fn tk_numa_fault(ctx: FEntryContext) -> i32 {
-    on_fault(ctx.arg::<u64>(2) as i32, ctx.arg::<u64>(3) as i32);
+    on_fault(
+        ctx.arg::<u64>(1) as i32,
+        ctx.arg::<u64>(2) as i32,
+        ctx.arg::<u64>(3) as i32,
+    );
     0
 }
 
 #[kprobe]
 pub fn tk_numa_fault_kp(ctx: ProbeContext) -> u32 {
     on_fault(
+        ctx.arg::<u64>(1).unwrap_or(u64::MAX) as i32,
         ctx.arg::<u64>(2).unwrap_or(0) as i32,
         ctx.arg::<u64>(3).unwrap_or(0) as i32,
     );

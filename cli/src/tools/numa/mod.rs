@@ -17,7 +17,8 @@ use std::{collections::BTreeMap, time::Instant};
 
 use aya::maps::Array;
 use probes_common::numa::{
-    NumaKey, NumaOffsets, NumaVal, MAX_NODES, STAT_NO_BASELINE, STAT_NO_NODE,
+    NumaKey, NumaOffsets, NumaVal, PairKey, MAX_NODES, PAIR_MOVE, PAIR_SWAP, STAT_NO_BASELINE,
+    STAT_NO_NODE, STAT_PAIR_FULL,
 };
 use serde_json::{json, Value};
 
@@ -32,6 +33,7 @@ use crate::{
 };
 
 mod one_node;
+pub mod pairs;
 pub mod report;
 
 use one_node::{one_node_now, OneNode};
@@ -201,6 +203,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .collect();
     let scope = &ctx.scope;
     let ncpus = crate::host::proc::possible_cpus();
+    let width = topo
+        .nodes
+        .iter()
+        .map(|n| n.id as usize + 1)
+        .max()
+        .unwrap_or(1);
     let spec = LoadSpec::new()
         .global("NUMA_OFFS", &offs)
         .global("NUMA_PER_THREAD", &u8::from(scope.threads))
@@ -208,6 +216,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .global("NUMA_MIG_WIDE", &u8::from(wide))
         .max_entries("NUMA_AGG", scope.key_cap())
         .max_entries("CPU_NODE", ncpus as u32)
+        // Two kinds, every ordered pair, two generations.
+        .max_entries("NUMA_PAIRS", (4 * width * width).max(16) as u32)
         .tp_btf(&tp_btf);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     {
@@ -233,22 +243,18 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &NumaKey| k.gen,
         NumaVal::ZERO,
     )?;
+    let pairs = GenMap::take(&mut session, "NUMA_PAIRS", None, |k: &PairKey| k.gen, 0u64)?;
     let hint_hook = HOOKS
         .iter()
         .zip(&plan)
         .find(|(h, _)| h.event == FAULT_FN)
         .and_then(|(_, c)| c.mode.map(|m| m.0));
-    let width = topo
-        .nodes
-        .iter()
-        .map(|n| n.id as usize + 1)
-        .max()
-        .unwrap_or(1);
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Ok(Box::new(Numa {
         session,
         agg,
+        pairs,
         scope: scope.clone(),
         topo,
         width,
@@ -267,6 +273,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
 struct Numa {
     session: Session,
     agg: GenMap<NumaKey, NumaVal>,
+    /// System-wide scheduler moves and swaps by node pair.
+    pairs: GenMap<PairKey, u64>,
     scope: Scope,
     topo: Topology,
     /// Highest node id + 1: the length of every per-node array.
@@ -339,6 +347,7 @@ impl Numa {
             hint_faults: hook.then_some(v.hint_faults),
             hint_faults_local: hook.then_some(v.hint_faults_local),
             hint_pages_migrated: hook.then_some(v.hint_pages_migrated),
+            pages_migrated_by_node: hook.then(|| v.migrated_to[..self.width].to_vec()),
             pages_migrated: v.pages_migrated,
             pages_migrate_failed: v.pages_failed,
             task_moves: v.moves,
@@ -384,6 +393,7 @@ impl Numa {
     /// Node rows: facts, everyone's CPU time there, numastat deltas since the last window.
     fn node_rows(&mut self, rows: &[SummaryRow], mut edge: NodeStats) -> Vec<NodeRow> {
         let now = Topology::read();
+        let into = pairs::pages_by_node(rows, self.width);
         let mut out = Vec::new();
         for n in &now.nodes {
             let st = edge.remove(&n.id).unwrap_or_else(|| hnuma::numastat(n.id));
@@ -404,6 +414,11 @@ impl Numa {
                     .iter()
                     .filter_map(|r| r.cpu_ns_by_node.get(n.id as usize))
                     .sum(),
+                pages_migrated_in: self.hint_hook.map(|_| {
+                    into.as_ref()
+                        .and_then(|v| v.get(n.id as usize))
+                        .map_or(0, |x| *x)
+                }),
                 numa_hit: d("numa_hit"),
                 numa_miss: d("numa_miss"),
                 numa_foreign: d("numa_foreign"),
@@ -446,6 +461,9 @@ impl Collector for Numa {
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
+        let by_pair = self.pairs.drain(self.gen).context("reading NUMA_PAIRS")?;
+        let moves = pairs::node_pairs(&by_pair.rows, PAIR_MOVE);
+        let swaps = pairs::node_pairs(&by_pair.rows, PAIR_SWAP);
         let (vm_now, node_edge) = self
             .edge
             .take()
@@ -527,6 +545,13 @@ impl Collector for Numa {
             vm.cite("numa_local"),
             vm.cite("numa_other"),
         ));
+        // Pages by destination: with the hook, every row has its (zero) vector, so no row
+        // means none; without it, unknown.
+        let pages_to = self
+            .hint_hook
+            .map(|_| pairs::pages_by_node(&rows, width).unwrap_or_else(|| vec![0; width]));
+        out.notes
+            .push(pairs::migration_note(pages_to.as_deref(), &moves, &swaps));
         out.note_skipped(&self.session.skipped);
         if rows.is_empty() {
             out.notes.push("no process ran".into());
@@ -555,6 +580,9 @@ impl Collector for Numa {
             "hint_faults": sum(|r| r.hint_faults),
             "hint_faults_local": sum(|r| r.hint_faults_local),
             "pages_migrated": rows.iter().map(|r| r.pages_migrated).sum::<u64>(),
+            "pages_migrated_by_node": pages_to,
+            "task_moves_by_pair": moves,
+            "task_swaps_by_pair": swaps,
             "numa_maps_read": procs.len(),
             "numa_maps_ns": maps_ns,
             "page_kib": self.page_kib,
@@ -563,6 +591,7 @@ impl Collector for Numa {
             Stats::new(st)
                 .with("runs_without_baseline", no_base)
                 .with("cpus_without_node", st[STAT_NO_NODE as usize])
+                .with("node_pairs_not_counted", st[STAT_PAIR_FULL as usize])
                 .with("numa_maps_read", procs.len())
                 .with("numa_maps_ns", maps_ns),
         );

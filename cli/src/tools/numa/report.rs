@@ -37,6 +37,9 @@ pub struct SummaryRow {
     pub hint_faults_local: Option<u64>,
     /// Pages its hinting faults migrated (same hook).
     pub hint_pages_migrated: Option<u64>,
+    /// The same pages by destination node id (the node each page is on after its fault; the
+    /// source node is not known): sums to `hint_pages_migrated`.
+    pub pages_migrated_by_node: Option<Vec<u64>>,
     /// Pages NUMA balancing migrated in its context (`mm_migrate_pages`, NUMA_MISPLACED).
     pub pages_migrated: u64,
     pub pages_migrate_failed: u64,
@@ -197,6 +200,8 @@ pub struct NodeRow {
     pub distance: Vec<u32>,
     /// Everyone's on-CPU time on this node in the window.
     pub cpu_ns: u64,
+    /// Pages NUMA hinting faults migrated onto this node (`null`: no hook on `task_numa_fault`).
+    pub pages_migrated_in: Option<u64>,
     /// `nodeN/numastat` deltas.
     pub numa_hit: u64,
     pub numa_miss: u64,
@@ -212,6 +217,7 @@ pub const NODES: &[Column<NodeRow>] = &[
     Column::right("MEM", |r, _| opt(&r.mem_total_kib.map(fmt_kib))),
     Column::right("FREE", |r, _| opt(&r.mem_free_kib.map(fmt_kib))),
     Column::right("CPU TIME", |r, _| fmt_ns(r.cpu_ns)),
+    Column::right("MIGRATED IN", |r, _| opt(&r.pages_migrated_in)),
     Column::right("NUMA_HIT", |r, _| r.numa_hit.to_string()),
     Column::right("NUMA_MISS", |r, _| r.numa_miss.to_string()),
     Column::right("FOREIGN", |r, _| r.numa_foreign.to_string()),
