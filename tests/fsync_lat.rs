@@ -200,7 +200,10 @@ fn rename_over_is_shown_per_file() {
             "{f:?}"
         );
     }
-    let renamed = files.iter().filter(|f| f["file_state"] == "renamed").count();
+    let renamed = files
+        .iter()
+        .filter(|f| f["file_state"] == "renamed")
+        .count();
     eprintln!("{renamed} of 15 segments named before their close");
     assert!(renamed > 0, "{files:?}");
     let _ = std::fs::remove_dir_all(dir);

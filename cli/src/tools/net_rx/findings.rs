@@ -236,7 +236,7 @@ fn imbalance(e: &Evidence, out: &mut Vec<Finding>) {
     if e.ncpus < 2 || total == 0 || per_s < MIN_SOFTIRQ_NS_PER_S || share < MIN_SHARE_PCT {
         return;
     }
-    let on_cpu: Vec<&str> = e
+    let on_cpu: Vec<String> = e
         .devices
         .iter()
         .filter(|d| {
@@ -246,7 +246,7 @@ fn imbalance(e: &Evidence, out: &mut Vec<Finding>) {
                         || i.affinity.as_deref() == Some(&[top.cpu][..])
                 })
         })
-        .map(|d| d.dev.as_str())
+        .map(|d| shown(&d.dev))
         .collect();
     let busiest = e.devices.iter().max_by_key(|d| d.rx_packets);
     let loopback = busiest.is_some_and(|d| d.dev == "lo");
@@ -255,7 +255,7 @@ fn imbalance(e: &Evidence, out: &mut Vec<Finding>) {
         why = format!(" ({} interrupts all on CPU {})", on_cpu.join(", "), top.cpu);
     }
     if let Some(d) = busiest.filter(|d| d.rps_cpus.values().all(Vec::is_empty) && !loopback) {
-        why.push_str(&format!("; RPS off on {}", d.dev));
+        why.push_str(&format!("; RPS off on {}", shown(&d.dev)));
     }
     let f = finding(
         Cause::SoftirqImbalance,
@@ -286,6 +286,11 @@ fn imbalance(e: &Evidence, out: &mut Vec<Finding>) {
     ));
 }
 
+/// A device name as findings print it: escapes shown (`\x1b`), never sent to the terminal.
+fn shown(dev: &str) -> String {
+    crate::report::sanitize::text(dev.as_bytes())
+}
+
 /// Drops the NIC counted: its receive ring was full.
 fn rings(e: &Evidence, out: &mut Vec<Finding>) {
     for d in e.devices {
@@ -302,11 +307,11 @@ fn rings(e: &Evidence, out: &mut Vec<Finding>) {
         };
         let f = finding(
             Cause::NetDrops,
-            Subject::named("device", d.dev.clone()),
+            Subject::named("device", shown(&d.dev)),
             Score::RatePerS(rate),
             format!(
                 "{}: {lost} packets lost at the NIC in {} (rx_missed_errors +{}, rx_fifo_errors +{}, rx_over_errors +{}, rx_dropped +{}){ring}.",
-                d.dev,
+                shown(&d.dev),
                 dur(e.secs),
                 d.rx_missed_errors, d.rx_fifo_errors, d.rx_over_errors, d.rx_dropped
             ),
@@ -316,17 +321,17 @@ fn rings(e: &Evidence, out: &mut Vec<Finding>) {
         let advice = match d.ring {
             Some(r) if r.rx < r.rx_max => format!(
                 "enlarge the receive ring (ethtool -G {} rx {}) and spread its interrupts over CPUs",
-                d.dev, r.rx_max
+                shown(&d.dev), r.rx_max
             ),
             Some(_) => "the ring is at its maximum: add queues (ethtool -L) and spread their interrupts, or lower the per-packet cost (GRO, fewer iptables rules)".to_string(),
-            None => format!("enlarge the receive ring (ethtool -G {} rx N) where the driver allows it", d.dev),
+            None => format!("enlarge the receive ring (ethtool -G {} rx N) where the driver allows it", shown(&d.dev)),
         };
         out.push(with(
             f,
             advice,
             Some(format!(
                 "ethtool -S {} | grep -iE 'drop|miss|fifo|over'",
-                d.dev
+                shown(&d.dev)
             )),
         ));
     }
@@ -397,7 +402,7 @@ fn other_reasons(e: &Evidence, out: &mut Vec<Finding>) {
             });
         }
         if !top.dev.is_empty() {
-            place.push(format!("on {}", top.dev));
+            place.push(format!("on {}", shown(&top.dev)));
         }
         let f = finding(
             Cause::NetDrops,
