@@ -41,6 +41,7 @@ use crate::{
     tools::{self, OpenCtx, ToolInfo},
 };
 
+mod devices;
 mod findings;
 mod owners;
 mod reasons;
