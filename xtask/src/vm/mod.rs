@@ -156,7 +156,7 @@ fn boot_all(images: Vec<(&'static Spec, PathBuf, PathBuf)>, jobs: usize) -> Vec<
                     break;
                 };
                 eprintln!(
-                    "xtask: booting {} ({} {}) under qemu (TCG, 2 vCPUs, 2 NUMA nodes)",
+                    "xtask: booting {} ({} {}) under qemu (single-threaded TCG, 2 vCPUs, 2 NUMA nodes)",
                     image.file_name().unwrap_or_default().to_string_lossy(),
                     spec.distro,
                     spec.name
