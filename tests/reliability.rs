@@ -50,7 +50,7 @@ fn check_path(args: &[&str], how: &str) {
             std::thread::sleep(Duration::from_millis(50));
             false
         }),
-        "{args:?}: reported programs {ids:?} are not loaded"
+        "{args:?} {how}: reported programs {ids:?} are not loaded"
     );
     let sig = match how {
         "duration" | "panic" | "error" => None,

@@ -164,9 +164,14 @@ impl Window {
 }
 
 /// Test hook for the reliability suite: `TRACEKIT_FAULT=panic` or `=error` makes the run fail
-/// right after attaching, to prove that no exit path leaves programs in the kernel.
+/// 300 ms after attaching, to prove that no exit path leaves programs in the kernel. The delay
+/// lets the suite see the programs loaded first (a fault at once raced its check in CI).
 fn fault_injection() -> Result<()> {
-    match std::env::var("TRACEKIT_FAULT").as_deref() {
+    let fault = std::env::var("TRACEKIT_FAULT");
+    if fault.is_ok() {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    match fault.as_deref() {
         Ok("panic") => panic!("fault injected by TRACEKIT_FAULT=panic"),
         Ok("error") => Err(Error::other("fault injected by TRACEKIT_FAULT=error")),
         _ => Ok(()),
