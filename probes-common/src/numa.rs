@@ -12,7 +12,9 @@ use crate::COMM_LEN;
 pub const MAX_NODES: usize = 64;
 
 /// Per-CPU stats slot (see [`crate::stats`]): a task switched out without its switch-in seen on
-/// this CPU (the first switch of each CPU after attaching): that run's time is not counted.
+/// this CPU whose run could not be measured another way, so its time is not counted. Such a run
+/// is normally measured from `se.prev_sum_exec_runtime`, which the fair class sets when it picks
+/// the task (`set_next_entity`); other classes (RT, deadline: `prio` < 100) do not keep it.
 pub const STAT_NO_BASELINE: u32 = 5;
 /// A CPU missing from the CPU→node map (hot-added after start): its time went to node 0.
 pub const STAT_NO_NODE: u32 = 6;
@@ -122,6 +124,10 @@ pub struct NumaOffsets {
     pub comm: u32,
     /// `se.sum_exec_runtime`.
     pub sum_exec_runtime: u32,
+    /// `se.prev_sum_exec_runtime`: `sum_exec_runtime` when the fair class last picked the task.
+    pub prev_sum_exec_runtime: u32,
+    /// `prio`: below 100 for RT and deadline tasks.
+    pub prio: u32,
 }
 
 /// Key of `NUMA_PAIRS`: scheduler NUMA moves or swaps (`kind`) from node `src` to node `dst`
@@ -146,7 +152,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<Stint>(), 16);
         assert_eq!(size_of::<NumaKey>(), 8);
-        assert_eq!(size_of::<NumaOffsets>(), 16);
+        assert_eq!(size_of::<NumaOffsets>(), 24);
         assert_eq!(size_of::<NumaVal>(), 16 + 8 + 10 * 8 + 2 * 8 * MAX_NODES);
         assert_eq!(size_of::<PairKey>(), 16);
     }

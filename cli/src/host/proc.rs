@@ -261,6 +261,17 @@ pub fn self_cpu_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Monotonic clock in ns (the kernel's `bpf_ktime_get_ns`).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Number of possible CPUs (per-CPU maps have one slot each).
 pub fn possible_cpus() -> usize {
     aya::util::nr_cpus().unwrap_or(1).max(1)

@@ -318,13 +318,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
     let has_state = btf
         .proto_params("btf_trace_sched_switch")
         .is_none_or(|n| n >= 5);
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: plain syscall writing into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let start_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let start_ns = crate::host::proc::mono_ns();
     let scope = &ctx.scope;
     let slots = wake_slots();
     let spec = LoadSpec::new()

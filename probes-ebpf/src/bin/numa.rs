@@ -6,6 +6,9 @@
 //!   just ended, and it ran on this CPU's node (`CPU_NODE`, filled by userspace from sysfs). No
 //!   timestamp, no per-task map: one per-CPU slot, one array lookup and one hash lookup per
 //!   switch; the per-node times of a task add up to its `/proc/<pid>/schedstat` run time.
+//!   A run whose switch-in was not seen (begun before the attach, or an event this host's
+//!   kernel skips) is `sum_exec_runtime - se.prev_sum_exec_runtime` for fair-class tasks
+//!   (`set_next_entity` sets it at each pick, every kernel since 2.6.23), clipped to the attach.
 //! - `sched:sched_move_numa`, `sched_swap_numa`, `sched_stick_numa`: the scheduler's NUMA
 //!   placement moves (tp_btf, else raw_tp; rare), per task and, system-wide, per (source node,
 //!   destination node) pair of the event's CPUs in `NUMA_PAIRS` (the tracepoints' own
@@ -19,7 +22,8 @@
 //!   `last_cpupid` is the last *accessor*, not where the page was: so no source node here.
 //!   The kernel counts `numa_hint_faults` once per call of it.
 //!
-//! Fields of `struct task_struct` (`pid`, `tgid`, `comm`, `se.sum_exec_runtime`) are read at
+//! Fields of `struct task_struct` (`pid`, `tgid`, `comm`, `prio`, `se.sum_exec_runtime`,
+//! `se.prev_sum_exec_runtime`) are read at
 //! offsets from /sys/kernel/btf/vmlinux (`NUMA_OFFS`).
 
 #![no_std]
@@ -27,7 +31,9 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    },
     macros::{btf_tracepoint, fentry, kprobe, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext},
@@ -51,9 +57,15 @@ static NUMA_OFFS: NumaOffsets = NumaOffsets {
     tgid: 0,
     comm: 0,
     sum_exec_runtime: 0,
+    prev_sum_exec_runtime: 0,
+    prio: 0,
 };
 #[no_mangle]
 static NUMA_PER_THREAD: u8 = 0;
+/// `bpf_ktime_get_ns` when userspace loaded the programs: a run measured from the task's pick
+/// time is clipped to it, so time from before the attach is never counted.
+#[no_mangle]
+static NUMA_START_NS: u64 = 0;
 /// `MR_NUMA_MISPLACED` of `enum migrate_reason`.
 #[no_mangle]
 static NUMA_MR_MISPLACED: i32 = 5;
@@ -172,16 +184,26 @@ fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
         // The idle task: not a process.
         return;
     }
-    if base.valid == 0 || base.tid != tid {
-        stat(STAT_NO_BASELINE);
-        return;
-    }
     let tgid = R::u32(prev as u64, o.tgid);
     if !allowed(tgid) {
         return;
     }
+    let sum = R::u64(prev as u64, o.sum_exec_runtime);
+    let ran = if base.valid != 0 && base.tid == tid {
+        sum.wrapping_sub(base.sum_exec_runtime)
+    } else {
+        // Its switch-in was not seen (the run began before the attach, or this host's kernel
+        // skipped the event). The fair class records `sum_exec_runtime` when it picks a task,
+        // which bounds this run from the kernel's own accounting, clipped to the attach time.
+        match unseen_run::<R>(prev as u64, sum) {
+            Some(ran) => ran,
+            None => {
+                stat(STAT_NO_BASELINE);
+                return;
+            }
+        }
+    };
     stat(stats::EVENTS);
-    let ran = R::u64(prev as u64, o.sum_exec_runtime).wrapping_sub(base.sum_exec_runtime);
     // The CPU id indexes the array; a CPU beyond it (hot-added after start) counts as node 0.
     // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
@@ -204,6 +226,21 @@ fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
             atomic_add(&raw mut (*v).cpu_ns[idx as usize], ran);
         }
     }
+}
+
+/// The run of fair-class `task` that ends now, from `se.prev_sum_exec_runtime`, never longer
+/// than the time since the attach; `None` for other classes (which leave that field stale).
+#[inline(always)]
+fn unseen_run<R: Kread>(task: u64, sum: u64) -> Option<u64> {
+    let o = ro(&NUMA_OFFS);
+    // `prio` is an int: deadline tasks have -1.
+    if (R::u32(task, o.prio) as i32) < 100 {
+        return None;
+    }
+    let since_pick = sum.checked_sub(R::u64(task, o.prev_sum_exec_runtime))?;
+    // SAFETY: a helper without arguments.
+    let since_attach = unsafe { bpf_ktime_get_ns() }.saturating_sub(ro(&NUMA_START_NS));
+    Some(since_pick.min(since_attach))
 }
 
 /// Counts one NUMA placement event about `task` (not necessarily the current one) in the

@@ -237,17 +237,6 @@ pub fn run(args: Args) -> Result<()> {
     tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
 }
 
-/// Monotonic clock in ns (the kernel's `bpf_ktime_get_ns`).
-pub(crate) fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// memstall's collector.
 pub struct Memstall {
     session: Session,
@@ -329,7 +318,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         MsVal::ZERO,
     )?;
     let vm_start = Vmstat::read().unwrap_or_default();
-    let now = mono_ns();
+    let now = crate::host::proc::mono_ns();
     Ok(Box::new(Memstall {
         session,
         hist,
@@ -431,7 +420,7 @@ impl Collector for Memstall {
 
     fn flip(&mut self) -> Result<()> {
         self.gen = self.session.flip_generation()?;
-        self.flip_ns = mono_ns();
+        self.flip_ns = crate::host::proc::mono_ns();
         Ok(())
     }
 

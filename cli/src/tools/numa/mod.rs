@@ -188,6 +188,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         tgid: m("tgid", 4)?,
         comm: m("comm", 16)?,
         sum_exec_runtime: m("se.sum_exec_runtime", 8)?,
+        prev_sum_exec_runtime: m("se.prev_sum_exec_runtime", 8)?,
+        prio: m("prio", 4)?,
     };
     // `mm_migrate_pages` gained `large_folio_split` in 6.9: the reason is then the 8th argument
     // (the prototype's first parameter is the probe's data pointer).
@@ -212,6 +214,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let spec = LoadSpec::new()
         .global("NUMA_OFFS", &offs)
         .global("NUMA_PER_THREAD", &u8::from(scope.threads))
+        .global("NUMA_START_NS", &crate::host::proc::mono_ns())
         .global("NUMA_MR_MISPLACED", &misplaced)
         .global("NUMA_MIG_WIDE", &u8::from(wide))
         .max_entries("NUMA_AGG", scope.key_cap())
