@@ -54,7 +54,10 @@ pub fn raw_tp() -> bool {
 pub fn raw_tp_probe() -> &'static Probe {
     static C: OnceLock<Probe> = OnceLock::new();
     C.get_or_init(|| {
-        match aya::sys::is_program_supported(aya::programs::ProgramType::RawTracePoint) {
+        match super::retry_eagain(
+            || aya::sys::is_program_supported(aya::programs::ProgramType::RawTracePoint),
+            super::program_io_error,
+        ) {
             Ok(true) => Probe::new(true, "a raw tracepoint program loaded"),
             Ok(false) => Probe::new(
                 false,
@@ -97,7 +100,7 @@ pub fn fentry_probe() -> &'static Probe {
                 format!("kernel BTF has no function {FENTRY_PROBE_FN} to probe fentry on"),
             );
         };
-        match load_and_attach_fentry(id) {
+        match super::retry_eagain(|| load_and_attach_fentry(id), |(_, e)| Some(e)) {
             Ok(()) => Probe::new(
                 true,
                 format!("a fentry program on {FENTRY_PROBE_FN} loaded and attached"),

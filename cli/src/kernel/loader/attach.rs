@@ -233,7 +233,7 @@ fn loaded<'a, P>(
     ebpf: &'a mut Ebpf,
     object: &'static str,
     program: &str,
-    load: impl FnOnce(&mut P) -> Result<(), ProgramError>,
+    mut load: impl FnMut(&mut P) -> Result<(), ProgramError>,
 ) -> Result<&'a mut P, LoadError>
 where
     &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
@@ -247,7 +247,8 @@ where
     let is_loaded = prog.fd().is_ok();
     let p: &'a mut P = prog.try_into().map_err(|e| prog_load_err(program, e))?;
     if !is_loaded {
-        load(&mut *p).map_err(|e| prog_load_err(program, e))?;
+        crate::kernel::retry_eagain(|| load(&mut *p), crate::kernel::program_io_error)
+            .map_err(|e| prog_load_err(program, e))?;
     }
     Ok(p)
 }
