@@ -102,6 +102,26 @@ pub fn run(args: &[String]) -> Result<()> {
             | Workload::TcpStream { .. }
             | Workload::BlockRead { .. } => None,
             Workload::Fsync { n } => Some(f64::from(*n)),
+            // Kernel time per sample: ns per run of the sampling program (one run per
+            // sample). perf record runs no BPF program: only tracekit is measured.
+            Workload::Cpu { .. } => {
+                let tk: Vec<_> = tracers
+                    .iter()
+                    .filter(|t| t.name.starts_with("tracekit"))
+                    .cloned()
+                    .collect();
+                passes::kernel_time(
+                    w,
+                    &tk,
+                    None,
+                    rounds,
+                    &wl,
+                    &scratch,
+                    &mut prog_stats,
+                    &mut per_call,
+                );
+                continue;
+            }
             _ => continue,
         };
         passes::kernel_time(

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{
     tracer::{tracekit_has, Ready, Tracer},
-    workload::Workload,
+    workload::{Workload, CPU_COMM},
 };
 
 pub(super) fn s(v: &[&str]) -> Vec<String> {
@@ -145,6 +145,8 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         ),
     ];
 
+    let profilers = profilers(tk, &tkj);
+
     let loops = pipe_loops(quick);
     // The unpinned pipe and the switch storm: the same tracers without the classic floor,
     // numa and triage (measured on the pinned pipe).
@@ -212,8 +214,63 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             },
             block,
         ),
+        (
+            Workload::Cpu {
+                ops: if quick { 1_000 } else { 2_000 },
+            },
+            profilers,
+        ),
     ];
     cases
+}
+
+/// `tracekit profile` beside `perf record` at 99 and 999 Hz (issue 19): frame pointers on every
+/// CPU against `perf record -a -g`; DWARF unwinding (scoped to the workload's comm, how it is
+/// meant to be used: one record per sample) against `perf record -a --call-graph dwarf`, which
+/// only copies the stacks (perf unwinds at `perf report` time, not measured here). perf writes
+/// perf.data into the tracer's own temporary directory, removed after each run.
+fn profilers(tk: &Path, tkj: &dyn Fn(&str, &[&str]) -> Vec<String>) -> Vec<Tracer> {
+    let mut out = Vec::new();
+    for hz in ["99", "999"] {
+        out.push(tk_tool(
+            tk,
+            &format!("tracekit profile --freq {hz} --unwind fp"),
+            "profile",
+            tkj("profile", &["--freq", hz, "--unwind", "fp"]),
+        ));
+        out.push(Tracer {
+            name: format!("perf record -F {hz} -a -g"),
+            argv: s(&["perf", "record", "-F", hz, "-a", "-g", "-o", "perf.data"]),
+            ready: Ready::PerfEvents,
+        });
+    }
+    for hz in ["99", "999"] {
+        out.push(tk_tool(
+            tk,
+            &format!("tracekit profile --freq {hz} --unwind dwarf --comm {CPU_COMM}"),
+            "profile",
+            tkj(
+                "profile",
+                &["--freq", hz, "--unwind", "dwarf", "--comm", CPU_COMM],
+            ),
+        ));
+        out.push(Tracer {
+            name: format!("perf record -F {hz} -a --call-graph dwarf"),
+            argv: s(&[
+                "perf",
+                "record",
+                "-F",
+                hz,
+                "-a",
+                "--call-graph",
+                "dwarf",
+                "-o",
+                "perf.data",
+            ]),
+            ready: Ready::PerfEvents,
+        });
+    }
+    out
 }
 
 /// Loops of the sched pipe workload.
@@ -246,6 +303,45 @@ pub(super) fn startup_cases(tk: &Path) -> Vec<(String, Vec<String>)> {
         argv.extend(s(extra));
         let name = format!("tracekit {tool} {}", extra.join(" "));
         st_cases.push((name.trim_end().to_string(), argv));
+    }
+    for unwind in ["fp", "dwarf"] {
+        st_cases.push((
+            format!("tracekit profile --unwind {unwind}"),
+            s(&[
+                &tk_s,
+                "profile",
+                "--unwind",
+                unwind,
+                "--comm",
+                CPU_COMM,
+                "--duration",
+                "300ms",
+            ]),
+        ));
+    }
+    // perf record's attach is its last PERF_EVENT_IOC_ENABLE; it writes perf.data into the
+    // run's temporary directory.
+    for (name, cg) in [
+        ("perf record -a -g", "fp"),
+        ("perf record -a --call-graph dwarf", "dwarf"),
+    ] {
+        st_cases.push((
+            name.into(),
+            s(&[
+                "perf",
+                "record",
+                "-F",
+                "99",
+                "-a",
+                "--call-graph",
+                cg,
+                "-o",
+                "perf.data",
+                "--",
+                "sleep",
+                "0.3",
+            ]),
+        ));
     }
     st_cases.push(("libbpf-tools runqlat".into(), s(&["runqlat", "1", "1"])));
     st_cases.push((

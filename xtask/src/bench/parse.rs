@@ -159,6 +159,14 @@ pub fn parse_fio_read_lat_ns(json: &str) -> Option<f64> {
     v["jobs"][0]["read"]["lat_ns"]["mean"].as_f64()
 }
 
+/// The samples `perf record` wrote, from its closing line on stderr:
+/// `[ perf record: Captured and wrote 0.452 MB perf.data (2031 samples) ]`.
+pub fn parse_perf_record_samples(line: &str) -> Option<u64> {
+    let rest = line.split("perf record: Captured and wrote").nth(1)?;
+    let open = rest.rfind('(')?;
+    rest[open + 1..].split_whitespace().next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +251,20 @@ mod tests {
             Some(120.0)
         );
         assert_eq!(parse_block_stat_ios("x"), None);
+    }
+
+    #[test]
+    fn parses_perf_record_closing_line() {
+        let l = "[ perf record: Captured and wrote 0.452 MB perf.data (2031 samples) ]";
+        assert_eq!(parse_perf_record_samples(l), Some(2031));
+        // With --call-graph dwarf the size is larger; the count is still the last parenthesis.
+        let l = "[ perf record: Captured and wrote 31.907 MB perf.data (3920 samples) ]";
+        assert_eq!(parse_perf_record_samples(l), Some(3920));
+        assert_eq!(
+            parse_perf_record_samples("[ perf record: Woken up 1 times to write data ]"),
+            None
+        );
+        assert_eq!(parse_perf_record_samples("(12 samples)"), None);
     }
 
     #[test]

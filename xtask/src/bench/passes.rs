@@ -84,6 +84,8 @@ pub(super) fn overhead(
             "rss_kib": opt_med(&|s| s.rss_kib.map(|x| x as f64)),
             "rss_peak_kib": opt_med(&|s| s.hwm_kib.map(|x| x as f64)),
             "events_lost": v.iter().filter_map(|s| s.lost).max(),
+            "tracer_cpu_life_ms": opt_med(&|s| s.cpu_life_ms),
+            "samples": opt_med(&|s| s.samples.map(|x| x as f64)),
         }));
     }
     json!({"workload": w.name(), "rows": rows, "untraced_run_ns": w.run_ns(base)})

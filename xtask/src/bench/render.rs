@@ -102,6 +102,61 @@ fn kernel_time(m: &mut String, doc: &Value) {
     }
 }
 
+/// Kernel ns per run of all a tracer's programs on one workload, weighted by their runs (for a
+/// profiler: per sample, one run each).
+fn kernel_ns_per_run(doc: &Value, w: &str, tracer: &str) -> Option<f64> {
+    let (mut ns, mut runs) = (0.0, 0.0);
+    for p in of_workload(doc, "bpf_stats", w) {
+        if p["tracer"] == tracer {
+            let n = p["run_cnt"].as_f64().unwrap_or(0.0);
+            ns += p["ns_per_run"].as_f64().unwrap_or(0.0) * n;
+            runs += n;
+        }
+    }
+    (runs > 0.0).then(|| ns / runs)
+}
+
+/// The profilers' cost per sample, for each workload whose rows count samples (issue 19).
+fn profilers(m: &mut String, doc: &Value) {
+    for w in doc["workloads"].as_array().into_iter().flatten() {
+        let rows: Vec<&Value> = w["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["samples"].is_number())
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let name = w["workload"].as_str().unwrap_or("");
+        m.push_str(&format!("## Profilers: cost per sample ({name})
+
+Samples: what each profiler took in one run (tracekit: its stats, idle samples included, as perf -a takes them; perf: its closing line). Profiler CPU over the workload is read just before SIGINT; over its whole life (start-up, the final report and, for perf, the build-id pass at exit included) from the rusage of its exit. Kernel ns per sample: the sampling program's run time per run (bpf_stats pass); perf record runs no BPF program (its sampling runs in the kernel's perf code, paid by the workload: see slowdown). `perf record --call-graph dwarf` only copies stacks: it unwinds at `perf report` time, which is not measured; tracekit's DWARF mode unwinds and symbolises live, in its CPU time here.\n\n"));
+        m.push_str("| configuration | slowdown | samples per run | profiler CPU over the workload | profiler CPU, whole life | µs of profiler CPU per sample | kernel ns per sample | RSS / peak |\n|---|---|---|---|---|---|---|---|\n");
+        for r in rows {
+            let config = r["config"].as_str().unwrap_or("");
+            let per = match (r["tracer_cpu_life_ms"].as_f64(), r["samples"].as_f64()) {
+                (Some(ms), Some(n)) if n > 0.0 => format!("{:.1}", ms * 1000.0 / n),
+                _ => "–".into(),
+            };
+            let rss = match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
+                (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
+                _ => "–".into(),
+            };
+            m.push_str(&format!(
+                "| {config} | {}% | {} | {} ms | {} ms | {per} | {} | {rss} |\n",
+                fmt_opt(&r["slowdown_pct"], 1),
+                fmt_opt(&r["samples"], 0),
+                fmt_opt(&r["tracer_cpu_ms"], 1),
+                fmt_opt(&r["tracer_cpu_life_ms"], 1),
+                kernel_ns_per_run(doc, name, config)
+                    .map_or_else(|| "–".into(), |x| format!("{x:.0}")),
+            ));
+        }
+        m.push('\n');
+    }
+}
+
 /// The report as Markdown: one table per workload, then start-up.
 pub fn markdown(doc: &Value) -> String {
     let mut m = String::new();
@@ -152,6 +207,7 @@ pub fn markdown(doc: &Value) -> String {
         }
         m.push('\n');
     }
+    profilers(&mut m, doc);
     kernel_time(&mut m, doc);
     m.push_str(
         "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
@@ -242,5 +298,39 @@ mod tests {
             m.contains("| tracekit gone | N/A: no attach syscall seen | | | | |"),
             "{m}"
         );
+        assert!(!m.contains("## Profilers"), "{m}");
+    }
+
+    #[test]
+    fn profilers_have_a_cost_per_sample_table() {
+        let doc = json!({
+            "date": "d", "machine": {"cpu": "x", "cpus": 2, "kernel": "6.18"}, "rounds": 5,
+            "workloads": [{"workload": "cpu", "rows": [
+                {"config": "nothing traced", "median": 1000.0, "min": 990.0, "max": 1010.0, "unit": "ms CPU", "slowdown_pct": 0.0},
+                {"config": "tracekit profile --freq 99", "median": 1010.0, "min": 1000.0, "max": 1020.0, "unit": "ms CPU", "slowdown_pct": 1.0,
+                 "tracer_cpu_ms": 3.0, "tracer_cpu_life_ms": 40.0, "samples": 400.0, "rss_kib": 10240.0, "rss_peak_kib": 20480.0},
+                {"config": "perf record -F 99 -a -g", "median": 1020.0, "min": 1000.0, "max": 1030.0, "unit": "ms CPU", "slowdown_pct": 2.0,
+                 "tracer_cpu_ms": 5.0, "tracer_cpu_life_ms": 80.0, "samples": 400.0}
+            ]}],
+            "bpf_stats": [
+                {"workload": "cpu", "tracer": "tracekit profile --freq 99", "program": "tk_profile", "attach": "perf_event", "run_cnt": 300.0, "ns_per_run": 2000.0},
+                {"workload": "cpu", "tracer": "tracekit profile --freq 99", "program": "tk_profile_dwarf", "attach": "perf_event", "run_cnt": 100.0, "ns_per_run": 6000.0},
+                {"workload": "cpu", "tracer": "tracekit profile --freq 999", "program": "tk_profile", "attach": "perf_event", "run_cnt": 1.0, "ns_per_run": 1.0}
+            ],
+            "startup": []
+        });
+        let m = markdown(&doc);
+        assert!(m.contains("## Profilers: cost per sample (cpu)"), "{m}");
+        assert!(
+            m.contains("| tracekit profile --freq 99 | 1.0% | 400 | 3.0 ms | 40.0 ms | 100.0 | 3000 | 10.0 / 20.0 MiB |"),
+            "{m}"
+        );
+        assert!(
+            m.contains(
+                "| perf record -F 99 -a -g | 2.0% | 400 | 5.0 ms | 80.0 ms | 200.0 | – | – |"
+            ),
+            "{m}"
+        );
+        assert!(!m.contains("| nothing traced | 0.0% |"), "{m}");
     }
 }

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::{
     parse::{
-        parse_fdinfo_prog_id, parse_proc_stat_cpu_ticks, parse_strace_attach_ms,
-        parse_strace_exit_ms, parse_sum_exec_runtime_ms,
+        parse_fdinfo_prog_id, parse_perf_record_samples, parse_proc_stat_cpu_ticks,
+        parse_strace_attach_ms, parse_strace_exit_ms, parse_sum_exec_runtime_ms,
     },
     workload::Workload,
 };
@@ -31,6 +31,9 @@ pub(super) enum Ready {
     Line(&'static str),
     /// Not measurable on this host, and why (the row reads N/A with the reason).
     NotHere(String),
+    /// `perf record` prints nothing until it ends: attached once the process holds a perf
+    /// event fd per online CPU (or more) and the count has not changed for 300 ms.
+    PerfEvents,
 }
 
 #[derive(Clone, Debug)]
@@ -48,6 +51,11 @@ pub(super) struct Sample {
     pub(super) rss_kib: Option<u64>,
     pub(super) hwm_kib: Option<u64>,
     pub(super) lost: Option<u64>,
+    /// CPU time of the tracer's whole life (start-up and exit included: perf record's build-id
+    /// pass, tracekit's last report), from the rusage wait4 returns.
+    pub(super) cpu_life_ms: Option<f64>,
+    /// Samples the profiler took over the run (tracekit's stats, perf's closing line).
+    pub(super) samples: Option<u64>,
 }
 
 struct Running {
@@ -55,6 +63,8 @@ struct Running {
     lines: mpsc::Receiver<String>,
     /// The line that said the tracer is attached (tracekit's meta line lists program ids).
     ready_line: String,
+    /// The tracer's working directory, made for it and removed with it (perf.data goes there).
+    dir: std::path::PathBuf,
 }
 
 /// A tracer dropped without `stop` (a pass that failed half-way) is killed and reaped: left
@@ -65,15 +75,38 @@ impl Drop for Running {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A fresh empty directory for one tracer run.
+fn run_dir() -> Result<std::path::PathBuf> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "tk-bench-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+/// utime + stime of a rusage, in ms.
+pub(super) fn rusage_ms(ru: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn start(t: &Tracer) -> Result<Running> {
     if let Ready::NotHere(why) = &t.ready {
         bail!("{why}");
     }
+    let dir = run_dir()?;
     let mut child = Command::new(&t.argv[0])
         .args(&t.argv[1..])
+        .current_dir(&dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -86,8 +119,13 @@ fn start(t: &Tracer) -> Result<Running> {
         child,
         lines: rx,
         ready_line: String::new(),
+        dir,
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    if let Ready::PerfEvents = t.ready {
+        settle_perf_events(r.child.id(), deadline(20))?;
+        return Ok(r);
+    }
+    let deadline = deadline(20);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = r
@@ -97,7 +135,7 @@ fn start(t: &Tracer) -> Result<Running> {
         let ok = match &t.ready {
             Ready::JsonMeta => line.contains("\"type\":\"meta\""),
             Ready::Line(s) => line.contains(s),
-            Ready::NotHere(_) => false,
+            Ready::NotHere(_) | Ready::PerfEvents => false,
         };
         if ok {
             if !matches!(t.ready, Ready::JsonMeta) {
@@ -155,12 +193,31 @@ fn clk_tck() -> f64 {
     }
 }
 
-fn stop(mut r: Running) -> Result<Vec<String>> {
+fn deadline(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+/// Stops the tracer with SIGINT; its last lines and the CPU time of its whole life (ms).
+fn stop(mut r: Running) -> Result<(Vec<String>, f64)> {
+    let pid = r.child.id() as i32;
     // SAFETY: signals our own child.
-    unsafe { libc::kill(r.child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(15);
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let deadline = deadline(15);
     let mut again = Instant::now() + Duration::from_secs(1);
-    while r.child.try_wait()?.is_none() {
+    // Reaped here with wait4 for its rusage (Child::wait gives none); `Running::drop` then
+    // finds no child to kill.
+    // SAFETY: rusage is plain data.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let mut status = 0;
+        // SAFETY: our own child, valid pointers.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if got == pid {
+            break;
+        }
+        if got < 0 {
+            bail!("wait4: {}", std::io::Error::last_os_error());
+        }
         if Instant::now() > deadline {
             let _ = r.child.kill();
             bail!("tracer did not exit on SIGINT");
@@ -177,7 +234,7 @@ fn stop(mut r: Running) -> Result<Vec<String>> {
     while let Ok(l) = r.lines.recv_timeout(Duration::from_millis(300)) {
         lines.push(l);
     }
-    Ok(lines)
+    Ok((lines, rusage_ms(&ru)))
 }
 
 pub(super) fn measure(
@@ -197,7 +254,7 @@ pub(super) fn measure(
     let (cpu0, _, _) = usage(pid);
     let metric = w.run(wl, scratch)?;
     let (cpu1, rss, hwm) = usage(pid);
-    let lines = stop(r)?;
+    let (lines, life) = stop(r)?;
     // tracekit reports what it could not record in its stats lines.
     let lost = lines
         .iter()
@@ -219,6 +276,8 @@ pub(super) fn measure(
         rss_kib: rss,
         hwm_kib: hwm,
         lost,
+        cpu_life_ms: Some(life),
+        samples: samples_taken(&lines),
     })
 }
 
@@ -302,6 +361,43 @@ fn prog_ids(pid: u32) -> BTreeSet<u64> {
         .collect()
 }
 
+/// Samples a profiler took: tracekit's stats lines (`samples` + `idle_samples`: perf -a
+/// records the idle CPUs' samples too), or perf record's closing line.
+fn samples_taken(lines: &[String]) -> Option<u64> {
+    let tk = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "stats" && v["samples"].is_u64())
+        .map(|v| v["samples"].as_u64().unwrap_or(0) + v["idle_samples"].as_u64().unwrap_or(0))
+        .reduce(|a, b| a + b);
+    tk.or_else(|| lines.iter().find_map(|l| parse_perf_record_samples(l)))
+}
+
+/// Waits (until `deadline`) for `pid` to hold a perf event fd per online CPU, the same number
+/// for 300 ms.
+fn settle_perf_events(pid: u32, deadline: Instant) -> Result<()> {
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+            .count()
+    };
+    let (mut last, mut since) = (0, Instant::now());
+    while Instant::now() < deadline {
+        let now = count();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if last >= ncpu && since.elapsed() >= Duration::from_millis(300) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("perf opened {last} perf event fds, fewer than one per CPU ({ncpu})")
+}
+
 /// Waits (until `deadline`) for `pid` to hold programs, the same set for 300 ms.
 fn settle_programs(pid: u32, deadline: Instant) {
     let mut last = BTreeSet::new();
@@ -322,7 +418,9 @@ pub(super) fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<(f64, Optio
     let mut out = Vec::new();
     for i in 0..runs {
         let f = std::env::temp_dir().join(format!("tk-bench-strace-{i}"));
+        let dir = run_dir()?;
         let st = Command::new("strace")
+            .current_dir(&dir)
             .args([
                 "-f",
                 "-ttt",
@@ -342,6 +440,7 @@ pub(super) fn startup_ms(argv: &[String], runs: usize) -> Result<Vec<(f64, Optio
             out.push((ms, parse_strace_exit_ms(&text)));
         }
         let _ = std::fs::remove_file(f);
+        let _ = std::fs::remove_dir_all(dir);
     }
     Ok(out)
 }

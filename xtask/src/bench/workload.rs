@@ -39,7 +39,18 @@ pub(super) enum Workload {
     /// `fio` 4 KiB random reads, O_DIRECT, one at a time, `n` of them, on a 64 MiB scratch file
     /// on the work tree's disk. Metric: mean ns per read.
     BlockRead { n: u32 },
+    /// `taskset -c 1 stress-ng --cpu 1 --cpu-method int64 --cpu-ops N`: a fixed amount of pure
+    /// integer work (no syscalls, no memory traffic in the loop), the profilers' workload.
+    /// Metric: the CPU time the work took (utime + stime of the run, reaped children included),
+    /// not its wall time: the machine is shared with builders, so wall time mostly measures the
+    /// run queue, while the CPU time of fixed work grows only by what lands on the workload's
+    /// CPU (this kernel has no IRQ time accounting, so the sampling interrupt and the BPF
+    /// program run in it are charged to the task they interrupt).
+    Cpu { ops: u32 },
 }
+
+/// The comm of stress-ng's CPU stressor (the profilers' `--comm`).
+pub(super) const CPU_COMM: &str = "stress-ng-cpu";
 
 impl Workload {
     pub(super) fn name(&self) -> String {
@@ -71,6 +82,9 @@ impl Workload {
             Workload::BlockRead { n } => format!(
                 "fio randread 4 KiB O_DIRECT iodepth 1: {n} reads of a scratch file on the work tree's disk"
             ),
+            Workload::Cpu { ops } => format!(
+                "CPU-bound (profilers): taskset -c 1 stress-ng --cpu 1 --cpu-method int64 --cpu-ops {ops}, CPU time of the fixed work"
+            ),
         }
     }
 
@@ -84,6 +98,7 @@ impl Workload {
             Workload::UdpDrops { .. } => "ns/datagram",
             Workload::TcpStream { .. } => "ns/MiB",
             Workload::BlockRead { .. } => "ns/read",
+            Workload::Cpu { .. } => "ms CPU",
         }
     }
 
@@ -99,6 +114,8 @@ impl Workload {
             | Workload::BlockRead { n } => *n,
             Workload::Syscalls { loops } => *loops,
             Workload::TcpStream { mib } => *mib,
+            // CPU time, not wall time: the untraced CPU time stands for the run.
+            Workload::Cpu { .. } => return Some(metric * 1e6),
         };
         Some(metric * f64::from(units))
     }
@@ -196,6 +213,27 @@ impl Workload {
                 parse_fio_read_lat_ns(&String::from_utf8_lossy(&out.stdout))
                     .context("parsing fio output")
             }
+            Workload::Cpu { ops } => {
+                let before = children_cpu_ms();
+                let out = Command::new("taskset")
+                    .args([
+                        "-c",
+                        "1",
+                        "stress-ng",
+                        "--cpu",
+                        "1",
+                        "--cpu-method",
+                        "int64",
+                    ])
+                    .arg("--cpu-ops")
+                    .arg(ops.to_string())
+                    .output()
+                    .context("stress-ng --cpu")?;
+                if !out.status.success() {
+                    bail!("stress-ng --cpu: {}", String::from_utf8_lossy(&out.stderr));
+                }
+                Ok(children_cpu_ms() - before)
+            }
             Workload::Compaction { n } => {
                 let mut total = 0.0;
                 for _ in 0..*n {
@@ -236,9 +274,10 @@ impl Workload {
                 };
                 parse_block_stat_ios(&read(&stat)?)
             }
-            Workload::Fsync { .. } | Workload::Compaction { .. } | Workload::Syscalls { .. } => {
-                None
-            }
+            Workload::Fsync { .. }
+            | Workload::Compaction { .. }
+            | Workload::Syscalls { .. }
+            | Workload::Cpu { .. } => None,
         }
     }
 
@@ -252,8 +291,19 @@ impl Workload {
             Workload::Fsync { .. } => "fsync call",
             Workload::Compaction { .. } => "compaction run",
             Workload::Syscalls { .. } => "syscall",
+            Workload::Cpu { .. } => "sample",
         }
     }
+}
+
+/// utime + stime of the children this process has reaped, in ms (getrusage(RUSAGE_CHILDREN):
+/// the workload is the only child reaped while it runs; tracers are reaped after).
+fn children_cpu_ms() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid who and a valid pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    super::tracer::rusage_ms(&ru)
 }
 
 /// Half the datagrams to a closed port, half to a full receiver; ns per datagram sent.
