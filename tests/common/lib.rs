@@ -14,6 +14,7 @@ use serde_json::Value;
 
 pub mod held;
 pub mod mm;
+pub mod podman;
 pub mod udp;
 pub mod vm;
 
