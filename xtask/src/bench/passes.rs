@@ -84,7 +84,12 @@ pub(super) fn overhead(
             "rss_kib": opt_med(&|s| s.rss_kib.map(|x| x as f64)),
             "rss_peak_kib": opt_med(&|s| s.hwm_kib.map(|x| x as f64)),
             "events_lost": v.iter().filter_map(|s| s.lost).max(),
+            "tracer_cpu_start_ms": opt_med(&|s| s.cpu_start_ms),
             "tracer_cpu_life_ms": opt_med(&|s| s.cpu_life_ms),
+            // The exit's share: the whole life less start-up and the workload's span.
+            "tracer_cpu_exit_ms": opt_med(&|s| {
+                Some((s.cpu_life_ms? - s.cpu_start_ms? - s.cpu_ms?).max(0.0))
+            }),
             "samples": opt_med(&|s| s.samples.map(|x| x as f64)),
         }));
     }

@@ -129,25 +129,34 @@ fn profilers(m: &mut String, doc: &Value) {
             continue;
         }
         let name = w["workload"].as_str().unwrap_or("");
-        m.push_str(&format!("## Profilers: cost per sample ({name})
-
-Samples: what each profiler took in one run (tracekit: its stats, idle samples included, as perf -a takes them; perf: its closing line). Profiler CPU over the workload is read just before SIGINT; over its whole life (start-up, the final report and, for perf, the build-id pass at exit included) from the rusage of its exit. Kernel ns per sample: the sampling program's run time per run (bpf_stats pass); perf record runs no BPF program (its sampling runs in the kernel's perf code, paid by the workload: see slowdown). `perf record --call-graph dwarf` only copies stacks: it unwinds at `perf report` time, which is not measured; tracekit's DWARF mode unwinds and symbolises live, in its CPU time here.\n\n"));
-        m.push_str("| configuration | slowdown | samples per run | profiler CPU over the workload | profiler CPU, whole life | µs of profiler CPU per sample | kernel ns per sample | RSS / peak |\n|---|---|---|---|---|---|---|---|\n");
-        for r in rows {
+        m.push_str(&format!("## Profilers: cost per sample ({name})\n\n"));
+        m.push_str("Samples: what each profiler took in one run (tracekit: its stats, idle samples included, as perf -a takes them; perf: its closing line). Profiler CPU, all its threads: up to attached (start-up), over the workload (to SIGINT), then to its end (exit: tracekit's last report with its symbolisation, perf's build-id pass), and its whole life (the rusage of its exit). Marginal µs per sample: the whole life's CPU from 99 to 999 Hz over the samples it added, a per-sample cost start-up does not weigh on. Kernel ns per sample: the sampling program's run time per run (bpf_stats pass: every sample of the CPU clock, also those a `--comm` scope drops); perf record runs no BPF program (its sampling is the kernel's perf code, paid by the workload: see slowdown). `perf record --call-graph dwarf` only copies the stacks and unwinds at `perf report` time, not measured here; tracekit's DWARF mode unwinds and symbolises live, in its CPU here.\n\n");
+        m.push_str("| configuration | slowdown | samples per run | CPU: start-up | over the workload | exit | whole life | marginal µs per sample (99→999 Hz) | kernel ns per sample | RSS / peak |\n|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &rows {
             let config = r["config"].as_str().unwrap_or("");
-            let per = match (r["tracer_cpu_life_ms"].as_f64(), r["samples"].as_f64()) {
-                (Some(ms), Some(n)) if n > 0.0 => format!("{:.1}", ms * 1000.0 / n),
-                _ => "–".into(),
-            };
+            // The same profiler at 99 Hz, for the row at 999 Hz.
+            let low = config
+                .contains(" 999 ")
+                .then(|| config.replace(" 999 ", " 99 "))
+                .and_then(|c| rows.iter().find(|x| x["config"] == c.as_str()));
+            let marginal = low
+                .and_then(|lo| {
+                    let d = |k: &str| Some(r[k].as_f64()? - lo[k].as_f64()?);
+                    let (ms, n) = (d("tracer_cpu_life_ms")?, d("samples")?);
+                    (n > 0.0).then(|| format!("{:.1}", ms * 1000.0 / n))
+                })
+                .unwrap_or_else(|| "–".into());
             let rss = match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
                 (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
                 _ => "–".into(),
             };
             m.push_str(&format!(
-                "| {config} | {}% | {} | {} ms | {} ms | {per} | {} | {rss} |\n",
+                "| {config} | {}% | {} | {} ms | {} ms | {} ms | {} ms | {marginal} | {} | {rss} |\n",
                 fmt_opt(&r["slowdown_pct"], 1),
                 fmt_opt(&r["samples"], 0),
+                fmt_opt(&r["tracer_cpu_start_ms"], 1),
                 fmt_opt(&r["tracer_cpu_ms"], 1),
+                fmt_opt(&r["tracer_cpu_exit_ms"], 1),
                 fmt_opt(&r["tracer_cpu_life_ms"], 1),
                 kernel_ns_per_run(doc, name, config)
                     .map_or_else(|| "–".into(), |x| format!("{x:.0}")),
@@ -171,7 +180,7 @@ pub fn markdown(doc: &Value) -> String {
         doc["rounds"],
         doc["wall_s"],
     ));
-    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/sched; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (the process started, not the background child tracekit leaves to close classic tracepoints, which does not hold up the shell) (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
+    m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/task/*/sched, all its threads; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (the process started, not the background child tracekit leaves to close classic tracepoints, which does not hold up the shell) (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
     m.push_str("Peers: on block requests, `biolatency -D` (a histogram per disk, issue → complete: two hooks) is the reference issue 12 names, and `biolatency -Q -D` (insert → complete: the insert hook too) is the like-for-like one, since `io-lat` needs the insert hook to split queue time from device time; both run. On the receive path, the one-liner counting `kfree_skb` by reason is issue 11's reference, and a bpftrace script doing what `net-rx` does in the kernel (drops by reason, NET_RX softirq time per CPU, NAPI polls and budget exhaustion; its softirq programs run on every softirq, as `net-rx`'s do) is the like-for-like one. `numa --force` loads its programs on a one-node host (without it, it loads nothing there), so its own `sched_switch` program is measured beside `ctxsw` in the same run.\n\n");
     for w in doc["workloads"].as_array().into_iter().flatten() {
         m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
@@ -303,32 +312,51 @@ mod tests {
 
     #[test]
     fn profilers_have_a_cost_per_sample_table() {
+        let row = |config: &str, slow: f64, start: f64, cpu: f64, exit: f64, life: f64, n: f64| {
+            json!({"config": config, "median": 1000.0, "min": 990.0, "max": 1010.0, "unit": "ms CPU",
+                "slowdown_pct": slow, "tracer_cpu_start_ms": start, "tracer_cpu_ms": cpu,
+                "tracer_cpu_exit_ms": exit, "tracer_cpu_life_ms": life, "samples": n})
+        };
+        let mut tk99 = row(
+            "tracekit profile --freq 99 --unwind fp",
+            1.0,
+            30.0,
+            3.0,
+            7.0,
+            40.0,
+            400.0,
+        );
+        tk99["rss_kib"] = json!(10240.0);
+        tk99["rss_peak_kib"] = json!(20480.0);
         let doc = json!({
             "date": "d", "machine": {"cpu": "x", "cpus": 2, "kernel": "6.18"}, "rounds": 5,
             "workloads": [{"workload": "cpu", "rows": [
                 {"config": "nothing traced", "median": 1000.0, "min": 990.0, "max": 1010.0, "unit": "ms CPU", "slowdown_pct": 0.0},
-                {"config": "tracekit profile --freq 99", "median": 1010.0, "min": 1000.0, "max": 1020.0, "unit": "ms CPU", "slowdown_pct": 1.0,
-                 "tracer_cpu_ms": 3.0, "tracer_cpu_life_ms": 40.0, "samples": 400.0, "rss_kib": 10240.0, "rss_peak_kib": 20480.0},
-                {"config": "perf record -F 99 -a -g", "median": 1020.0, "min": 1000.0, "max": 1030.0, "unit": "ms CPU", "slowdown_pct": 2.0,
-                 "tracer_cpu_ms": 5.0, "tracer_cpu_life_ms": 80.0, "samples": 400.0}
+                tk99,
+                row("tracekit profile --freq 999 --unwind fp", 3.0, 30.0, 20.0, 20.0, 70.0, 4000.0),
+                row("perf record -F 999 -a -g", 2.0, 5.0, 5.0, 70.0, 80.0, 400.0)
             ]}],
             "bpf_stats": [
-                {"workload": "cpu", "tracer": "tracekit profile --freq 99", "program": "tk_profile", "attach": "perf_event", "run_cnt": 300.0, "ns_per_run": 2000.0},
-                {"workload": "cpu", "tracer": "tracekit profile --freq 99", "program": "tk_profile_dwarf", "attach": "perf_event", "run_cnt": 100.0, "ns_per_run": 6000.0},
-                {"workload": "cpu", "tracer": "tracekit profile --freq 999", "program": "tk_profile", "attach": "perf_event", "run_cnt": 1.0, "ns_per_run": 1.0}
+                {"workload": "cpu", "tracer": "tracekit profile --freq 99 --unwind fp", "program": "tk_profile", "attach": "perf_event", "run_cnt": 300.0, "ns_per_run": 2000.0},
+                {"workload": "cpu", "tracer": "tracekit profile --freq 99 --unwind fp", "program": "tk_profile_dwarf", "attach": "perf_event", "run_cnt": 100.0, "ns_per_run": 6000.0},
+                {"workload": "cpu", "tracer": "tracekit profile --freq 999 --unwind fp", "program": "tk_profile", "attach": "perf_event", "run_cnt": 1.0, "ns_per_run": 1.0}
             ],
             "startup": []
         });
         let m = markdown(&doc);
         assert!(m.contains("## Profilers: cost per sample (cpu)"), "{m}");
         assert!(
-            m.contains("| tracekit profile --freq 99 | 1.0% | 400 | 3.0 ms | 40.0 ms | 100.0 | 3000 | 10.0 / 20.0 MiB |"),
+            m.contains("| tracekit profile --freq 99 --unwind fp | 1.0% | 400 | 30.0 ms | 3.0 ms | 7.0 ms | 40.0 ms | – | 3000 | 10.0 / 20.0 MiB |"),
             "{m}"
         );
+        // 30 ms more over 3600 samples more: 8.3 µs each.
         assert!(
-            m.contains(
-                "| perf record -F 99 -a -g | 2.0% | 400 | 5.0 ms | 80.0 ms | 200.0 | – | – |"
-            ),
+            m.contains("| tracekit profile --freq 999 --unwind fp | 3.0% | 4000 | 30.0 ms | 20.0 ms | 20.0 ms | 70.0 ms | 8.3 | 1 | – |"),
+            "{m}"
+        );
+        // No 99 Hz sibling: no marginal cost.
+        assert!(
+            m.contains("| perf record -F 999 -a -g | 2.0% | 400 | 5.0 ms | 5.0 ms | 70.0 ms | 80.0 ms | – | – | – |"),
             "{m}"
         );
         assert!(!m.contains("| nothing traced | 0.0% |"), "{m}");

@@ -51,6 +51,8 @@ pub(super) struct Sample {
     pub(super) rss_kib: Option<u64>,
     pub(super) hwm_kib: Option<u64>,
     pub(super) lost: Option<u64>,
+    /// CPU time of the tracer up to the moment it was attached (all its threads).
+    pub(super) cpu_start_ms: Option<f64>,
     /// CPU time of the tracer's whole life (start-up and exit included: perf record's build-id
     /// pass, tracekit's last report), from the rusage wait4 returns.
     pub(super) cpu_life_ms: Option<f64>,
@@ -162,12 +164,18 @@ fn forward_lines(from: impl std::io::Read + Send + 'static, tx: mpsc::Sender<Str
 
 /// utime + stime of `pid` in ms, and (VmRSS, VmHWM) in KiB.
 fn usage(pid: u32) -> (Option<f64>, Option<u64>, Option<u64>) {
-    // se.sum_exec_runtime in /proc/<pid>/sched is time on CPU in ms with ns precision, and is
-    // kept even where schedstats are off (then /proc/<pid>/schedstat reads 0); utime+stime in
+    // se.sum_exec_runtime in /proc/<pid>/task/<tid>/sched is time on CPU in ms with ns
+    // precision, and is kept even where schedstats are off (then schedstat reads 0); summed
+    // over the threads (/proc/<pid>/sched is the main thread's alone). utime+stime in
     // /proc/<pid>/stat (10 ms ticks) is the fallback.
-    let cpu = std::fs::read_to_string(format!("/proc/{pid}/sched"))
-        .ok()
-        .and_then(|s| parse_sum_exec_runtime_ms(&s))
+    let threads: Vec<f64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("sched")).ok())
+        .filter_map(|s| parse_sum_exec_runtime_ms(&s))
+        .collect();
+    let cpu = (!threads.is_empty())
+        .then(|| threads.iter().sum())
         .or_else(|| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             parse_proc_stat_cpu_ticks(&stat).map(|t| t as f64 * 1000.0 / clk_tck())
@@ -276,6 +284,7 @@ pub(super) fn measure(
         rss_kib: rss,
         hwm_kib: hwm,
         lost,
+        cpu_start_ms: cpu0,
         cpu_life_ms: Some(life),
         samples: samples_taken(&lines),
     })
