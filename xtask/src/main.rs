@@ -151,8 +151,8 @@ fn test(extra: &[String]) -> Result<()> {
         "the compare test renders its --html page in headless Chromium",
     )?;
     toolchain::ensure_debian(
-        &["linux-perf", "gcc"],
-        "the profile tests compare with `perf record` on a C program the test builds",
+        &["linux-perf", "gcc", "libc6-dev"],
+        "the profile tests compare with `perf record` on a C program the test builds (libc6-dev: crt files and libc.a, which gcc does not pull in without recommends)",
     )?;
     toolchain::ensure_debian(
         &["util-linux"],
