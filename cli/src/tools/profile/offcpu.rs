@@ -205,8 +205,11 @@ impl Collector for OffCpu {
         .with("unwind", "fp")
     }
 
+    /// Often enough to resolve the user stacks of short-lived processes before they exit (a
+    /// key appears at the end of the first block of a process, and only then can its stack be
+    /// resolved).
     fn poll_interval(&self) -> Option<Duration> {
-        Some(Duration::from_millis(1000))
+        Some(Duration::from_millis(200))
     }
 
     /// Resolves the user stacks of processes seen since the last poll while they still run.

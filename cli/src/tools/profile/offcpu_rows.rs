@@ -89,8 +89,7 @@ pub const OFF_FUNCS: &[Column<OffFnRow>] = &[
 
 /// The scheduler's own frames, on every blocking stack: left out of the function table.
 fn scheduler_core(f: &Frame) -> bool {
-    &*f.module == "kernel"
-        && matches!(&*f.function, "__schedule" | "schedule" | "schedule_idle")
+    &*f.module == "kernel" && matches!(&*f.function, "__schedule" | "schedule" | "schedule_idle")
 }
 
 /// The `n` functions with the most blocked time on their stacks (0: all).
@@ -132,7 +131,8 @@ pub struct OffStackRow {
     pub blocks: u64,
     /// The kernel function the thread waited in (the innermost one below the scheduler).
     pub wait: String,
-    /// The innermost user function (the caller that blocked), if the stack has one.
+    /// The innermost user function outside the C library (the caller that blocked), else the
+    /// innermost user function, if the stack has one.
     pub caller: Option<String>,
     /// Every frame, innermost first (`function (module)`).
     pub frames: Vec<String>,
@@ -175,10 +175,18 @@ fn wait_and_caller(frames: &[Frame]) -> (String, Option<String>) {
             || "[no stack]".to_string(),
             |f| sanitize::text(f.function.as_bytes()),
         );
-    let caller = frames
+    // The program's own innermost function: the C library's wrappers (the syscall stubs that
+    // block) are skipped when a caller above them is known.
+    let user: Vec<&Frame> = frames
         .iter()
         .rev()
-        .find(|f| &*f.module != "kernel" && !f.function.starts_with('['))
+        .filter(|f| &*f.module != "kernel" && !f.function.starts_with('['))
+        .collect();
+    let libc = |f: &&Frame| matches!(&*f.module, "libc" | "libpthread" | "ld-linux-x86-64");
+    let caller = user
+        .iter()
+        .find(|f| !libc(f))
+        .or(user.first())
         .map(|f| sanitize::text(f.function.as_bytes()));
     (wait, caller)
 }
@@ -366,7 +374,8 @@ mod tests {
     use super::*;
 
     fn stack(user: &[&str], kernel: &[&str]) -> Vec<Frame> {
-        let mut v: Vec<Frame> = user.iter().map(|f| marker(f, "postgres")).collect();
+        let module = |f: &str| if f == "fsync" { "libc" } else { "postgres" };
+        let mut v: Vec<Frame> = user.iter().map(|f| marker(f, module(f))).collect();
         v.extend(kernel.iter().map(|f| marker(f, "kernel")));
         v
     }
@@ -420,7 +429,7 @@ mod tests {
         let f = off_findings("profile", &procs, &ns, &blocks, 10.0);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(
-            f[0].summary.starts_with("postgres (pid 812): 61 % of its wall time blocked in fsync under `fsync` → `__x64_sys_fsync` (waiting in `io_schedule`), 6.1 s over 10 s in 2300 blocks"),
+            f[0].summary.starts_with("postgres (pid 812): 61 % of its wall time blocked in fsync under `XLogFlush` → `__x64_sys_fsync` (waiting in `io_schedule`), 6.1 s over 10 s in 2300 blocks"),
             "{}",
             f[0].summary
         );
