@@ -407,7 +407,7 @@ fn off_cpu_sleeps_match_schedstat() {
         - w["delay_ns"].as_u64().unwrap();
     let (ns, blocks) = blocked_under(lines, pid, nanosleep_fn);
     eprintln!("off-CPU under do_nanosleep: {ns} ns in {blocks} blocks; schedstat: {own} ns neither running nor runnable ({w})");
-    assert!(blocks >= 95 && blocks <= 100, "{blocks} blocks");
+    assert!((95..=100).contains(&blocks), "{blocks} blocks");
     let off = (ns as f64 - own as f64).abs() / own as f64;
     assert!(
         off <= 0.10,

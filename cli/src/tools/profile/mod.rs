@@ -47,7 +47,7 @@ use symbols::Resolver;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "profile",
-    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function.",
+    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function. `--off-cpu`: where threads wait instead — blocked time by stack from `sched_switch`, so an fsync or a lock wait shows with its call path.",
     hooks: HOOKS,
     triage: false,
     hidden: false,

@@ -208,7 +208,7 @@ pub fn off_stack_rows(
         .filter(|(s, _)| s.id == id)
         .map(|(s, b)| (s, b.count))
         .collect();
-    mine.sort_by(|a, b| b.0.count.cmp(&a.0.count));
+    mine.sort_by_key(|m| std::cmp::Reverse(m.0.count));
     if n > 0 {
         mine.truncate(n);
     }
@@ -438,8 +438,9 @@ mod tests {
 
     #[test]
     fn sleeps_are_no_finding_and_rows_skip_the_scheduler() {
-        let (ns, blocks) = fixture();
-        let (ns, blocks) = (ns[1..].to_vec(), blocks[1..].to_vec());
+        let (mut ns, mut blocks) = fixture();
+        ns.remove(0);
+        blocks.remove(0);
         let a = aggregate(&ns);
         let b = aggregate(&blocks);
         let procs: Vec<(u32, &ProcAgg, Title)> =
