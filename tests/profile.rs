@@ -41,6 +41,21 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Builds C program `name` from `source` in `dir`, with frame pointers.
+fn build_c(dir: &Path, name: &str, source: &str) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let bin = dir.join(name);
+    let cc = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(cc.success());
+    bin
+}
+
 /// Rows of `kind` for `pid` in tracekit's JSON lines.
 fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
     lines
@@ -113,16 +128,7 @@ fn perf_samples(data: &Path) -> HashMap<u64, HashMap<String, u64>> {
 fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     require_root();
     let dir = scratch("profile-c");
-    let src = dir.join("hot.c");
-    std::fs::write(&src, HOT_C).unwrap();
-    let bin = dir.join("tk_hot");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success());
+    let bin = build_c(&dir, "tk_hot", HOT_C);
     let (svg, folded, data) = (
         dir.join("cpu.svg"),
         dir.join("cpu.folded"),
@@ -438,16 +444,7 @@ int main(void) { for (int i = 0; i < 100; i++) tk_block_sleep(); return 0; }
 fn off_cpu_user_stack_names_the_sleeping_function() {
     require_root();
     let dir = scratch("offcpu-c");
-    let src = dir.join("sleeper.c");
-    std::fs::write(&src, SLEEPER_C).unwrap();
-    let bin = dir.join("tk_sleeper");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success());
+    let bin = build_c(&dir, "tk_sleeper", SLEEPER_C);
     let (svg, folded) = (dir.join("off.svg"), dir.join("off.folded"));
     let mut tk = Tracer::spawn(&[
         "profile",

@@ -65,8 +65,7 @@ pub const HOOKS: &[Hook] = &[Hook {
     ..Hook::event("cpu-clock")
 }];
 
-const EXAMPLES: &str = "  tracekit profile --duration 10s                       # top functions of the busiest processes
-  tracekit profile --duration 10s --svg cpu.svg         # and a flame graph of every process
+const EXAMPLES: &str = "  tracekit profile --duration 10s --svg cpu.svg         # top functions of the busiest processes, and a flame graph
   tracekit profile --pid 812 --duration 30s --folded cpu.folded   # one process, full stacks (--pid: DWARF unwinding), folded for inferno
   tracekit profile --off-cpu --duration 10s --svg offcpu.svg     # where threads wait instead: blocked time by stack";
 
@@ -335,17 +334,14 @@ impl Profile {
     }
 
     fn write_files(&self) -> Result<()> {
-        if let Some(p) = &self.folded_path {
-            write_file(p, &folded_text(&self.folded))?;
-        }
-        if let Some(p) = &self.svg_path {
-            let title = format!("CPU samples at {} Hz, {}", self.freq, self.scope.describe());
-            let svg = svg(&self.folded, &title, "samples").map_err(|e| {
-                Error::other(format!("drawing the flame graph {}: {e}", p.display()))
-            })?;
-            write_file(p, &String::from_utf8_lossy(&svg))?;
-        }
-        Ok(())
+        let title = format!("CPU samples at {} Hz, {}", self.freq, self.scope.describe());
+        write_outputs(
+            self.folded_path.as_deref(),
+            self.svg_path.as_deref(),
+            &self.folded,
+            &title,
+            "samples",
+        )
     }
 }
 

@@ -23,10 +23,7 @@ use probes_common::{
 
 use super::{
     offcpu_rows::*,
-    stacks::{
-        aggregate, fold_into, folded_text, key_frames, marker, resolve_new_users, svg, write_file,
-        Sample,
-    },
+    stacks::{aggregate, fold_into, key_frames, marker, resolve_new_users, write_outputs, Sample},
     symbols::Resolver,
     Args,
 };
@@ -34,24 +31,24 @@ use crate::{report::who::Titles, tools::prelude::*};
 
 const OBJECT: Object = crate::object!("offcpu");
 
-/// A `sched:` tracepoint, tp_btf where the kernel allows it, else raw_tp.
-macro_rules! hook {
-    ($event:literal, $prog:literal, $optional:expr) => {
-        Hook {
-            programs: &[
-                (AttachMode::TpBtf, $prog),
-                (AttachMode::RawTp, concat!($prog, "_raw")),
-            ],
-            optional: $optional,
-            ..Hook::event(concat!("sched:", $event))
-        }
-    };
-}
-
-/// The wakeup hook first, so no block is seen before its wakeups are.
+/// The wakeup hook first, so no block is seen before its wakeups are; each tp_btf where the
+/// kernel allows it, else raw_tp.
 pub const HOOKS: &[Hook] = &[
-    hook!("sched_waking", "tk_offcpu_waking", true),
-    hook!("sched_switch", "tk_offcpu_switch", false),
+    Hook {
+        programs: &[
+            (AttachMode::TpBtf, "tk_offcpu_waking"),
+            (AttachMode::RawTp, "tk_offcpu_waking_raw"),
+        ],
+        optional: true,
+        ..Hook::event("sched:sched_waking")
+    },
+    Hook {
+        programs: &[
+            (AttachMode::TpBtf, "tk_offcpu_switch"),
+            (AttachMode::RawTp, "tk_offcpu_switch_raw"),
+        ],
+        ..Hook::event("sched:sched_switch")
+    },
 ];
 
 /// `--min-block`: a duration (humantime), 0 to keep every block, at most an hour.
@@ -167,21 +164,18 @@ struct OffCpu {
 
 impl OffCpu {
     fn write_files(&self) -> Result<()> {
-        if let Some(p) = &self.folded_path {
-            write_file(p, &folded_text(&self.folded))?;
-        }
-        if let Some(p) = &self.svg_path {
-            let title = format!(
-                "Off-CPU time (ns blocked, blocks ≥ {}), {}",
-                fmt_ns(self.min_ns),
-                self.scope.describe()
-            );
-            let svg = svg(&self.folded, &title, "ns").map_err(|e| {
-                Error::other(format!("drawing the flame graph {}: {e}", p.display()))
-            })?;
-            write_file(p, &String::from_utf8_lossy(&svg))?;
-        }
-        Ok(())
+        let title = format!(
+            "Off-CPU time (ns blocked, blocks of {} or more), {}",
+            fmt_ns(self.min_ns),
+            self.scope.describe()
+        );
+        write_outputs(
+            self.folded_path.as_deref(),
+            self.svg_path.as_deref(),
+            &self.folded,
+            &title,
+            "ns",
+        )
     }
 }
 

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::{
+    rows::ppm,
     stacks::{label, top, ProcAgg, Sample},
     symbols::Frame,
 };
@@ -15,14 +16,6 @@ use crate::report::{
     sanitize,
     who::{Id, Title},
 };
-
-fn ppm(part: u64, whole: f64) -> u64 {
-    if whole <= 0.0 {
-        0
-    } else {
-        (part as f64 * 1e6 / whole).round() as u64
-    }
-}
 
 /// One process (or thread) in one window.
 #[derive(Serialize)]

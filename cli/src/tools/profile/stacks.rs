@@ -169,6 +169,27 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), OutputError> {
     sink.finish()
 }
 
+/// Writes the run's folded stacks to `folded` and its flame graph (titled `title`, counts in
+/// `unit`) to `svg`, those that are asked for.
+pub fn write_outputs(
+    folded: Option<&Path>,
+    svg_path: Option<&Path>,
+    acc: &BTreeMap<String, u64>,
+    title: &str,
+    unit: &str,
+) -> crate::error::Result<()> {
+    if let Some(p) = folded {
+        write_file(p, &folded_text(acc))?;
+    }
+    if let Some(p) = svg_path {
+        let svg = svg(acc, title, unit).map_err(|e| {
+            crate::error::Error::other(format!("drawing the flame graph {}: {e}", p.display()))
+        })?;
+        write_file(p, &String::from_utf8_lossy(&svg))?;
+    }
+    Ok(())
+}
+
 /// An SVG that says there was nothing to draw (inferno refuses an empty profile).
 fn empty_svg(title: &str) -> Vec<u8> {
     let esc = |s: &str| {
