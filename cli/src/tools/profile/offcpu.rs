@@ -325,7 +325,7 @@ impl Collector for OffCpu {
         out.sections.push(
             Section::build("function_total", &fns, &id_columns(OFF_FUNCS, threads), &ctx, 0)
                 .caption(format!(
-                    "Top {} functions per process by blocked time (on the stack when the thread blocked; the scheduler's own frames left out):",
+                    "Top {} functions per process by blocked time (on the stack when the thread blocked; the scheduler's and the system-call entry's frames left out):",
                     self.top
                 )),
         );

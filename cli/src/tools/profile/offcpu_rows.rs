@@ -85,6 +85,16 @@ fn scheduler_core(f: &Frame) -> bool {
     &*f.module == "kernel" && matches!(&*f.function, "__schedule" | "schedule" | "schedule_idle")
 }
 
+/// The system-call entry, on every blocking stack of a system call: left out of the function
+/// table too (it names no wait).
+fn syscall_entry(f: &Frame) -> bool {
+    &*f.module == "kernel"
+        && matches!(
+            &*f.function,
+            "do_syscall_64" | "entry_SYSCALL_64" | "entry_SYSCALL_64_after_hwframe"
+        )
+}
+
 /// The `n` functions with the most blocked time on their stacks (0: all).
 pub fn off_fn_rows(
     p: &ProcAgg,
@@ -96,7 +106,7 @@ pub fn off_fn_rows(
     let who = Id::new(id, p.tgid, threads, p.comm.clone(), Title::default());
     let mut ranked: Vec<(Frame, u64)> = top(&p.total, 0)
         .into_iter()
-        .filter(|(f, _)| !scheduler_core(f))
+        .filter(|(f, _)| !scheduler_core(f) && !syscall_entry(f))
         .collect();
     if n > 0 {
         ranked.truncate(n);
@@ -439,6 +449,11 @@ mod tests {
         let procs: Vec<(u32, &ProcAgg, Title)> =
             a.iter().map(|(id, p)| (*id, p, Title::default())).collect();
         assert!(off_findings("profile", &procs, &ns, &blocks, 10.0).is_empty());
+        let (all, _) = fixture();
+        let all = aggregate(&all);
+        let listed = off_fn_rows(&all[&812], None, 812, false, 0);
+        assert!(listed.iter().all(|r| r.function != "entry_SYSCALL_64"));
+        assert!(listed.iter().any(|r| r.function == "do_fsync"));
         let fns = off_fn_rows(&a[&812], b.get(&812), 812, false, 0);
         assert!(fns
             .iter()
