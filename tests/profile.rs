@@ -3,7 +3,8 @@
 //! the same run; and a "JIT" workload (machine code in an anonymous mapping, named in
 //! `/tmp/perf-<pid>.map`), which is also the VM check: guests have no compiler, and the test
 //! binaries are stripped and built without frame pointers, so a JIT with a perf map is the
-//! hot function a guest can name.
+//! hot function a guest can name. Beside it: `profile/container.rs` (a binary that exists only
+//! in a podman container's root) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
 
 use std::{
     collections::HashMap,
@@ -14,6 +15,11 @@ use std::{
 
 use serde_json::Value;
 use tracekit_tests::*;
+
+#[path = "profile/container.rs"]
+mod container;
+#[path = "profile/offcpu.rs"]
+mod offcpu;
 
 /// The hot function of the C program.
 const HOT: &str = "tk_hot_spin";
@@ -40,6 +46,21 @@ int main(int argc, char **argv) {
     return (int)(s & 1) * 0;
 }
 "#;
+
+/// Builds C program `name` from `source` in `dir`, with frame pointers.
+fn build_c(dir: &Path, name: &str, source: &str) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let bin = dir.join(name);
+    let cc = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(cc.success());
+    bin
+}
 
 /// Rows of `kind` for `pid` in tracekit's JSON lines.
 fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
@@ -113,16 +134,7 @@ fn perf_samples(data: &Path) -> HashMap<u64, HashMap<String, u64>> {
 fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     require_root();
     let dir = scratch("profile-c");
-    let src = dir.join("hot.c");
-    std::fs::write(&src, HOT_C).unwrap();
-    let bin = dir.join("tk_hot");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success());
+    let bin = build_c(&dir, "tk_hot", HOT_C);
     let (svg, folded, data) = (
         dir.join("cpu.svg"),
         dir.join("cpu.folded"),
@@ -337,10 +349,15 @@ fn jit_code_is_named_from_its_perf_map() {
 // finds it), and the check each guest kernel of `cargo xtask vm-test` runs.
 
 /// `profile-jit SECS`: runs a hot loop generated at run time for SECS seconds.
+/// `offcpu-sleep N US`: sleeps US microseconds N times; prints its wall time and, from
+/// `/proc/self/task/<tid>/schedstat`, its run and run-queue time over the same span.
+/// `offcpu-fsync N PATH`: writes 4 KiB and fsyncs PATH, N times.
 pub fn workload(args: &[String]) -> Option<i32> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["profile-jit", secs] => jit_workload(secs.parse().ok()?),
+        ["offcpu-sleep", n, us] => offcpu::sleep_workload(n.parse().ok()?, us.parse().ok()?),
+        ["offcpu-fsync", n, path] => offcpu::fsync_workload(n.parse().ok()?, path),
         _ => return None,
     }
     Some(0)
@@ -392,131 +409,4 @@ pub fn vm_check() -> Result<String, String> {
     let pid = w["pid"].as_u64().ok_or("workload printed no pid")?;
     let v = check_hot(&lines, pid, JIT)?;
     Ok(format!("{v} (perf map); {modes}; programs unloaded"))
-}
-
-// ---- A containerised binary, symbolised through the process's own root (issue 19) ----
-
-/// Where the hot program lives inside the container's image, and nowhere on the host.
-const CTR_BIN: &str = "/opt/tk/tk_ctr_hot";
-
-/// perf's top symbol for `pid`'s samples in `data` (`perf report --stdio --sort sym`), if
-/// perf named one.
-fn perf_top_symbol(data: &Path) -> Option<String> {
-    let out = Command::new("perf")
-        .args(["report", "--stdio", "--sort", "sym", "--no-children", "-i"])
-        .arg(data)
-        .output()
-        .ok()?;
-    // `    97.50%  [.] tk_hot_spin`: the first row is the top one.
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#') && l.contains('%'))
-        .find_map(|l| l.split_once("] ").map(|(_, s)| s.trim().to_string()))
-}
-
-/// A statically linked C program (frame pointers on) whose time goes to `tk_hot_spin`, run in a
-/// podman container from an image imported offline; the binary exists only in the container's
-/// root filesystem. tracekit, run twice at once (DWARF unwinding, the default with `--comm`,
-/// which reads the binary's CFI; and frame pointers), names the hot function for ≥ 80 % of the
-/// process's samples and puts the container's name on its rows; `perf record -p` beside them
-/// names the same top function where it resolves it.
-#[test]
-fn container_binary_is_symbolised_through_its_root() {
-    require_root();
-    tracekit_tests::podman::podman_ready();
-    let tag = std::process::id();
-    let dir = scratch("profile-ctr");
-    let src = dir.join("hot.c");
-    std::fs::write(&src, HOT_C).unwrap();
-    let built = dir.join("tk_ctr_hot");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-static", "-fno-omit-frame-pointer", "-o"])
-        .arg(&built)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success(), "gcc -static (libc6-dev ships libc.a)");
-    let mut pod = tracekit_tests::podman::Pod::import(
-        &format!("localhost/tk-prof-ctr-{tag}:latest"),
-        &dir,
-        &[(&built, CTR_BIN)],
-    );
-    std::fs::remove_file(&built).unwrap();
-    let name = format!("tk-prof-ctr-{tag}");
-    let pid = pod.run(&name, &[CTR_BIN, "60"]);
-
-    // The binary is the container's only: not at that path on the host, nor left where it was
-    // built; the process runs it from its own root.
-    assert!(!Path::new(CTR_BIN).exists(), "{CTR_BIN} exists on the host");
-    assert!(!built.exists());
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    assert_eq!(exe, Path::new(CTR_BIN));
-    assert!(Path::new(&format!("/proc/{pid}/root{CTR_BIN}")).exists());
-
-    let data = dir.join("perf.data");
-    let mut dwarf = Tracer::spawn(&["profile", "--json", "--comm", "tk_ctr_hot"]);
-    let mut fp = Tracer::spawn(&[
-        "profile",
-        "--json",
-        "--unwind",
-        "fp",
-        "--comm",
-        "tk_ctr_hot",
-    ]);
-    assert_eq!(dwarf.wait_attached()["unwind"], "dwarf");
-    assert_eq!(fp.wait_attached()["unwind"], "fp");
-    let perf = Command::new("perf")
-        .args([
-            "record",
-            "-F",
-            "99",
-            "-g",
-            "-q",
-            "-p",
-            &pid.to_string(),
-            "-o",
-        ])
-        .arg(&data)
-        .args(["--", "sleep", "4"])
-        .status()
-        .expect("perf record (Debian package linux-perf)");
-    assert!(perf.success());
-    for (mode, tk) in [("dwarf", dwarf), ("fp", fp)] {
-        tk.signal(libc::SIGINT);
-        let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
-        assert!(status.success(), "{stderr}");
-        check_container_row(&lines, pid, &name, mode);
-    }
-    match perf_top_symbol(&data) {
-        // perf names it: the same top function.
-        Some(sym) if !sym.starts_with("0x") => {
-            eprintln!("perf report: top symbol {sym}");
-            assert_eq!(sym, HOT, "perf's top symbol");
-        }
-        other => eprintln!("perf did not resolve the container's binary: {other:?}"),
-    }
-    drop(pod);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// `pid`'s rows name container `name`, and ≥ 80 % of its samples are in the hot function.
-fn check_container_row(lines: &[Value], pid: u32, name: &str, mode: &str) {
-    let pid64 = u64::from(pid);
-    let procs = rows(lines, "process", pid64);
-    assert!(!procs.is_empty(), "no process row for pid {pid}");
-    for r in &procs {
-        assert_eq!(r["container"], name, "{mode}: the row's container: {r}");
-    }
-    let (samples, hot, top) = shares(lines, pid64, HOT).unwrap();
-    let share = hot as f64 / samples.max(1) as f64;
-    eprintln!(
-        "tracekit --unwind {mode}: {hot} of {samples} samples ({:.1} %) in {HOT}, top {top}",
-        share * 100.0
-    );
-    assert!(samples >= 20, "{mode}: only {samples} samples");
-    assert!(
-        share >= 0.8,
-        "{mode}: {hot} of {samples} samples in {HOT} (top {top})"
-    );
-    assert_eq!(top, HOT, "{mode}");
 }

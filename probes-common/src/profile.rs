@@ -69,6 +69,41 @@ pub struct DwarfSample {
 
 crate::impl_pod!(ProfileKey, ProfileVal, DwarfSample);
 
+/// `profile --off-cpu` (object `offcpu`): switch-outs not recorded as waits because the task
+/// was still runnable (a preemption, a yield): not off-CPU waits. Same slot as
+/// [`STAT_IDLE`], which the off-CPU object does not use.
+pub const STAT_RUNNABLE: u32 = 7;
+
+/// `profile --off-cpu`: one blocked task, from its switch-out until its switch-in, by tid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuStart {
+    /// `bpf_ktime_get_ns()` at the switch-out.
+    pub start_ns: u64,
+    /// At the task's wakeup (`sched_waking`); 0 until then.
+    pub wake_ns: u64,
+    pub tgid: u32,
+    /// Ids in the stack-trace map, or [`NO_STACK`].
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// `profile --off-cpu`: blocked time per (process, thread, user stack, kernel stack)
+/// ([`ProfileKey`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuVal {
+    pub comm: [u8; COMM_LEN],
+    /// Blocked time, ns: switch-out to wakeup (to switch-in when the wakeup was not seen).
+    pub ns: u64,
+    /// Blocks of at least the minimum duration.
+    pub blocks: u64,
+}
+
+crate::impl_pod!(OffCpuStart, OffCpuVal);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +114,7 @@ mod tests {
         assert_eq!(size_of::<ProfileKey>(), 24);
         assert_eq!(size_of::<ProfileVal>(), COMM_LEN + 8);
         assert_eq!(size_of::<DwarfSample>(), 40 + COMM_LEN + DWARF_STACK);
+        assert_eq!(size_of::<OffCpuStart>(), 32 + COMM_LEN);
+        assert_eq!(size_of::<OffCpuVal>(), COMM_LEN + 16);
     }
 }

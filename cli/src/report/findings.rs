@@ -34,6 +34,8 @@ pub enum Cause {
     ConntrackFull,
     Pressure,
     CpuHot,
+    /// Threads blocked off the CPU on a lock or another wait (`profile --off-cpu`).
+    OffCpu,
 }
 
 impl Cause {
@@ -60,6 +62,7 @@ impl Cause {
             Cause::ConntrackFull => "conntrack-full",
             Cause::Pressure => "pressure",
             Cause::CpuHot => "cpu-hot",
+            Cause::OffCpu => "off-cpu",
         }
     }
 }

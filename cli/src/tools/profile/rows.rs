@@ -60,7 +60,8 @@ pub const FUNCS: &[Column<FnRow>] = &[
     Column::left("FUNCTION", |r, _| r.label.clone()),
 ];
 
-fn ppm(part: u64, whole: f64) -> u64 {
+/// `part` of `whole` in parts per million (0 of nothing).
+pub fn ppm(part: u64, whole: f64) -> u64 {
     if whole <= 0.0 {
         0
     } else {

@@ -8,8 +8,61 @@ use std::{
     rc::Rc,
 };
 
-use super::symbols::Frame;
+use aya::maps::{stack_trace::StackTraceMap, MapData};
+use probes_common::profile::ProfileKey;
+
+use super::symbols::{Frame, Resolver};
 use crate::report::output::{OutputError, Sink};
+
+/// The addresses of stack `id` in a stack-trace map, innermost first (`None`: no stack).
+pub fn stack_ips(stacks: &StackTraceMap<MapData>, id: i32) -> Option<Vec<u64>> {
+    if id < 0 {
+        return None;
+    }
+    let st = stacks.get(&(id as u32), 0).ok()?;
+    Some(st.frames().iter().map(|f| f.ip).collect())
+}
+
+/// Resolves the frame-pointer user stacks of `keys` not resolved yet (while their processes
+/// still run).
+pub fn resolve_new_users(
+    resolver: &mut Resolver,
+    stacks: &StackTraceMap<MapData>,
+    keys: &[ProfileKey],
+) {
+    for k in keys {
+        if k.user_stack >= 0 && !resolver.has_user(k.tgid, k.user_stack) {
+            if let Some(ips) = stack_ips(stacks, k.user_stack) {
+                resolver.resolve_user(k.tgid, k.user_stack, &ips);
+            }
+        }
+    }
+}
+
+/// The frames of one key, outermost first: user frames (`user`: already unwound, else the
+/// key's frame-pointer stack), then kernel frames; `[no stack]` when there are none.
+pub fn key_frames(
+    resolver: &mut Resolver,
+    stacks: &StackTraceMap<MapData>,
+    k: &ProfileKey,
+    user: Option<std::rc::Rc<[Frame]>>,
+) -> Vec<Frame> {
+    let mut out: Vec<Frame> = Vec::new();
+    let user = user.or_else(|| {
+        stack_ips(stacks, k.user_stack).map(|ips| resolver.resolve_user(k.tgid, k.user_stack, &ips))
+    });
+    if let Some(f) = user {
+        out.extend(f.iter().rev().cloned());
+    }
+    if let Some(ips) = stack_ips(stacks, k.kernel_stack) {
+        let f = resolver.resolve_kernel(k.kernel_stack, &ips);
+        out.extend(f.iter().rev().cloned());
+    }
+    if out.is_empty() {
+        out.push(marker("[no stack]", "[unknown]"));
+    }
+    out
+}
 
 /// Samples of one stack of one process (or thread) in a window.
 pub struct Sample {
@@ -116,6 +169,27 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), OutputError> {
     sink.finish()
 }
 
+/// Writes the run's folded stacks to `folded` and its flame graph (titled `title`, counts in
+/// `unit`) to `svg`, those that are asked for.
+pub fn write_outputs(
+    folded: Option<&Path>,
+    svg_path: Option<&Path>,
+    acc: &BTreeMap<String, u64>,
+    title: &str,
+    unit: &str,
+) -> crate::error::Result<()> {
+    if let Some(p) = folded {
+        write_file(p, &folded_text(acc))?;
+    }
+    if let Some(p) = svg_path {
+        let svg = svg(acc, title, unit).map_err(|e| {
+            crate::error::Error::other(format!("drawing the flame graph {}: {e}", p.display()))
+        })?;
+        write_file(p, &String::from_utf8_lossy(&svg))?;
+    }
+    Ok(())
+}
+
 /// An SVG that says there was nothing to draw (inferno refuses an empty profile).
 fn empty_svg(title: &str) -> Vec<u8> {
     let esc = |s: &str| {
@@ -131,13 +205,13 @@ fn empty_svg(title: &str) -> Vec<u8> {
 }
 
 /// The SVG flame graph of `acc` (with no samples, an SVG saying so).
-pub fn svg(acc: &BTreeMap<String, u64>, title: &str) -> std::io::Result<Vec<u8>> {
+pub fn svg(acc: &BTreeMap<String, u64>, title: &str, unit: &str) -> std::io::Result<Vec<u8>> {
     if acc.is_empty() {
         return Ok(empty_svg(title));
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
-    opts.count_name = "samples".into();
+    opts.count_name = unit.into();
     let lines: Vec<String> = acc.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut out = Vec::new();
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut out)
@@ -226,7 +300,7 @@ mod tests {
     fn svg_names_the_functions() {
         let mut acc = BTreeMap::new();
         fold_into(&mut acc, &fixture());
-        let s = String::from_utf8(svg(&acc, "t").unwrap()).unwrap();
+        let s = String::from_utf8(svg(&acc, "t", "samples").unwrap()).unwrap();
         assert!(s.starts_with("<?xml"), "{}", &s[..40]);
         assert!(s.contains("spin"));
         assert!(s.trim_end().ends_with("</svg>"));
@@ -235,7 +309,8 @@ mod tests {
     /// No samples (a --comm that matched nothing): an SVG saying so, never an error.
     #[test]
     fn svg_of_nothing_says_so() {
-        let s = String::from_utf8(svg(&BTreeMap::new(), "in comm <x> & y").unwrap()).unwrap();
+        let s = String::from_utf8(svg(&BTreeMap::new(), "in comm <x> & y", "samples").unwrap())
+            .unwrap();
         assert!(
             s.starts_with("<?xml") && s.trim_end().ends_with("</svg>"),
             "{s}"
