@@ -376,9 +376,39 @@ struct Cache {
     root: Option<StateRoot>,
 }
 
-/// Entries each cache keeps before it starts over (a node rarely runs more containers; a
-/// churning one re-reads a state file per container after a reset).
+/// Entries each cache keeps at most (a node rarely runs more containers; a churning one
+/// re-reads a state file per container after a reset).
 const CACHE_CAP: usize = 4096;
+
+impl Cache {
+    /// Remembers `pid`'s container. At `cap` entries, the pids that are gone are forgotten
+    /// first (`alive` says which live), then everything if all still live: the cache stays
+    /// bounded however many processes come and go.
+    fn remember_pid(
+        &mut self,
+        pid: u32,
+        c: Option<Arc<Container>>,
+        cap: usize,
+        alive: impl Fn(u32) -> bool,
+    ) {
+        if self.by_pid.len() >= cap && !self.by_pid.contains_key(&pid) {
+            self.by_pid.retain(|p, _| alive(*p));
+            // Keep room for a while: only a cache at most half full of live pids is kept.
+            if self.by_pid.len() >= cap / 2 {
+                self.by_pid.clear();
+            }
+        }
+        self.by_pid.insert(pid, c);
+    }
+
+    /// Remembers the container of cgroup `path`, starting over at `cap` paths.
+    fn remember_path(&mut self, path: String, c: Option<Arc<Container>>, cap: usize) {
+        if self.by_path.len() >= cap && !self.by_path.contains_key(&path) {
+            self.by_path.clear();
+        }
+        self.by_path.insert(path, c);
+    }
+}
 
 static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 
@@ -400,16 +430,12 @@ pub fn of_pid(pid: u32) -> Option<Arc<Container>> {
         }
         let root = cache.root.get_or_insert_with(StateRoot::host);
         let c = Some(Arc::new(root.resolve(&m, &path)));
-        if cache.by_path.len() >= CACHE_CAP {
-            cache.by_path.clear();
-        }
-        cache.by_path.insert(path, c.clone());
+        cache.remember_path(path, c.clone(), CACHE_CAP);
         c
     });
-    if cache.by_pid.len() >= CACHE_CAP {
-        cache.by_pid.clear();
-    }
-    cache.by_pid.insert(pid, found.clone());
+    cache.remember_pid(pid, found.clone(), CACHE_CAP, |p| {
+        super::proc_path(&p.to_string()).exists()
+    });
     found
 }
 
@@ -619,6 +645,41 @@ mod tests {
         assert_eq!((c.runtime, c.name), (Runtime::Docker, path));
         let c = name("/system.slice/postgresql.service".into());
         assert!(c.matches("postgresql.service") && !c.matches("post"));
+    }
+
+    #[test]
+    fn caches_stay_bounded_as_processes_come_and_go() {
+        let c = Some(Arc::new(Container {
+            runtime: Runtime::Cgroup,
+            id: "/tk/a".into(),
+            name: "/tk/a".into(),
+            pod: None,
+            namespace: None,
+        }));
+        let mut cache = Cache::default();
+        // 10,000 short-lived processes, each gone soon after it was seen; pids 1..=10 live on.
+        let alive = |p: u32| p <= 10;
+        for pid in 1..=10_000u32 {
+            cache.remember_pid(pid, c.clone(), 64, alive);
+            assert!(
+                cache.by_pid.len() <= 64,
+                "{} at pid {pid}",
+                cache.by_pid.len()
+            );
+            cache.remember_path(format!("/tk/{pid}"), c.clone(), 64);
+            assert!(cache.by_path.len() <= 64);
+        }
+        // The dead are forgotten first: the live ones are still known.
+        for pid in 1..=10 {
+            assert!(cache.by_pid.contains_key(&pid), "live pid {pid} kept");
+        }
+        assert!(cache.by_pid.contains_key(&10_000));
+        // All alive and the cache full: it starts over rather than grow.
+        let mut full = Cache::default();
+        for pid in 1..=200u32 {
+            full.remember_pid(pid, None, 64, |_| true);
+            assert!(full.by_pid.len() <= 64);
+        }
     }
 
     #[test]
