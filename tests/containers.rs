@@ -465,3 +465,296 @@ pub fn workload(args: &[String]) -> Option<i32> {
     }
     Some(0)
 }
+
+/// The mount points of the v1 memory hierarchy and of the v2 hierarchy, as this host has them.
+fn cgroup_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let (mut v1, mut v2) = (None, None);
+    for l in info.lines() {
+        let Some((pre, post)) = l.split_once(" - ") else {
+            continue;
+        };
+        let mp = pre.split_whitespace().nth(4).map(PathBuf::from);
+        let mut post = post.split_whitespace();
+        let fstype = post.next().unwrap_or("");
+        let opts = post.nth(1).unwrap_or("");
+        if fstype == "cgroup2" && v2.is_none() {
+            v2 = mp;
+        } else if fstype == "cgroup" && opts.split(',').any(|o| o == "memory") {
+            v1 = mp;
+        }
+    }
+    (v1, v2)
+}
+
+/// A cgroup of no runtime's layout (`/tk-unknown-<pid>/app1`), made in the v1 memory hierarchy
+/// and in the v2 one (whichever this host mounts), removed on drop.
+struct Unknown {
+    rel: String,
+    dirs: Vec<PathBuf>,
+}
+
+impl Unknown {
+    fn new() -> Unknown {
+        let rel = format!("/tk-unknown-{}/app1", std::process::id());
+        let (v1, v2) = cgroup_mounts();
+        let dirs: Vec<PathBuf> = [v1, v2]
+            .into_iter()
+            .flatten()
+            .map(|m| m.join(&rel[1..]))
+            .collect();
+        assert!(!dirs.is_empty(), "no cgroup hierarchy mounted");
+        for d in &dirs {
+            std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+        }
+        Unknown { rel, dirs }
+    }
+
+    /// A shell line that moves itself into every hierarchy's cgroup.
+    fn enter(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| format!("echo $$ > {}/cgroup.procs; ", d.display()))
+            .collect()
+    }
+}
+
+impl Drop for Unknown {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d);
+            let _ = std::fs::remove_dir(d.parent().unwrap());
+        }
+    }
+}
+
+fn wait_file(p: &Path) {
+    let t = std::time::Instant::now();
+    while !p.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{} never appeared",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_unknown_cgroup_layout_is_named_by_its_path() {
+    require_root();
+    let cg = Unknown::new();
+    let dir = scratch("ct-unknown");
+    let (done, end) = (dir.join("done"), dir.join("end"));
+    let spawn = |args: &[&str]| {
+        let mut t = Tracer::spawn(args);
+        t.wait_attached();
+        t
+    };
+    let fsync_all = spawn(&["fsync-lat", "--json"]);
+    let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
+    let ctxsw = spawn(&["ctxsw", "--json"]);
+    // The workload moves itself into the cgroup, waits for GO, fsyncs 150 times and stays
+    // alive (so /proc names it) until END.
+    let go = dir.join("go");
+    let mut w = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{}while [ ! -e {} ]; do sleep 0.1; done; exec {} ct-fsync {} 150 {} {}",
+            cg.enter(),
+            go.display(),
+            workload_bin().display(),
+            dir.join("f").display(),
+            done.display(),
+            end.display()
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = w.id();
+    // --container by the path, started once the workload is in the cgroup.
+    let t = std::time::Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg.rel))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "pid {pid} never joined"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let one = spawn(&["fsync-lat", "--json", "--container", &cg.rel]);
+    let ctxsw_one = spawn(&["ctxsw", "--json", "--container", &cg.rel]);
+    std::fs::write(&go, "").unwrap();
+    wait_file(&done);
+    let (all, by, ctxsw) = (stop(fsync_all), stop(fsync_by), stop(ctxsw));
+    let (one, ctxsw_one) = (stop(one), stop(ctxsw_one));
+    std::fs::write(&end, "").unwrap();
+    let out = w.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).expect("workload JSON");
+    let fsyncs = report["fsync_ns"].as_array().unwrap().len() as u64;
+    assert_eq!(fsyncs, 150);
+
+    // Every row of the workload names the cgroup, runtime "cgroup"; the count is its own.
+    let r = rows(&all, "fsync-lat");
+    let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == pid).collect();
+    assert!(!mine.is_empty(), "no row for pid {pid}: {r:?}");
+    for x in &mine {
+        assert_eq!(x["container"], cg.rel.as_str(), "{x}");
+        assert_eq!(x["container_id"], cg.rel.as_str(), "{x}");
+        assert_eq!(x["runtime"], "cgroup", "{x}");
+    }
+    assert_eq!(count(&r, &cg.rel, "count"), fsyncs);
+    // --by container: one row for the cgroup, the sum of its processes.
+    let b = rows(&by, "fsync-lat");
+    let folded: Vec<&&Value> = b.iter().filter(|x| x["container"] == cg.rel).collect();
+    assert!(!folded.is_empty(), "{b:?}");
+    assert!(
+        folded
+            .iter()
+            .all(|x| x["pid"] == 0 && x["processes"].as_u64() >= Some(1)),
+        "{folded:?}"
+    );
+    assert_eq!(count(&b, &cg.rel, "count"), fsyncs);
+    // --container PATH: only the cgroup's process, with its exact count.
+    let o = rows(&one, "fsync-lat");
+    assert!(!o.is_empty() && o.iter().all(|x| x["pid"] == pid), "{o:?}");
+    assert_eq!(count(&o, &cg.rel, "count"), fsyncs);
+    // ctxsw names it too, and --container keeps only the cgroup's processes (the workload and
+    // the `sleep`s its shell ran while waiting).
+    let c = rows(&ctxsw, "ctxsw");
+    let x = c
+        .iter()
+        .find(|x| x["pid"] == pid)
+        .unwrap_or_else(|| panic!("ctxsw: no row for {pid}: {c:?}"));
+    assert_eq!(x["container"], cg.rel.as_str(), "{x}");
+    assert_eq!(x["runtime"], "cgroup", "{x}");
+    let c1 = rows(&ctxsw_one, "ctxsw");
+    assert!(
+        c1.iter().any(|x| x["pid"] == pid),
+        "ctxsw --container: {c1:?}"
+    );
+    assert!(
+        c1.iter().all(|x| x["container"] == cg.rel.as_str()),
+        "{c1:?}"
+    );
+    // The host's own processes stay the host: pid 1 (the root cgroup) has no container.
+    let host_rows = c.iter().filter(|x| x["pid"] == 1);
+    for x in host_rows {
+        assert!(x.get("container").is_none(), "{x}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The pid of the process whose command line holds `needle`, once one does.
+fn pid_with_cmdline(needle: &str) -> u32 {
+    let t = std::time::Instant::now();
+    loop {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() {
+                return pid;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no process runs {needle}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn podman_exec_is_followed() {
+    require_root();
+    ensure_runtime();
+    let tag = std::process::id();
+    let made = Made {
+        names: vec![format!("tk-ct-exec-{tag}")],
+        image: format!("localhost/tk-ct-exec-{tag}:latest"),
+        dir: scratch("containers-exec"),
+    };
+    image(&made);
+    let name = made.names[0].clone();
+    let gate = made.dir.join("gate");
+    std::fs::create_dir_all(&gate).unwrap();
+    // A running container that only waits.
+    podman(&[
+        "--runtime",
+        "runc",
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "-v",
+        &format!("{}:/gate", gate.display()),
+        &made.image,
+        "sh",
+        "-c",
+        "while [ ! -e /gate/end ]; do sleep 0.2; done",
+    ]);
+    let id = podman(&["inspect", "--format", "{{.Id}}", &name]);
+    let spawn = |args: &[&str]| {
+        let mut t = Tracer::spawn(args);
+        t.wait_attached();
+        t
+    };
+    let all = spawn(&["fsync-lat", "--json"]);
+    let by = spawn(&["fsync-lat", "--json", "--by", "container"]);
+    // Started before the exec: the exec'd process is no child of the container's processes.
+    let one = spawn(&["fsync-lat", "--json", "--container", &name]);
+    let ctxsw = spawn(&["ctxsw", "--json"]);
+    // `podman exec` an fsync loop into it; it waits for /gate/go first.
+    podman(&[
+        "exec",
+        "-d",
+        &name,
+        "sh",
+        "-c",
+        "while [ ! -e /gate/go ]; do sleep 0.1; done; \
+         exec /tk-workload ct-fsync /data/f 200 /gate/done-exec /gate/end > /gate/exec.json",
+    ]);
+    let pid = pid_with_cmdline("/gate/done-exec");
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        cgroup.contains(&id),
+        "runc exec joins the container's cgroup: {cgroup}"
+    );
+    // --container re-reads the container's processes every 0.5 s: give it a few rounds.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(gate.join("go"), "").unwrap();
+    wait_file(&gate.join("done-exec"));
+    let (all, by, one, ctxsw) = (stop(all), stop(by), stop(one), stop(ctxsw));
+    std::fs::write(gate.join("end"), "").unwrap();
+    let report = std::fs::read_to_string(gate.join("exec.json")).unwrap();
+    let w: Value = serde_json::from_str(report.trim()).expect(&report);
+    let fsyncs = w["fsync_ns"].as_array().expect("fsync_ns").len() as u64;
+    assert_eq!(fsyncs, 200);
+    podman(&["wait", &name]);
+
+    // The exec'd process's rows name the container, as podman does.
+    let r = rows(&all, "fsync-lat");
+    let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == pid).collect();
+    assert!(!mine.is_empty(), "no row for the exec'd pid {pid}: {r:?}");
+    for x in &mine {
+        assert_eq!(x["container"], name.as_str(), "{x}");
+        assert_eq!(x["container_id"], id.as_str(), "{x}");
+        assert_eq!(x["runtime"], "podman", "{x}");
+    }
+    let own: u64 = mine.iter().map(|x| x["count"].as_u64().unwrap()).sum();
+    assert_eq!(own, fsyncs, "the exec'd workload's own count");
+    assert_eq!(count(&r, &name, "count"), fsyncs);
+    assert_eq!(count(&rows(&by, "fsync-lat"), &name, "count"), fsyncs);
+    // --container NAME, started before the exec, follows it.
+    let o = rows(&one, "fsync-lat");
+    assert!(o.iter().all(|x| x["container"] == name.as_str()), "{o:?}");
+    assert_eq!(count(&o, &name, "count"), fsyncs, "{o:?}");
+    let c = rows(&ctxsw, "ctxsw");
+    let x = c
+        .iter()
+        .find(|x| x["pid"] == pid)
+        .unwrap_or_else(|| panic!("ctxsw: no row for the exec'd pid {pid}"));
+    assert_eq!(x["container"], name.as_str(), "{x}");
+}
