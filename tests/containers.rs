@@ -521,9 +521,27 @@ impl Unknown {
 
 impl Drop for Unknown {
     fn drop(&mut self) {
-        for d in &self.dirs {
-            let _ = std::fs::remove_dir(d);
-            let _ = std::fs::remove_dir(d.parent().unwrap());
+        // The workload may still be on its way out (see `Release`).
+        for _ in 0..100 {
+            for d in &self.dirs {
+                let _ = std::fs::remove_dir(d);
+                let _ = std::fs::remove_dir(d.parent().unwrap());
+            }
+            if self.dirs.iter().all(|d| !d.exists()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Gate files written on drop, so a workload waiting on them ends even when the test fails.
+struct Release(Vec<PathBuf>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::write(f, "");
         }
     }
 }
@@ -557,7 +575,8 @@ fn an_unknown_cgroup_layout_is_named_by_its_path() {
     // The workload moves itself into the cgroup, waits for GO, fsyncs 150 times and stays
     // alive (so /proc names it) until END.
     let go = dir.join("go");
-    let mut w = Command::new("sh")
+    let _release = Release(vec![go.clone(), end.clone()]);
+    let w = Command::new("sh")
         .arg("-c")
         .arg(format!(
             "{}while [ ! -e {} ]; do sleep 0.1; done; exec {} ct-fsync {} 150 {} {}",
