@@ -138,9 +138,9 @@ pub fn run(args: Args) -> Result<()> {
 /// Hands the allocator's free pages back to the kernel once a window's rows are folded into the
 /// totals. What serve keeps between windows is bounded (totals by `--max-series`, caches by
 /// their caps), but glibc keeps the heap at the high-water mark of the busiest window and never
-/// shrinks it from the middle: without this, RSS climbs to the largest window's transient rows
-/// (tens of MB after a burst of processes) and stays there. Costs well under a millisecond
-/// per window.
+/// shrinks it from the middle: without this, RSS stays at the busiest window's transient rows.
+/// Measured over 10 minutes and 3,000 short-lived `dd conv=fsync` processes (plus as many
+/// `sleep`s), every default collector: RSS 44.9 MB from minute 2 on without, 37.8–39.9 MB with.
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers and only returns free memory to the kernel.
