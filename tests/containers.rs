@@ -131,27 +131,6 @@ fn run(made: &Made, name: &str, cmd: &str) -> u32 {
         .expect("pid")
 }
 
-fn rows<'a>(lines: &'a [Value], tool: &str) -> Vec<&'a Value> {
-    lines
-        .iter()
-        .filter(|l| l["tool"] == tool && l["type"] == "summary")
-        .collect()
-}
-
-fn count(rows: &[&Value], container: &str, key: &str) -> u64 {
-    rows.iter()
-        .filter(|r| r["container"] == container)
-        .map(|r| r[key].as_u64().unwrap_or(0))
-        .sum()
-}
-
-fn stop(tk: Tracer) -> Vec<Value> {
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
-    assert!(status.success(), "exit {status}: {stderr}");
-    lines
-}
-
 #[test]
 fn every_tool_names_the_containers() {
     require_root();
@@ -209,28 +188,23 @@ fn every_tool_names_the_containers() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("tk-no-such-container"), "{stderr}");
 
-    let spawn = |args: &[&str]| {
-        let mut t = Tracer::spawn(args);
-        t.wait_attached();
-        t
-    };
-    let fsync_all = spawn(&["fsync-lat", "--json"]);
-    let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
-    let fsync_one = spawn(&["fsync-lat", "--json", "--container", &fsync_name]);
-    let memstall = spawn(&["memstall", "--json"]);
-    let memstall_by = spawn(&["memstall", "--json", "--by", "container"]);
+    let fsync_all = attached(&["fsync-lat", "--json"]);
+    let fsync_by = attached(&["fsync-lat", "--json", "--by", "container"]);
+    let fsync_one = attached(&["fsync-lat", "--json", "--container", &fsync_name]);
+    let memstall = attached(&["memstall", "--json"]);
+    let memstall_by = attached(&["memstall", "--json", "--by", "container"]);
     let others: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
-        .map(|t| (t, spawn(&[t, "--json"])))
+        .map(|t| (t, attached(&[t, "--json"])))
         .collect();
     // Tools without --by container: net-rx (drops by socket), numa (forced on one node),
     // profile (frame pointers: the workload's own stacks do not matter here).
-    let net_rx = spawn(&["net-rx", "--json"]);
-    let numa = spawn(&["numa", "--json", "--force"]);
-    let profile = spawn(&["profile", "--json", "--unwind", "fp"]);
+    let net_rx = attached(&["net-rx", "--json"]);
+    let numa = attached(&["numa", "--json", "--force"]);
+    let profile = attached(&["profile", "--json", "--unwind", "fp"]);
     let others_by: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
-        .map(|t| (t, spawn(&[t, "--json", "--by", "container"])))
+        .map(|t| (t, attached(&[t, "--json", "--by", "container"])))
         .collect();
 
     // The workloads stay alive (named by /proc) until every tracer has reported.
@@ -249,24 +223,27 @@ fn every_tool_names_the_containers() {
     let fsyncs = w["fsync_ns"].as_array().expect("fsync_ns").len() as u64;
     assert_eq!(fsyncs, 300);
 
-    let fsync_by = stop(fsync_by);
-    let fsync_one = stop(fsync_one);
-    let memstall = stop(memstall);
-    let memstall_by = stop(memstall_by);
-    let others: Vec<(&str, Vec<Value>)> = others.into_iter().map(|(t, x)| (t, stop(x))).collect();
-    let others_by: Vec<(&str, Vec<Value>)> =
-        others_by.into_iter().map(|(t, x)| (t, stop(x))).collect();
-    let net_rx = stop(net_rx);
-    let numa = stop(numa);
-    let profile = stop(profile);
-    let all = stop(fsync_all);
+    let fsync_by = stop_json(fsync_by);
+    let fsync_one = stop_json(fsync_one);
+    let memstall = stop_json(memstall);
+    let memstall_by = stop_json(memstall_by);
+    let others: Vec<(&str, Vec<Value>)> =
+        others.into_iter().map(|(t, x)| (t, stop_json(x))).collect();
+    let others_by: Vec<(&str, Vec<Value>)> = others_by
+        .into_iter()
+        .map(|(t, x)| (t, stop_json(x)))
+        .collect();
+    let net_rx = stop_json(net_rx);
+    let numa = stop_json(numa);
+    let profile = stop_json(profile);
+    let all = stop_json(fsync_all);
     std::fs::write(gate.join("end"), "").unwrap();
     for n in &made.names {
         podman(&["wait", n]);
     }
 
     // Every row of the container's process names it; the count is the workload's own.
-    let r = rows(&all, "fsync-lat");
+    let r = summary_rows(&all, "fsync-lat");
     let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == fsync_pid).collect();
     assert!(!mine.is_empty(), "no row for pid {fsync_pid}: {r:?}");
     for x in &mine {
@@ -274,7 +251,7 @@ fn every_tool_names_the_containers() {
         assert_eq!(x["runtime"], "podman", "{x}");
         assert_eq!(x["container_id"].as_str().unwrap().len(), 64, "{x}");
     }
-    assert_eq!(count(&r, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&r, &fsync_name, "count"), fsyncs);
     let finding = all
         .iter()
         .find(|l| l["type"] == "finding" && l["pid"] == fsync_pid);
@@ -283,7 +260,7 @@ fn every_tool_names_the_containers() {
     }
 
     // --by container: one row per container and syscall, the sum of its processes' rows.
-    let b = rows(&fsync_by, "fsync-lat");
+    let b = summary_rows(&fsync_by, "fsync-lat");
     let folded: Vec<&&Value> = b.iter().filter(|x| x["container"] == fsync_name).collect();
     assert!(!folded.is_empty(), "{b:?}");
     for x in &folded {
@@ -296,22 +273,22 @@ fn every_tool_names_the_containers() {
             .sum();
         assert_eq!(x["count"].as_u64().unwrap(), sum, "{x}");
     }
-    assert_eq!(count(&b, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&b, &fsync_name, "count"), fsyncs);
     assert!(
         b.iter().all(|x| x["pid"] == 0),
         "every row folded (host rows in [host]): {b:?}"
     );
 
     // --container NAME: only that container's processes.
-    let o = rows(&fsync_one, "fsync-lat");
+    let o = summary_rows(&fsync_one, "fsync-lat");
     assert!(!o.is_empty());
     for x in &o {
         assert_eq!(x["container"], fsync_name.as_str(), "{x}");
     }
-    assert_eq!(count(&o, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&o, &fsync_name, "count"), fsyncs);
 
     // memstall: the writer's memcg reclaim, named by its container.
-    let m = rows(&memstall, "memstall");
+    let m = summary_rows(&memstall, "memstall");
     let writer: Vec<&&Value> = m.iter().filter(|x| x["pid"] == mem_pid).collect();
     assert!(
         !writer.is_empty(),
@@ -328,7 +305,7 @@ fn every_tool_names_the_containers() {
     );
 
     // memstall --by container: the writer's container's reclaim is the sum of its processes'.
-    let mb = rows(&memstall_by, "memstall");
+    let mb = summary_rows(&memstall_by, "memstall");
     let kind = |rs: &[&Value], k: &str| -> u64 {
         rs.iter()
             .filter(|x| x["container"] == mem_name && x["kind"] == k)
@@ -346,7 +323,7 @@ fn every_tool_names_the_containers() {
 
     // ctxsw, runq-lat, io-lat --by container: a row per container, named by it.
     for (tool, lines) in &others_by {
-        let r = rows(lines, tool);
+        let r = summary_rows(lines, tool);
         let x = r
             .iter()
             .find(|x| x["container"] == fsync_name)
@@ -390,7 +367,7 @@ fn every_tool_names_the_containers() {
 
     // The other tools name the containers' processes too.
     for (tool, lines) in &others {
-        let r = rows(lines, tool);
+        let r = summary_rows(lines, tool);
         for (name, pid) in [(&fsync_name, fsync_pid), (&mem_name, mem_pid)] {
             let x = r.iter().find(|x| x["pid"] == pid);
             if *tool == "io-lat" && name == &mem_name && x.is_none() {
@@ -466,204 +443,6 @@ pub fn workload(args: &[String]) -> Option<i32> {
     Some(0)
 }
 
-/// The mount points of the v1 memory hierarchy and of the v2 hierarchy, as this host has them.
-fn cgroup_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let (mut v1, mut v2) = (None, None);
-    for l in info.lines() {
-        let Some((pre, post)) = l.split_once(" - ") else {
-            continue;
-        };
-        let mp = pre.split_whitespace().nth(4).map(PathBuf::from);
-        let mut post = post.split_whitespace();
-        let fstype = post.next().unwrap_or("");
-        let opts = post.nth(1).unwrap_or("");
-        if fstype == "cgroup2" && v2.is_none() {
-            v2 = mp;
-        } else if fstype == "cgroup" && opts.split(',').any(|o| o == "memory") {
-            v1 = mp;
-        }
-    }
-    (v1, v2)
-}
-
-/// A cgroup of no runtime's layout (`/tk-unknown-<pid>/app1`), made in the v1 memory hierarchy
-/// and in the v2 one (whichever this host mounts), removed on drop.
-struct Unknown {
-    rel: String,
-    dirs: Vec<PathBuf>,
-}
-
-impl Unknown {
-    fn new() -> Unknown {
-        let rel = format!("/tk-unknown-{}/app1", std::process::id());
-        let (v1, v2) = cgroup_mounts();
-        let dirs: Vec<PathBuf> = [v1, v2]
-            .into_iter()
-            .flatten()
-            .map(|m| m.join(&rel[1..]))
-            .collect();
-        assert!(!dirs.is_empty(), "no cgroup hierarchy mounted");
-        for d in &dirs {
-            std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-        }
-        Unknown { rel, dirs }
-    }
-
-    /// A shell line that moves itself into every hierarchy's cgroup.
-    fn enter(&self) -> String {
-        self.dirs
-            .iter()
-            .map(|d| format!("echo $$ > {}/cgroup.procs; ", d.display()))
-            .collect()
-    }
-}
-
-impl Drop for Unknown {
-    fn drop(&mut self) {
-        // The workload may still be on its way out (see `Release`).
-        for _ in 0..100 {
-            for d in &self.dirs {
-                let _ = std::fs::remove_dir(d);
-                let _ = std::fs::remove_dir(d.parent().unwrap());
-            }
-            if self.dirs.iter().all(|d| !d.exists()) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// Gate files written on drop, so a workload waiting on them ends even when the test fails.
-struct Release(Vec<PathBuf>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        for f in &self.0 {
-            let _ = std::fs::write(f, "");
-        }
-    }
-}
-
-fn wait_file(p: &Path) {
-    let t = std::time::Instant::now();
-    while !p.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "{} never appeared",
-            p.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[test]
-fn an_unknown_cgroup_layout_is_named_by_its_path() {
-    require_root();
-    let cg = Unknown::new();
-    let dir = scratch("ct-unknown");
-    let (done, end) = (dir.join("done"), dir.join("end"));
-    let spawn = |args: &[&str]| {
-        let mut t = Tracer::spawn(args);
-        t.wait_attached();
-        t
-    };
-    let fsync_all = spawn(&["fsync-lat", "--json"]);
-    let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
-    let ctxsw = spawn(&["ctxsw", "--json"]);
-    // The workload moves itself into the cgroup, waits for GO, fsyncs 150 times and stays
-    // alive (so /proc names it) until END.
-    let go = dir.join("go");
-    let _release = Release(vec![go.clone(), end.clone()]);
-    let w = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "{}while [ ! -e {} ]; do sleep 0.1; done; exec {} ct-fsync {} 150 {} {}",
-            cg.enter(),
-            go.display(),
-            workload_bin().display(),
-            dir.join("f").display(),
-            done.display(),
-            end.display()
-        ))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = w.id();
-    // --container by the path, started once the workload is in the cgroup.
-    let t = std::time::Instant::now();
-    while !std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg.rel))
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "pid {pid} never joined"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let one = spawn(&["fsync-lat", "--json", "--container", &cg.rel]);
-    let ctxsw_one = spawn(&["ctxsw", "--json", "--container", &cg.rel]);
-    std::fs::write(&go, "").unwrap();
-    wait_file(&done);
-    let (all, by, ctxsw) = (stop(fsync_all), stop(fsync_by), stop(ctxsw));
-    let (one, ctxsw_one) = (stop(one), stop(ctxsw_one));
-    std::fs::write(&end, "").unwrap();
-    let out = w.wait_with_output().unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).expect("workload JSON");
-    let fsyncs = report["fsync_ns"].as_array().unwrap().len() as u64;
-    assert_eq!(fsyncs, 150);
-
-    // Every row of the workload names the cgroup, runtime "cgroup"; the count is its own.
-    let r = rows(&all, "fsync-lat");
-    let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == pid).collect();
-    assert!(!mine.is_empty(), "no row for pid {pid}: {r:?}");
-    for x in &mine {
-        assert_eq!(x["container"], cg.rel.as_str(), "{x}");
-        assert_eq!(x["container_id"], cg.rel.as_str(), "{x}");
-        assert_eq!(x["runtime"], "cgroup", "{x}");
-    }
-    assert_eq!(count(&r, &cg.rel, "count"), fsyncs);
-    // --by container: one row for the cgroup, the sum of its processes.
-    let b = rows(&by, "fsync-lat");
-    let folded: Vec<&&Value> = b.iter().filter(|x| x["container"] == cg.rel).collect();
-    assert!(!folded.is_empty(), "{b:?}");
-    assert!(
-        folded
-            .iter()
-            .all(|x| x["pid"] == 0 && x["processes"].as_u64() >= Some(1)),
-        "{folded:?}"
-    );
-    assert_eq!(count(&b, &cg.rel, "count"), fsyncs);
-    // --container PATH: only the cgroup's process, with its exact count.
-    let o = rows(&one, "fsync-lat");
-    assert!(!o.is_empty() && o.iter().all(|x| x["pid"] == pid), "{o:?}");
-    assert_eq!(count(&o, &cg.rel, "count"), fsyncs);
-    // ctxsw names it too, and --container keeps only the cgroup's processes (the workload and
-    // the `sleep`s its shell ran while waiting).
-    let c = rows(&ctxsw, "ctxsw");
-    let x = c
-        .iter()
-        .find(|x| x["pid"] == pid)
-        .unwrap_or_else(|| panic!("ctxsw: no row for {pid}: {c:?}"));
-    assert_eq!(x["container"], cg.rel.as_str(), "{x}");
-    assert_eq!(x["runtime"], "cgroup", "{x}");
-    let c1 = rows(&ctxsw_one, "ctxsw");
-    assert!(
-        c1.iter().any(|x| x["pid"] == pid),
-        "ctxsw --container: {c1:?}"
-    );
-    assert!(
-        c1.iter().all(|x| x["container"] == cg.rel.as_str()),
-        "{c1:?}"
-    );
-    // The host's own processes stay the host: pid 1 (the root cgroup) has no container.
-    let host_rows = c.iter().filter(|x| x["pid"] == 1);
-    for x in host_rows {
-        assert!(x.get("container").is_none(), "{x}");
-    }
-    let _ = std::fs::remove_dir_all(dir);
-}
-
 /// The pid of the process whose command line holds `needle`, once one does.
 fn pid_with_cmdline(needle: &str) -> u32 {
     let t = std::time::Instant::now();
@@ -715,16 +494,11 @@ fn podman_exec_is_followed() {
         "while [ ! -e /gate/end ]; do sleep 0.2; done",
     ]);
     let id = podman(&["inspect", "--format", "{{.Id}}", &name]);
-    let spawn = |args: &[&str]| {
-        let mut t = Tracer::spawn(args);
-        t.wait_attached();
-        t
-    };
-    let all = spawn(&["fsync-lat", "--json"]);
-    let by = spawn(&["fsync-lat", "--json", "--by", "container"]);
+    let all = attached(&["fsync-lat", "--json"]);
+    let by = attached(&["fsync-lat", "--json", "--by", "container"]);
     // Started before the exec: the exec'd process is no child of the container's processes.
-    let one = spawn(&["fsync-lat", "--json", "--container", &name]);
-    let ctxsw = spawn(&["ctxsw", "--json"]);
+    let one = attached(&["fsync-lat", "--json", "--container", &name]);
+    let ctxsw = attached(&["ctxsw", "--json"]);
     // `podman exec` an fsync loop into it; it waits for /gate/go first.
     podman(&[
         "exec",
@@ -745,7 +519,12 @@ fn podman_exec_is_followed() {
     std::thread::sleep(Duration::from_secs(2));
     std::fs::write(gate.join("go"), "").unwrap();
     wait_file(&gate.join("done-exec"));
-    let (all, by, one, ctxsw) = (stop(all), stop(by), stop(one), stop(ctxsw));
+    let (all, by, one, ctxsw) = (
+        stop_json(all),
+        stop_json(by),
+        stop_json(one),
+        stop_json(ctxsw),
+    );
     std::fs::write(gate.join("end"), "").unwrap();
     let report = std::fs::read_to_string(gate.join("exec.json")).unwrap();
     let w: Value = serde_json::from_str(report.trim()).expect(&report);
@@ -754,7 +533,7 @@ fn podman_exec_is_followed() {
     podman(&["wait", &name]);
 
     // The exec'd process's rows name the container, as podman does.
-    let r = rows(&all, "fsync-lat");
+    let r = summary_rows(&all, "fsync-lat");
     let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == pid).collect();
     assert!(!mine.is_empty(), "no row for the exec'd pid {pid}: {r:?}");
     for x in &mine {
@@ -764,13 +543,16 @@ fn podman_exec_is_followed() {
     }
     let own: u64 = mine.iter().map(|x| x["count"].as_u64().unwrap()).sum();
     assert_eq!(own, fsyncs, "the exec'd workload's own count");
-    assert_eq!(count(&r, &name, "count"), fsyncs);
-    assert_eq!(count(&rows(&by, "fsync-lat"), &name, "count"), fsyncs);
+    assert_eq!(container_count(&r, &name, "count"), fsyncs);
+    assert_eq!(
+        container_count(&summary_rows(&by, "fsync-lat"), &name, "count"),
+        fsyncs
+    );
     // --container NAME, started before the exec, follows it.
-    let o = rows(&one, "fsync-lat");
+    let o = summary_rows(&one, "fsync-lat");
     assert!(o.iter().all(|x| x["container"] == name.as_str()), "{o:?}");
-    assert_eq!(count(&o, &name, "count"), fsyncs, "{o:?}");
-    let c = rows(&ctxsw, "ctxsw");
+    assert_eq!(container_count(&o, &name, "count"), fsyncs, "{o:?}");
+    let c = summary_rows(&ctxsw, "ctxsw");
     let x = c
         .iter()
         .find(|x| x["pid"] == pid)
