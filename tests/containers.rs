@@ -66,6 +66,26 @@ struct Made {
     dir: PathBuf,
 }
 
+impl Made {
+    /// After the root and runtime checks: the image `localhost/tk-<tag>-<pid>`, and container
+    /// names `tk-<tag>-<name>-<pid>` (made by the test with `run`).
+    fn new(tag: &str, names: &[&str]) -> Made {
+        require_root();
+        ensure_runtime();
+        let pid = std::process::id();
+        let made = Made {
+            names: names
+                .iter()
+                .map(|n| format!("tk-{tag}-{n}-{pid}"))
+                .collect(),
+            image: format!("localhost/tk-{tag}-{pid}:latest"),
+            dir: scratch(&format!("containers-{tag}")),
+        };
+        image(&made);
+        made
+    }
+}
+
 impl Drop for Made {
     fn drop(&mut self) {
         for n in &self.names {
@@ -105,11 +125,20 @@ fn image(made: &Made) {
 /// Starts container `name` running `/tk-workload <cmd> /gate/done-<name> /gate/end` once
 /// `<gate>/go` exists; returns its host pid (the workload's: `exec`).
 fn run(made: &Made, name: &str, cmd: &str) -> u32 {
+    start(
+        made,
+        name,
+        &format!(
+            "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
+        ),
+    )
+}
+
+/// Starts container `name` (64 MiB limit, `<made.dir>/gate` at `/gate`) running `sh -c script`;
+/// returns its host pid.
+fn start(made: &Made, name: &str, script: &str) -> u32 {
     let gate = made.dir.join("gate");
     std::fs::create_dir_all(&gate).unwrap();
-    let script = format!(
-        "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
-    );
     podman(&[
         "--runtime",
         "runc",
@@ -124,7 +153,7 @@ fn run(made: &Made, name: &str, cmd: &str) -> u32 {
         &made.image,
         "sh",
         "-c",
-        &script,
+        script,
     ]);
     podman(&["inspect", "--format", "{{.State.Pid}}", name])
         .parse()
@@ -133,20 +162,7 @@ fn run(made: &Made, name: &str, cmd: &str) -> u32 {
 
 #[test]
 fn every_tool_names_the_containers() {
-    require_root();
-    ensure_runtime();
-    let tag = std::process::id();
-    let made = Made {
-        names: vec![
-            format!("tk-ct-fsync-{tag}"),
-            format!("tk-ct-mem-{tag}"),
-            format!("tk-ct-udp-{tag}"),
-            format!("tk-ct-spin-{tag}"),
-        ],
-        image: format!("localhost/tk-ct-{tag}:latest"),
-        dir: scratch("containers"),
-    };
-    image(&made);
+    let made = Made::new("ct", &["fsync", "mem", "udp", "spin"]);
     let (fsync_name, mem_name) = (made.names[0].clone(), made.names[1].clone());
     // 300 fsyncs of a file in the container's own layer.
     let fsync_pid = run(&made, &fsync_name, "ct-fsync /data/f 300");
@@ -466,33 +482,11 @@ fn pid_with_cmdline(needle: &str) -> u32 {
 
 #[test]
 fn podman_exec_is_followed() {
-    require_root();
-    ensure_runtime();
-    let tag = std::process::id();
-    let made = Made {
-        names: vec![format!("tk-ct-exec-{tag}")],
-        image: format!("localhost/tk-ct-exec-{tag}:latest"),
-        dir: scratch("containers-exec"),
-    };
-    image(&made);
+    let made = Made::new("ct-exec", &["exec"]);
     let name = made.names[0].clone();
-    let gate = made.dir.join("gate");
-    std::fs::create_dir_all(&gate).unwrap();
     // A running container that only waits.
-    podman(&[
-        "--runtime",
-        "runc",
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "-v",
-        &format!("{}:/gate", gate.display()),
-        &made.image,
-        "sh",
-        "-c",
-        "while [ ! -e /gate/end ]; do sleep 0.2; done",
-    ]);
+    start(&made, &name, "while [ ! -e /gate/end ]; do sleep 0.2; done");
+    let gate = made.dir.join("gate");
     let id = podman(&["inspect", "--format", "{{.Id}}", &name]);
     let all = attached(&["fsync-lat", "--json"]);
     let by = attached(&["fsync-lat", "--json", "--by", "container"]);
