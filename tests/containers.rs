@@ -66,6 +66,26 @@ struct Made {
     dir: PathBuf,
 }
 
+impl Made {
+    /// After the root and runtime checks: the image `localhost/tk-<tag>-<pid>`, and container
+    /// names `tk-<tag>-<name>-<pid>` (made by the test with `run`).
+    fn new(tag: &str, names: &[&str]) -> Made {
+        require_root();
+        ensure_runtime();
+        let pid = std::process::id();
+        let made = Made {
+            names: names
+                .iter()
+                .map(|n| format!("tk-{tag}-{n}-{pid}"))
+                .collect(),
+            image: format!("localhost/tk-{tag}-{pid}:latest"),
+            dir: scratch(&format!("containers-{tag}")),
+        };
+        image(&made);
+        made
+    }
+}
+
 impl Drop for Made {
     fn drop(&mut self) {
         for n in &self.names {
@@ -105,11 +125,20 @@ fn image(made: &Made) {
 /// Starts container `name` running `/tk-workload <cmd> /gate/done-<name> /gate/end` once
 /// `<gate>/go` exists; returns its host pid (the workload's: `exec`).
 fn run(made: &Made, name: &str, cmd: &str) -> u32 {
+    start(
+        made,
+        name,
+        &format!(
+            "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
+        ),
+    )
+}
+
+/// Starts container `name` (64 MiB limit, `<made.dir>/gate` at `/gate`) running `sh -c script`;
+/// returns its host pid.
+fn start(made: &Made, name: &str, script: &str) -> u32 {
     let gate = made.dir.join("gate");
     std::fs::create_dir_all(&gate).unwrap();
-    let script = format!(
-        "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
-    );
     podman(&[
         "--runtime",
         "runc",
@@ -124,50 +153,16 @@ fn run(made: &Made, name: &str, cmd: &str) -> u32 {
         &made.image,
         "sh",
         "-c",
-        &script,
+        script,
     ]);
     podman(&["inspect", "--format", "{{.State.Pid}}", name])
         .parse()
         .expect("pid")
 }
 
-fn rows<'a>(lines: &'a [Value], tool: &str) -> Vec<&'a Value> {
-    lines
-        .iter()
-        .filter(|l| l["tool"] == tool && l["type"] == "summary")
-        .collect()
-}
-
-fn count(rows: &[&Value], container: &str, key: &str) -> u64 {
-    rows.iter()
-        .filter(|r| r["container"] == container)
-        .map(|r| r[key].as_u64().unwrap_or(0))
-        .sum()
-}
-
-fn stop(tk: Tracer) -> Vec<Value> {
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
-    assert!(status.success(), "exit {status}: {stderr}");
-    lines
-}
-
 #[test]
 fn every_tool_names_the_containers() {
-    require_root();
-    ensure_runtime();
-    let tag = std::process::id();
-    let made = Made {
-        names: vec![
-            format!("tk-ct-fsync-{tag}"),
-            format!("tk-ct-mem-{tag}"),
-            format!("tk-ct-udp-{tag}"),
-            format!("tk-ct-spin-{tag}"),
-        ],
-        image: format!("localhost/tk-ct-{tag}:latest"),
-        dir: scratch("containers"),
-    };
-    image(&made);
+    let made = Made::new("ct", &["fsync", "mem", "udp", "spin"]);
     let (fsync_name, mem_name) = (made.names[0].clone(), made.names[1].clone());
     // 300 fsyncs of a file in the container's own layer.
     let fsync_pid = run(&made, &fsync_name, "ct-fsync /data/f 300");
@@ -209,28 +204,23 @@ fn every_tool_names_the_containers() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("tk-no-such-container"), "{stderr}");
 
-    let spawn = |args: &[&str]| {
-        let mut t = Tracer::spawn(args);
-        t.wait_attached();
-        t
-    };
-    let fsync_all = spawn(&["fsync-lat", "--json"]);
-    let fsync_by = spawn(&["fsync-lat", "--json", "--by", "container"]);
-    let fsync_one = spawn(&["fsync-lat", "--json", "--container", &fsync_name]);
-    let memstall = spawn(&["memstall", "--json"]);
-    let memstall_by = spawn(&["memstall", "--json", "--by", "container"]);
+    let fsync_all = attached(&["fsync-lat", "--json"]);
+    let fsync_by = attached(&["fsync-lat", "--json", "--by", "container"]);
+    let fsync_one = attached(&["fsync-lat", "--json", "--container", &fsync_name]);
+    let memstall = attached(&["memstall", "--json"]);
+    let memstall_by = attached(&["memstall", "--json", "--by", "container"]);
     let others: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
-        .map(|t| (t, spawn(&[t, "--json"])))
+        .map(|t| (t, attached(&[t, "--json"])))
         .collect();
     // Tools without --by container: net-rx (drops by socket), numa (forced on one node),
     // profile (frame pointers: the workload's own stacks do not matter here).
-    let net_rx = spawn(&["net-rx", "--json"]);
-    let numa = spawn(&["numa", "--json", "--force"]);
-    let profile = spawn(&["profile", "--json", "--unwind", "fp"]);
+    let net_rx = attached(&["net-rx", "--json"]);
+    let numa = attached(&["numa", "--json", "--force"]);
+    let profile = attached(&["profile", "--json", "--unwind", "fp"]);
     let others_by: Vec<(&str, Tracer)> = ["ctxsw", "runq-lat", "io-lat"]
         .into_iter()
-        .map(|t| (t, spawn(&[t, "--json", "--by", "container"])))
+        .map(|t| (t, attached(&[t, "--json", "--by", "container"])))
         .collect();
 
     // The workloads stay alive (named by /proc) until every tracer has reported.
@@ -249,24 +239,27 @@ fn every_tool_names_the_containers() {
     let fsyncs = w["fsync_ns"].as_array().expect("fsync_ns").len() as u64;
     assert_eq!(fsyncs, 300);
 
-    let fsync_by = stop(fsync_by);
-    let fsync_one = stop(fsync_one);
-    let memstall = stop(memstall);
-    let memstall_by = stop(memstall_by);
-    let others: Vec<(&str, Vec<Value>)> = others.into_iter().map(|(t, x)| (t, stop(x))).collect();
-    let others_by: Vec<(&str, Vec<Value>)> =
-        others_by.into_iter().map(|(t, x)| (t, stop(x))).collect();
-    let net_rx = stop(net_rx);
-    let numa = stop(numa);
-    let profile = stop(profile);
-    let all = stop(fsync_all);
+    let fsync_by = stop_json(fsync_by);
+    let fsync_one = stop_json(fsync_one);
+    let memstall = stop_json(memstall);
+    let memstall_by = stop_json(memstall_by);
+    let others: Vec<(&str, Vec<Value>)> =
+        others.into_iter().map(|(t, x)| (t, stop_json(x))).collect();
+    let others_by: Vec<(&str, Vec<Value>)> = others_by
+        .into_iter()
+        .map(|(t, x)| (t, stop_json(x)))
+        .collect();
+    let net_rx = stop_json(net_rx);
+    let numa = stop_json(numa);
+    let profile = stop_json(profile);
+    let all = stop_json(fsync_all);
     std::fs::write(gate.join("end"), "").unwrap();
     for n in &made.names {
         podman(&["wait", n]);
     }
 
     // Every row of the container's process names it; the count is the workload's own.
-    let r = rows(&all, "fsync-lat");
+    let r = summary_rows(&all, "fsync-lat");
     let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == fsync_pid).collect();
     assert!(!mine.is_empty(), "no row for pid {fsync_pid}: {r:?}");
     for x in &mine {
@@ -274,7 +267,7 @@ fn every_tool_names_the_containers() {
         assert_eq!(x["runtime"], "podman", "{x}");
         assert_eq!(x["container_id"].as_str().unwrap().len(), 64, "{x}");
     }
-    assert_eq!(count(&r, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&r, &fsync_name, "count"), fsyncs);
     let finding = all
         .iter()
         .find(|l| l["type"] == "finding" && l["pid"] == fsync_pid);
@@ -283,7 +276,7 @@ fn every_tool_names_the_containers() {
     }
 
     // --by container: one row per container and syscall, the sum of its processes' rows.
-    let b = rows(&fsync_by, "fsync-lat");
+    let b = summary_rows(&fsync_by, "fsync-lat");
     let folded: Vec<&&Value> = b.iter().filter(|x| x["container"] == fsync_name).collect();
     assert!(!folded.is_empty(), "{b:?}");
     for x in &folded {
@@ -296,22 +289,22 @@ fn every_tool_names_the_containers() {
             .sum();
         assert_eq!(x["count"].as_u64().unwrap(), sum, "{x}");
     }
-    assert_eq!(count(&b, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&b, &fsync_name, "count"), fsyncs);
     assert!(
         b.iter().all(|x| x["pid"] == 0),
         "every row folded (host rows in [host]): {b:?}"
     );
 
     // --container NAME: only that container's processes.
-    let o = rows(&fsync_one, "fsync-lat");
+    let o = summary_rows(&fsync_one, "fsync-lat");
     assert!(!o.is_empty());
     for x in &o {
         assert_eq!(x["container"], fsync_name.as_str(), "{x}");
     }
-    assert_eq!(count(&o, &fsync_name, "count"), fsyncs);
+    assert_eq!(container_count(&o, &fsync_name, "count"), fsyncs);
 
     // memstall: the writer's memcg reclaim, named by its container.
-    let m = rows(&memstall, "memstall");
+    let m = summary_rows(&memstall, "memstall");
     let writer: Vec<&&Value> = m.iter().filter(|x| x["pid"] == mem_pid).collect();
     assert!(
         !writer.is_empty(),
@@ -328,7 +321,7 @@ fn every_tool_names_the_containers() {
     );
 
     // memstall --by container: the writer's container's reclaim is the sum of its processes'.
-    let mb = rows(&memstall_by, "memstall");
+    let mb = summary_rows(&memstall_by, "memstall");
     let kind = |rs: &[&Value], k: &str| -> u64 {
         rs.iter()
             .filter(|x| x["container"] == mem_name && x["kind"] == k)
@@ -346,7 +339,7 @@ fn every_tool_names_the_containers() {
 
     // ctxsw, runq-lat, io-lat --by container: a row per container, named by it.
     for (tool, lines) in &others_by {
-        let r = rows(lines, tool);
+        let r = summary_rows(lines, tool);
         let x = r
             .iter()
             .find(|x| x["container"] == fsync_name)
@@ -390,7 +383,7 @@ fn every_tool_names_the_containers() {
 
     // The other tools name the containers' processes too.
     for (tool, lines) in &others {
-        let r = rows(lines, tool);
+        let r = summary_rows(lines, tool);
         for (name, pid) in [(&fsync_name, fsync_pid), (&mem_name, mem_pid)] {
             let x = r.iter().find(|x| x["pid"] == pid);
             if *tool == "io-lat" && name == &mem_name && x.is_none() {
@@ -464,4 +457,99 @@ pub fn workload(args: &[String]) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Some(0)
+}
+
+/// The pid of the process whose command line holds `needle`, once one does.
+fn pid_with_cmdline(needle: &str) -> u32 {
+    let t = std::time::Instant::now();
+    loop {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() {
+                return pid;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no process runs {needle}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn podman_exec_is_followed() {
+    let made = Made::new("ct-exec", &["exec"]);
+    let name = made.names[0].clone();
+    // A running container that only waits.
+    start(&made, &name, "while [ ! -e /gate/end ]; do sleep 0.2; done");
+    let gate = made.dir.join("gate");
+    let id = podman(&["inspect", "--format", "{{.Id}}", &name]);
+    let all = attached(&["fsync-lat", "--json"]);
+    let by = attached(&["fsync-lat", "--json", "--by", "container"]);
+    // Started before the exec: the exec'd process is no child of the container's processes.
+    let one = attached(&["fsync-lat", "--json", "--container", &name]);
+    let ctxsw = attached(&["ctxsw", "--json"]);
+    // `podman exec` an fsync loop into it; it waits for /gate/go first.
+    podman(&[
+        "exec",
+        "-d",
+        &name,
+        "sh",
+        "-c",
+        "while [ ! -e /gate/go ]; do sleep 0.1; done; \
+         exec /tk-workload ct-fsync /data/f 200 /gate/done-exec /gate/end > /gate/exec.json",
+    ]);
+    let pid = pid_with_cmdline("/gate/done-exec");
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        cgroup.contains(&id),
+        "runc exec joins the container's cgroup: {cgroup}"
+    );
+    // --container re-reads the container's processes every 0.5 s: give it a few rounds.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(gate.join("go"), "").unwrap();
+    wait_file(&gate.join("done-exec"));
+    let (all, by, one, ctxsw) = (
+        stop_json(all),
+        stop_json(by),
+        stop_json(one),
+        stop_json(ctxsw),
+    );
+    std::fs::write(gate.join("end"), "").unwrap();
+    let report = std::fs::read_to_string(gate.join("exec.json")).unwrap();
+    let w: Value = serde_json::from_str(report.trim()).expect(&report);
+    let fsyncs = w["fsync_ns"].as_array().expect("fsync_ns").len() as u64;
+    assert_eq!(fsyncs, 200);
+    podman(&["wait", &name]);
+
+    // The exec'd process's rows name the container, as podman does.
+    let r = summary_rows(&all, "fsync-lat");
+    let mine: Vec<&&Value> = r.iter().filter(|x| x["pid"] == pid).collect();
+    assert!(!mine.is_empty(), "no row for the exec'd pid {pid}: {r:?}");
+    for x in &mine {
+        assert_eq!(x["container"], name.as_str(), "{x}");
+        assert_eq!(x["container_id"], id.as_str(), "{x}");
+        assert_eq!(x["runtime"], "podman", "{x}");
+    }
+    let own: u64 = mine.iter().map(|x| x["count"].as_u64().unwrap()).sum();
+    assert_eq!(own, fsyncs, "the exec'd workload's own count");
+    assert_eq!(container_count(&r, &name, "count"), fsyncs);
+    assert_eq!(
+        container_count(&summary_rows(&by, "fsync-lat"), &name, "count"),
+        fsyncs
+    );
+    // --container NAME, started before the exec, follows it.
+    let o = summary_rows(&one, "fsync-lat");
+    assert!(o.iter().all(|x| x["container"] == name.as_str()), "{o:?}");
+    assert_eq!(container_count(&o, &name, "count"), fsyncs, "{o:?}");
+    let c = summary_rows(&ctxsw, "ctxsw");
+    let x = c
+        .iter()
+        .find(|x| x["pid"] == pid)
+        .unwrap_or_else(|| panic!("ctxsw: no row for the exec'd pid {pid}"));
+    assert_eq!(x["container"], name.as_str(), "{x}");
 }

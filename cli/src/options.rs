@@ -169,6 +169,7 @@ impl Common {
             } else {
                 Vec::new()
             },
+            follow_container: self.container.clone(),
         }
     }
 }

@@ -611,3 +611,47 @@ pub fn thread_pingpong(secs: f64, names: [Option<&'static [u8]>; 2]) -> (u32, u3
     }
     (t1, t2)
 }
+
+/// The `summary` rows of `tool` among JSON lines.
+pub fn summary_rows<'a>(lines: &'a [Value], tool: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["tool"] == tool && l["type"] == "summary")
+        .collect()
+}
+
+/// The sum of `key` over the rows that name `container`.
+pub fn container_count(rows: &[&Value], container: &str, key: &str) -> u64 {
+    rows.iter()
+        .filter(|r| r["container"] == container)
+        .map(|r| r[key].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// tracekit with `args`, once its programs are attached.
+pub fn attached(args: &[&str]) -> Tracer {
+    let mut t = Tracer::spawn(args);
+    t.wait_attached();
+    t
+}
+
+/// Stops a JSON tracer with SIGINT, asserts it exited 0, and returns its lines.
+pub fn stop_json(tk: Tracer) -> Vec<Value> {
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "exit {status}: {stderr}");
+    lines
+}
+
+/// Waits (up to two minutes) until file `p` exists.
+pub fn wait_file(p: &std::path::Path) {
+    let t = std::time::Instant::now();
+    while !p.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{} never appeared",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

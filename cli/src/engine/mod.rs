@@ -363,7 +363,7 @@ async fn run_async(
                     if quit { Stop::Signal("q") } else { continue }
                 }
                 _ = follow => {
-                    let pids = crate::host::proc::with_descendants(&opts.children_of);
+                    let pids = opts.followed_pids();
                     for c in collectors.iter_mut() {
                         if let Some(s) = c.session() {
                             s.set_filter_pids(&pids)?;

@@ -104,6 +104,24 @@ pub struct RunOpts {
     /// `--pid … --children`: the processes whose descendants the loop adds to every
     /// collector's pid filter as they appear (checked every half second).
     pub children_of: Vec<u32>,
+    /// `--container`: the container whose processes joining later (`podman exec`, `docker
+    /// exec`, `kubectl exec`: children of the runtime, not of the container's processes) the
+    /// loop adds too, with their descendants, at the same pace.
+    pub follow_container: Option<String>,
+}
+
+impl RunOpts {
+    /// The processes to trace now with `--children` or `--container`: those of `children_of`,
+    /// the container's processes now, and all their descendants.
+    pub fn followed_pids(&self) -> Vec<u32> {
+        let mut roots = self.children_of.clone();
+        if let Some(c) = &self.follow_container {
+            roots.extend(crate::host::container::pids_of(c).0);
+        }
+        roots.sort_unstable();
+        roots.dedup();
+        crate::host::proc::with_descendants(&roots)
+    }
 }
 
 #[cfg(test)]

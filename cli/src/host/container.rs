@@ -8,8 +8,12 @@
 //! | Kubernetes (containerd, CRI-O, docker) | `/kubepods/<qos>/pod<uid>/<id>`, `kubepods-…-pod<uid>.slice/cri-containerd-<id>.scope`, `crio-<id>.scope` | `/var/log/containers/<pod>_<ns>_<container>-<id>.log`, else `/var/log/pods/<ns>_<pod>_<uid>/<container>/` |
 //! | systemd | `/system.slice/<unit>.service`, a process directly in a `.slice` | the unit |
 //!
-//! A container whose runtime keeps no name readable here is named by its cgroup path. Other
-//! layouts (the root, sessions, cgroups a tool made) are no container: the host.
+//! A container whose runtime keeps no name readable here is named by its cgroup path. A cgroup of
+//! any other layout (a batch scheduler's, one made by hand) is its own container, runtime
+//! `cgroup`, named and identified by its path. The host is the root, systemd's own slices
+//! (`system.slice`, `user.slice`, `user-<uid>.slice`, `machine.slice`, `kubepods*`), login
+//! sessions (`session-<n>.scope`), user managers (`user@<uid>.service` and below), `init.scope`
+//! and a runtime's monitor (`libpod-conmon-<id>.scope`).
 //! State files are read under the host's root as pid 1 sees it (`<proc>/1/root`), so a
 //! tracekit that runs in a container with the host's /proc at `TRACEKIT_PROC` still finds them.
 //! Results are cached per cgroup path (bounded), never looked up per event.
@@ -36,6 +40,9 @@ pub enum Runtime {
     /// A Kubernetes pod's container whose runtime the path does not say (cgroupfs driver).
     Cri,
     Systemd,
+    /// A cgroup of a layout no runtime above uses (a batch scheduler's, a hand-made one): the
+    /// container is the cgroup, named and identified by its path.
+    Cgroup,
 }
 
 impl Runtime {
@@ -47,6 +54,7 @@ impl Runtime {
             Runtime::CriO => "cri-o",
             Runtime::Cri => "cri",
             Runtime::Systemd => "systemd",
+            Runtime::Cgroup => "cgroup",
         }
     }
 }
@@ -81,7 +89,9 @@ impl Container {
         q == self.name
             || q == self.label()
             || q == self.id
-            || (q.len() >= 4 && self.runtime != Runtime::Systemd && self.id.starts_with(q))
+            || (q.len() >= 4
+                && !matches!(self.runtime, Runtime::Systemd | Runtime::Cgroup)
+                && self.id.starts_with(q))
     }
 }
 
@@ -103,8 +113,10 @@ pub struct PathMatch {
     pub pod_uid: Option<String>,
 }
 
-/// Classifies cgroup `path` (as `/proc/<pid>/cgroup` shows it, v1 or v2); `None`: not a
-/// container (the root, a session, an unknown layout).
+/// Classifies cgroup `path` (as `/proc/<pid>/cgroup` shows it, v1 or v2): a runtime's
+/// container, a systemd unit, else (an unknown layout) the cgroup itself as
+/// [`Runtime::Cgroup`]. `None`: the host (the root, systemd's own slices, login sessions and
+/// user managers, init.scope, a runtime's monitor such as conmon).
 pub fn classify(path: &str) -> Option<PathMatch> {
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let kube = comps.iter().any(|c| c.starts_with("kubepods"));
@@ -138,18 +150,47 @@ pub fn classify(path: &str) -> Option<PathMatch> {
             });
         }
     }
-    // systemd: a service, or a process placed directly in a slice (not the root slices).
     let last = *comps.last()?;
-    let service = last.ends_with(".service") && !last.starts_with("user@");
-    let slice = last.ends_with(".slice")
-        && !matches!(last, "system.slice" | "user.slice" | "machine.slice")
-        && !last.starts_with("kubepods")
-        && !last.starts_with("user-");
-    (service || slice).then(|| PathMatch {
-        runtime: Runtime::Systemd,
-        id: last.to_string(),
+    if comps.iter().any(|c| is_host_noise(c)) {
+        return None;
+    }
+    // systemd: a service or scope (a user's too), or a process placed directly in a slice
+    // (not the root slices).
+    let unit = last.ends_with(".service") || last.ends_with(".scope") || last.ends_with(".slice");
+    if unit && !is_root_slice(last) {
+        return Some(PathMatch {
+            runtime: Runtime::Systemd,
+            id: last.to_string(),
+            pod_uid: None,
+        });
+    }
+    // Only systemd's own slices on the way: the host.
+    if comps.iter().all(|c| is_root_slice(c)) {
+        return None;
+    }
+    Some(PathMatch {
+        runtime: Runtime::Cgroup,
+        id: format!("/{}", comps.join("/")),
         pod_uid: None,
     })
+}
+
+/// Slices systemd and Kubernetes make for everything (no workload of their own).
+fn is_root_slice(c: &str) -> bool {
+    matches!(
+        c,
+        "system.slice" | "user.slice" | "machine.slice" | "app.slice"
+    ) || (c.ends_with(".slice") && (c.starts_with("kubepods") || c.starts_with("user-")))
+        || (c.starts_with("user@") && c.ends_with(".service"))
+}
+
+/// Components that make a cgroup the host's own: a login session, a user's service manager
+/// itself, systemd's `init.scope`, a runtime's monitor (`libpod-conmon-<id>.scope`). The
+/// units a user's manager runs (`user@1000.service/app.slice/foo.service`) are units.
+fn is_host_noise(c: &str) -> bool {
+    (c.starts_with("session-") && c.ends_with(".scope"))
+        || c == "init.scope"
+        || c.starts_with("libpod-conmon-")
 }
 
 /// The pod UID in a cgroup component: `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid>.slice`
@@ -190,7 +231,7 @@ impl StateRoot {
             pod: None,
             namespace: None,
         };
-        if m.runtime == Runtime::Systemd {
+        if matches!(m.runtime, Runtime::Systemd | Runtime::Cgroup) {
             c.name = m.id.clone();
             return c;
         }
@@ -295,27 +336,36 @@ impl StateRoot {
 }
 
 /// The container among `/proc/<pid>/cgroup` lines (`ID:controllers:path`): the innermost
-/// container any hierarchy names (v1 controllers, v2 `0::`), a runtime's over systemd's.
+/// container any hierarchy names (v1 controllers, v2 `0::`), a runtime's over a systemd unit's
+/// over an unknown layout's; among unknown layouts, the memory controller's line, then v2's,
+/// then the first.
 pub fn pick(proc_cgroup: &[u8]) -> Option<(PathMatch, String)> {
-    let mut best: Option<(PathMatch, String)> = None;
+    let score = |m: &PathMatch, ctl: &[u8]| -> u8 {
+        match m.runtime {
+            Runtime::Cgroup if ctl.split(|&b| b == b',').any(|c| c == b"memory") => 3,
+            Runtime::Cgroup if ctl.is_empty() => 2,
+            Runtime::Cgroup => 1,
+            Runtime::Systemd => 4,
+            _ => 5,
+        }
+    };
+    let mut best: Option<(u8, PathMatch, String)> = None;
     for line in proc_cgroup.split(|&b| b == b'\n') {
-        let Some(path) = line.splitn(3, |&b| b == b':').nth(2) else {
+        let mut parts = line.splitn(3, |&b| b == b':');
+        let (Some(_), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
         let Ok(path) = std::str::from_utf8(path) else {
             continue;
         };
         if let Some(m) = classify(path) {
-            let better = match &best {
-                None => true,
-                Some((b, _)) => b.runtime == Runtime::Systemd && m.runtime != Runtime::Systemd,
-            };
-            if better {
-                best = Some((m, path.to_string()));
+            let r = score(&m, ctl);
+            if best.as_ref().is_none_or(|(b, _, _)| r > *b) {
+                best = Some((r, m, path.to_string()));
             }
         }
     }
-    best
+    best.map(|(_, m, p)| (m, p))
 }
 
 /// Cached answers: containers by cgroup path, and by pid for processes that have exited.
@@ -326,9 +376,39 @@ struct Cache {
     root: Option<StateRoot>,
 }
 
-/// Entries each cache keeps before it starts over (a node rarely runs more containers; a
-/// churning one re-reads a state file per container after a reset).
+/// Entries each cache keeps at most (a node rarely runs more containers; a churning one
+/// re-reads a state file per container after a reset).
 const CACHE_CAP: usize = 4096;
+
+impl Cache {
+    /// Remembers `pid`'s container. At `cap` entries, the pids that are gone are forgotten
+    /// first (`alive` says which live), then everything if all still live: the cache stays
+    /// bounded however many processes come and go.
+    fn remember_pid(
+        &mut self,
+        pid: u32,
+        c: Option<Arc<Container>>,
+        cap: usize,
+        alive: impl Fn(u32) -> bool,
+    ) {
+        if self.by_pid.len() >= cap && !self.by_pid.contains_key(&pid) {
+            self.by_pid.retain(|p, _| alive(*p));
+            // Keep room for a while: only a cache at most half full of live pids is kept.
+            if self.by_pid.len() >= cap / 2 {
+                self.by_pid.clear();
+            }
+        }
+        self.by_pid.insert(pid, c);
+    }
+
+    /// Remembers the container of cgroup `path`, starting over at `cap` paths.
+    fn remember_path(&mut self, path: String, c: Option<Arc<Container>>, cap: usize) {
+        if self.by_path.len() >= cap && !self.by_path.contains_key(&path) {
+            self.by_path.clear();
+        }
+        self.by_path.insert(path, c);
+    }
+}
 
 static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 
@@ -350,16 +430,12 @@ pub fn of_pid(pid: u32) -> Option<Arc<Container>> {
         }
         let root = cache.root.get_or_insert_with(StateRoot::host);
         let c = Some(Arc::new(root.resolve(&m, &path)));
-        if cache.by_path.len() >= CACHE_CAP {
-            cache.by_path.clear();
-        }
-        cache.by_path.insert(path, c.clone());
+        cache.remember_path(path, c.clone(), CACHE_CAP);
         c
     });
-    if cache.by_pid.len() >= CACHE_CAP {
-        cache.by_pid.clear();
-    }
-    cache.by_pid.insert(pid, found.clone());
+    cache.remember_pid(pid, found.clone(), CACHE_CAP, |p| {
+        super::proc_path(&p.to_string()).exists()
+    });
     found
 }
 
@@ -467,18 +543,37 @@ mod tests {
             s("postgresql.service")
         );
         assert_eq!(m("/batch.slice"), s("batch.slice"));
+        assert_eq!(m("/system.slice/run-r3c1f.scope"), s("run-r3c1f.scope"));
+        assert_eq!(
+            m("/user.slice/user-1000.slice/user@1000.service/app.slice/syncthing.service"),
+            s("syncthing.service")
+        );
+        // The root, systemd's own slices, sessions, user managers, init and conmon: the host.
         for host in [
             "/",
             "",
             "/system.slice",
+            "/user.slice",
+            "/user.slice/user-1000.slice",
             "/user.slice/user-1000.slice/session-3.scope",
             "/user.slice/user-1000.slice/user@1000.service",
-            "/process_api/8650c0330e01b5cecace5756ef9d93a6",
+            "/user.slice/user-1000.slice/user@1000.service/app.slice",
+            "/user.slice/user-1000.slice/user@1000.service/init.scope",
             "/init.scope",
-            "/docker/not-an-id",
+            "/kubepods.slice/kubepods-burstable.slice",
         ] {
             assert_eq!(m(host), None, "{host}");
         }
+        // Any other layout falls back to the path: the cgroup is the container.
+        let g = |p: &str| Some((Runtime::Cgroup, p.to_string(), None));
+        assert_eq!(m("/tk-unknown/app1"), g("/tk-unknown/app1"));
+        assert_eq!(m("/tk-unknown/app1/"), g("/tk-unknown/app1"));
+        assert_eq!(
+            m("/process_api/8650c0330e01b5cecace5756ef9d93a6"),
+            g("/process_api/8650c0330e01b5cecace5756ef9d93a6")
+        );
+        assert_eq!(m("/docker/not-an-id"), g("/docker/not-an-id"));
+        assert_eq!(m("/slurm/uid_1000/job_42"), g("/slurm/uid_1000/job_42"));
     }
 
     #[test]
@@ -493,6 +588,28 @@ mod tests {
         assert_eq!(m.id, "foo.service");
         assert!(pick(b"4:memory:/\n0::/\n").is_none());
         assert!(pick(b"garbage").is_none());
+        // This host's shape: a process in an unknown v1 memory cgroup, the rest at the root.
+        let (m, path) =
+            pick(b"9:name=systemd:/\n4:memory:/tk-unknown/app1\n1:cpu:/\n0::/\n").unwrap();
+        assert_eq!(
+            (m.runtime, m.id.as_str()),
+            (Runtime::Cgroup, "/tk-unknown/app1")
+        );
+        assert_eq!(path, "/tk-unknown/app1");
+        // A unit beats an unknown layout; among unknown layouts memory, then v2, then the first.
+        let (m, _) =
+            pick(b"9:name=systemd:/system.slice/foo.service\n4:memory:/tk/a\n0::/tk/b\n").unwrap();
+        assert_eq!(m.id, "foo.service");
+        let (m, _) = pick(b"3:cpu:/tk/c\n0::/tk/b\n4:memory:/tk/a\n").unwrap();
+        assert_eq!(m.id, "/tk/a");
+        let (m, _) = pick(b"3:cpu:/tk/c\n0::/tk/b\n").unwrap();
+        assert_eq!(m.id, "/tk/b");
+        let (m, _) = pick(b"3:cpu:/tk/c\n5:pids:/tk/d\n").unwrap();
+        assert_eq!(m.id, "/tk/c");
+        // Named and matched by its path; no id prefix match for a path.
+        let c = fixture_root().resolve(&m, "/tk/c");
+        assert_eq!((c.name.as_str(), c.label()), ("/tk/c", "/tk/c".to_string()));
+        assert!(c.matches("/tk/c") && !c.matches("/tk/"));
     }
 
     #[test]
@@ -528,6 +645,41 @@ mod tests {
         assert_eq!((c.runtime, c.name), (Runtime::Docker, path));
         let c = name("/system.slice/postgresql.service".into());
         assert!(c.matches("postgresql.service") && !c.matches("post"));
+    }
+
+    #[test]
+    fn caches_stay_bounded_as_processes_come_and_go() {
+        let c = Some(Arc::new(Container {
+            runtime: Runtime::Cgroup,
+            id: "/tk/a".into(),
+            name: "/tk/a".into(),
+            pod: None,
+            namespace: None,
+        }));
+        let mut cache = Cache::default();
+        // 10,000 short-lived processes, each gone soon after it was seen; pids 1..=10 live on.
+        let alive = |p: u32| p <= 10;
+        for pid in 1..=10_000u32 {
+            cache.remember_pid(pid, c.clone(), 64, alive);
+            assert!(
+                cache.by_pid.len() <= 64,
+                "{} at pid {pid}",
+                cache.by_pid.len()
+            );
+            cache.remember_path(format!("/tk/{pid}"), c.clone(), 64);
+            assert!(cache.by_path.len() <= 64);
+        }
+        // The dead are forgotten first: the live ones are still known.
+        for pid in 1..=10 {
+            assert!(cache.by_pid.contains_key(&pid), "live pid {pid} kept");
+        }
+        assert!(cache.by_pid.contains_key(&10_000));
+        // All alive and the cache full: it starts over rather than grow.
+        let mut full = Cache::default();
+        for pid in 1..=200u32 {
+            full.remember_pid(pid, None, 64, |_| true);
+            assert!(full.by_pid.len() <= 64);
+        }
     }
 
     #[test]
