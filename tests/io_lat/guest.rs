@@ -46,7 +46,18 @@ fn io_direct(dev: &str, n: u64) {
             writes += 1;
         }
     }
-    let after = diskstats_of(name).expect("device in diskstats");
+    // The last request may not be in diskstats yet: `blk_mq_end_request` completes the bio (and
+    // wakes this thread) in `blk_update_request` before `__blk_mq_end_request` accounts it
+    // (seen once on 6.12: 199/200). Wait for the accounting, never for more than a second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let after = loop {
+        let now = diskstats_of(name).expect("device in diskstats");
+        let done = now.0 - before.0 >= reads && now.1 - before.1 >= writes;
+        if done || std::time::Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     // SAFETY: allocated above with this layout.
     unsafe { std::alloc::dealloc(buf.as_mut_ptr(), layout) };
     println!(
