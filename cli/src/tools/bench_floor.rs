@@ -42,8 +42,29 @@ const SYS_ENTER: Hook = Hook {
     ..Hook::event("raw_syscalls:sys_enter")
 };
 
+const WAKING: Hook = Hook {
+    programs: &[(AttachMode::TpBtf, "tk_floor_waking")],
+    ..Hook::event("sched:sched_waking")
+};
+const SWITCH_WAIT: Hook = Hook {
+    programs: &[(AttachMode::TpBtf, "tk_floor_wwait")],
+    ..Hook::event("sched:sched_switch")
+};
+const SWITCH_WAIT_PROC: Hook = Hook {
+    programs: &[(AttachMode::TpBtf, "tk_floor_wwait_proc")],
+    ..Hook::event("sched:sched_switch")
+};
+
 /// Every hook a floor run may use (each run uses the ones its workload exercises).
-pub const HOOKS: &[Hook] = &[SWITCH, FSYNC_ENTER, FSYNC_EXIT, SYS_ENTER];
+pub const HOOKS: &[Hook] = &[
+    SWITCH,
+    FSYNC_ENTER,
+    FSYNC_EXIT,
+    SYS_ENTER,
+    WAKING,
+    SWITCH_WAIT,
+    SWITCH_WAIT_PROC,
+];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FloorHook {
@@ -59,6 +80,12 @@ pub enum FloorHook {
     /// `syscalls:sys_enter_fsync` and `syscalls:sys_exit_fsync`, classic tracepoints: the
     /// same hooks as `fsync-lat`, so kernel time per call compares like for like.
     FsyncPair,
+    /// The lower bound of a wall-clock wakeup wait: `sched_waking` stores a timestamp in an
+    /// array slot, `sched_switch` turns it into a histogram bucket (tp_btf only).
+    WakeWait,
+    /// `wake-wait` plus a per-process switch count in a hash: the least a per-process
+    /// scheduler tool does on every switch.
+    WakeWaitProc,
 }
 
 #[derive(clap::Args, Debug)]
@@ -80,9 +107,17 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::Fsync => &[FSYNC_ENTER],
         FloorHook::SysEnter => &[SYS_ENTER],
         FloorHook::FsyncPair => &[FSYNC_ENTER, FSYNC_EXIT],
+        FloorHook::WakeWait => &[WAKING, SWITCH_WAIT],
+        FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
-    let mut session = Session::load(OBJECT, ctx.scope.filter(), LoadSpec::new())?;
+    let mut spec = LoadSpec::new();
+    if matches!(args.hook, FloorHook::WakeWait | FloorHook::WakeWaitProc) {
+        let btf = crate::kernel::btf::vmlinux()
+            .map_err(|e| Error::KernelFeature(format!("bench-floor: kernel BTF: {e}")))?;
+        spec = spec.global("FLOOR_PID_OFF", &btf.member("task_struct", "pid")?.offset);
+    }
+    let mut session = Session::load(OBJECT, ctx.scope.filter(), spec)?;
     session.attach_planned(hooks, &plan)?;
     if session.attached.is_empty() {
         return Err(Error::KernelFeature(format!(

@@ -8,10 +8,12 @@
 use probes_ebpf as _;
 
 use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
-    maps::PerCpuArray,
+    maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
+use probes_ebpf::{atomic_add, get_or_insert};
 
 #[map]
 static FLOOR_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -46,5 +48,89 @@ pub fn tk_floor_tp(_ctx: TracePointContext) -> u32 {
 #[btf_tracepoint(function = "sys_enter")]
 pub fn tk_floor_sys(_ctx: BtfTracePointContext) -> i32 {
     bump();
+    0
+}
+
+/// Wake-wait lower bound: the last wakeup per task, at a slot derived from the task's address
+/// (no BTF offset read, no hash: the cheapest possible per-task state).
+#[map]
+static FLOOR_WAKE: Array<u64> = Array::with_max_entries(65536, 0);
+
+/// Wake-wait lower bound: a per-CPU log2 histogram of the waits (no per-process key).
+#[map]
+static FLOOR_HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(64, 0);
+
+/// Wake-wait lower bound with the one thing every per-process tool adds: a switch count per
+/// process (tgid of the task switched out), in a hash.
+#[map]
+static FLOOR_PROC: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+
+/// `task_struct.pid`'s offset, from the kernel's BTF (set by userspace before load).
+#[no_mangle]
+static FLOOR_PID_OFF: u32 = 0;
+
+/// The slot of a task: its pid, read with a direct load from the BTF-typed task pointer.
+#[inline(always)]
+fn wake_slot(task: *const u8) -> u32 {
+    // SAFETY: a static patched by userspace before load (read-only data).
+    let off = unsafe { core::ptr::read_volatile(&FLOOR_PID_OFF) };
+    // SAFETY: `task` is a BTF-typed task_struct pointer from a tp_btf argument, `off` a member
+    // offset from the kernel's BTF; the verifier checks the load.
+    let pid = unsafe { core::ptr::read_volatile(task.add(off as usize) as *const u32) };
+    pid & 0xffff
+}
+
+/// `sched_waking(p)`: remembers when `p` was woken.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn tk_floor_waking(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    if let Some(s) = FLOOR_WAKE.get_ptr_mut(wake_slot(p)) {
+        // SAFETY: a live array slot; a racing wakeup of a task sharing it only mixes timestamps.
+        unsafe { *s = bpf_ktime_get_ns() };
+    }
+    0
+}
+
+/// The wait of the task switched in (`next`, argument 2) since its wakeup, into the histogram.
+#[inline(always)]
+fn wake_wait(ctx: &BtfTracePointContext) {
+    let next: *const u8 = ctx.arg(2);
+    let Some(s) = FLOOR_WAKE.get_ptr_mut(wake_slot(next)) else {
+        return;
+    };
+    // SAFETY: as in tk_floor_waking.
+    let ts = unsafe { *s };
+    if ts == 0 {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { *s = 0 };
+    // SAFETY: a helper without arguments.
+    let d = unsafe { bpf_ktime_get_ns() }.saturating_sub(ts);
+    let b = 63 - (d | 1).leading_zeros();
+    if let Some(h) = FLOOR_HIST.get_ptr_mut(b) {
+        // SAFETY: this CPU's slot; programs on one CPU do not nest on sched_switch.
+        unsafe { *h += 1 };
+    }
+}
+
+/// `sched_switch`: the wake-wait lower bound (a timestamp pair and a histogram bucket).
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_floor_wwait(ctx: BtfTracePointContext) -> i32 {
+    wake_wait(&ctx);
+    bump();
+    0
+}
+
+/// `sched_switch`: the same, plus a per-process switch count in a hash.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
+    wake_wait(&ctx);
+    bump();
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if let Some(v) = get_or_insert(&FLOOR_PROC, &tgid, &0) {
+        // SAFETY: a live map value pointer.
+        unsafe { atomic_add(v, 1) };
+    }
     0
 }
