@@ -55,6 +55,26 @@ const SWITCH_WAIT_PROC: Hook = Hook {
     ..Hook::event("sched:sched_switch")
 };
 
+/// The receive path's hooks as `net-rx` uses them, each with the counter (classic tracepoints).
+const NET_RX_PATH: [Hook; 4] = [
+    Hook {
+        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+        ..Hook::event("skb:kfree_skb")
+    },
+    Hook {
+        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+        ..Hook::event("napi:napi_poll")
+    },
+    Hook {
+        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+        ..Hook::event("irq:softirq_entry")
+    },
+    Hook {
+        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
+        ..Hook::event("irq:softirq_exit")
+    },
+];
+
 /// Every hook a floor run may use (each run uses the ones its workload exercises).
 pub const HOOKS: &[Hook] = &[
     SWITCH,
@@ -64,6 +84,10 @@ pub const HOOKS: &[Hook] = &[
     WAKING,
     SWITCH_WAIT,
     SWITCH_WAIT_PROC,
+    NET_RX_PATH[0],
+    NET_RX_PATH[1],
+    NET_RX_PATH[2],
+    NET_RX_PATH[3],
 ];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +110,9 @@ pub enum FloorHook {
     /// `wake-wait` plus a per-process switch count in a hash: the least a per-process
     /// scheduler tool does on every switch.
     WakeWaitProc,
+    /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
+    /// hooks `net-rx` needs, each with nothing but the counter.
+    NetRxPath,
 }
 
 #[derive(clap::Args, Debug)]
@@ -109,6 +136,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::FsyncPair => &[FSYNC_ENTER, FSYNC_EXIT],
         FloorHook::WakeWait => &[WAKING, SWITCH_WAIT],
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
+        FloorHook::NetRxPath => &NET_RX_PATH,
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
     let mut spec = LoadSpec::new();
