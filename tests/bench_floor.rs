@@ -29,3 +29,46 @@ pub fn vm_check() -> Result<String, String> {
     }
     Ok(format!("{events} events; {modes}"))
 }
+
+/// The lower-bound controls the bench compares the tools with: the wake-wait pair and the
+/// receive path's four hooks attach and count what their workloads do.
+#[test]
+fn lower_bound_controls_attach_and_count() {
+    require_root();
+    for hook in ["wake-wait", "wake-wait-proc"] {
+        let (lines, _, modes) = tracekit_tests::vm::traced_with(
+            &["bench-floor", "--hook", hook],
+            &["pingpong", "200"],
+            false,
+        )
+        .unwrap();
+        let events: u64 = lines
+            .iter()
+            .filter(|l| l["type"] == "stats")
+            .filter_map(|l| l["events"].as_u64())
+            .sum();
+        assert!(
+            events >= 400,
+            "{hook}: {events} switches for 400 pipe hops ({modes})"
+        );
+    }
+    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "net-rx-path", "--json"]);
+    tk.wait_attached();
+    // Datagrams to a port nobody listens on: each is one kfree_skb (NO_SOCKET) on loopback.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    assert_eq!(tracekit_tests::udp::send(500, 64, port), 500);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    let events: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "stats")
+        .filter_map(|l| l["events"].as_u64())
+        .sum();
+    // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
+    assert!(events >= 500, "net-rx-path: {events} events for 500 drops");
+}
