@@ -1,5 +1,5 @@
 #!/bin/bash
-# memchurn.sh SECONDS: two `tracekit serve` (glibc default, arena_max=1) under process churn; RSS every 10 s
+# serve-memory.sh [SECONDS]: two `tracekit serve` (glibc default, arena_max=1) under process churn; RSS every 10 s
 mkdir -p ${OUT:-/tmp/tk-serve-memory}
 T=${1:-600}
 BIN=${TRACEKIT_BIN:-$PWD/target/release/tracekit}
