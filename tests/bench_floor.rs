@@ -52,6 +52,27 @@ fn lower_bound_controls_attach_and_count() {
             "{hook}: {events} switches for 400 pipe hops ({modes})"
         );
     }
+    // fsync-timed counts the calls it timed: every fsync of the workload.
+    let (lines, w, modes) = tracekit_tests::vm::traced_with(
+        &["bench-floor", "--hook", "fsync-timed"],
+        &[
+            "fsync",
+            &scratch("floor").join("f").display().to_string(),
+            "50",
+            "0",
+        ],
+        false,
+    )
+    .unwrap();
+    let events: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "stats")
+        .filter_map(|l| l["events"].as_u64())
+        .sum();
+    assert!(
+        events >= 50,
+        "fsync-timed: {events} timed calls for 50 fsyncs ({modes}; {w})"
+    );
     let mut tk = Tracer::spawn(&["bench-floor", "--hook", "net-rx-path", "--json"]);
     tk.wait_attached();
     // Datagrams to a port nobody listens on: each is one kfree_skb (NO_SOCKET) on loopback.

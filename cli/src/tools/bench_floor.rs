@@ -55,6 +55,17 @@ const SWITCH_WAIT_PROC: Hook = Hook {
     ..Hook::event("sched:sched_switch")
 };
 
+/// A latency's lower bound on fsync-lat's hooks: a timestamp by thread at enter, a histogram
+/// bucket at exit.
+const FSYNC_TS_ENTER: Hook = Hook {
+    programs: &[(AttachMode::Tracepoint, "tk_floor_ts_enter")],
+    ..Hook::event("syscalls:sys_enter_fsync")
+};
+const FSYNC_TS_EXIT: Hook = Hook {
+    programs: &[(AttachMode::Tracepoint, "tk_floor_ts_exit")],
+    ..Hook::event("syscalls:sys_exit_fsync")
+};
+
 /// The receive path's hooks as `net-rx` uses them, each with the counter (classic tracepoints).
 const NET_RX_PATH: [Hook; 4] = [
     Hook {
@@ -84,6 +95,8 @@ pub const HOOKS: &[Hook] = &[
     WAKING,
     SWITCH_WAIT,
     SWITCH_WAIT_PROC,
+    FSYNC_TS_ENTER,
+    FSYNC_TS_EXIT,
     NET_RX_PATH[0],
     NET_RX_PATH[1],
     NET_RX_PATH[2],
@@ -113,6 +126,9 @@ pub enum FloorHook {
     /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
     /// hooks `net-rx` needs, each with nothing but the counter.
     NetRxPath,
+    /// `syscalls:sys_enter_fsync`/`sys_exit_fsync` timing each call (a timestamp by thread in a
+    /// hash, a histogram bucket): the least a latency tool does per call.
+    FsyncTimed,
 }
 
 #[derive(clap::Args, Debug)]
@@ -137,6 +153,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::WakeWait => &[WAKING, SWITCH_WAIT],
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
         FloorHook::NetRxPath => &NET_RX_PATH,
+        FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
     let mut spec = LoadSpec::new();
