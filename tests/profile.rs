@@ -4,7 +4,8 @@
 //! `/tmp/perf-<pid>.map`), which is also the VM check: guests have no compiler, and the test
 //! binaries are stripped and built without frame pointers, so a JIT with a perf map is the
 //! hot function a guest can name. Beside it: `profile/container.rs` (a binary that exists only
-//! in a podman container's root) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
+//! in a podman container's root), `profile/exited.rs` (the same, symbolised after the process
+//! exited) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
 
 use std::{
     collections::HashMap,
@@ -18,6 +19,8 @@ use tracekit_tests::*;
 
 #[path = "profile/container.rs"]
 mod container;
+#[path = "profile/exited.rs"]
+mod exited;
 #[path = "profile/offcpu.rs"]
 mod offcpu;
 
