@@ -13,25 +13,14 @@ const WARM: &str = "tk_warm_spin";
 
 /// Spins in `tk_warm_spin` until SIGUSR1 (or 60 s), then in `tk_hot_spin` for one second, and
 /// exits: `tk_hot_spin`'s stacks are new after the signal.
-const EXIT_C: &str = r#"
+const EXIT_MAIN: &str = r#"
 #include <signal.h>
-#include <time.h>
 static volatile sig_atomic_t go;
 static void on_usr1(int s) { (void)s; go = 1; }
 __attribute__((noinline)) unsigned long tk_warm_spin(unsigned long n) {
     volatile unsigned long x = 0;
     for (unsigned long i = 0; i < n; i++) x += i ^ 3;
     return x;
-}
-__attribute__((noinline)) unsigned long tk_hot_spin(unsigned long n) {
-    volatile unsigned long x = 0;
-    for (unsigned long i = 0; i < n; i++) x += i * i;
-    return x;
-}
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
 }
 int main(void) {
     signal(SIGUSR1, on_usr1);
@@ -63,27 +52,8 @@ fn kill(pid: u32, sig: i32) {
 /// samples had no user frames: 0 named.)
 #[test]
 fn exited_container_process_is_symbolised_from_its_own_binary() {
-    require_root();
-    tracekit_tests::podman::podman_ready();
-    let tag = std::process::id();
-    let dir = scratch("profile-exit");
-    let src = dir.join("exit.c");
-    std::fs::write(&src, EXIT_C).unwrap();
-    let built = dir.join("tk_ctr_exit");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-static", "-fno-omit-frame-pointer", "-o"])
-        .arg(&built)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success(), "gcc -static (libc6-dev ships libc.a)");
-    let mut pod = tracekit_tests::podman::Pod::import(
-        &format!("localhost/tk-prof-exit-{tag}:latest"),
-        &dir,
-        &[(&built, EXIT_BIN)],
-    );
-    std::fs::remove_file(&built).unwrap();
-    let name = format!("tk-prof-exit-{tag}");
+    let (mut pod, name, dir) =
+        super::container::image_of("tk-prof-exit", &format!("{SPIN_C}{EXIT_MAIN}"), EXIT_BIN);
     let mut tracers = Vec::new();
     for mode in ["fp", "dwarf"] {
         let mut tk = Tracer::spawn(&[

@@ -199,13 +199,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let run = StackRun::new(&mut session, OBJECT.name, "PROFILE_STACKS", args, "samples")?;
     let samples = match dwarf {
         true => {
-            let m = session
-                .ebpf
-                .take_map("PROFILE_SAMPLES")
-                .ok_or(loader::LoadError::NoMap {
-                    object: OBJECT.name,
-                    map: "PROFILE_SAMPLES".into(),
-                })?;
+            let m = run::take_map(&mut session, OBJECT.name, "PROFILE_SAMPLES")?;
             Some(RingBuf::try_from(m).context("PROFILE_SAMPLES")?)
         }
         false => None,
@@ -388,11 +382,10 @@ impl Collector for Profile {
     crate::tools::session_methods!(session; flips gen);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self
+        let mut drained = self
             .counts
             .drain(self.gen)
             .context("reading PROFILE_COUNTS")?;
-        let mut drained = drained;
         let mut unwound = None;
         let mut not_unwound = Vec::new();
         if let Some(d) = &mut self.dwarf {

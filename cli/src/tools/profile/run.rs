@@ -21,6 +21,19 @@ use crate::{
     report::{output::Sink, who::Titles},
 };
 
+/// Map `map` of `object`, taken from `session` (an error names it when the object lacks it).
+pub fn take_map(
+    session: &mut Session,
+    object: &'static str,
+    map: &'static str,
+) -> Result<aya::maps::Map> {
+    let m = session.ebpf.take_map(map).ok_or(loader::LoadError::NoMap {
+        object,
+        map: map.into(),
+    })?;
+    Ok(m)
+}
+
 pub struct StackRun {
     pub stacks: StackTraceMap<MapData>,
     pub resolver: Resolver,
@@ -53,12 +66,8 @@ impl StackRun {
         args: &Args,
         unit: &'static str,
     ) -> Result<StackRun> {
-        let m = session.ebpf.take_map(map).ok_or(loader::LoadError::NoMap {
-            object,
-            map: map.into(),
-        })?;
         Ok(StackRun {
-            stacks: StackTraceMap::try_from(m).context(map)?,
+            stacks: StackTraceMap::try_from(take_map(session, object, map)?).context(map)?,
             resolver: Resolver::default(),
             titles: Titles::default(),
             seen: HashSet::new(),
