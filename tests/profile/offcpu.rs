@@ -300,6 +300,41 @@ pub fn vm_check() -> Result<String, String> {
     Ok(format!("{what}; {modes}; programs unloaded"))
 }
 
+/// A kernel without BTF (`TRACEKIT_BTF` naming no file): doctor says `profile --off-cpu` cannot
+/// run and why, while `profile` can; the tool itself refuses in one line naming the BTF it
+/// needs, exit 4 (the VM checks hold such a kernel to the same: verdict `degraded`).
+#[test]
+fn off_cpu_without_btf_says_so_as_doctor_predicts() {
+    require_root();
+    let run = |args: &[&str]| {
+        Command::new(tracekit_bin())
+            .args(args)
+            .env("TRACEKIT_BTF", "/nonexistent/vmlinux")
+            .output()
+            .unwrap()
+    };
+    let doctor = run(&["doctor", "--json"]);
+    let entry = |name: &str| -> Value {
+        String::from_utf8_lossy(&doctor.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["type"] == "tool" && l["name"] == name)
+            .unwrap_or_else(|| panic!("doctor has no entry {name}"))
+    };
+    let off = entry("profile --off-cpu");
+    assert_eq!(off["can_run"], false, "{off}");
+    assert!(off["why"].as_str().unwrap().contains("BTF"), "{off}");
+    assert_eq!(entry("profile")["can_run"], true);
+    let out = run(&["profile", "--off-cpu", "--json", "--duration", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("needs the kernel's BTF") && err.contains("/nonexistent/vmlinux"),
+        "{err}"
+    );
+}
+
 /// (run ns, run-queue ns) of the calling thread, from `/proc/self/task/<tid>/schedstat`.
 fn schedstat() -> (u64, u64) {
     // SAFETY: gettid has no arguments.
