@@ -4,7 +4,8 @@
 //! `/tmp/perf-<pid>.map`), which is also the VM check: guests have no compiler, and the test
 //! binaries are stripped and built without frame pointers, so a JIT with a perf map is the
 //! hot function a guest can name. Beside it: `profile/container.rs` (a binary that exists only
-//! in a podman container's root) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
+//! in a podman container's root), `profile/exited.rs` (the same, symbolised after the process
+//! exited) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
 
 use std::{
     collections::HashMap,
@@ -18,6 +19,8 @@ use tracekit_tests::*;
 
 #[path = "profile/container.rs"]
 mod container;
+#[path = "profile/exited.rs"]
+mod exited;
 #[path = "profile/offcpu.rs"]
 mod offcpu;
 
@@ -26,7 +29,8 @@ const HOT: &str = "tk_hot_spin";
 /// The JIT workload's function, as its perf map names it.
 const JIT: &str = "tk_jit_hot_loop";
 
-const HOT_C: &str = r#"
+/// The hot function and a monotonic clock, for the C programs of these tests.
+const SPIN_C: &str = r#"
 #include <stdlib.h>
 #include <time.h>
 __attribute__((noinline)) unsigned long tk_hot_spin(unsigned long n) {
@@ -39,26 +43,46 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
 }
+"#;
+
+/// Spins in the hot function for `argv[1]` seconds (2 by default).
+fn hot_c() -> String {
+    format!(
+        "{SPIN_C}{}",
+        r#"
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 2.0, t0 = now();
     unsigned long s = 0;
     while (now() - t0 < secs) s += tk_hot_spin(2000000);
     return (int)(s & 1) * 0;
 }
-"#;
+"#
+    )
+}
 
 /// Builds C program `name` from `source` in `dir`, with frame pointers.
 fn build_c(dir: &Path, name: &str, source: &str) -> std::path::PathBuf {
+    build_c_with(dir, name, source, &[])
+}
+
+/// [`build_c`] with more compiler flags (`-static`: a binary that runs in an image without
+/// libc).
+fn build_c_with(dir: &Path, name: &str, source: &str, flags: &[&str]) -> std::path::PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let bin = dir.join(name);
     let cc = Command::new("gcc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .args(["-O1", "-fno-omit-frame-pointer"])
+        .args(flags)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
         .status()
         .expect("gcc");
-    assert!(cc.success());
+    assert!(
+        cc.success(),
+        "gcc {flags:?} (libc6-dev ships libc.a for -static)"
+    );
     bin
 }
 
@@ -134,7 +158,7 @@ fn perf_samples(data: &Path) -> HashMap<u64, HashMap<String, u64>> {
 fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     require_root();
     let dir = scratch("profile-c");
-    let bin = build_c(&dir, "tk_hot", HOT_C);
+    let bin = build_c(&dir, "tk_hot", &hot_c());
     let (svg, folded, data) = (
         dir.join("cpu.svg"),
         dir.join("cpu.folded"),
@@ -398,6 +422,12 @@ fn jit_workload(secs: f64) {
     }
     let _ = std::fs::remove_file(&map);
     println!("{}", serde_json::json!({"pid": pid, "left": n}));
+}
+
+/// profile --off-cpu (its own entry in doctor): a thread sleeping 10 ms 100 times, against the
+/// kernel's own schedstat (`profile/offcpu.rs`).
+pub fn vm_check_off_cpu() -> Result<String, String> {
+    offcpu::vm_check()
 }
 
 /// profile: at least 90 % of the JIT workload's samples in its hot loop, named from its perf map.

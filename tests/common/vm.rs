@@ -24,7 +24,9 @@ pub static DOCTOR: OnceLock<Vec<Value>> = OnceLock::new();
 /// A tool doctor says cannot run must say so itself: exit 4, one line on stderr.
 pub fn refuses_clearly(tool: &str, why: &str) -> Result<String, String> {
     let out = Command::new(tracekit_bin())
-        .args([tool, "--json", "--duration", "1s"])
+        // A mode doctor lists apart (`profile --off-cpu`) is the tool and its flag.
+        .args(tool.split(' '))
+        .args(["--json", "--duration", "1s"])
         .output()
         .map_err(|e| e.to_string())?;
     let err = String::from_utf8_lossy(&out.stderr);
@@ -56,7 +58,12 @@ pub fn traced_with(
     let mut tk = Tracer::spawn(&a);
     let meta = tk.wait_attached();
     let ids = program_ids(&meta);
-    let tool = args[0];
+    // A mode doctor lists apart (`tools::MODES`: `profile --off-cpu`) is held to that entry.
+    let mode = args.get(1).map(|flag| format!("{} {flag}", args[0]));
+    let tool = tracekit::tools::MODES
+        .iter()
+        .find(|m| Some(m.name) == mode.as_deref())
+        .map_or(args[0], |m| m.name);
     // Hidden tools (benchmark controls) are not in doctor's list; outside `tk-workload
     // vm-check` (a root test) there is no doctor report to hold the tool to.
     let hidden = tracekit::tools::TOOLS

@@ -1,6 +1,10 @@
 //! A containerised binary, symbolised through the process's own root (issue 19): it exists
 //! only inside a podman container's root filesystem.
 
+use std::path::PathBuf;
+
+use tracekit_tests::podman::Pod;
+
 use super::*;
 
 /// Where the hot program lives inside the container's image, and nowhere on the host.
@@ -29,27 +33,8 @@ fn perf_top_symbol(data: &Path) -> Option<String> {
 /// names the same top function where it resolves it.
 #[test]
 fn container_binary_is_symbolised_through_its_root() {
-    require_root();
-    tracekit_tests::podman::podman_ready();
-    let tag = std::process::id();
-    let dir = scratch("profile-ctr");
-    let src = dir.join("hot.c");
-    std::fs::write(&src, HOT_C).unwrap();
+    let (mut pod, name, dir) = image_of("tk-prof-ctr", &hot_c(), CTR_BIN);
     let built = dir.join("tk_ctr_hot");
-    let cc = Command::new("gcc")
-        .args(["-O1", "-static", "-fno-omit-frame-pointer", "-o"])
-        .arg(&built)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(cc.success(), "gcc -static (libc6-dev ships libc.a)");
-    let mut pod = tracekit_tests::podman::Pod::import(
-        &format!("localhost/tk-prof-ctr-{tag}:latest"),
-        &dir,
-        &[(&built, CTR_BIN)],
-    );
-    std::fs::remove_file(&built).unwrap();
-    let name = format!("tk-prof-ctr-{tag}");
     let pid = pod.run(&name, &[CTR_BIN, "60"]);
 
     // The binary is the container's only: not at that path on the host, nor left where it was
@@ -104,6 +89,21 @@ fn container_binary_is_symbolised_through_its_root() {
     }
     drop(pod);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An image holding C program `source`, built static (frame pointers on), at `path` only: the
+/// binary built is removed once imported. Returns the pod, a container name for it (`prefix`
+/// and this test process's pid) and the scratch directory.
+pub fn image_of(prefix: &str, source: &str, path: &str) -> (Pod, String, PathBuf) {
+    require_root();
+    tracekit_tests::podman::podman_ready();
+    let name = format!("{prefix}-{}", std::process::id());
+    let dir = scratch(prefix);
+    let file = path.rsplit('/').next().unwrap();
+    let built = build_c_with(&dir, file, source, &["-static"]);
+    let pod = Pod::import(&format!("localhost/{name}:latest"), &dir, &[(&built, path)]);
+    std::fs::remove_file(&built).unwrap();
+    (pod, name, dir)
 }
 
 /// `pid`'s rows name container `name`, and ≥ 80 % of its samples are in the hot function.

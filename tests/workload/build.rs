@@ -22,7 +22,8 @@ fn main() {
         let text = fs::read_to_string(&f).unwrap_or_default();
         let has_check = text.contains("pub fn vm_check()");
         let has_workload = text.contains("pub fn workload(");
-        if !has_check && !has_workload {
+        let modes = mode_checks(&text);
+        if !has_check && !has_workload && modes.is_empty() {
             continue;
         }
         let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
@@ -34,6 +35,14 @@ fn main() {
             checks.push_str(&format!(
                 "    ({:?}, {stem}::vm_check),\n",
                 stem.replace('_', "-")
+            ));
+        }
+        // A tool mode doctor lists apart (`tools::MODES`: `profile --off-cpu`) has its check
+        // `pub fn vm_check_off_cpu()` in the tool's file.
+        for m in modes {
+            checks.push_str(&format!(
+                "    ({:?}, {stem}::vm_check_{m}),\n",
+                format!("{} --{}", stem.replace('_', "-"), m.replace('_', "-"))
             ));
         }
         if has_workload {
@@ -53,4 +62,17 @@ fn main() {
     );
     let dest = PathBuf::from(env::var("OUT_DIR").unwrap()).join("tools.rs");
     fs::write(dest, out).expect("OUT_DIR is writable");
+}
+
+/// The modes `m` of the file's `pub fn vm_check_<m>()` functions.
+fn mode_checks(text: &str) -> Vec<String> {
+    const HEAD: &str = "pub fn vm_check_";
+    text.match_indices(HEAD)
+        .filter_map(|(i, _)| {
+            let rest = &text[i + HEAD.len()..];
+            let m = &rest[..rest.find("()")?];
+            let word = !m.is_empty() && m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            word.then(|| m.to_string())
+        })
+        .collect()
 }

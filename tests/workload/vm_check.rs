@@ -55,6 +55,8 @@ fn verdict(name: &str, v: &str, detail: &str) {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
+    // The name is one word: a mode's (`profile --off-cpu`) is written `profile--off-cpu`.
+    let name = name.replace(' ', "");
     println!("{PREFIX}check {name} {v} {detail}");
 }
 

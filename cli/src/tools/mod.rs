@@ -148,6 +148,11 @@ macro_rules! registry {
     };
 }
 
+/// Modes of a tool that load programs of their own instead of the tool's (`profile
+/// --off-cpu`): `doctor` lists each as its own entry, with the hooks that mode attaches, and the
+/// VM checks check each (`pub fn vm_check_<mode>()` in the tool's root test file).
+pub const MODES: &[ToolInfo] = &[profile::OFF_CPU];
+
 registry! {
     tools {
         /// Latency of fsync, fdatasync, sync_file_range, msync, syncfs and sync, per process and syscall.

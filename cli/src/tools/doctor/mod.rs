@@ -1,6 +1,7 @@
 //! `tracekit doctor`: what every tool will do on this kernel, and why, before anyone traces.
 //!
-//! For each visible tool of the registry (`tools::TOOLS`) and each of its hooks: the attach mode
+//! For each visible tool of the registry (`tools::TOOLS`), each mode of a tool with hooks of its
+//! own (`tools::MODES`: `profile --off-cpu`), and each of their hooks: the attach mode
 //! and program the tool's own `open` will use, the reasons cheaper modes were rejected, group
 //! decisions, and the tracepoint fields found or missing with their offsets and sizes, all from
 //! the one attach policy the loader follows (`kernel::hooks::choose_all`, with the `Env` and
@@ -410,7 +411,11 @@ pub fn run(args: Args) -> Result<()> {
         },
     );
     let system = System::read(&ctx.env);
-    let visible = tools::TOOLS.iter().filter(|t| !t.hidden);
+    // Each tool, and each mode of a tool that attaches hooks of its own (`profile --off-cpu`).
+    let visible = tools::TOOLS
+        .iter()
+        .chain(tools::MODES)
+        .filter(|t| !t.hidden);
     let report = Report::build(system, visible, &ctx.env, &ctx.symbols);
     // A reader that went away (`doctor | head -1`) ends nothing early: the verdict still
     // decides the exit code.

@@ -13,17 +13,19 @@ use crate::{
 };
 
 /// On this kernel, with the `Env` and `Symbols` of an `OpenCtx` as `run` builds them, doctor's
-/// mode and program for every hook of every registered tool (hidden ones included) are those
-/// `loader::plan` gives a tool's `open` with its own, separately probed `Env`; a tool the plan
-/// refuses is one doctor says cannot run.
+/// mode and program for every hook of every registered tool (hidden ones included) and of every
+/// mode with hooks of its own (`profile --off-cpu`) are those `loader::plan` gives a tool's
+/// `open` with its own, separately probed `Env`; a tool the plan refuses is one doctor says
+/// cannot run.
 #[test]
 fn modes_are_what_the_loader_plans_for_every_registered_tool() {
     let ctx = OpenCtx::new(Scope::default(), RunOpts::default());
-    let report = Report::build(System::read(&ctx.env), tools::TOOLS, &ctx.env, &ctx.symbols);
-    assert_eq!(report.tools.len(), tools::TOOLS.len());
+    let all = || tools::TOOLS.iter().chain(tools::MODES);
+    let report = Report::build(System::read(&ctx.env), all(), &ctx.env, &ctx.symbols);
+    assert_eq!(report.tools.len(), all().count());
     let (env, symbols) = (Env::detect(), Symbols::default());
     let mut compared = 0;
-    for (info, r) in tools::TOOLS.iter().zip(&report.tools) {
+    for (info, r) in all().zip(&report.tools) {
         assert_eq!(r.tool.name, info.name);
         assert_eq!(r.hooks.len(), info.hooks.len(), "{}", info.name);
         match loader::plan(info.hooks, &env, &symbols) {
@@ -52,6 +54,54 @@ fn modes_are_what_the_loader_plans_for_every_registered_tool() {
         }
     }
     assert!(compared > 0, "no hook compared");
+}
+
+/// `profile --off-cpu` is an entry of its own in doctor's report: the hooks that mode attaches
+/// (the wakeup, then the switch), with the program the off-CPU object names for each, while
+/// `profile`'s entry keeps the CPU clock alone; and in doctor's JSON, one `hook` line each for
+/// it and a `tool` line whose hook count matches.
+#[test]
+fn off_cpu_is_its_own_entry_with_its_hooks() {
+    let ctx = OpenCtx::new(Scope::default(), RunOpts::default());
+    let report = Report::build(
+        System::read(&ctx.env),
+        tools::TOOLS.iter().chain(tools::MODES),
+        &ctx.env,
+        &ctx.symbols,
+    );
+    let entry = |name: &str| {
+        report
+            .tools
+            .iter()
+            .find(|t| t.tool.name == name)
+            .unwrap_or_else(|| panic!("doctor has no entry {name}"))
+    };
+    let off = entry("profile --off-cpu");
+    let events: Vec<&str> = off.hooks.iter().map(|h| h.event).collect();
+    assert_eq!(events, ["sched:sched_waking", "sched:sched_switch"]);
+    for h in &off.hooks {
+        assert_eq!(h.tool, "profile --off-cpu");
+        if let Some(p) = h.program {
+            assert!(p.starts_with("tk_offcpu_"), "{h:?}");
+        }
+    }
+    assert!(!off.hooks[1].optional && off.hooks[0].optional);
+    let on: Vec<&str> = entry("profile").hooks.iter().map(|h| h.event).collect();
+    assert_eq!(on, ["cpu-clock"]);
+    let lines: Vec<Value> = report
+        .render(true)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let hooks = lines
+        .iter()
+        .filter(|l| l["type"] == "hook" && l["for"] == "profile --off-cpu")
+        .count();
+    let tool = lines
+        .iter()
+        .find(|l| l["type"] == "tool" && l["name"] == "profile --off-cpu")
+        .expect("a tool line for profile --off-cpu");
+    assert_eq!((hooks, tool["hooks"].as_u64()), (2, Some(2)));
 }
 
 fn probe(ok: bool, why: &str) -> Probe {

@@ -18,13 +18,9 @@
 //! or `--comm` narrows the scope and frame pointers otherwise. The stack map is not reset
 //! between `--interval` windows.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    path::PathBuf,
-    time::Duration,
-};
+use std::{collections::HashMap, path::PathBuf, time::Duration};
 
-use aya::maps::{stack_trace::StackTraceMap, MapData, RingBuf};
+use aya::maps::{MapData, RingBuf};
 use probes_common::{
     profile::{
         DwarfSample, ProfileKey, ProfileVal, STAT_IDLE, STAT_STACK_COLLIDED, STAT_USTACK_FAILED,
@@ -32,16 +28,19 @@ use probes_common::{
     stats,
 };
 
-use crate::{report::who::Titles, tools::prelude::*};
+use crate::tools::prelude::*;
 
+mod captured;
 mod offcpu;
 mod offcpu_rows;
 mod rows;
+mod run;
 mod stacks;
 mod symbols;
 mod unwind;
 
 use rows::*;
+use run::StackRun;
 use stacks::*;
 use symbols::Resolver;
 
@@ -52,6 +51,17 @@ pub const INFO: ToolInfo = ToolInfo {
     triage: false,
     hidden: false,
     needs_btf: false,
+};
+
+/// `profile --off-cpu`, for doctor: its own hooks (sched_switch, sched_waking), and the BTF it
+/// needs for `task_struct.pid` whatever the attach mode.
+pub const OFF_CPU: ToolInfo = ToolInfo {
+    name: "profile --off-cpu",
+    summary: "Where threads wait instead of running: blocked time by stack, from sched_switch to the wakeup.",
+    hooks: offcpu::HOOKS,
+    triage: false,
+    hidden: false,
+    needs_btf: true,
 };
 
 const OBJECT: Object = crate::object!("profile");
@@ -143,12 +153,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     if args.off_cpu {
         return offcpu::open(args, ctx);
     }
-    // The files are checked before anything is attached, with --output's rules (a directory,
-    // a missing directory or a dangling symlink is exit 2; a device is written into, never
-    // replaced). The check's temporary file goes with the sink.
-    for p in [&args.folded, &args.svg].into_iter().flatten() {
-        crate::report::output::Sink::open(Some(p), false)?;
-    }
+    StackRun::check_files(args)?;
     let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
     let scope = &ctx.scope;
     let dwarf = match args.unwind {
@@ -191,15 +196,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &ProfileKey| k.gen,
         ZERO,
     )?;
-    let mut take = |name: &'static str| {
-        session.ebpf.take_map(name).ok_or(loader::LoadError::NoMap {
-            object: OBJECT.name,
-            map: name.into(),
-        })
-    };
-    let stacks = StackTraceMap::try_from(take("PROFILE_STACKS")?).context("PROFILE_STACKS")?;
+    let run = StackRun::new(&mut session, OBJECT.name, "PROFILE_STACKS", args, "samples")?;
     let samples = match dwarf {
-        true => Some(RingBuf::try_from(take("PROFILE_SAMPLES")?).context("PROFILE_SAMPLES")?),
+        true => {
+            let m = run::take_map(&mut session, OBJECT.name, "PROFILE_SAMPLES")?;
+            Some(RingBuf::try_from(m).context("PROFILE_SAMPLES")?)
+        }
         false => None,
     };
     let ncpu = aya::util::online_cpus()
@@ -209,8 +211,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     Ok(Box::new(Profile {
         session,
         counts,
-        stacks,
-        resolver: Resolver::default(),
+        run,
         dwarf: samples.map(|ring| Dwarf {
             ring,
             unwinder: unwind::Unwinder::default(),
@@ -224,13 +225,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         freq: args.freq,
         ncpu,
         pmu: crate::host::pmu::hardware_pmu(),
-        folded_path: args.folded.clone(),
-        svg_path: args.svg.clone(),
-        folded: BTreeMap::new(),
         rows: args.rows,
         top: args.top,
         gen: 0,
-        titles: Titles::default(),
         fallback,
     }))
 }
@@ -295,20 +292,15 @@ struct Profile {
     /// Why DWARF mode was asked for (`auto`) but frame pointers are used.
     fallback: Option<String>,
     counts: GenMap<ProfileKey, ProfileVal>,
-    stacks: StackTraceMap<MapData>,
-    resolver: Resolver,
+    /// The stack map, the resolver, titles, and the run's folded stacks (in samples).
+    run: StackRun,
     scope: crate::engine::Scope,
     freq: u64,
     ncpu: usize,
     pmu: Option<&'static str>,
-    folded_path: Option<PathBuf>,
-    svg_path: Option<PathBuf>,
-    /// Folded stacks of the whole run (for `--folded` and `--svg`).
-    folded: BTreeMap<String, u64>,
     rows: usize,
     top: usize,
     gen: u32,
-    titles: Titles,
 }
 
 impl Profile {
@@ -317,13 +309,14 @@ impl Profile {
         let user = match self.dwarf {
             // DWARF mode: unwound and resolved as the samples arrived (or none).
             Some(_) => Some(
-                self.resolver
+                self.run
+                    .resolver
                     .user_frames(k.tgid, k.user_stack)
                     .unwrap_or_else(|| std::rc::Rc::from(Vec::new())),
             ),
             None => None,
         };
-        key_frames(&mut self.resolver, &self.stacks, k, user)
+        self.run.frames(k, user)
     }
 
     fn clock(&self) -> String {
@@ -331,17 +324,6 @@ impl Profile {
             Some(p) => format!("cpu-clock (software; the hardware PMU `{p}` is not used, so results compare across machines)"),
             None => "cpu-clock (software; this machine has no hardware PMU)".into(),
         }
-    }
-
-    fn write_files(&self) -> Result<()> {
-        let title = format!("CPU samples at {} Hz, {}", self.freq, self.scope.describe());
-        write_outputs(
-            self.folded_path.as_deref(),
-            self.svg_path.as_deref(),
-            &self.folded,
-            &title,
-            "samples",
-        )
     }
 }
 
@@ -376,8 +358,12 @@ impl Collector for Profile {
     /// Resolves the user stacks of processes seen since the last poll while they still run
     /// (DWARF mode: unwinds and counts the streamed samples).
     fn on_events(&mut self) -> Result<()> {
-        self.resolver.begin_poll();
-        if let Some(d) = &mut self.dwarf {
+        let Some(d) = &mut self.dwarf else {
+            self.run.poll(&self.counts.keys());
+            return Ok(());
+        };
+        self.run.resolver.begin_poll();
+        {
             d.unwinder.begin_poll();
             loop {
                 let s: DwarfSample = match d.ring.next() {
@@ -386,22 +372,20 @@ impl Collector for Profile {
                     // SAFETY: the record is a DwarfSample (plain integers), read unaligned.
                     Some(item) => unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) },
                 };
-                d.take(&s, &mut self.resolver);
+                self.run.see(s.tgid);
+                d.take(&s, &mut self.run.resolver);
             }
-            return Ok(());
         }
-        resolve_new_users(&mut self.resolver, &self.stacks, &self.counts.keys());
         Ok(())
     }
 
     crate::tools::session_methods!(session; flips gen);
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self
+        let mut drained = self
             .counts
             .drain(self.gen)
             .context("reading PROFILE_COUNTS")?;
-        let mut drained = drained;
         let mut unwound = None;
         let mut not_unwound = Vec::new();
         if let Some(d) = &mut self.dwarf {
@@ -437,7 +421,7 @@ impl Collector for Profile {
                 count: drained.other.samples,
             });
         }
-        fold_into(&mut self.folded, &samples);
+        self.run.fold(&samples);
         let aggs = aggregate(&samples);
         let one_cpu = self.freq as f64 * secs;
         let all = one_cpu * self.ncpu as f64;
@@ -445,7 +429,7 @@ impl Collector for Profile {
         order.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
         let procs: Vec<ProcRow> = order
             .iter()
-            .map(|(id, p)| proc_row(p, **id, threads, one_cpu, all, self.titles.of(p.tgid)))
+            .map(|(id, p)| proc_row(p, **id, threads, one_cpu, all, self.run.titles.of(p.tgid)))
             .collect();
         let shown = crate::report::rows::shown(self.rows, order.len());
         let (mut by_self, mut by_total) = (Vec::new(), Vec::new());
@@ -510,7 +494,7 @@ impl Collector for Profile {
         let ctx = Ctx { secs };
         let found: Vec<(u32, &ProcAgg, crate::report::who::Title)> = order
             .iter()
-            .map(|(id, p)| (**id, *p, self.titles.of(p.tgid)))
+            .map(|(id, p)| (**id, *p, self.run.titles.of(p.tgid)))
             .collect();
         out.findings = findings(INFO.name, &found, self.freq, secs);
         out.sections.push(
@@ -536,7 +520,11 @@ impl Collector for Profile {
                 .caption(format!("Top {} functions per process by total samples (on the stack: the function or its callees):", self.top)),
         );
         out.footnotes.push("SELF%/TOTAL%: of the process's samples; %ALL: self samples as a share of all CPUs' time.".into());
-        self.write_files()?;
+        self.run.write_files(&format!(
+            "CPU samples at {} Hz, {}",
+            self.freq,
+            self.scope.describe()
+        ))?;
         out.stats = Some(
             Stats::new(st)
                 .with("samples", total)
@@ -546,8 +534,7 @@ impl Collector for Profile {
                 .with("ringbuf_full", st[stats::RINGBUF_FULL as usize])
                 .with("missed", missed),
         );
-        self.resolver.end_window();
-        self.titles.end_window();
+        self.run.end_window();
         Ok(out)
     }
 }

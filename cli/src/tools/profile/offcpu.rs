@@ -13,9 +13,8 @@
 //! kernel stack is what names the wait. A wait still in progress when a window ends is counted
 //! in the window where it ends.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::time::Duration;
 
-use aya::maps::{stack_trace::StackTraceMap, MapData};
 use probes_common::{
     profile::{OffCpuVal, ProfileKey, STAT_RUNNABLE, STAT_STACK_COLLIDED, STAT_USTACK_FAILED},
     stats,
@@ -23,11 +22,11 @@ use probes_common::{
 
 use super::{
     offcpu_rows::*,
-    stacks::{aggregate, fold_into, key_frames, marker, resolve_new_users, write_outputs, Sample},
-    symbols::Resolver,
+    run::StackRun,
+    stacks::{aggregate, marker, Sample},
     Args,
 };
-use crate::{report::who::Titles, tools::prelude::*};
+use crate::tools::prelude::*;
 
 const OBJECT: Object = crate::object!("offcpu");
 
@@ -75,9 +74,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
                 .into(),
         ));
     }
-    for p in [&args.folded, &args.svg].into_iter().flatten() {
-        crate::report::output::Sink::open(Some(p), false)?;
-    }
+    StackRun::check_files(args)?;
     let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
     let btf = crate::kernel::btf::vmlinux().map_err(|e| {
         Error::KernelFeature(format!(
@@ -109,29 +106,17 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &ProfileKey| k.gen,
         ZERO,
     )?;
-    let map = session
-        .ebpf
-        .take_map("OFFCPU_STACKS")
-        .ok_or(loader::LoadError::NoMap {
-            object: OBJECT.name,
-            map: "OFFCPU_STACKS".into(),
-        })?;
-    let stacks = StackTraceMap::try_from(map).context("OFFCPU_STACKS")?;
+    let run = StackRun::new(&mut session, OBJECT.name, "OFFCPU_STACKS", args, "ns")?;
     Ok(Box::new(OffCpu {
         session,
         counts,
-        stacks,
-        resolver: Resolver::default(),
+        run,
         scope: scope.clone(),
         min_ns,
         has_state,
-        folded_path: args.folded.clone(),
-        svg_path: args.svg.clone(),
-        folded: BTreeMap::new(),
         rows: args.rows,
         top: args.top,
         gen: 0,
-        titles: Titles::default(),
     }))
 }
 
@@ -146,37 +131,15 @@ fn tracing_frame(f: &super::symbols::Frame) -> bool {
 struct OffCpu {
     session: Session,
     counts: GenMap<ProfileKey, OffCpuVal>,
-    stacks: StackTraceMap<MapData>,
-    resolver: Resolver,
+    /// The stack map, the resolver, titles, and the run's folded stacks (in ns blocked).
+    run: StackRun,
     scope: crate::engine::Scope,
     min_ns: u64,
     /// The kernel passes `prev_state` (else every switch-out that is not a preemption counts).
     has_state: bool,
-    folded_path: Option<PathBuf>,
-    svg_path: Option<PathBuf>,
-    /// Folded stacks of the whole run, ns blocked.
-    folded: BTreeMap<String, u64>,
     rows: usize,
     top: usize,
     gen: u32,
-    titles: Titles,
-}
-
-impl OffCpu {
-    fn write_files(&self) -> Result<()> {
-        let title = format!(
-            "Off-CPU time (ns blocked, blocks of {} or more), {}",
-            fmt_ns(self.min_ns),
-            self.scope.describe()
-        );
-        write_outputs(
-            self.folded_path.as_deref(),
-            self.svg_path.as_deref(),
-            &self.folded,
-            &title,
-            "ns",
-        )
-    }
 }
 
 impl Collector for OffCpu {
@@ -208,8 +171,7 @@ impl Collector for OffCpu {
 
     /// Resolves the user stacks of processes seen since the last poll while they still run.
     fn on_events(&mut self) -> Result<()> {
-        self.resolver.begin_poll();
-        resolve_new_users(&mut self.resolver, &self.stacks, &self.counts.keys());
+        self.run.poll(&self.counts.keys());
         Ok(())
     }
 
@@ -225,7 +187,7 @@ impl Collector for OffCpu {
         let threads = self.scope.threads;
         let (mut by_ns, mut by_blocks) = (Vec::new(), Vec::new());
         for (k, v) in &drained.rows {
-            let mut frames = key_frames(&mut self.resolver, &self.stacks, k, None);
+            let mut frames = self.run.frames(k, None);
             // The tracing machinery's own frames (the program, bpf_trace_run, the tracepoint).
             frames.retain(|f| !tracing_frame(f));
             let id = if threads { k.pid } else { k.tgid };
@@ -259,7 +221,7 @@ impl Collector for OffCpu {
                 });
             }
         }
-        fold_into(&mut self.folded, &by_ns);
+        self.run.fold(&by_ns);
         let ns_agg = aggregate(&by_ns);
         let blk_agg = aggregate(&by_blocks);
         let mut order: Vec<(&u32, &super::stacks::ProcAgg)> = ns_agg.iter().collect();
@@ -268,7 +230,7 @@ impl Collector for OffCpu {
             .iter()
             .map(|(id, p)| {
                 let blocks = blk_agg.get(id).map_or(0, |b| b.samples);
-                off_proc_row(p, **id, threads, blocks, secs, self.titles.of(p.tgid))
+                off_proc_row(p, **id, threads, blocks, secs, self.run.titles.of(p.tgid))
             })
             .collect();
         let shown = crate::report::rows::shown(self.rows, order.len());
@@ -309,7 +271,7 @@ impl Collector for OffCpu {
         let ctx = Ctx { secs };
         let found: Vec<(u32, &super::stacks::ProcAgg, crate::report::who::Title)> = order
             .iter()
-            .map(|(id, p)| (**id, *p, self.titles.of(p.tgid)))
+            .map(|(id, p)| (**id, *p, self.run.titles.of(p.tgid)))
             .collect();
         out.findings = off_findings(super::INFO.name, &found, &by_ns, &by_blocks, secs);
         out.sections.push(
@@ -336,7 +298,11 @@ impl Collector for OffCpu {
                     self.top
                 )),
         );
-        self.write_files()?;
+        self.run.write_files(&format!(
+            "Off-CPU time (ns blocked, blocks of {} or more), {}",
+            fmt_ns(self.min_ns),
+            self.scope.describe()
+        ))?;
         out.stats = Some(
             Stats::new(st)
                 .with("blocked_ns", total)
@@ -346,8 +312,7 @@ impl Collector for OffCpu {
                 .with("events", st[stats::EVENTS as usize])
                 .with("missed", missed),
         );
-        self.resolver.end_window();
-        self.titles.end_window();
+        self.run.end_window();
         Ok(out)
     }
 }

@@ -3,17 +3,19 @@
 //! resolve, ELF symbols and DWARF where present, perf map files `/tmp/perf-<pid>.map` for JITs),
 //! kernel frames through kallsyms.
 //!
-//! A process's mappings and perf map are cached the first time its stacks are seen, and its
-//! stacks are resolved while the window runs (every poll), so a process that exits before the
-//! window ends is still named. Caches are bounded: resolved stacks of processes that are gone
-//! are dropped at the end of each window, and everything is dropped past [`MAX_STACKS`].
+//! A process's mappings and perf map are cached the first time its stacks are seen, its mapped
+//! binaries opened then (`captured.rs`), and its stacks are resolved while the window runs
+//! (every poll), so a process that exits before the window ends is still named — by the files
+//! it ran, also inside a container. Caches are bounded: resolved stacks and open files of
+//! processes that are gone are dropped at the end of each window, and stacks past
+//! [`MAX_STACKS`].
 
 use std::{collections::HashMap, rc::Rc};
 
 use blazesym::{
     symbolize::{
         cache,
-        source::{Kernel, Process, Source},
+        source::{Elf, Kernel, Process, Source},
         Input, Symbolized, Symbolizer,
     },
     Pid,
@@ -37,6 +39,8 @@ pub struct Resolver {
     /// Processes whose mappings were cached, with the poll that cached them last.
     cached: HashMap<u32, u64>,
     poll: u64,
+    /// The mapped binaries of the processes seen, open (for those that exit).
+    captured: super::captured::Captured,
     kernel_module: Rc<str>,
     unknown: Rc<str>,
 }
@@ -49,6 +53,7 @@ impl Default for Resolver {
             kernel: HashMap::new(),
             cached: HashMap::new(),
             poll: 0,
+            captured: Default::default(),
             kernel_module: Rc::from("kernel"),
             unknown: Rc::from("[unknown]"),
         }
@@ -107,12 +112,14 @@ impl Resolver {
         self.poll += 1;
     }
 
-    /// Remembers `tgid`'s mappings and perf map now, so its stacks resolve after it exits.
+    /// Remembers `tgid`'s mappings and perf map now, and opens the binaries it maps, so its
+    /// stacks resolve after it exits (at most once per poll).
     pub fn note_process(&mut self, tgid: u32) {
         if self.cached.insert(tgid, self.poll) != Some(self.poll) {
             let c = cache::Process::new(Pid::from(tgid));
             // No perf map is the usual case, and a process gone already is resolved as unknown.
             let _ = self.sym.cache(&cache::Cache::Process(c));
+            self.captured.capture(tgid);
         }
     }
 
@@ -135,22 +142,69 @@ impl Resolver {
         if alive {
             self.note_process(tgid);
         }
-        let mut p = Process::new(Pid::from(tgid));
-        // Cached mappings of a process that has exited can only be used by path.
-        p.map_files = alive;
         let addrs = lookup_addrs(ips);
-        let syms = self
-            .sym
-            .symbolize(&Source::Process(p), Input::AbsAddr(&addrs))
-            .unwrap_or_default();
-        let frames = if syms.len() == addrs.len() {
-            self.frames(syms, None)
+        let frames = if !alive && self.captured.has(tgid) {
+            self.resolve_exited(tgid, &addrs)
         } else {
-            self.frames(Vec::new(), None)
+            let syms = self.by_process(tgid, alive, &addrs);
+            self.frames(syms, None)
         };
         self.bound();
         self.user.insert((tgid, id), frames.clone());
         frames
+    }
+
+    /// `addrs` of `tgid` through the process (its maps, live or cached, and its perf map); one
+    /// result per address, or none.
+    fn by_process(&self, tgid: u32, alive: bool, addrs: &[u64]) -> Vec<Symbolized<'_>> {
+        let mut p = Process::new(Pid::from(tgid));
+        // Cached mappings of a process that has exited can only be used by path.
+        p.map_files = alive;
+        match self
+            .sym
+            .symbolize(&Source::Process(p), Input::AbsAddr(addrs))
+        {
+            Ok(s) if s.len() == addrs.len() => s,
+            _ => Vec::new(),
+        }
+    }
+
+    /// The frames of an exited process whose binaries were opened while it ran: addresses in
+    /// them are looked up in those very files (by file offset), the others (JIT code of a perf
+    /// map, anonymous memory) through the cached process.
+    fn resolve_exited(&mut self, tgid: u32, addrs: &[u64]) -> Rc<[Frame]> {
+        let rest: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| self.captured.locate(tgid, *a).is_none())
+            .collect();
+        let by_proc = self.by_process(tgid, false, &rest);
+        let mut by_proc = self.frames(by_proc, None).to_vec().into_iter();
+        let mut out = Vec::with_capacity(addrs.len());
+        for &a in addrs {
+            let Some(at) = self.captured.locate(tgid, a) else {
+                out.push(by_proc.next().unwrap_or_else(|| self.unknown_frame(None)));
+                continue;
+            };
+            let module: Rc<str> = Rc::from(module_stem(&at.mapped_as));
+            let src = Source::Elf(Elf::new(at.file));
+            let sym = self
+                .sym
+                .symbolize_single(&src, Input::FileOffset(at.offset))
+                .ok();
+            out.push(match sym {
+                Some(s) => self.frames(vec![s], Some(&module))[0].clone(),
+                None => self.unknown_frame(Some(&module)),
+            });
+        }
+        out.into()
+    }
+
+    fn unknown_frame(&self, module: Option<&Rc<str>>) -> Frame {
+        Frame {
+            function: self.unknown.clone(),
+            module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
+        }
     }
 
     /// Resolves kernel stack `id` (addresses `ips`, innermost first) through kallsyms.
@@ -193,11 +247,16 @@ impl Resolver {
             .copied()
             .filter(|p| !crate::host::proc::exists(*p))
             .collect();
+        use blazesym::symbolize::evict;
         for p in &gone {
             self.cached.remove(p);
-            let _ = self.sym.evict(&blazesym::symbolize::evict::Evict::Process(
-                blazesym::symbolize::evict::Process::new(Pid::from(*p)),
-            ));
+            let _ = self
+                .sym
+                .evict(&evict::Evict::Process(evict::Process::new(Pid::from(*p))));
+        }
+        // A descriptor number closed now may name another file later.
+        for path in self.captured.forget(&gone) {
+            let _ = self.sym.evict(&evict::Evict::Elf(evict::Elf::new(path)));
         }
         self.user.retain(|(t, _), _| !gone.contains(t));
     }
