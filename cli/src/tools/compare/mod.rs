@@ -437,9 +437,8 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         text(&args, &cmp)
     };
-    match out.write(&body) {
-        Err(e) if e.is_broken_pipe() => return Ok(()),
-        r => r?,
+    if !out.put(&body)? {
+        return Ok(());
     }
     if let Some(sink) = page.as_mut() {
         sink.write(&html::page(&args, &cmp))?;

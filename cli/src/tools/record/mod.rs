@@ -144,14 +144,6 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn put(&mut self, s: &str) -> Result<bool> {
-        match self.sink.write(s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// The `node` line: CPU split (`sar -u`), context switches (`sar -w`), runnable tasks
     /// (`sar -q`), from /proc/stat deltas; pressure from the node collector's own lines.
     fn node_line(&mut self, w: &Window, node: Option<&Output>) -> Value {
@@ -225,7 +217,7 @@ impl Emitter for Recorder {
             format::VERSION,
             &rest[1..]
         );
-        let ok = self.put(&format!("{header}\n"))?;
+        let ok = self.sink.put(&format!("{header}\n"))?;
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
@@ -280,7 +272,7 @@ impl Emitter for Recorder {
             s.push('\n');
         }
         self.intervals += 1;
-        self.put(&s)
+        Ok(self.sink.put(&s)?)
     }
 
     fn finish(&mut self) -> Result<()> {

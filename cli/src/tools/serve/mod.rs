@@ -213,12 +213,9 @@ impl Emitter for Serve {
             listener,
             Arc::new(exporter::Exporter::new(self.shared.clone())),
         ));
-        match self.sink.write(&format!("{line}\n")) {
-            Ok(()) => Ok(true),
-            // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
-            Err(e) if e.is_broken_pipe() => Ok(true),
-            Err(e) => Err(e.into()),
-        }
+        // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
+        self.sink.put(&format!("{line}\n"))?;
+        Ok(true)
     }
 
     fn window(&mut self, _w: &Window, outs: &[Output]) -> Result<bool> {

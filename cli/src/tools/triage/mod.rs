@@ -120,14 +120,6 @@ fn dedupe(f: &mut Vec<Finding>) {
 }
 
 impl Triage {
-    fn put(&mut self, s: &str) -> Result<bool> {
-        match self.sink.write(s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     fn checked(&self, w: &Window) -> Value {
         json!({
             "tool": "triage",
@@ -226,7 +218,7 @@ impl Emitter for Triage {
                 "programs": programs,
                 "collectors": metas.iter().map(crate::engine::emit::meta_json).collect::<Vec<_>>(),
             });
-            return self.put(&format!("{line}\n"));
+            return Ok(self.sink.put(&format!("{line}\n"))?);
         }
         {
             use std::io::Write;
@@ -277,7 +269,7 @@ impl Emitter for Triage {
         } else {
             self.render_text(w, &f)
         };
-        self.put(&text)
+        Ok(self.sink.put(&text)?)
     }
 
     fn finish(&mut self) -> Result<()> {
