@@ -75,11 +75,7 @@ fn each_tool_runs_with_exactly_the_documented_capabilities() {
         assert_eq!(code, 0, "{tool} as nobody with {set:?}: {err}");
         assert!(lines.iter().any(|l| l["type"] == "meta"), "{tool}: {err}");
         assert!(lines.iter().any(|l| l["type"] == "stats"), "{tool}: {err}");
-        let help = Command::new(tracekit_bin())
-            .args([tool, "--help"])
-            .output()
-            .unwrap();
-        let help = String::from_utf8_lossy(&help.stdout);
+        let (_, help) = help_of(tool);
         assert!(
             help.contains("exactly CAP_BPF and CAP_PERFMON"),
             "{tool} --help does not state the set: {help}"
@@ -235,11 +231,7 @@ fn triage_tools() -> Vec<&'static str> {
 }
 
 fn assert_help_states_the_set(cmd: &str) {
-    let help = Command::new(tracekit_bin())
-        .args([cmd, "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
+    let (_, help) = help_of(cmd);
     assert!(
         help.contains("(CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH"),
         "{cmd} --help does not state the set: {help}"

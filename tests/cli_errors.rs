@@ -72,12 +72,8 @@ fn not_root() {
 
 #[test]
 fn help_documents_exit_codes() {
-    let o = Command::new(tracekit_bin())
-        .args(["fsync-lat", "--help"])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let s = String::from_utf8_lossy(&o.stdout);
+    let (ok, s) = help_of("fsync-lat");
+    assert!(ok);
     assert!(
         s.contains("Exit codes:") && s.contains("5  a --pid names no running process"),
         "{s}"
@@ -86,12 +82,8 @@ fn help_documents_exit_codes() {
 
 #[test]
 fn doctor_documents_its_exit_code() {
-    let o = Command::new(tracekit_bin())
-        .args(["doctor", "--help"])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let s = String::from_utf8_lossy(&o.stdout);
+    let (ok, s) = help_of("doctor");
+    assert!(ok);
     assert!(s.contains("6  doctor: some tool cannot run"), "{s}");
     assert!(s.contains("--json"), "{s}");
 }
@@ -161,12 +153,8 @@ fn bare_tracekit_prints_usage_and_tools() {
 #[test]
 fn every_help_shows_examples_range_and_privileges() {
     for tool in tools_and_commands() {
-        let o = Command::new(tracekit_bin())
-            .args([tool, "--help"])
-            .output()
-            .unwrap();
-        assert!(o.status.success());
-        let s = String::from_utf8_lossy(&o.stdout);
+        let (ok, s) = help_of(tool);
+        assert!(ok);
         let examples = help_examples(&s);
         assert!(
             (2..=3).contains(&examples.len()),
@@ -323,11 +311,7 @@ fn help_examples_run() {
     }
     let dir = scratch("examples");
     for tool in tools_and_commands() {
-        let o = Command::new(tracekit_bin())
-            .args([tool, "--help"])
-            .output()
-            .unwrap();
-        for ex in help_examples(&String::from_utf8_lossy(&o.stdout)) {
+        for ex in help_examples(&help_of(tool).1) {
             // A pipeline's tracekit part (`tracekit triage --json | jq …`).
             let mut args: Vec<String> = ex[1..].iter().take_while(|w| *w != "|").cloned().collect();
             for i in 1..args.len() {

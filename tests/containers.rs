@@ -15,118 +15,38 @@ use std::{
 };
 
 use serde_json::Value;
-use tracekit_tests::*;
+use tracekit_tests::{
+    podman::{podman, podman_ready, Pod},
+    *,
+};
 
-const CONF: &str = "/etc/containers/containers.conf";
-
-fn sh(cmd: &mut Command) -> (bool, String, String) {
-    let o = cmd.output().expect("spawn");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        String::from_utf8_lossy(&o.stderr).trim().to_string(),
+/// After the root and runtime checks: a pod of the image `localhost/tk-<tag>-<pid>` (busybox-static
+/// and `/tk-workload`) owning the test's scratch directory, that directory, and the container
+/// names `tk-<tag>-<name>-<pid>` (started by the test with `run` or `start`).
+fn made(tag: &str, names: &[&str]) -> (Pod, PathBuf, Vec<String>) {
+    require_root();
+    podman_ready();
+    let pid = std::process::id();
+    let dir = scratch(&format!("containers-{tag}"));
+    let pod = Pod::import(
+        &format!("localhost/tk-{tag}-{pid}:latest"),
+        &dir,
+        &[(&workload_bin(), "/tk-workload")],
     )
-}
-
-fn podman(args: &[&str]) -> String {
-    let (ok, out, err) = sh(Command::new("podman").args(args));
-    assert!(ok, "podman {args:?}: {err}");
-    out
-}
-
-/// Installs podman, runc and busybox-static when missing, and the ulimits setting.
-fn ensure_runtime() {
-    let have = |b: &str| Path::new(b).exists();
-    if !(have("/usr/bin/podman") && have("/usr/sbin/runc") && have("/bin/busybox")) {
-        let (ok, _, err) = sh(Command::new("apt-get")
-            .args(["install", "-y", "podman", "runc", "busybox-static"])
-            .env("DEBIAN_FRONTEND", "noninteractive"));
-        assert!(ok, "apt-get install podman runc busybox-static: {err}");
-    }
-    let conf = std::fs::read_to_string(CONF).unwrap_or_default();
-    if !conf
-        .lines()
-        .any(|l| l.trim_start().starts_with("default_ulimits"))
-    {
-        let new = match conf.find("[containers]") {
-            Some(i) => {
-                let at = i + "[containers]".len();
-                format!("{}\ndefault_ulimits = []{}", &conf[..at], &conf[at..])
-            }
-            None => format!("{conf}\n[containers]\ndefault_ulimits = []\n"),
-        };
-        std::fs::write(CONF, new).expect("write containers.conf");
-    }
-}
-
-/// The containers and image this test made, removed even when it fails.
-struct Made {
-    names: Vec<String>,
-    image: String,
-    dir: PathBuf,
-}
-
-impl Made {
-    /// After the root and runtime checks: the image `localhost/tk-<tag>-<pid>`, and container
-    /// names `tk-<tag>-<name>-<pid>` (made by the test with `run`).
-    fn new(tag: &str, names: &[&str]) -> Made {
-        require_root();
-        ensure_runtime();
-        let pid = std::process::id();
-        let made = Made {
-            names: names
-                .iter()
-                .map(|n| format!("tk-{tag}-{n}-{pid}"))
-                .collect(),
-            image: format!("localhost/tk-{tag}-{pid}:latest"),
-            dir: scratch(&format!("containers-{tag}")),
-        };
-        image(&made);
-        made
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("podman")
-                .args(["rm", "-f", "-t", "0", n])
-                .output();
-        }
-        let _ = Command::new("podman")
-            .args(["rmi", "-f", &self.image])
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// An image holding busybox-static (sh, sleep, test) and `/tk-workload`, imported offline.
-fn image(made: &Made) {
-    let root = made.dir.join("rootfs");
-    for d in ["bin", "tmp", "proc", "sys", "dev", "etc", "data"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
-    for a in ["sh", "sleep", "test", "["] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(a)).unwrap();
-    }
-    std::fs::copy(workload_bin(), root.join("tk-workload")).unwrap();
-    let tar = made.dir.join("image.tar");
-    let (ok, _, err) = sh(Command::new("tar")
-        .arg("-cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(&root)
-        .arg("."));
-    assert!(ok, "tar: {err}");
-    podman(&["import", tar.to_str().unwrap(), &made.image]);
+    .owning(&dir);
+    let names = names
+        .iter()
+        .map(|n| format!("tk-{tag}-{n}-{pid}"))
+        .collect();
+    (pod, dir, names)
 }
 
 /// Starts container `name` running `/tk-workload <cmd> /gate/done-<name> /gate/end` once
 /// `<gate>/go` exists; returns its host pid (the workload's: `exec`).
-fn run(made: &Made, name: &str, cmd: &str) -> u32 {
+fn run(pod: &mut Pod, dir: &Path, name: &str, cmd: &str) -> u32 {
     start(
-        made,
+        pod,
+        dir,
         name,
         &format!(
             "while [ ! -e /gate/go ]; do sleep 0.1; done; exec /tk-workload {cmd} /gate/done-{name} /gate/end"
@@ -134,45 +54,32 @@ fn run(made: &Made, name: &str, cmd: &str) -> u32 {
     )
 }
 
-/// Starts container `name` (64 MiB limit, `<made.dir>/gate` at `/gate`) running `sh -c script`;
+/// Starts container `name` (64 MiB limit, `<dir>/gate` at `/gate`) running `sh -c script`;
 /// returns its host pid.
-fn start(made: &Made, name: &str, script: &str) -> u32 {
-    let gate = made.dir.join("gate");
+fn start(pod: &mut Pod, dir: &Path, name: &str, script: &str) -> u32 {
+    let gate = dir.join("gate");
     std::fs::create_dir_all(&gate).unwrap();
-    podman(&[
-        "--runtime",
-        "runc",
-        "run",
-        "-d",
-        "--name",
+    let volume = format!("{}:/gate", gate.display());
+    pod.run_with(
         name,
-        "--memory",
-        "64m",
-        "-v",
-        &format!("{}:/gate", gate.display()),
-        &made.image,
-        "sh",
-        "-c",
-        script,
-    ]);
-    podman(&["inspect", "--format", "{{.State.Pid}}", name])
-        .parse()
-        .expect("pid")
+        &["--memory", "64m", "-v", &volume],
+        &["sh", "-c", script],
+    )
 }
 
 #[test]
 fn every_tool_names_the_containers() {
-    let made = Made::new("ct", &["fsync", "mem", "udp", "spin"]);
-    let (fsync_name, mem_name) = (made.names[0].clone(), made.names[1].clone());
+    let (mut pod, dir, names) = made("ct", &["fsync", "mem", "udp", "spin"]);
+    let (fsync_name, mem_name) = (names[0].clone(), names[1].clone());
     // 300 fsyncs of a file in the container's own layer.
-    let fsync_pid = run(&made, &fsync_name, "ct-fsync /data/f 300");
+    let fsync_pid = run(&mut pod, &dir, &fsync_name, "ct-fsync /data/f 300");
     // 256 MiB written under a 64 MiB limit: memcg reclaim in the writer.
-    let mem_pid = run(&made, &mem_name, "ct-write /data/big 256");
+    let mem_pid = run(&mut pod, &dir, &mem_name, "ct-write /data/big 256");
     // 20,000 datagrams into a 2 KiB receive buffer: drops at a socket owned in a container.
-    let (udp_name, spin_name) = (made.names[2].clone(), made.names[3].clone());
-    let udp_pid = run(&made, &udp_name, "ct-udp 20000");
+    let (udp_name, spin_name) = (names[2].clone(), names[3].clone());
+    let udp_pid = run(&mut pod, &dir, &udp_name, "ct-udp 20000");
     // 1.5 s on the CPU: profile's and numa's rows.
-    let spin_pid = run(&made, &spin_name, "ct-spin 1500");
+    let spin_pid = run(&mut pod, &dir, &spin_name, "ct-spin 1500");
     for (n, p) in [
         (&fsync_name, fsync_pid),
         (&mem_name, mem_pid),
@@ -224,9 +131,9 @@ fn every_tool_names_the_containers() {
         .collect();
 
     // The workloads stay alive (named by /proc) until every tracer has reported.
-    let gate = made.dir.join("gate");
+    let gate = dir.join("gate");
     std::fs::write(gate.join("go"), "").unwrap();
-    for n in &made.names {
+    for n in &names {
         let done = gate.join(format!("done-{n}"));
         let t = std::time::Instant::now();
         while !done.exists() {
@@ -254,7 +161,7 @@ fn every_tool_names_the_containers() {
     let profile = stop_json(profile);
     let all = stop_json(fsync_all);
     std::fs::write(gate.join("end"), "").unwrap();
-    for n in &made.names {
+    for n in &names {
         podman(&["wait", n]);
     }
 
@@ -482,11 +389,16 @@ fn pid_with_cmdline(needle: &str) -> u32 {
 
 #[test]
 fn podman_exec_is_followed() {
-    let made = Made::new("ct-exec", &["exec"]);
-    let name = made.names[0].clone();
+    let (mut pod, dir, names) = made("ct-exec", &["exec"]);
+    let name = names[0].clone();
     // A running container that only waits.
-    start(&made, &name, "while [ ! -e /gate/end ]; do sleep 0.2; done");
-    let gate = made.dir.join("gate");
+    start(
+        &mut pod,
+        &dir,
+        &name,
+        "while [ ! -e /gate/end ]; do sleep 0.2; done",
+    );
+    let gate = dir.join("gate");
     let id = podman(&["inspect", "--format", "{{.Id}}", &name]);
     let all = attached(&["fsync-lat", "--json"]);
     let by = attached(&["fsync-lat", "--json", "--by", "container"]);

@@ -110,13 +110,29 @@ fn pinned_spinners_preempt_each_other() {
 /// The live-view tests count the `tk_sched` programs loaded: one at a time.
 static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Kills a tmux session however the test ends, so a failed assertion leaves no tracekit.
-struct Session(String);
+/// The tmux session of a live-view test, killed however the test ends (so a failed assertion
+/// leaves no tracekit), and the `LIVE` lock, held until then.
+struct Session {
+    name: String,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Session {
+    /// After the root check, once no other live-view test runs: the name `tk-<tag>-<pid>`.
+    fn new(tag: &str) -> Session {
+        require_root();
+        let one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        Session {
+            name: format!("tk-{tag}-{}", std::process::id()),
+            _one: one,
+        }
+    }
+}
 
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
+            .args(["kill-session", "-t", &self.name])
             .output();
     }
 }
@@ -166,10 +182,8 @@ fn ctxsw_programs() -> Vec<u32> {
 
 #[test]
 fn top_draws_resorts_and_quits_restoring_the_terminal() {
-    require_root();
-    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let session = format!("tk-top-{}", std::process::id());
-    let _guard = Session(session.clone());
+    let guard = Session::new("top");
+    let session = guard.name.clone();
     let cmd = format!(
         "{} ctxsw --top --interval 300ms; echo EXITED:$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; sleep 60",
         tracekit_bin().display()
@@ -405,10 +419,8 @@ fn top_pane_system_lines(session: &str) -> Vec<(f64, f64)> {
 /// idle, the idle part is 0 and only its presence tells; on an idle one the totals differ.)
 #[test]
 fn top_system_line_agrees_with_proc_stat() {
-    require_root();
-    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let session = format!("tk-top-sys-{}", std::process::id());
-    let _guard = Session(session.clone());
+    let guard = Session::new("top-sys");
+    let session = guard.name.clone();
     let cmd = format!(
         "{} ctxsw --top --interval 1s; sleep 60",
         tracekit_bin().display()
@@ -469,10 +481,8 @@ fn top_system_line_agrees_with_proc_stat() {
 /// spinning on the dead terminal with its programs attached.
 #[test]
 fn top_ends_when_its_terminal_goes_away() {
-    require_root();
-    let _one = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let session = format!("tk-top-hup-{}", std::process::id());
-    let _guard = Session(session.clone());
+    let guard = Session::new("top-hup");
+    let session = guard.name.clone();
     let before = ctxsw_programs();
     let cmd = format!(
         "{} ctxsw --top --interval 300ms; sleep 60",

@@ -112,20 +112,26 @@ fn pid_filter_and_intervals() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `fsync-lat --json --by-file EXTRA…` around `workload`: the workload's report and the file
+/// rows of its process.
+fn file_rows(extra: &[&str], workload: &[&str]) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let mut args = vec!["fsync-lat", "--json", "--by-file"];
+    args.extend_from_slice(extra);
+    let (w, lines) = trace_workload(&args, workload);
+    let pid = w["pid"].as_u64().unwrap();
+    let files = lines
+        .into_iter()
+        .filter(|l| l["type"] == "file" && l["pid"] == pid)
+        .collect();
+    (w, files)
+}
+
 #[test]
 fn by_file_names_the_file() {
     require_root();
     let dir = scratch("fsync-file");
     let file = dir.join("wal-000001");
-    let (w, lines) = trace_workload(
-        &["fsync-lat", "--json", "--by-file"],
-        &["fsync", file.to_str().unwrap(), "30", "10"],
-    );
-    let pid = w["pid"].as_u64().unwrap();
-    let files: Vec<_> = lines
-        .iter()
-        .filter(|l| l["type"] == "file" && l["pid"] == pid)
-        .collect();
+    let (_, files) = file_rows(&[], &["fsync", file.to_str().unwrap(), "30", "10"]);
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(files[0]["count"], 40);
     // The workload exits right after its last call; its path was resolved while it lived.
@@ -168,15 +174,10 @@ fn reused_descriptor_names_each_file() {
 fn rename_over_is_shown_per_file() {
     require_root();
     let dir = scratch("fsync-wal");
-    let (w, lines) = trace_workload(
-        &["fsync-lat", "--json", "--by-file", "--top-files", "50"],
+    let (_, files) = file_rows(
+        &["--top-files", "50"],
         &["fsync-wal", dir.to_str().unwrap(), "15"],
     );
-    let pid = w["pid"].as_u64().unwrap();
-    let files: Vec<_> = lines
-        .iter()
-        .filter(|l| l["type"] == "file" && l["pid"] == pid)
-        .collect();
     assert_eq!(files.len(), 15, "one row per segment: {files:?}");
     // File systems reuse a freed inode number at once; (inode, generation) does not repeat.
     let inodes: std::collections::BTreeSet<(u64, u64)> = files
@@ -217,16 +218,8 @@ fn unlinked_file_is_shown_as_deleted() {
     require_root();
     let dir = scratch("fsync-deleted");
     let file = dir.join("sort.tmp");
-    let (w, lines) = trace_workload(
-        &["fsync-lat", "--json", "--by-file"],
-        &["fsync-deleted", file.to_str().unwrap(), "20", "300"],
-    );
-    let pid = w["pid"].as_u64().unwrap();
+    let (w, files) = file_rows(&[], &["fsync-deleted", file.to_str().unwrap(), "20", "300"]);
     assert_eq!(w["unlinked"], true, "{w}");
-    let files: Vec<_> = lines
-        .iter()
-        .filter(|l| l["type"] == "file" && l["pid"] == pid)
-        .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(files[0]["count"], 20, "{:?}", files[0]);
     assert_eq!(files[0]["file_state"], "deleted", "{:?}", files[0]);

@@ -21,7 +21,9 @@ use tracekit_tests::{
 /// concurrent test's traffic would disturb.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+/// After the root check: the lock every test here holds while it runs.
+fn root_serial() -> std::sync::MutexGuard<'static, ()> {
+    require_root();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -108,29 +110,25 @@ fn closed_port_case(attach: &str) {
 
 #[test]
 fn closed_port_drops_equal_noports_tp_btf() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     closed_port_case("tp_btf");
 }
 
 #[test]
 fn closed_port_drops_equal_noports_classic_tracepoint() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     closed_port_case("tracepoint");
 }
 
 #[test]
 fn closed_port_drops_equal_noports_raw_tp() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     closed_port_case("raw_tp");
 }
 
 #[test]
 fn rcvbuf_drops_equal_rcvbuferrors_and_name_the_receiver() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     rcvbuf_case(false);
 }
 
@@ -138,8 +136,7 @@ fn rcvbuf_drops_equal_rcvbuferrors_and_name_the_receiver() {
 /// found from the destination port in userspace.
 #[test]
 fn rcvbuf_drops_name_the_receiver_without_rx_sk() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     rcvbuf_case(true);
 }
 
@@ -220,8 +217,7 @@ fn hold() -> (std::process::Child, u64, u16) {
 /// socket), with the buffer evidence and the fix.
 #[test]
 fn rcvbuf_finding_names_the_receiving_process() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     let (mut holder, pid, port) = hold();
     let lines = trace(&[], || {
         send(5000, 200, port);
@@ -261,8 +257,7 @@ fn rcvbuf_finding_names_the_receiving_process() {
 /// to CPU 1 is softirq work on CPU 1.
 #[test]
 fn softirq_time_lands_on_the_flooding_cpu() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     let port = closed_port();
     const N: u64 = 20_000;
     let mut w = Value::Null;
@@ -326,8 +321,7 @@ fn softirq_time_lands_on_the_flooding_cpu() {
 
 #[test]
 fn tcp_connects_to_a_closed_port_are_no_socket_drops() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     // A listener bound then dropped: its port is closed, and nothing else should take it in the
     // fraction of a second this test needs.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -362,8 +356,7 @@ fn tcp_connects_to_a_closed_port_are_no_socket_drops() {
 /// namespace of the test's own (the host's rules are not touched).
 #[test]
 fn firewall_drops_equal_the_rules_counter() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     let Some(nft) = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -421,8 +414,7 @@ fn firewall_drops_equal_the_rules_counter() {
 /// Every line carries the keys the issue names, and the conntrack, device and snmp lines exist.
 #[test]
 fn json_lines_have_their_keys() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     let port = closed_port();
     let lines = trace(&["--consume"], || {
         send(100, 32, port);
@@ -492,8 +484,7 @@ fn json_lines_have_their_keys() {
 /// finding is about anything else. `--threads` does not apply: refused with one line, exit 2.
 #[test]
 fn pid_filter_keeps_that_processes_sockets() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     let (mut holder, pid, port) = hold();
     let mine = small_receiver();
     let my_port = mine.local_addr().unwrap().port();
@@ -538,8 +529,7 @@ fn pid_filter_keeps_that_processes_sockets() {
 
 #[test]
 fn vm_check_passes_here() {
-    require_root();
-    let _serial = serial();
+    let _serial = root_serial();
     eprintln!("{}", vm_check().unwrap());
 }
 

@@ -158,17 +158,13 @@ fn bad_output_is_refused_before_attaching() {
 fn two_instances_report_the_same_numbers() {
     require_root();
     let dir = scratch("two");
-    let mut a = Tracer::spawn(&["fsync-lat", "--json"]);
-    let mut b = Tracer::spawn(&["fsync-lat", "--json", "--interval", "250ms"]);
-    a.wait_attached();
-    b.wait_attached();
-    let w = run_workload(&["fsync", dir.join("f").to_str().unwrap(), "40", "25"]);
+    let (w, both) = trace_workload_twice(
+        &["fsync-lat", "--json"],
+        &["fsync-lat", "--json", "--interval", "250ms"],
+        &["fsync", dir.join("f").to_str().unwrap(), "40", "25"],
+    );
     let pid = w["pid"].as_u64().unwrap() as u32;
-    a.signal(libc::SIGINT);
-    b.signal(libc::SIGINT);
-    let (_, la, ea) = a.finish(Duration::from_secs(10));
-    let (_, lb, eb) = b.finish(Duration::from_secs(10));
-    for (lines, err) in [(&la, ea), (&lb, eb)] {
+    for (lines, err) in &both {
         for (sc, n) in [("fsync", 40), ("fdatasync", 25)] {
             let got = sum_counts(lines, "fsync-lat", |v| {
                 v["pid"] == pid && v["syscall"] == sc
@@ -268,16 +264,12 @@ fn missing_tracefs_btf_and_tracepoints_are_named() {
 fn different_tools_run_side_by_side() {
     require_root();
     let dir = scratch("side");
-    let mut a = Tracer::spawn(&["fsync-lat", "--json"]);
-    let mut b = Tracer::spawn(&["ctxsw", "--json"]);
-    a.wait_attached();
-    b.wait_attached();
-    let w = run_workload(&["fsync", dir.join("f").to_str().unwrap(), "30", "10"]);
+    let (w, [(la, ea), (lb, eb)]) = trace_workload_twice(
+        &["fsync-lat", "--json"],
+        &["ctxsw", "--json"],
+        &["fsync", dir.join("f").to_str().unwrap(), "30", "10"],
+    );
     let pid = w["pid"].as_u64().unwrap() as u32;
-    a.signal(libc::SIGINT);
-    b.signal(libc::SIGINT);
-    let (_, la, ea) = a.finish(Duration::from_secs(10));
-    let (_, lb, eb) = b.finish(Duration::from_secs(10));
     assert_eq!(
         sum_counts(&la, "fsync-lat", |v| v["pid"] == pid
             && v["syscall"] == "fsync"),

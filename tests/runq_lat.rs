@@ -348,16 +348,7 @@ fn a_sleeper_starved_by_hogs_names_the_hogs() {
     // sessions for the test's few seconds (autogroups off): on a machine with other busy
     // processes the hogs still hold the sleeper's CPU most of the time.
     let _autogroup = Autogroups::off();
-    let mut hogs = Command::new(workload_bin());
-    hogs.args(["spin", "3000"]).stdout(Stdio::piped());
-    // SAFETY: between fork and exec the child only changes its own priority.
-    unsafe {
-        hogs.pre_exec(|| {
-            libc::setpriority(libc::PRIO_PROCESS, 0, -10);
-            Ok(())
-        });
-    }
-    let hogs = hogs.spawn().expect("spawn hogs");
+    let hogs = niced_hogs("3000");
     std::thread::sleep(Duration::from_millis(200));
     let victim = sleeper(cpu, 2.5);
     let t0 = Instant::now();

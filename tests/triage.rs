@@ -221,17 +221,7 @@ fn starved_sleeper_ranks_first_with_the_hog_as_culprit() {
     let cpu = (std::thread::available_parallelism().map_or(1, |n| n.get()) - 1).to_string();
     // Two spinners at nice -10 on the last CPU: CFS then gives the sleeper's wakeups no
     // precedence over them, as a batch job at a higher priority would.
-    let mut hogs = Command::new(workload_bin());
-    hogs.args(["spin", "7000"]).stdout(Stdio::piped());
-    // SAFETY: between fork and exec the child only changes its own priority.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        hogs.pre_exec(|| {
-            libc::setpriority(libc::PRIO_PROCESS, 0, -10);
-            Ok(())
-        });
-    }
-    let hogs = hogs.spawn().unwrap();
+    let hogs = niced_hogs("7000");
     std::thread::sleep(Duration::from_millis(300));
     let mut victim = Value::Null;
     let (f, _) = triage(6, &[], || {

@@ -16,10 +16,25 @@
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 
 pub trait Kread {
-    fn u64(base: u64, off: u32) -> u64;
-    fn u32(base: u64, off: u32) -> u32;
-    fn u16(base: u64, off: u32) -> u16;
-    fn u8(base: u64, off: u32) -> u8;
+    /// The `T` at `base + off`: 0 for a 0 `base` (or, for [`Probe`], a failed read).
+    fn read<T: Copy + Default>(base: u64, off: u32) -> T;
+
+    #[inline(always)]
+    fn u64(base: u64, off: u32) -> u64 {
+        Self::read(base, off)
+    }
+    #[inline(always)]
+    fn u32(base: u64, off: u32) -> u32 {
+        Self::read(base, off)
+    }
+    #[inline(always)]
+    fn u16(base: u64, off: u32) -> u16 {
+        Self::read(base, off)
+    }
+    #[inline(always)]
+    fn u8(base: u64, off: u32) -> u8 {
+        Self::read(base, off)
+    }
 }
 
 pub struct Direct;
@@ -27,76 +42,26 @@ pub struct Probe;
 
 impl Kread for Direct {
     #[inline(always)]
-    fn u64(base: u64, off: u32) -> u64 {
+    fn read<T: Copy + Default>(base: u64, off: u32) -> T {
         if base == 0 {
-            return 0;
+            return T::default();
         }
         // SAFETY: `base` is a BTF-typed kernel pointer (tp_btf argument or loaded from one) and
         // `off` a member offset from the kernel's own BTF; the verifier checks the access
         // against the type and makes a faulting load read 0.
-        unsafe { core::ptr::read_volatile((base as *const u8).add(off as usize) as *const u64) }
-    }
-    #[inline(always)]
-    fn u32(base: u64, off: u32) -> u32 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { core::ptr::read_volatile((base as *const u8).add(off as usize) as *const u32) }
-    }
-    #[inline(always)]
-    fn u16(base: u64, off: u32) -> u16 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { core::ptr::read_volatile((base as *const u8).add(off as usize) as *const u16) }
-    }
-    #[inline(always)]
-    fn u8(base: u64, off: u32) -> u8 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { core::ptr::read_volatile((base as *const u8).add(off as usize)) }
+        unsafe { core::ptr::read_volatile((base as *const u8).add(off as usize) as *const T) }
     }
 }
 
 impl Kread for Probe {
     #[inline(always)]
-    fn u64(base: u64, off: u32) -> u64 {
+    fn read<T: Copy + Default>(base: u64, off: u32) -> T {
         if base == 0 {
-            return 0;
+            return T::default();
         }
         // SAFETY: the helper checks the address; a failed read yields 0.
-        unsafe { bpf_probe_read_kernel((base as *const u8).add(off as usize) as *const u64) }
-            .unwrap_or(0)
-    }
-    #[inline(always)]
-    fn u32(base: u64, off: u32) -> u32 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { bpf_probe_read_kernel((base as *const u8).add(off as usize) as *const u32) }
-            .unwrap_or(0)
-    }
-    #[inline(always)]
-    fn u16(base: u64, off: u32) -> u16 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { bpf_probe_read_kernel((base as *const u8).add(off as usize) as *const u16) }
-            .unwrap_or(0)
-    }
-    #[inline(always)]
-    fn u8(base: u64, off: u32) -> u8 {
-        if base == 0 {
-            return 0;
-        }
-        // SAFETY: as above.
-        unsafe { bpf_probe_read_kernel((base as *const u8).add(off as usize)) }.unwrap_or(0)
+        unsafe { bpf_probe_read_kernel((base as *const u8).add(off as usize) as *const T) }
+            .unwrap_or_default()
     }
 }
 

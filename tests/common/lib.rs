@@ -350,6 +350,18 @@ impl Parked {
     }
 }
 
+/// `tracekit CMD --help`: whether it exited 0, and what it printed.
+pub fn help_of(cmd: &str) -> (bool, String) {
+    let o = Command::new(tracekit_bin())
+        .args([cmd, "--help"])
+        .output()
+        .expect("run tracekit --help");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
 /// Runs a workload to completion, returning its JSON report.
 pub fn run_workload(args: &[&str]) -> Value {
     let out = Command::new(workload_bin())
@@ -374,6 +386,42 @@ pub fn trace_workload(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "exit {status}: {stderr}");
     (w, lines)
+}
+
+/// `tk-workload spin MS` at nice -10 (inherited by its spinners), stdout piped for its report:
+/// CPU hogs whose CPU a woken nice-0 task does not get at once.
+pub fn niced_hogs(ms: &str) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut hogs = Command::new(workload_bin());
+    hogs.args(["spin", ms]).stdout(Stdio::piped());
+    // SAFETY: between fork and exec the child only changes its own priority.
+    unsafe {
+        hogs.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, -10);
+            Ok(())
+        });
+    }
+    hogs.spawn().expect("spawn hogs")
+}
+
+/// Runs a workload under two tracekits at once (`a` and `b`, both attached first, SIGINT to both
+/// after it exits): the workload's JSON report, and each tracekit's JSON lines and stderr
+/// (their exit status is not checked).
+pub fn trace_workload_twice(
+    a: &[&str],
+    b: &[&str],
+    workload: &[&str],
+) -> (Value, [(Vec<Value>, String); 2]) {
+    let mut a = Tracer::spawn(a);
+    let mut b = Tracer::spawn(b);
+    a.wait_attached();
+    b.wait_attached();
+    let w = run_workload(workload);
+    a.signal(libc::SIGINT);
+    b.signal(libc::SIGINT);
+    let (_, la, ea) = a.finish(Duration::from_secs(10));
+    let (_, lb, eb) = b.finish(Duration::from_secs(10));
+    (w, [(la, ea), (lb, eb)])
 }
 
 /// The pids a multi-process workload reports under "pids".

@@ -2,7 +2,10 @@
 //! hybrid), images imported offline from a tarball of a root filesystem (no registry), and a
 //! guard that removes the containers and the image when the test ends, passed or not.
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 /// Output of `podman ARGS`, trimmed; panics with podman's stderr when it fails.
 pub fn podman(args: &[&str]) -> String {
@@ -45,23 +48,25 @@ pub fn podman_ready() {
     std::fs::write(conf_path, with).expect("writing containers.conf");
 }
 
-/// An image made for one test, and the containers started from it: all removed on drop.
+/// An image made for one test, and the containers started from it: all removed on drop (and
+/// the scratch directory handed to `owning`, after the containers that mount it).
 pub struct Pod {
     pub image: String,
     names: Vec<String>,
+    owned: Option<PathBuf>,
 }
 
 impl Pod {
     /// Imports an image named `image` from a root filesystem of busybox-static (`/bin/sh`,
-    /// `/bin/sleep`) plus `files` (host path, absolute path in the image), built in `work` and
+    /// `/bin/sleep`, `/bin/test`, `/bin/[`), an empty `/data`, plus `files` (host path, absolute path in the image), built in `work` and
     /// removed from it once imported: the files then exist only in podman's storage.
     pub fn import(image: &str, work: &Path, files: &[(&Path, &str)]) -> Pod {
         let root = work.join("rootfs");
-        for d in ["bin", "tmp", "proc", "sys", "dev", "etc"] {
+        for d in ["bin", "tmp", "proc", "sys", "dev", "etc", "data"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
-        for applet in ["sh", "sleep"] {
+        for applet in ["sh", "sleep", "test", "["] {
             std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
         }
         for (from, to) in files {
@@ -85,22 +90,28 @@ impl Pod {
         Pod {
             image: image.to_string(),
             names: Vec::new(),
+            owned: None,
         }
+    }
+
+    /// The same pod, which also removes `dir` on drop, once its containers are gone.
+    pub fn owning(mut self, dir: &Path) -> Pod {
+        self.owned = Some(dir.to_path_buf());
+        self
     }
 
     /// Starts container `name` (runc, detached) running `argv`; returns its first process's
     /// host pid.
     pub fn run(&mut self, name: &str, argv: &[&str]) -> u32 {
+        self.run_with(name, &[], argv)
+    }
+
+    /// `run` with more `podman run` options (`--memory`, `-v`, …) before the image.
+    pub fn run_with(&mut self, name: &str, options: &[&str], argv: &[&str]) -> u32 {
         self.names.push(name.to_string());
-        let mut args = vec![
-            "--runtime",
-            "runc",
-            "run",
-            "-d",
-            "--name",
-            name,
-            &self.image,
-        ];
+        let mut args = vec!["--runtime", "runc", "run", "-d", "--name", name];
+        args.extend_from_slice(options);
+        args.push(&self.image);
         args.extend_from_slice(argv);
         podman(&args);
         podman(&["inspect", "--format", "{{.State.Pid}}", name])
@@ -119,5 +130,8 @@ impl Drop for Pod {
         let _ = Command::new("podman")
             .args(["rmi", "-f", &self.image])
             .output();
+        if let Some(dir) = &self.owned {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

@@ -106,15 +106,6 @@ impl Stream {
             tools: Vec::new(),
         }
     }
-
-    /// `Ok(false)` when the reader went away.
-    fn put(&mut self, s: &str) -> Result<bool> {
-        match self.sink.write(s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
 }
 
 impl Emitter for Stream {
@@ -126,7 +117,7 @@ impl Emitter for Stream {
                 s.push_str(&meta_json(m).to_string());
                 s.push('\n');
             }
-            return self.put(&s);
+            return Ok(self.sink.put(&s)?);
         }
         use std::io::Write;
         for m in metas {
@@ -151,7 +142,7 @@ impl Emitter for Stream {
                 s.push_str(&render::text(o, self.hist));
             }
         }
-        self.put(&s)
+        Ok(self.sink.put(&s)?)
     }
 
     fn finish(&mut self) -> Result<()> {

@@ -176,15 +176,9 @@ where
         key_gen: fn(&K) -> u32,
         zero: V,
     ) -> Result<Self, LoadError> {
-        let mut take = |m: &'static str| {
-            session.ebpf.take_map(m).ok_or(LoadError::NoMap {
-                object: session.object,
-                map: m.into(),
-            })
-        };
-        let hash = H::try_from(take(map)?).map_err(map_err(map))?;
+        let hash = H::try_from(session.take_map(map)?).map_err(map_err(map))?;
         let other = match other {
-            Some(o) => Some(A::try_from(take(o)?).map_err(map_err(o))?),
+            Some(o) => Some(A::try_from(session.take_map(o)?).map_err(map_err(o))?),
             None => None,
         };
         Ok(Gen {

@@ -278,6 +278,15 @@ impl Sink {
         Ok(sink)
     }
 
+    /// [`write`](Sink::write), with `Ok(false)` when the reader went away (`| head`).
+    pub fn put(&mut self, s: &str) -> Result<bool, OutputError> {
+        match self.write(s) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_broken_pipe() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn write(&mut self, s: &str) -> Result<(), OutputError> {
         let (res, path) = match self {
             Sink::Stdout => {

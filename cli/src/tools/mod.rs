@@ -239,6 +239,26 @@ pub fn open_many(names: &[String], scope: Scope, opts: &RunOpts) -> Result<Opene
     Ok(o)
 }
 
+/// Runs the collectors a command opened with [`open_many`] through `emit` until the duration,
+/// a signal or the reader ends it, then detaches them fast; returns why it stopped.
+pub fn run_many(
+    collectors: &mut [Box<dyn Collector>],
+    opts: &RunOpts,
+    emit: &mut dyn engine::Emitter,
+) -> Result<engine::Stop> {
+    let stop = engine::run(collectors, opts, emit)?;
+    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    Ok(stop)
+}
+
+/// The collectors that could not run, as the reports' `could_not_run` JSON array.
+pub fn could_not_run(cannot: &[(&'static str, String)]) -> Vec<serde_json::Value> {
+    cannot
+        .iter()
+        .map(|(t, why)| serde_json::json!({"tool": t, "reason": why}))
+        .collect()
+}
+
 /// A tool's options as its defaults would be on the command line (clap's `default_value`s
 /// included), for collectors opened without one.
 fn default_args<A: clap::Args + clap::FromArgMatches>() -> Result<A> {

@@ -86,16 +86,7 @@ pub struct Record {
 
 /// `task_struct` member offsets the programs read, from the running kernel's BTF.
 pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
-    let m = |path: &str, size: u32| -> Result<u32> {
-        let m = btf.member("task_struct", path)?;
-        if m.size != size {
-            return Err(Error::KernelFeature(format!(
-                "kernel BTF: task_struct.{path} is {} bytes, expected {size}: this kernel's task_struct is not supported",
-                m.size
-            )));
-        }
-        Ok(m.offset)
-    };
+    let m = |path: &str, size: u32| btf.member_offset("task_struct", path, size);
     Ok(TaskOffsets {
         pid: m("pid", 4)?,
         tgid: m("tgid", 4)?,

@@ -69,6 +69,19 @@ impl Btf {
             size: self.size_of(id),
         })
     }
+
+    /// Byte offset of `strukt.path`, checked to be `size` bytes wide (what a program reads
+    /// there): another width is a kernel whose `strukt` the tool does not support.
+    pub fn member_offset(&self, strukt: &str, path: &str, size: u32) -> crate::error::Result<u32> {
+        let m = self.member(strukt, path)?;
+        if m.size != size {
+            return Err(crate::error::Error::KernelFeature(format!(
+                "kernel BTF: {strukt}.{path} is {} bytes, expected {size}: this kernel's {strukt} is not supported",
+                m.size
+            )));
+        }
+        Ok(m.offset)
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +167,19 @@ mod tests {
             btf.member("task_struct", "se.nope"),
             Err(BtfError::NoMember { .. })
         ));
+    }
+
+    #[test]
+    fn member_offset_checks_the_width() {
+        let btf = Btf::parse(fixture(), "fixture").unwrap();
+        assert_eq!(btf.member_offset("task_struct", "tgid", 4).unwrap(), 116);
+        let e = btf.member_offset("task_struct", "nvcsw", 4).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel BTF: task_struct.nvcsw is 8 bytes, expected 4: this kernel's task_struct is not supported"
+        );
+        assert_eq!(e.exit(), crate::error::Exit::KernelFeature);
+        assert!(btf.member_offset("task_struct", "start_time", 8).is_err());
     }
 
     /// The running kernel's BTF, when there is one (not a fixture: a smoke check of scale).

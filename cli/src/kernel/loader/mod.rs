@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use aya::{
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, Map, PerCpuArray},
     programs::ProgramError,
     Ebpf, EbpfLoader,
 };
@@ -181,6 +181,14 @@ pub struct Session {
     fn_stub: Option<aya::Btf>,
 }
 
+/// The error for an object without map `map`.
+fn no_map(object: &'static str, map: &str) -> LoadError {
+    LoadError::NoMap {
+        object,
+        map: map.to_string(),
+    }
+}
+
 /// A map error, named after the map (shared with [`super::maps`]).
 pub(super) fn map_err(map: &str) -> impl FnOnce(aya::maps::MapError) -> LoadError + '_ {
     move |source| LoadError::Map {
@@ -278,12 +286,11 @@ impl Session {
         })?;
         tracing::debug!("load of {} done at {:?}", object.name, t.elapsed());
         if !filter.pids.is_empty() {
-            let mut m: HashMap<_, u32, u8> =
-                HashMap::try_from(ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
-                    object: object.name,
-                    map: "FILTER_PIDS".into(),
-                })?)
-                .map_err(map_err("FILTER_PIDS"))?;
+            let mut m: HashMap<_, u32, u8> = HashMap::try_from(
+                ebpf.map_mut("FILTER_PIDS")
+                    .ok_or_else(|| no_map(object.name, "FILTER_PIDS"))?,
+            )
+            .map_err(map_err("FILTER_PIDS"))?;
             for p in filter.pids {
                 m.insert(p, 1, 0).map_err(map_err("FILTER_PIDS"))?;
             }
@@ -324,11 +331,7 @@ impl Session {
     /// the filter's on/off switch is fixed at load.
     pub fn set_filter_pids(&mut self, pids: &[u32]) -> Result<(), LoadError> {
         let mut m: HashMap<_, u32, u8> =
-            HashMap::try_from(self.ebpf.map_mut("FILTER_PIDS").ok_or(LoadError::NoMap {
-                object: self.object,
-                map: "FILTER_PIDS".into(),
-            })?)
-            .map_err(map_err("FILTER_PIDS"))?;
+            HashMap::try_from(self.map_mut("FILTER_PIDS")?).map_err(map_err("FILTER_PIDS"))?;
         let old: Vec<u32> = m.keys().filter_map(Result::ok).collect();
         for p in pids {
             if !old.contains(p) {
@@ -341,14 +344,29 @@ impl Session {
         Ok(())
     }
 
+    /// Map `name` of the loaded object (`NoMap` when it has none).
+    pub fn map(&self, name: &str) -> Result<&Map, LoadError> {
+        self.ebpf.map(name).ok_or_else(|| no_map(self.object, name))
+    }
+
+    /// Map `name` of the loaded object, to change in place.
+    pub fn map_mut(&mut self, name: &str) -> Result<&mut Map, LoadError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or_else(|| no_map(self.object, name))
+    }
+
+    /// Map `name`, taken out of the loaded object: the caller owns it from then on.
+    pub fn take_map(&mut self, name: &str) -> Result<Map, LoadError> {
+        self.ebpf
+            .take_map(name)
+            .ok_or_else(|| no_map(self.object, name))
+    }
+
     /// Per-CPU stats summed over CPUs, as deltas since the previous call.
     pub fn stats_delta(&mut self) -> Result<[u64; NSTATS as usize], LoadError> {
         let m: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(self.ebpf.map("STATS").ok_or(LoadError::NoMap {
-                object: self.object,
-                map: "STATS".into(),
-            })?)
-            .map_err(map_err("STATS"))?;
+            PerCpuArray::try_from(self.map("STATS")?).map_err(map_err("STATS"))?;
         let mut now = [0u64; NSTATS as usize];
         for (i, slot) in now.iter_mut().enumerate() {
             let v = m.get(&(i as u32), 0).map_err(map_err("STATS"))?;
@@ -365,11 +383,7 @@ impl Session {
     /// The generation the kernel writes to now.
     pub fn generation(&self) -> Result<u32, LoadError> {
         let m: Array<_, Control> =
-            Array::try_from(self.ebpf.map("CONTROL").ok_or(LoadError::NoMap {
-                object: self.object,
-                map: "CONTROL".into(),
-            })?)
-            .map_err(map_err("CONTROL"))?;
+            Array::try_from(self.map("CONTROL")?).map_err(map_err("CONTROL"))?;
         Ok(m.get(&0, 0).map_err(map_err("CONTROL"))?.gen & 1)
     }
 
@@ -379,11 +393,7 @@ impl Session {
     pub fn flip_generation(&mut self) -> Result<u32, LoadError> {
         let old = self.generation()?;
         let mut m: Array<_, Control> =
-            Array::try_from(self.ebpf.map_mut("CONTROL").ok_or(LoadError::NoMap {
-                object: self.object,
-                map: "CONTROL".into(),
-            })?)
-            .map_err(map_err("CONTROL"))?;
+            Array::try_from(self.map_mut("CONTROL")?).map_err(map_err("CONTROL"))?;
         m.set(
             0,
             Control {

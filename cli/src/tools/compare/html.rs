@@ -13,7 +13,6 @@ use std::fmt::Write as _;
 use probes_common::hist::{bucket_low, NBUCKETS};
 
 use super::{model::Kind, Args, Change};
-use crate::tools::record::format::Recording;
 
 /// Changes drawn.
 const DRAWN: usize = 6;
@@ -158,13 +157,9 @@ pub fn series_svg(c: &Change) -> String {
 }
 
 /// The whole page.
-pub fn page(
-    args: &Args,
-    b: &Recording,
-    a: &Recording,
-    facts: &[(String, String, String)],
-    ch: &[Change],
-) -> String {
+pub fn page(args: &Args, cmp: &super::Comparison) -> String {
+    let (b, a) = (&cmp.before, &cmp.after);
+    let (facts, ch) = (&cmp.facts, &cmp.changes);
     let mut s = String::from(
         "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><title>tracekit compare</title><style>body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}td.l{white-space:normal}td.l,th.l{text-align:left}.worse{color:#b00000;font-weight:bold}.better{color:#006000;font-weight:bold}figure{display:inline-block;margin:6px}</style></head><body>",
     );

@@ -314,14 +314,30 @@ fn describe(path: &std::path::Path, r: &Recording) -> String {
     s
 }
 
+/// What a comparison found: both recordings, the node settings that changed and every
+/// metric's change, ranked; the text, JSON and HTML reports are views of it.
+pub struct Comparison {
+    pub before: Recording,
+    pub after: Recording,
+    pub facts: Vec<(String, String, String)>,
+    pub changes: Vec<Change>,
+}
+
+impl Comparison {
+    pub fn new(before: Recording, after: Recording) -> Comparison {
+        Comparison {
+            facts: fact_changes(&before, &after),
+            changes: changes(&before, &after),
+            before,
+            after,
+        }
+    }
+}
+
 /// The text report.
-pub fn text(
-    args: &Args,
-    b: &Recording,
-    a: &Recording,
-    facts: &[(String, String, String)],
-    ch: &[Change],
-) -> String {
+pub fn text(args: &Args, cmp: &Comparison) -> String {
+    let (b, a) = (&cmp.before, &cmp.after);
+    let (facts, ch) = (&cmp.facts, &cmp.changes);
     let mut s = format!(
         "tracekit compare: {} → {}\n\n",
         describe(&args.before, b),
@@ -393,18 +409,18 @@ pub fn text(
 pub fn run(args: Args) -> Result<()> {
     let before = Recording::read(&args.before)?;
     let after = Recording::read(&args.after)?;
+    let cmp = Comparison::new(before, after);
+    let (facts, ch) = (&cmp.facts, &cmp.changes);
     // Checked before the work: a path that cannot be written costs nothing.
     let mut page = match &args.html {
         Some(p) => Some(Sink::open(Some(p), false)?),
         None => None,
     };
-    let facts = fact_changes(&before, &after);
-    let ch = changes(&before, &after);
     let worse = ch.iter().filter(|c| c.verdict == "worse").count();
     let mut out = Sink::Stdout;
     let body = if args.json {
         let mut s = String::new();
-        for (k, b, a) in &facts {
+        for (k, b, a) in facts {
             s.push_str(&json!({"type": "fact", "name": k, "before": b, "after": a}).to_string());
             s.push('\n');
         }
@@ -419,14 +435,13 @@ pub fn run(args: Args) -> Result<()> {
         s.push('\n');
         s
     } else {
-        text(&args, &before, &after, &facts, &ch)
+        text(&args, &cmp)
     };
-    match out.write(&body) {
-        Err(e) if e.is_broken_pipe() => return Ok(()),
-        r => r?,
+    if !out.put(&body)? {
+        return Ok(());
     }
     if let Some(sink) = page.as_mut() {
-        sink.write(&html::page(&args, &before, &after, &facts, &ch))?;
+        sink.write(&html::page(&args, &cmp))?;
         sink.finish()?;
     }
     if args.fail_on_regression && worse > 0 {

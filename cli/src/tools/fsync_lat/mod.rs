@@ -191,13 +191,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         ZERO,
     )?;
     let files = if args.by_file {
-        let m = session
-            .ebpf
-            .take_map("FSYNC_FILES")
-            .ok_or(loader::LoadError::NoMap {
-                object: OBJECT.name,
-                map: "FSYNC_FILES".into(),
-            })?;
+        let m = session.take_map("FSYNC_FILES")?;
         Some(RingBuf::try_from(m).context("FSYNC_FILES")?)
     } else {
         None

@@ -28,7 +28,6 @@ use probes_common::memstall::{MsKey, MsLife, MsNew, MsOom, MsVal};
 
 use crate::{
     host::{facts::FactsCache, thp::ThpSettings, vmstat::Vmstat},
-    kernel::loader::LoadError,
     tools::prelude::*,
 };
 
@@ -301,15 +300,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     if !s.cgroup_in_kernel {
         setup_notes.push("cgroups: no kernel BTF offsets to read a task's v1 memory cgroup in the kernel, so cgroups are read from /proc while each process lives (a process that exits at once shows `?`).".into());
     }
-    let take = |s: &mut Session, m: &'static str| {
-        s.ebpf.take_map(m).ok_or(LoadError::NoMap {
-            object: OBJECT.name,
-            map: m.into(),
-        })
-    };
-    let news = RingBuf::try_from(take(&mut session, "MS_NEW")?).context("MS_NEW")?;
-    let ooms = RingBuf::try_from(take(&mut session, "MS_OOM")?).context("MS_OOM")?;
-    let life = HashMap::try_from(take(&mut session, "MS_LIFE")?).context("MS_LIFE")?;
+    let news = RingBuf::try_from(session.take_map("MS_NEW")?).context("MS_NEW")?;
+    let ooms = RingBuf::try_from(session.take_map("MS_OOM")?).context("MS_OOM")?;
+    let life = HashMap::try_from(session.take_map("MS_LIFE")?).context("MS_LIFE")?;
     let hist = GenMap::take(
         &mut session,
         "MS_HIST",

@@ -129,6 +129,15 @@ pub fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
 /// preallocated (about 2.7 KiB a key) so that no key is allocated inside a traced stall.
 pub const DEFAULT_KEYS: u32 = 2048;
 
+/// The event that ends a stall of group `reclaim` (direct) or `memcg_reclaim`.
+fn reclaim_end(group: &str) -> &'static str {
+    if group == "reclaim" {
+        "mm_vmscan_direct_reclaim_end"
+    } else {
+        "mm_vmscan_memcg_reclaim_end"
+    }
+}
+
 fn key_cap(scope: &crate::engine::Scope) -> u32 {
     scope.max_keys.unwrap_or(DEFAULT_KEYS)
 }
@@ -199,11 +208,7 @@ impl Globals {
                 }
             }
             "reclaim" | "memcg_reclaim" => {
-                let tp = if group == "reclaim" {
-                    "mm_vmscan_direct_reclaim_end"
-                } else {
-                    "mm_vmscan_memcg_reclaim_end"
-                };
+                let tp = reclaim_end(group);
                 let p = proto(tp)?;
                 if p != [8, 8] {
                     return Err(format!(
@@ -262,11 +267,7 @@ impl Globals {
             }
             "reclaim" | "memcg_reclaim" => {
                 // Both end programs read nr_reclaimed at one offset.
-                let event = if group == "reclaim" {
-                    "mm_vmscan_direct_reclaim_end"
-                } else {
-                    "mm_vmscan_memcg_reclaim_end"
-                };
+                let event = reclaim_end(group);
                 let off = t.format("vmscan", event)?.offset_of("nr_reclaimed", &[8])?;
                 match self.reclaimed {
                     Some(prev) if prev != off => {

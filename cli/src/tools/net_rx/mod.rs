@@ -161,16 +161,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// `sk_buff`/`sock`/`socket`/`file`/`inode` member offsets from the running kernel's BTF.
 fn skb_offsets(btf: &Btf) -> Result<SkbOffsets> {
-    let m = |s: &str, path: &str, size: u32| -> Result<u32> {
-        let m = btf.member(s, path)?;
-        if m.size != size {
-            return Err(Error::KernelFeature(format!(
-                "kernel BTF: {s}.{path} is {} bytes, expected {size}: this kernel's sk_buff is not supported",
-                m.size
-            )));
-        }
-        Ok(m.offset)
-    };
+    let m = |s: &str, path: &str, size: u32| btf.member_offset(s, path, size);
     Ok(SkbOffsets {
         skb_len: m("sk_buff", "len", 4)?,
         skb_truesize: m("sk_buff", "truesize", 4)?,
@@ -324,12 +315,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &SockKey| k.gen,
         SockVal::default(),
     )?;
-    let cpu: PerCpuArray<MapData, CpuVal> = PerCpuArray::try_from(
-        session
-            .ebpf
-            .take_map("NR_CPU")
-            .ok_or_else(|| Error::other("net_rx has no map NR_CPU"))?,
-    )?;
+    let cpu: PerCpuArray<MapData, CpuVal> = PerCpuArray::try_from(session.take_map("NR_CPU")?)?;
     let mut tool = NetRx {
         drop_mode,
         has_rx_sk,

@@ -173,16 +173,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             "numa needs the kernel's BTF to find task_struct fields: {e}"
         ))
     })?;
-    let m = |path: &str, size: u32| -> Result<u32> {
-        let m = btf.member("task_struct", path)?;
-        if m.size != size {
-            return Err(Error::KernelFeature(format!(
-                "kernel BTF: task_struct.{path} is {} bytes, expected {size}",
-                m.size
-            )));
-        }
-        Ok(m.offset)
-    };
+    let m = |path: &str, size: u32| btf.member_offset("task_struct", path, size);
     let offs = NumaOffsets {
         pid: m("pid", 4)?,
         tgid: m("tgid", 4)?,
@@ -224,12 +215,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .tp_btf(&tp_btf);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     {
-        let mut map: Array<_, u32> = Array::try_from(session.ebpf.map_mut("CPU_NODE").ok_or(
-            loader::LoadError::NoMap {
-                object: OBJECT.name,
-                map: "CPU_NODE".into(),
-            },
-        )?)?;
+        let mut map: Array<_, u32> = Array::try_from(session.map_mut("CPU_NODE")?)?;
         for (cpu, &node) in topo.cpu_to_node().iter().enumerate().take(ncpus) {
             map.set(cpu as u32, if node == u32::MAX { 0 } else { node }, 0)
                 .context("filling CPU_NODE")?;

@@ -52,9 +52,8 @@ pub(super) fn one_node_now(c: &Common, t: &Topology) -> Result<()> {
         one_node_line(t)
     };
     line.push('\n');
-    match sink.write(&line) {
-        Err(e) if e.is_broken_pipe() => return Ok(()),
-        r => r?,
+    if !sink.put(&line)? {
+        return Ok(());
     }
     Ok(sink.finish()?)
 }

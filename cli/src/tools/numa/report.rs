@@ -260,6 +260,14 @@ fn balancing_text(b: Option<u32>) -> &'static str {
     }
 }
 
+/// The subject of a finding about row `r`: its process, and its thread with `--threads`.
+fn subject(r: &SummaryRow) -> Subject {
+    Subject {
+        tid: r.who.tid,
+        ..r.who.subject()
+    }
+}
+
 /// A process running away from its memory.
 pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let (share, mem_node, mem) = (r.remote_cpu_share_ppm?, r.mem_node?, r.mem_kib()?);
@@ -311,10 +319,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let mut f = Finding {
         tool: INFO.name,
         cause: Cause::NumaMisplaced,
-        subject: Subject {
-            tid: r.who.tid,
-            ..r.who.subject()
-        },
+        subject: subject(r),
         culprit: None,
         score: Score::NsPerS(ns_per_s),
         summary: format!(
@@ -372,10 +377,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let mut f = Finding {
         tool: INFO.name,
         cause: Cause::NumaMigration,
-        subject: Subject {
-            tid: r.who.tid,
-            ..r.who.subject()
-        },
+        subject: subject(r),
         culprit: None,
         score: Score::RatePerS(rate),
         summary: format!(

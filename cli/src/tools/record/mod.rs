@@ -8,7 +8,7 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    engine::{self, Emitter, Meta, Output, RunOpts, Scope, Window},
+    engine::{Emitter, Meta, Output, RunOpts, Scope, Window},
     error::{Error, Result},
     host::sysstat::SysStat,
     options::{parse_comm, parse_duration, parse_pid},
@@ -108,23 +108,18 @@ pub fn run(args: Args) -> Result<()> {
         json: true,
         ..Default::default()
     };
-    let tools::Opened {
-        mut collectors,
-        ran,
-        cannot,
-    } = tools::open_many(&args.tools, scope, &opts)?;
-    collectors.push(Box::new(Node::open()));
+    let mut opened = tools::open_many(&args.tools, scope, &opts)?;
+    opened.collectors.push(Box::new(Node::open()));
     let mut emit = Recorder {
         sink,
-        ran,
-        cannot,
+        ran: opened.ran,
+        cannot: opened.cannot,
         tools: Vec::new(),
         stat: SysStat::read().ok(),
         intervals: 0,
         rows: 0,
     };
-    let stop = engine::run(&mut collectors, &opts, &mut emit)?;
-    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    let stop = tools::run_many(&mut opened.collectors, &opts, &mut emit)?;
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
@@ -149,14 +144,6 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn put(&mut self, s: &str) -> Result<bool> {
-        match self.sink.write(s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// The `node` line: CPU split (`sar -u`), context switches (`sar -w`), runnable tasks
     /// (`sar -q`), from /proc/stat deltas; pressure from the node collector's own lines.
     fn node_line(&mut self, w: &Window, node: Option<&Output>) -> Value {
@@ -217,7 +204,7 @@ impl Emitter for Recorder {
             "interval_ns": opts.interval.map(|d| d.as_nanos() as u64),
             "duration_ns": opts.duration.map(|d| d.as_nanos() as u64),
             "tools": self.ran,
-            "could_not_run": self.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+            "could_not_run": tools::could_not_run(&self.cannot),
             "skipped": metas.iter().flat_map(|m| m.skipped.iter().map(|(h, r)| json!({"tool": m.tool, "hook": h, "reason": r}))).collect::<Vec<_>>(),
             "hist": format::layout_json(),
             "facts": facts,
@@ -230,7 +217,7 @@ impl Emitter for Recorder {
             format::VERSION,
             &rest[1..]
         );
-        let ok = self.put(&format!("{header}\n"))?;
+        let ok = self.sink.put(&format!("{header}\n"))?;
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
@@ -285,7 +272,7 @@ impl Emitter for Recorder {
             s.push('\n');
         }
         self.intervals += 1;
-        self.put(&s)
+        Ok(self.sink.put(&s)?)
     }
 
     fn finish(&mut self) -> Result<()> {

@@ -101,13 +101,13 @@ pub fn run(args: Args) -> Result<()> {
         max_keys: args.max_keys,
         ..Default::default()
     };
-    let tools::Opened {
-        mut collectors,
-        ran,
-        cannot,
-    } = tools::open_many(&args.tools, scope, &opts)?;
-    if collectors.is_empty() {
-        let why: Vec<String> = cannot.iter().map(|(t, w)| format!("{t}: {w}")).collect();
+    let mut opened = tools::open_many(&args.tools, scope, &opts)?;
+    if opened.collectors.is_empty() {
+        let why: Vec<String> = opened
+            .cannot
+            .iter()
+            .map(|(t, w)| format!("{t}: {w}"))
+            .collect();
         return Err(Error::ToolsUnavailable(format!(
             "serve: no collector can run here ({})",
             why.join("; ")
@@ -115,8 +115,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     let state = exporter::State {
         totals: metrics::Totals::new(args.max_series as usize, args.pid_labels),
-        ran,
-        cannot,
+        ran: opened.ran,
+        cannot: opened.cannot,
         programs: Vec::new(),
         missed: Default::default(),
         windows: 0,
@@ -129,9 +129,11 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         interval: args.interval,
     };
-    engine::run(&mut collectors, &opts, &mut emit)?;
+    engine::run(&mut opened.collectors, &opts, &mut emit)?;
+    // The listener closes now, not with the detaching child's descriptors.
     drop(emit);
-    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    let slow = opened.collectors.iter().map(|c| c.slow_links()).sum();
+    engine::detach_in_background(slow);
     Ok(())
 }
 
@@ -166,7 +168,7 @@ impl Serve {
             "type": "meta",
             "listen": st.listen,
             "watching": st.ran,
-            "could_not_run": st.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+            "could_not_run": tools::could_not_run(&st.cannot),
             "programs": metas.iter().flat_map(|m| m.programs.as_array().cloned().unwrap_or_default()).collect::<Vec<_>>(),
         })
     }
@@ -211,12 +213,9 @@ impl Emitter for Serve {
             listener,
             Arc::new(exporter::Exporter::new(self.shared.clone())),
         ));
-        match self.sink.write(&format!("{line}\n")) {
-            Ok(()) => Ok(true),
-            // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
-            Err(e) if e.is_broken_pipe() => Ok(true),
-            Err(e) => Err(e.into()),
-        }
+        // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
+        self.sink.put(&format!("{line}\n"))?;
+        Ok(true)
     }
 
     fn window(&mut self, _w: &Window, outs: &[Output]) -> Result<bool> {

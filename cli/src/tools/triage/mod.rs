@@ -8,7 +8,7 @@ use std::{path::PathBuf, time::Duration};
 use serde_json::{json, Value};
 
 use crate::{
-    engine::{self, Emitter, Meta, Output, RunOpts, Scope, Window},
+    engine::{Emitter, Meta, Output, RunOpts, Scope, Window},
     error::Result,
     options::{parse_comm, parse_duration, parse_pid},
     report::{
@@ -77,12 +77,8 @@ pub fn run(args: Args) -> Result<()> {
         json: args.json,
         ..Default::default()
     };
-    let tools::Opened {
-        mut collectors,
-        ran,
-        cannot,
-    } = tools::open_many(&args.tools, scope, &opts)?;
-    collectors.push(Box::new(node::Node::open()));
+    let mut opened = tools::open_many(&args.tools, scope, &opts)?;
+    opened.collectors.push(Box::new(node::Node::open()));
     let markdown = args
         .output
         .as_ref()
@@ -91,11 +87,10 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         json: args.json,
         markdown,
-        ran,
-        cannot,
+        ran: opened.ran,
+        cannot: opened.cannot,
     };
-    engine::run(&mut collectors, &opts, &mut emit)?;
-    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    tools::run_many(&mut opened.collectors, &opts, &mut emit)?;
     Ok(())
 }
 
@@ -125,20 +120,12 @@ fn dedupe(f: &mut Vec<Finding>) {
 }
 
 impl Triage {
-    fn put(&mut self, s: &str) -> Result<bool> {
-        match self.sink.write(s) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_broken_pipe() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     fn checked(&self, w: &Window) -> Value {
         json!({
             "tool": "triage",
             "type": "checked",
             "ran": self.ran,
-            "could_not_run": self.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+            "could_not_run": tools::could_not_run(&self.cannot),
             "node_checks": node::Node::checks(),
             "interval_ns": w.elapsed.as_nanos() as u64,
         })
@@ -227,11 +214,11 @@ impl Emitter for Triage {
                 "tool": "triage",
                 "type": "meta",
                 "watching": metas.iter().map(|m| m.tool).collect::<Vec<_>>(),
-                "could_not_run": self.cannot.iter().map(|(t, why)| json!({"tool": t, "reason": why})).collect::<Vec<_>>(),
+                "could_not_run": tools::could_not_run(&self.cannot),
                 "programs": programs,
                 "collectors": metas.iter().map(crate::engine::emit::meta_json).collect::<Vec<_>>(),
             });
-            return self.put(&format!("{line}\n"));
+            return Ok(self.sink.put(&format!("{line}\n"))?);
         }
         {
             use std::io::Write;
@@ -282,7 +269,7 @@ impl Emitter for Triage {
         } else {
             self.render_text(w, &f)
         };
-        self.put(&text)
+        Ok(self.sink.put(&text)?)
     }
 
     fn finish(&mut self) -> Result<()> {
