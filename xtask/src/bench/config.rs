@@ -210,7 +210,15 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         ),
         (
             Workload::BlockRead {
-                n: if quick { 2_000 } else { 10_000 },
+                n: if quick { 20_000 } else { 50_000 },
+                sched: "none",
+            },
+            block.clone(),
+        ),
+        (
+            Workload::BlockRead {
+                n: if quick { 20_000 } else { 50_000 },
+                sched: "mq-deadline",
             },
             block,
         ),
