@@ -181,7 +181,7 @@ fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> 
 
 /// Requests at the limit the block layer allows (`nr_requests`) for much of the window.
 fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> {
-    let full = d.full_pct?;
+    let full = d.depth.full_pct?;
     let limit = d.queue_limit?;
     if full < FULL_PCT {
         return None;
@@ -210,8 +210,8 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
                 "{}: requests at nr_requests ({nr}{}) {full:.0} % of the window (in flight mean {:.1}, queued mean {:.1}; device queue depth {hw}).",
                 d.dev,
                 if limit != nr { format!(" × {} hardware queues", limit / nr.max(1)) } else { String::new() },
-                d.inflight_mean.unwrap_or(0.0),
-                d.queued_mean.unwrap_or(0.0),
+                d.depth.inflight_mean.unwrap_or(0.0),
+                d.depth.queued_mean.unwrap_or(0.0),
             ),
             evidence: vec![],
             advice,
@@ -221,8 +221,8 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
         .evidence("nr_requests", nr)
         .evidence("queue_limit", limit)
         .evidence("hw_queue_depth", hw)
-        .evidence("inflight_max", d.inflight_max.unwrap_or(0))
-        .evidence("queued_max", d.queued_max.unwrap_or(0))
+        .evidence("inflight_max", d.depth.inflight_max.unwrap_or(0))
+        .evidence("queued_max", d.depth.queued_max.unwrap_or(0))
         .evidence("requests", d.count),
     )
 }
@@ -368,17 +368,7 @@ mod tests {
             queue: Lat::of("queue_", &LatHist::ZERO),
             device: Lat::of("device_", &total),
             total: Lat::of("", &total),
-            depth_samples: 0,
-            inflight_mean: None,
-            inflight_max: None,
-            queued_mean: None,
-            queued_max: None,
-            full_pct: None,
-            hw_full_pct: None,
-            inflight_at_issue_mean: 0.0,
-            inflight_at_issue_max: 0,
-            queued_at_insert_mean: 0.0,
-            queued_at_insert_max: 0,
+            depth: Default::default(),
             kdev: VDA,
             by_op: BTreeMap::new(),
         }
