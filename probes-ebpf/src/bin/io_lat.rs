@@ -304,110 +304,71 @@ fn end<K>(map: &HashMap<K, IoStart>, key: &K, p: *mut IoStart, keep: bool) -> bo
     }
 }
 
-/// Insert: the request waits in a queue (scheduler, dispatch list).
+/// Insert (`issued` false: the request waits in a queue, the scheduler or a dispatch list) or
+/// issue (`issued`: the driver has it) of the request at `key`.
 #[inline(always)]
-fn on_insert<K>(
+fn on_begin<K>(
     map: &HashMap<K, IoStart>,
     key: &K,
     keep: bool,
+    issued: bool,
     mk: impl FnOnce() -> Option<IoStart>,
 ) {
     let t = now();
     let (cur, slot) = held(map, key);
     if let Some(p) = cur {
         // SAFETY: live map value; one CPU handles a request at a time.
-        let old = unsafe { &mut *p };
-        if old.issue_ns == 0 && old.op & OP_REQUEUED != 0 {
-            // Requeued, now inserted again: the same request and issuer, still queued.
-            old.op &= !OP_REQUEUED;
-            return;
-        }
-        if old.issue_ns != 0 {
-            anomaly(ANOM_INSERT_OVER_ISSUED);
-        }
-        leave(old);
-    }
-    if let Some(dev) = start(map, key, cur, slot, keep, t, false, mk) {
-        enter(dev, true);
-    }
-}
-
-/// A request first seen now, inserted (`issued` false) or issued directly: a new entry from
-/// `mk`, in the kept `slot` when there is one; when there is none (filtered out), a stale
-/// entry `stale` at the key ends. Returns the device of the stored entry.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn start<K>(
-    map: &HashMap<K, IoStart>,
-    key: &K,
-    stale: Option<*mut IoStart>,
-    slot: Option<*mut IoStart>,
-    keep: bool,
-    t: u64,
-    issued: bool,
-    mk: impl FnOnce() -> Option<IoStart>,
-) -> Option<u32> {
-    let Some(mut s) = mk() else {
-        if let Some(p) = stale {
-            end(map, key, p, keep);
-        }
-        return None;
-    };
-    s.first_ns = t;
-    if issued {
-        s.issue_ns = t;
-    } else {
-        s.insert_ns = t;
-    }
-    if keep {
-        if let Some(p) = slot {
-            // SAFETY: live map value; one CPU handles a request at a time.
-            unsafe { *p = s };
-            return Some(s.dev);
-        }
-    }
-    if map.insert(key, s, 0).is_err() {
-        stat(stats::START_MAP_FULL);
-        return None;
-    }
-    Some(s.dev)
-}
-
-/// One more request queued (`queued`) or at the driver on `dev`, and the depth it makes.
-#[inline(always)]
-fn enter(dev: u32, queued: bool) {
-    let n = live_add(dev, queued, 1);
-    depth_sample(dev, queued, n);
-}
-
-/// Issue: the driver has the request.
-#[inline(always)]
-fn on_issue<K>(
-    map: &HashMap<K, IoStart>,
-    key: &K,
-    keep: bool,
-    mk: impl FnOnce() -> Option<IoStart>,
-) {
-    let t = now();
-    let (cur, slot) = held(map, key);
-    if let Some(p) = cur {
-        // SAFETY: live map value; a request is issued on one CPU at a time.
         let s = unsafe { &mut *p };
-        if s.issue_ns == 0 {
-            s.issue_ns = t;
-            let n = live_move(s.dev);
-            depth_sample(s.dev, false, n);
-            return;
+        if issued {
+            if s.issue_ns == 0 {
+                s.issue_ns = t;
+                let n = live_move(s.dev);
+                depth_sample(s.dev, false, n);
+                return;
+            }
+            // Issued before, and neither completed nor requeued as far as the programs saw:
+            // a stale entry at a recycled request address.
+            anomaly(ANOM_REISSUE);
+        } else {
+            if s.issue_ns == 0 && s.op & OP_REQUEUED != 0 {
+                // Requeued, now inserted again: the same request and issuer, still queued.
+                s.op &= !OP_REQUEUED;
+                return;
+            }
+            if s.issue_ns != 0 {
+                anomaly(ANOM_INSERT_OVER_ISSUED);
+            }
         }
-        // Issued before, and neither completed nor requeued as far as the programs saw: a
-        // stale entry at a recycled request address.
-        anomaly(ANOM_REISSUE);
         leave(s);
     }
-    if let Some(dev) = start(map, key, cur, slot, keep, t, true, mk) {
-        stat(STAT_DIRECT);
-        enter(dev, false);
+    let Some(mut n) = mk() else {
+        // Filtered out: a stale entry at the key ends.
+        if let Some(p) = cur {
+            end(map, key, p, keep);
+        }
+        return;
+    };
+    n.first_ns = t;
+    if issued {
+        n.issue_ns = t;
+    } else {
+        n.insert_ns = t;
     }
+    match slot {
+        // SAFETY: live map value; one CPU handles a request at a time.
+        Some(p) if keep => unsafe { *p = n },
+        _ => {
+            if map.insert(key, n, 0).is_err() {
+                stat(stats::START_MAP_FULL);
+                return;
+            }
+        }
+    }
+    if issued {
+        stat(STAT_DIRECT);
+    }
+    let depth = live_add(n.dev, !issued, 1);
+    depth_sample(n.dev, !issued, depth);
 }
 
 /// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.
@@ -660,12 +621,12 @@ macro_rules! rq_programs {
 
 #[inline(always)]
 fn rq_insert<R: Kread>(rq: u64) {
-    on_insert(&IO_START, &rq_key(&rq), KEEP, || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, false, || rq_start::<R>(rq));
 }
 
 #[inline(always)]
 fn rq_issue<R: Kread>(rq: u64) {
-    on_issue(&IO_START, &rq_key(&rq), KEEP, || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, true, || rq_start::<R>(rq));
 }
 
 #[inline(always)]
