@@ -46,6 +46,27 @@ impl Lat {
     }
 }
 
+/// A row's latencies: queue (insert → issue), device (issue → complete), the whole request.
+#[derive(Serialize)]
+pub struct Lats {
+    #[serde(flatten)]
+    pub queue: Lat,
+    #[serde(flatten)]
+    pub device: Lat,
+    #[serde(flatten)]
+    pub total: Lat,
+}
+
+impl Lats {
+    pub(super) fn of(queue: &LatHist, device: &LatHist, total: &LatHist) -> Lats {
+        Lats {
+            queue: Lat::of("queue_", queue),
+            device: Lat::of("device_", device),
+            total: Lat::of("", total),
+        }
+    }
+}
+
 impl Serialize for Lat {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         let s = &self.s;
@@ -100,11 +121,7 @@ pub struct SummaryRow {
     pub errors: BTreeMap<String, u64>,
     pub sizes: Vec<SizeCount>,
     #[serde(flatten)]
-    pub queue: Lat,
-    #[serde(flatten)]
-    pub device: Lat,
-    #[serde(flatten)]
-    pub total: Lat,
+    pub lat: Lats,
     #[serde(skip)]
     pub other: bool,
     #[serde(skip)]
@@ -174,11 +191,7 @@ pub struct DeviceRow {
     /// Queue time as a share of request time, %.
     pub queue_share_pct: f64,
     #[serde(flatten)]
-    pub queue: Lat,
-    #[serde(flatten)]
-    pub device: Lat,
-    #[serde(flatten)]
-    pub total: Lat,
+    pub lat: Lats,
     #[serde(flatten)]
     pub depth: DepthRow,
     #[serde(skip)]
@@ -258,13 +271,13 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("SIZE", |r, _| sizes_text(&r.sizes_raw)),
-    Column::right("Q P50", |r, _| fmt_ns(r.queue.s.p50_ns)),
-    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
-    Column::right("D P50", |r, _| fmt_ns(r.device.s.p50_ns)),
-    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.total.s.p99_ns)),
-    Column::right("P99.9", |r, _| fmt_ns(r.total.s.p999_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.total.s.max_ns)),
+    Column::right("Q P50", |r, _| fmt_ns(r.lat.queue.s.p50_ns)),
+    Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
+    Column::right("D P50", |r, _| fmt_ns(r.lat.device.s.p50_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.lat.device.s.p99_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.lat.total.s.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.lat.total.s.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.lat.total.s.max_ns)),
     Column::right("ERR", |r, _| r.error_count().to_string()),
     Column::left("CGROUP", |r, _| {
         if r.cgroup_raw.is_empty() {
@@ -313,8 +326,8 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
             .unwrap_or("-".into())
     }),
     Column::right("Q SHARE%", |r, _| format!("{:.0}", r.queue_share_pct)),
-    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
-    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
+    Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.lat.device.s.p99_ns)),
     Column::right("DISKSTATS R/W", |r, _| {
         format!("{}/{}", r.diskstats_reads, r.diskstats_writes)
     }),
@@ -402,9 +415,7 @@ fn summary_row(
         queued: v.queue.count,
         errors,
         sizes,
-        queue: Lat::of("queue_", &v.queue),
-        device: Lat::of("device_", &v.device),
-        total: Lat::of("", &v.total),
+        lat: Lats::of(&v.queue, &v.device, &v.total),
         other: false,
         cgroup_raw: cg,
         kdev: key.dev,
@@ -432,10 +443,11 @@ pub fn build(
         .map(|(k, v)| summary_row(k, v, names, facts, cgroups, secs))
         .collect();
     rows.sort_by(|a, b| {
-        b.total
+        b.lat
+            .total
             .s
             .total_ns
-            .cmp(&a.total.s.total_ns)
+            .cmp(&a.lat.total.s.total_ns)
             .then(b.count.cmp(&a.count))
             .then(a.who.pid.cmp(&b.who.pid))
     });
@@ -565,9 +577,7 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         } else {
             round2(queue.sum as f64 * 100.0 / total.sum as f64)
         },
-        queue: Lat::of("queue_", &queue),
-        device: Lat::of("device_", &device),
-        total: Lat::of("", &total),
+        lat: Lats::of(&queue, &device, &total),
         depth: DepthRow::of(input.depth.per_dev.get(&kdev), input.depth.ticks, &dv),
         kdev,
         by_op,
