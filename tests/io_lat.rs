@@ -516,6 +516,8 @@ struct FailingLoop {
     name: String,
     mnt: PathBuf,
     dir: PathBuf,
+    /// The device held open, autoclear (see `losetup`).
+    hold: Option<std::fs::File>,
 }
 
 impl FailingLoop {
@@ -535,6 +537,7 @@ impl FailingLoop {
             name: String::new(),
             mnt,
             dir,
+            hold: None,
         };
         let img = fl.mnt.join("disk.img");
         std::fs::File::create(&img)
@@ -550,7 +553,8 @@ impl FailingLoop {
             }
         };
         assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
-        fl.dev = losetup(&[], &img);
+        let (dev, hold) = losetup(&[], &img);
+        (fl.dev, fl.hold) = (dev, Some(hold));
         fl.name = fl.dev.trim_start_matches("/dev/").to_string();
         fl
     }
@@ -561,7 +565,19 @@ impl Drop for FailingLoop {
         if !self.dev.is_empty() {
             let _ = Command::new("losetup").args(["-d", &self.dev]).status();
         }
-        let _ = Command::new("umount").arg(&self.mnt).status();
+        // The last close detaches the device, which then lets go of the file system.
+        drop(self.hold.take());
+        // A rundown that completes after the close would keep the file system busy a moment.
+        for _ in 0..50 {
+            if Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

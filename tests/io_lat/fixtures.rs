@@ -32,11 +32,13 @@ pub(crate) fn ensure_fio() {
     }
 }
 
-/// A loop device over a 64 MiB file of real (allocated) blocks, detached on drop.
+/// A loop device over a 64 MiB file of real (allocated) blocks, detached on drop (by the
+/// kernel, when `_hold` closes: see [`losetup`]).
 pub(crate) struct LoopDev {
     pub(crate) dev: String,
     pub(crate) name: String,
     pub(crate) dir: PathBuf,
+    _hold: std::fs::File,
 }
 
 impl LoopDev {
@@ -45,9 +47,16 @@ impl LoopDev {
         let file = dir.join("disk.img");
         // Written, not sparse: reads of holes would never reach the backing disk.
         std::fs::write(&file, vec![0x5au8; 64 << 20]).unwrap();
-        let dev = losetup(&["--direct-io=on"], &file);
+        let (dev, hold) = losetup(&["--direct-io=on"], &file);
+        // The device holds the file: nothing is left behind if this process dies.
+        let _ = std::fs::remove_file(&file);
         let name = dev.trim_start_matches("/dev/").to_string();
-        let lo = LoopDev { dev, name, dir };
+        let lo = LoopDev {
+            dev,
+            name,
+            dir,
+            _hold: hold,
+        };
         lo.set("scheduler", "none");
         lo
     }
@@ -64,8 +73,11 @@ impl LoopDev {
     }
 }
 
-/// Attaches `file` to a free loop device (`losetup -f --show EXTRA FILE`): its /dev path.
-pub(crate) fn losetup(extra: &[&str], file: &std::path::Path) -> String {
+/// Attaches `file` to a free loop device (`losetup -f --show EXTRA FILE`): its /dev path, and
+/// the device held open with `LO_FLAGS_AUTOCLEAR` set, so that the kernel detaches it when the
+/// last opener closes it: when the handle drops, and also when the test process is killed or
+/// aborts and no `Drop` runs (a loop device left attached to a test's file outlives the test).
+pub(crate) fn losetup(extra: &[&str], file: &std::path::Path) -> (String, std::fs::File) {
     let out = Command::new("losetup")
         .args(["-f", "--show"])
         .args(extra)
@@ -77,7 +89,40 @@ pub(crate) fn losetup(extra: &[&str], file: &std::path::Path) -> String {
         "losetup: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let hold = std::fs::File::open(&dev).unwrap_or_else(|e| panic!("{dev}: {e}"));
+    if let Err(e) = autoclear(&hold) {
+        let _ = Command::new("losetup").args(["-d", &dev]).status();
+        panic!("autoclear on {dev}: {e}");
+    }
+    (dev, hold)
+}
+
+/// Sets `LO_FLAGS_AUTOCLEAR` on the open loop device `f` (`LOOP_GET_STATUS64`, then
+/// `LOOP_SET_STATUS64` with the flag added; the other flags are kept).
+fn autoclear(f: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+    const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+    const LO_FLAGS_AUTOCLEAR: u32 = 4;
+    /// `struct loop_info64` is 232 bytes, `lo_flags` (u32) at 52.
+    const FLAGS_AT: usize = 52;
+    let mut info = [0u8; 232];
+    for (req, what) in [(LOOP_GET_STATUS64, "get"), (LOOP_SET_STATUS64, "set")] {
+        if req == LOOP_SET_STATUS64 {
+            let mut flags = [0u8; 4];
+            flags.copy_from_slice(&info[FLAGS_AT..FLAGS_AT + 4]);
+            let flags = u32::from_ne_bytes(flags) | LO_FLAGS_AUTOCLEAR;
+            info[FLAGS_AT..FLAGS_AT + 4].copy_from_slice(&flags.to_ne_bytes());
+        }
+        // SAFETY: the ioctl reads or writes a `struct loop_info64` in `info`, which is large
+        // enough and outlives the call.
+        if unsafe { libc::ioctl(f.as_raw_fd(), req, info.as_mut_ptr()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(e.kind(), format!("{what} status: {e}")));
+        }
+    }
+    Ok(())
 }
 
 impl Drop for LoopDev {
@@ -91,6 +136,7 @@ impl Drop for LoopDev {
         ] {
             let _ = std::fs::write(format!("/sys/block/{}/queue/{attr}", self.name), v);
         }
+        // Detached now, or at the last close if fio or a mount still holds it.
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -57,7 +57,7 @@ use probes_common::{
 use probes_ebpf::{
     allowed, announce, atomic_add, generation, get_or_insert, hist_record,
     kread::{Direct, Kread, Probe},
-    ro, slot, stat, take,
+    ro, slot, stat,
 };
 
 #[no_mangle]
@@ -79,7 +79,10 @@ static IO_TP: TpOffsets = TpOffsets::INIT;
 
 /// In-flight requests by address, sized from the disks' queues. A plain preallocated hash, not
 /// an LRU (which evicts per CPU before it is full, losing live requests silently): requests live
-/// in preallocated tag sets, so an entry whose completion was missed is replaced on reuse.
+/// in preallocated tag sets, so an entry whose completion was missed is replaced on reuse, and
+/// an ended entry stays, free, for the next request at that address (`keep`). Tag sets
+/// reallocated (a scheduler switch, `nr_requests` raised) leave free entries behind: when the
+/// map fills up (`start_map_full`), userspace deletes the free ones.
 #[map]
 static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
 
@@ -182,6 +185,22 @@ fn live_add(dev: u32, queued: bool, delta: u64) -> u64 {
     }
 }
 
+/// A queued request of `dev` goes to the driver: queued − 1, in flight + 1, in one lookup.
+/// Returns the new in-flight count.
+#[inline(always)]
+fn live_move(dev: u32) -> u64 {
+    let zero = DevLive::default();
+    let Some(l) = get_or_insert(&IO_LIVE, &dev, &zero) else {
+        return 0;
+    };
+    // SAFETY: as in live_add.
+    unsafe {
+        atomic_add(&raw mut (*l).queued, u64::MAX);
+        atomic_add(&raw mut (*l).inflight, 1);
+        core::ptr::read_volatile(&raw const (*l).inflight)
+    }
+}
+
 /// The old entry's request leaves the state it was counted in (queued or issued).
 #[inline(always)]
 fn leave(old: &IoStart) {
@@ -252,99 +271,110 @@ fn issuer() -> Option<(u32, [u8; 16])> {
 
 // The request lifecycle, for either in-flight map. `mk` gives a new entry's identity (issuer,
 // device, size, op), `None` when filtered out; timestamps are set here.
+//
+// `keep`: an entry that ends (completed, merged, filtered out) stays in the map, marked free
+// (`first_ns` 0), and the next request at the same key takes it over in place. Request
+// addresses come from preallocated tag sets and are reused at once, so after warm-up a request
+// costs two lookups and no map update or delete (each a bucket lock and a free-list round trip,
+// the bulk of a request's cost before). For `IO_START` only: `(dev, sector)` keys of the
+// classic fallback are not reused, their entries go (`keep` false).
 
-/// Insert: the request waits in a queue (scheduler, dispatch list).
+/// The entry at `key` if it holds a request (not a free kept entry), and the map slot either
+/// way.
 #[inline(always)]
-fn on_insert<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<IoStart>) {
-    let t = now();
-    let mut stale = false;
-    if let Some(p) = map.get_ptr_mut(key) {
-        // SAFETY: live map value; one CPU handles a request at a time.
-        let old = unsafe { &mut *p };
-        if old.issue_ns == 0 && old.op & OP_REQUEUED != 0 {
-            // Requeued, now inserted again: the same request and issuer, still queued.
-            old.op &= !OP_REQUEUED;
-            return;
-        }
-        if old.issue_ns != 0 {
-            anomaly(ANOM_INSERT_OVER_ISSUED);
-        }
-        leave(old);
-        stale = true;
-    }
-    if let Some(dev) = start(map, key, stale, t, false, mk) {
-        enter(dev, true);
+fn held<K>(map: &HashMap<K, IoStart>, key: &K) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
+    let slot = map.get_ptr_mut(key);
+    match slot {
+        // SAFETY: live map value.
+        Some(p) if unsafe { (*p).first_ns } != 0 => (Some(p), slot),
+        _ => (None, slot),
     }
 }
 
-/// A request first seen now, inserted (`issued` false) or issued directly: a new entry from
-/// `mk`; when there is none (filtered out), a stale entry at the key goes. Returns the device
-/// of the stored entry.
+/// Ends the entry at `key` (`p`, held): freed in place when `keep`, else deleted. False when
+/// the delete failed (the bucket lock was busy: this CPU interrupted an update of the same map).
 #[inline(always)]
-fn start<K>(
+fn end<K>(map: &HashMap<K, IoStart>, key: &K, p: *mut IoStart, keep: bool) -> bool {
+    if keep {
+        // SAFETY: live map value; one CPU handles a request at a time.
+        unsafe { (*p).first_ns = 0 };
+        true
+    } else {
+        map.remove(key).is_ok()
+    }
+}
+
+/// Insert (`issued` false: the request waits in a queue, the scheduler or a dispatch list) or
+/// issue (`issued`: the driver has it) of the request at `key`.
+#[inline(always)]
+fn on_begin<K>(
     map: &HashMap<K, IoStart>,
     key: &K,
-    stale: bool,
-    t: u64,
+    keep: bool,
     issued: bool,
     mk: impl FnOnce() -> Option<IoStart>,
-) -> Option<u32> {
-    let Some(mut s) = mk() else {
-        if stale {
-            let _ = map.remove(key);
-        }
-        return None;
-    };
-    s.first_ns = t;
-    if issued {
-        s.issue_ns = t;
-    } else {
-        s.insert_ns = t;
-    }
-    if map.insert(key, s, 0).is_err() {
-        stat(stats::START_MAP_FULL);
-        return None;
-    }
-    Some(s.dev)
-}
-
-/// One more request queued (`queued`) or at the driver on `dev`, and the depth it makes.
-#[inline(always)]
-fn enter(dev: u32, queued: bool) {
-    let n = live_add(dev, queued, 1);
-    depth_sample(dev, queued, n);
-}
-
-/// Issue: the driver has the request.
-#[inline(always)]
-fn on_issue<K>(map: &HashMap<K, IoStart>, key: &K, mk: impl FnOnce() -> Option<IoStart>) {
+) {
     let t = now();
-    let mut stale = false;
-    if let Some(p) = map.get_ptr_mut(key) {
-        // SAFETY: live map value; a request is issued on one CPU at a time.
+    let (cur, slot) = held(map, key);
+    if let Some(p) = cur {
+        // SAFETY: live map value; one CPU handles a request at a time.
         let s = unsafe { &mut *p };
-        if s.issue_ns == 0 {
-            s.issue_ns = t;
-            live_add(s.dev, true, u64::MAX);
-            enter(s.dev, false);
-            return;
+        if issued {
+            if s.issue_ns == 0 {
+                s.issue_ns = t;
+                let n = live_move(s.dev);
+                depth_sample(s.dev, false, n);
+                return;
+            }
+            // Issued before, and neither completed nor requeued as far as the programs saw:
+            // a stale entry at a recycled request address.
+            anomaly(ANOM_REISSUE);
+        } else {
+            if s.issue_ns == 0 && s.op & OP_REQUEUED != 0 {
+                // Requeued, now inserted again: the same request and issuer, still queued.
+                s.op &= !OP_REQUEUED;
+                return;
+            }
+            if s.issue_ns != 0 {
+                anomaly(ANOM_INSERT_OVER_ISSUED);
+            }
         }
-        // Issued before, and neither completed nor requeued as far as the programs saw: a
-        // stale entry at a recycled request address.
-        anomaly(ANOM_REISSUE);
         leave(s);
-        stale = true;
     }
-    if let Some(dev) = start(map, key, stale, t, true, mk) {
+    let Some(mut n) = mk() else {
+        // Filtered out: a stale entry at the key ends.
+        if let Some(p) = cur {
+            end(map, key, p, keep);
+        }
+        return;
+    };
+    n.first_ns = t;
+    if issued {
+        n.issue_ns = t;
+    } else {
+        n.insert_ns = t;
+    }
+    match slot {
+        // SAFETY: live map value; one CPU handles a request at a time.
+        Some(p) if keep => unsafe { *p = n },
+        _ => {
+            if map.insert(key, n, 0).is_err() {
+                stat(stats::START_MAP_FULL);
+                return;
+            }
+        }
+    }
+    if issued {
         stat(STAT_DIRECT);
-        enter(dev, false);
     }
+    let depth = live_add(n.dev, !issued, 1);
+    depth_sample(n.dev, !issued, depth);
 }
 
 /// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.
 #[inline(always)]
 fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
-    let Some(p) = map.get_ptr_mut(key) else {
+    let Some(p) = held(map, key).0 else {
         return;
     };
     anom(ANOM_REQUEUE);
@@ -361,8 +391,11 @@ fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
 
 /// Merge: a queued request was merged into another and is freed without a completion.
 #[inline(always)]
-fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K) {
-    if let Some(old) = take(map, key) {
+fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K, keep: bool) {
+    if let Some(p) = held(map, key).0 {
+        // SAFETY: live map value, copied before it ends.
+        let old = unsafe { *p };
+        end(map, key, p, keep);
         anom(ANOM_MERGED);
         leave(&old);
     }
@@ -375,13 +408,13 @@ fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K) {
 fn on_complete<K>(
     map: &HashMap<K, IoStart>,
     key: &K,
+    keep: bool,
     code: u32,
     whole: impl FnOnce() -> bool,
     who: impl FnOnce() -> Option<(u32, u32)>,
 ) {
     let t = now();
-    // SAFETY: the value is copied out before the delete below.
-    let Some(s) = (unsafe { map.get(key) }).copied() else {
+    let Some(p) = held(map, key).0 else {
         // In flight at attach, filtered out, or never seen.
         if let Some((dev, op)) = who() {
             anom(ANOM_NO_ENTRY);
@@ -389,9 +422,11 @@ fn on_complete<K>(
         }
         return;
     };
+    // SAFETY: live map value, copied before it ends.
+    let s = unsafe { *p };
     if s.issue_ns == 0 {
         // Ended in a queue (failed or aborted before dispatch): no device time.
-        let _ = map.remove(key);
+        end(map, key, p, keep);
         leave(&s);
         anomaly(ANOM_UNISSUED);
         untracked(s.dev, s.op);
@@ -401,9 +436,8 @@ fn on_complete<K>(
         stat(STAT_PARTIAL);
         return;
     }
-    if map.remove(key).is_err() {
-        // The bucket lock was busy (this CPU interrupted an update of the same map): the
-        // stale entry is replaced when the request is reused.
+    if !end(map, key, p, keep) {
+        // The stale entry is replaced when the request is reused.
         anom(ANOM_REMOVE_FAILED);
     }
     leave(&s);
@@ -470,6 +504,9 @@ fn record(s: &IoStart, now: u64, code: u32) {
 }
 
 // Keyed by `struct request *` (tp_btf, raw_tp).
+
+/// `IO_START`'s entries are kept and reused (see the lifecycle above).
+const KEEP: bool = true;
 
 /// The whole disk of `rq` (`rq->q->disk`, or `rq->rq_disk` before 5.15), in the kernel's
 /// `dev_t` encoding.
@@ -540,6 +577,7 @@ fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
     on_complete(
         &IO_START,
         &rq_key(&rq),
+        KEEP,
         code,
         || nr_bytes >= R::u32(rq, off!(rq_data_len)),
         || {
@@ -583,12 +621,12 @@ macro_rules! rq_programs {
 
 #[inline(always)]
 fn rq_insert<R: Kread>(rq: u64) {
-    on_insert(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, false, || rq_start::<R>(rq));
 }
 
 #[inline(always)]
 fn rq_issue<R: Kread>(rq: u64) {
-    on_issue(&IO_START, &rq_key(&rq), || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, true, || rq_start::<R>(rq));
 }
 
 #[inline(always)]
@@ -600,7 +638,7 @@ fn rq_requeue<R: Kread>(rq: u64) {
 #[inline(always)]
 #[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
 fn rq_merge<R: Kread>(rq: u64) {
-    on_merge(&IO_START, &rq_key(&rq));
+    on_merge(&IO_START, &rq_key(&rq), KEEP);
 }
 
 rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);

@@ -157,7 +157,7 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         })
         .cloned()
         .collect();
-    let cases: Vec<(Workload, Vec<Tracer>)> = vec![
+    let mut cases: Vec<(Workload, Vec<Tracer>)> = vec![
         (
             Workload::Pipe {
                 loops,
@@ -210,7 +210,15 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         ),
         (
             Workload::BlockRead {
-                n: if quick { 2_000 } else { 10_000 },
+                n: if quick { 20_000 } else { 50_000 },
+                sched: "none",
+            },
+            block.clone(),
+        ),
+        (
+            Workload::BlockRead {
+                n: if quick { 20_000 } else { 50_000 },
+                sched: "mq-deadline",
             },
             block,
         ),
@@ -221,7 +229,31 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             profilers,
         ),
     ];
+    if let Some(base) = std::env::var_os("TK_BENCH_BASELINE") {
+        with_baseline(&mut cases, &tk_s, &base.to_string_lossy());
+    }
     cases
+}
+
+/// `TK_BENCH_BASELINE=PATH` (another build of tracekit, e.g. the parent commit's): each
+/// tracekit row gets a twin right after it running that binary, named `… (baseline)`, so a
+/// change is measured against what it replaces in the same run, round for round.
+fn with_baseline(cases: &mut [(Workload, Vec<Tracer>)], tk: &str, base: &str) {
+    for (_, tracers) in cases.iter_mut() {
+        let mut out = Vec::new();
+        for t in tracers.drain(..) {
+            let twin = (t.argv.first().map(String::as_str) == Some(tk)).then(|| Tracer {
+                name: format!("{} (baseline)", t.name),
+                argv: std::iter::once(base.to_string())
+                    .chain(t.argv[1..].iter().cloned())
+                    .collect(),
+                ready: t.ready.clone(),
+            });
+            out.push(t);
+            out.extend(twin);
+        }
+        *tracers = out;
+    }
 }
 
 /// `tracekit profile` beside `perf record` at 99 and 999 Hz (issue 19): frame pointers on every

@@ -304,9 +304,9 @@ pub(super) fn bpf_stats_pass(
     let res = (|| -> Result<(Vec<Value>, Option<f64>)> {
         let r = start(t)?;
         let progs = programs(&r)?;
-        let before = w.events(scratch);
+        let before = w.events();
         w.run(wl, scratch)?;
-        let events = before.zip(w.events(scratch)).map(|(a, b)| b - a);
+        let events = before.zip(w.events()).map(|(a, b)| b - a);
         let mut out = Vec::new();
         for (id, name, attach) in progs {
             let o = Command::new("bpftool")

@@ -1,15 +1,13 @@
 //! The workloads the benchmark times, each run once per call with its metric (lower is better).
 
-use std::{
-    net::UdpSocket,
-    os::{fd::AsRawFd, unix::fs::MetadataExt},
-    path::Path,
-    process::Command,
-    time::Instant,
-};
+use std::{net::UdpSocket, os::fd::AsRawFd, path::Path, process::Command, time::Instant};
 
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
+
+mod ramdisk;
+
+use ramdisk::RamDisk;
 
 use super::parse::{
     parse_block_stat_ios, parse_fio_read_lat_ns, parse_perf_pipe, parse_proc_stat_ctxt,
@@ -36,9 +34,11 @@ pub(super) enum Workload {
     /// `tk-workload tcp-stream MIB`: one TCP connection on loopback, `mib` MiB in 128 KiB
     /// writes. Metric: ns per MiB received (its inverse is the throughput).
     TcpStream { mib: u32 },
-    /// `fio` 4 KiB random reads, O_DIRECT, one at a time, `n` of them, on a 64 MiB scratch file
-    /// on the work tree's disk. Metric: mean ns per read.
-    BlockRead { n: u32 },
+    /// `fio` 4 KiB random reads, O_DIRECT, one at a time, `n` of them, on a loop device over
+    /// 64 MiB in RAM ([`RamDisk`]) under I/O scheduler `sched` (`none`: issue → complete, as on
+    /// NVMe; `mq-deadline`: insert → issue → complete). The same seeded sequence every run.
+    /// Metric: mean ns per read.
+    BlockRead { n: u32, sched: &'static str },
     /// `taskset -c 1 stress-ng --cpu 1 --cpu-method int64 --cpu-ops N`: a fixed amount of pure
     /// integer work (no syscalls, no memory traffic in the loop), the profilers' workload.
     /// Metric: the CPU time the work took (utime + stime of the run, reaped children included),
@@ -79,8 +79,8 @@ impl Workload {
             Workload::TcpStream { mib } => format!(
                 "TCP stream on loopback: {mib} MiB over one connection, 128 KiB writes"
             ),
-            Workload::BlockRead { n } => format!(
-                "fio randread 4 KiB O_DIRECT iodepth 1: {n} reads of a scratch file on the work tree's disk"
+            Workload::BlockRead { n, sched } => format!(
+                "fio randread 4 KiB O_DIRECT iodepth 1: {n} reads of a loop device over 64 MiB in RAM (tmpfs, direct I/O), scheduler {sched}"
             ),
             Workload::Cpu { ops } => format!(
                 "CPU-bound (profilers): taskset -c 1 stress-ng --cpu 1 --cpu-method int64 --cpu-ops {ops}, CPU time of the fixed work"
@@ -111,7 +111,7 @@ impl Workload {
             Workload::Fsync { n }
             | Workload::Compaction { n }
             | Workload::UdpDrops { n }
-            | Workload::BlockRead { n } => *n,
+            | Workload::BlockRead { n, .. } => *n,
             Workload::Syscalls { loops } => *loops,
             Workload::TcpStream { mib } => *mib,
             // CPU time, not wall time: the untraced CPU time stands for the run.
@@ -191,7 +191,9 @@ impl Workload {
                 }
                 Ok(v["wall_ns"].as_f64().context("wall_ns")? / (bytes / f64::from(1 << 20)))
             }
-            Workload::BlockRead { n } => {
+            Workload::BlockRead { n, sched } => {
+                let disk = RamDisk::get()?;
+                disk.set_scheduler(sched)?;
                 let out = Command::new("fio")
                     .args([
                         "--name=tk-bench",
@@ -200,16 +202,18 @@ impl Workload {
                         "--direct=1",
                         "--ioengine=psync",
                         "--iodepth=1",
-                        "--size=64M",
+                        "--randrepeat=1",
                         "--output-format=json",
                     ])
-                    .arg(format!("--number_ios={n}"))
-                    .arg(format!(
-                        "--filename={}",
-                        scratch.join("bench-fio").display()
-                    ))
+                    .arg(format!("--size={}", ramdisk::SIZE))
+                    // More reads than the disk has blocks: fio goes over it again.
+                    .arg(format!("--io_size={}", u64::from(*n) * 4096))
+                    .arg(format!("--filename={}", disk.path()))
                     .output()
-                    .context("fio")?;
+                    .context("fio");
+                // The device keeps its scheduler after detach: leave the default.
+                let _ = disk.set_scheduler("none");
+                let out = out?;
                 parse_fio_read_lat_ns(&String::from_utf8_lossy(&out.stdout))
                     .context("parsing fio output")
             }
@@ -252,10 +256,10 @@ impl Workload {
     /// What the kernel itself has counted so far of the events this workload makes (the
     /// denominator of kernel time per event): context switches (/proc/stat `ctxt`), UDP drops
     /// (/proc/net/snmp NoPorts + RcvbufErrors), TCP segments received (/proc/net/snmp
-    /// InSegs: data and acks, up to 64 KiB each on loopback), requests completed by the scratch file's disk.
+    /// InSegs: data and acks, up to 64 KiB each on loopback), requests completed by all disks.
     /// Everything else on the machine counts too, in the tracers' run time as here. `None`
     /// where the kernel keeps no such count (fsync calls: the workload's own count is used).
-    pub(super) fn events(&self, scratch: &Path) -> Option<f64> {
+    pub(super) fn events(&self) -> Option<f64> {
         let read = |p: &str| std::fs::read_to_string(p).ok();
         match self {
             Workload::Pipe { .. } | Workload::SwitchStorm { .. } => {
@@ -263,17 +267,13 @@ impl Workload {
             }
             Workload::UdpDrops { .. } => parse_snmp_udp_drops(&read("/proc/net/snmp")?),
             Workload::TcpStream { .. } => parse_snmp_tcp_insegs(&read("/proc/net/snmp")?),
-            Workload::BlockRead { .. } => {
-                let dev = std::fs::metadata(scratch).ok()?.dev();
-                let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
-                // A partition's I/O is its disk's; the tracers see the disk's requests.
-                let stat = if Path::new(&sys).join("partition").exists() {
-                    format!("{sys}/../stat")
-                } else {
-                    format!("{sys}/stat")
-                };
-                parse_block_stat_ios(&read(&stat)?)
-            }
+            // Every whole disk's requests (/sys/block lists no partitions): the tracers' programs
+            // run on all of them, the RAM disk's are nearly all.
+            Workload::BlockRead { .. } => std::fs::read_dir("/sys/block")
+                .ok()?
+                .filter_map(|e| read(e.ok()?.path().join("stat").to_str()?))
+                .map(|s| parse_block_stat_ios(&s))
+                .sum(),
             Workload::Fsync { .. }
             | Workload::Compaction { .. }
             | Workload::Syscalls { .. }

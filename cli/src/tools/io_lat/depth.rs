@@ -3,7 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
-use probes_common::io_lat::DevLive;
+use probes_common::{
+    hist::LatHist,
+    io_lat::{DevLive, DevVal},
+};
+use serde::Serialize;
 
 use crate::host::disks::{self, QueueFacts};
 
@@ -19,6 +23,53 @@ pub struct DepthAcc {
     pub limit_full: u64,
     /// Samples with in flight at the device's own queue depth (driver tags).
     pub hw_full: u64,
+}
+
+/// A device line's depth columns. Time-sampled (every 10 ms; `None` for a device the sampler
+/// never saw): mean and max in flight and queued, share of the window at the request limit and
+/// at the device's queue depth. Event-weighted: what each issued (inserted) request found,
+/// itself included.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DepthRow {
+    pub depth_samples: u64,
+    pub inflight_mean: Option<f64>,
+    pub inflight_max: Option<u64>,
+    pub queued_mean: Option<f64>,
+    pub queued_max: Option<u64>,
+    pub full_pct: Option<f64>,
+    pub hw_full_pct: Option<f64>,
+    pub inflight_at_issue_mean: f64,
+    pub inflight_at_issue_max: u64,
+    pub queued_at_insert_mean: f64,
+    pub queued_at_insert_max: u64,
+}
+
+/// `x` to two decimals.
+pub fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+impl DepthRow {
+    /// From the window's samples of the device (`d`, over `ticks` timer ticks) and its
+    /// per-request depth histograms (`dv`).
+    pub fn of(d: Option<&DepthAcc>, ticks: u64, dv: &DevVal) -> DepthRow {
+        let ticks = ticks.max(1) as f64;
+        let per_tick = |n: u64| round2(n as f64 / ticks);
+        let mean = |h: &LatHist| round2(h.sum as f64 / h.count.max(1) as f64);
+        DepthRow {
+            depth_samples: d.map_or(0, |d| d.samples),
+            inflight_mean: d.map(|d| per_tick(d.inflight_sum)),
+            inflight_max: d.map(|d| d.inflight_max),
+            queued_mean: d.map(|d| per_tick(d.queued_sum)),
+            queued_max: d.map(|d| d.queued_max),
+            full_pct: d.map(|d| per_tick(d.limit_full * 100)),
+            hw_full_pct: d.map(|d| per_tick(d.hw_full * 100)),
+            inflight_at_issue_mean: mean(&dv.inflight),
+            inflight_at_issue_max: dv.inflight.max,
+            queued_at_insert_mean: mean(&dv.queued),
+            queued_at_insert_max: dv.queued.max,
+        }
+    }
 }
 
 /// What the sampler saw in a window: ticks, and per device (kernel `dev_t`) its depth.

@@ -69,7 +69,7 @@ fn issuers(rows: &[SummaryRow], kdev: u32) -> Vec<Issuer> {
         });
         e.count += r.count;
         if r.sync {
-            e.sync_ns += r.total.s.total_ns;
+            e.sync_ns += r.lat.total.s.total_ns;
         } else if r.op == "write" {
             e.async_writes += r.count;
         }
@@ -181,7 +181,7 @@ fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> 
 
 /// Requests at the limit the block layer allows (`nr_requests`) for much of the window.
 fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> {
-    let full = d.full_pct?;
+    let full = d.depth.full_pct?;
     let limit = d.queue_limit?;
     if full < FULL_PCT {
         return None;
@@ -210,8 +210,8 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
                 "{}: requests at nr_requests ({nr}{}) {full:.0} % of the window (in flight mean {:.1}, queued mean {:.1}; device queue depth {hw}).",
                 d.dev,
                 if limit != nr { format!(" × {} hardware queues", limit / nr.max(1)) } else { String::new() },
-                d.inflight_mean.unwrap_or(0.0),
-                d.queued_mean.unwrap_or(0.0),
+                d.depth.inflight_mean.unwrap_or(0.0),
+                d.depth.queued_mean.unwrap_or(0.0),
             ),
             evidence: vec![],
             advice,
@@ -221,8 +221,8 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
         .evidence("nr_requests", nr)
         .evidence("queue_limit", limit)
         .evidence("hw_queue_depth", hw)
-        .evidence("inflight_max", d.inflight_max.unwrap_or(0))
-        .evidence("queued_max", d.queued_max.unwrap_or(0))
+        .evidence("inflight_max", d.depth.inflight_max.unwrap_or(0))
+        .evidence("queued_max", d.depth.queued_max.unwrap_or(0))
         .evidence("requests", d.count),
     )
 }
@@ -234,7 +234,7 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
     if d.util_pct < BUSY_UTIL_PCT || share < TOP_SHARE_PCT || t.count < MIN_REQUESTS {
         return None;
     }
-    let p99 = d.total.s.p99_ns;
+    let p99 = d.lat.total.s.p99_ns;
     Some(
         Finding {
             tool: super::INFO.name,
@@ -280,7 +280,7 @@ mod tests {
     use crate::{
         host::disks::QueueFacts,
         report::{findings::Num, who::Id},
-        tools::io_lat::rows::Lat,
+        tools::io_lat::rows::Lats,
     };
 
     const VDA: u32 = 254 << 20;
@@ -322,9 +322,7 @@ mod tests {
             queued: 0,
             errors: BTreeMap::new(),
             sizes: vec![],
-            queue: Lat::of("queue_", &LatHist::ZERO),
-            device: Lat::of("device_", &total),
-            total: Lat::of("", &total),
+            lat: Lats::of(&LatHist::ZERO, &total, &total),
             other: false,
             cgroup_raw: vec![],
             kdev: VDA,
@@ -365,20 +363,8 @@ mod tests {
             aqu_sz: 0.0,
             sync_time_ns: total.sum,
             queue_share_pct: 0.0,
-            queue: Lat::of("queue_", &LatHist::ZERO),
-            device: Lat::of("device_", &total),
-            total: Lat::of("", &total),
-            depth_samples: 0,
-            inflight_mean: None,
-            inflight_max: None,
-            queued_mean: None,
-            queued_max: None,
-            full_pct: None,
-            hw_full_pct: None,
-            inflight_at_issue_mean: 0.0,
-            inflight_at_issue_max: 0,
-            queued_at_insert_mean: 0.0,
-            queued_at_insert_max: 0,
+            lat: Lats::of(&LatHist::ZERO, &total, &total),
+            depth: Default::default(),
             kdev: VDA,
             by_op: BTreeMap::new(),
         }
@@ -399,7 +385,7 @@ mod tests {
             issued(900, "cron", 70, false),
         ];
         let dev = vda(1000, 96.0);
-        let p99 = dev.total.s.p99_ns;
+        let p99 = dev.lat.total.s.p99_ns;
         assert!((1_900_000..=2_000_000).contains(&p99), "{p99}");
         let f = find(&rows, std::slice::from_ref(&dev), 10.0);
         assert_eq!(f.len(), 1, "{f:?}");

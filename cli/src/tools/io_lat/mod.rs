@@ -25,8 +25,8 @@ use std::{
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use probes_common::io_lat::{
-    DevKey, DevLive, DevVal, IoKey, IoNew, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY, STAT_DIRECT,
-    STAT_PARTIAL,
+    DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY,
+    STAT_DIRECT, STAT_PARTIAL,
 };
 
 use crate::{
@@ -185,6 +185,8 @@ struct IoLat {
     agg: GenMap<IoKey, IoVal>,
     devs: GenMap<DevKey, DevVal>,
     live: HashMap<MapData, u32, DevLive>,
+    /// `IO_START`, for [`IoLat::sweep`].
+    start: HashMap<MapData, u64, IoStart>,
     new: RingBuf<MapData>,
     timer: OwnedFd,
     sampler: depth::Sampler,
@@ -234,6 +236,22 @@ impl IoLat {
             .collect();
         self.anom_prev = now;
         out
+    }
+
+    /// Deletes `IO_START`'s free entries (kept for the next request at their address, see the
+    /// map) once a request found the map full: tag sets reallocated by a scheduler switch or a
+    /// larger `nr_requests` leave addresses that never come back. A free entry taken over by
+    /// a request between the read and the delete would lose that request (counted unseen);
+    /// this runs only when requests are being lost to a full map already.
+    fn sweep(&mut self) -> usize {
+        let free: Vec<u64> = self
+            .start
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(_, v)| v.first_ns == 0)
+            .map(|(k, _)| k)
+            .collect();
+        free.iter().filter(|k| self.start.remove(k).is_ok()).count()
     }
 
     /// One depth sample of every device with live counters (called at each timer tick).
@@ -314,6 +332,11 @@ impl Collector for IoLat {
         let drained = self.agg.drain(self.gen).context("reading IO_AGG")?;
         let devs = self.devs.drain(self.gen).context("reading IO_DEV_VALS")?;
         let st = self.session.stats_delta()?;
+        if st[probes_common::stats::START_MAP_FULL as usize] > 0
+            && self.mode != AttachMode::Tracepoint
+        {
+            self.sweep();
+        }
         let disk_now = disks::diskstats().unwrap_or_default();
         let disk_before = std::mem::replace(&mut self.disk_prev, disk_now);
         let depth = self.sampler.take();

@@ -291,6 +291,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         })
     };
     let live = HashMap::try_from(take("IO_LIVE")?).context("IO_LIVE")?;
+    let start = HashMap::try_from(take("IO_START")?).context("IO_START")?;
     let new = RingBuf::try_from(take("IO_NEW")?).context("IO_NEW")?;
     let names = names::Names::new(errno);
     Ok(Box::new(IoLat {
@@ -298,6 +299,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         agg,
         devs,
         live,
+        start,
         new,
         timer: sample_timer()?,
         sampler: depth::Sampler::default(),

@@ -13,7 +13,7 @@ use probes_common::{
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use super::{
-    depth::{limits_of, Depth},
+    depth::{limits_of, round2, Depth, DepthRow},
     names::Names,
 };
 use crate::{
@@ -42,6 +42,27 @@ impl Lat {
         Lat {
             prefix,
             s: hist::stats(h),
+        }
+    }
+}
+
+/// A row's latencies: queue (insert → issue), device (issue → complete), the whole request.
+#[derive(Serialize)]
+pub struct Lats {
+    #[serde(flatten)]
+    pub queue: Lat,
+    #[serde(flatten)]
+    pub device: Lat,
+    #[serde(flatten)]
+    pub total: Lat,
+}
+
+impl Lats {
+    pub(super) fn of(queue: &LatHist, device: &LatHist, total: &LatHist) -> Lats {
+        Lats {
+            queue: Lat::of("queue_", queue),
+            device: Lat::of("device_", device),
+            total: Lat::of("", total),
         }
     }
 }
@@ -100,11 +121,7 @@ pub struct SummaryRow {
     pub errors: BTreeMap<String, u64>,
     pub sizes: Vec<SizeCount>,
     #[serde(flatten)]
-    pub queue: Lat,
-    #[serde(flatten)]
-    pub device: Lat,
-    #[serde(flatten)]
-    pub total: Lat,
+    pub lat: Lats,
     #[serde(skip)]
     pub other: bool,
     #[serde(skip)]
@@ -174,25 +191,9 @@ pub struct DeviceRow {
     /// Queue time as a share of request time, %.
     pub queue_share_pct: f64,
     #[serde(flatten)]
-    pub queue: Lat,
+    pub lat: Lats,
     #[serde(flatten)]
-    pub device: Lat,
-    #[serde(flatten)]
-    pub total: Lat,
-    /// Time-sampled (every 10 ms) depth: mean and max in flight and queued, share of the
-    /// window at the request limit and at the device's queue depth.
-    pub depth_samples: u64,
-    pub inflight_mean: Option<f64>,
-    pub inflight_max: Option<u64>,
-    pub queued_mean: Option<f64>,
-    pub queued_max: Option<u64>,
-    pub full_pct: Option<f64>,
-    pub hw_full_pct: Option<f64>,
-    /// Event-weighted depth: what each issued (inserted) request found, itself included.
-    pub inflight_at_issue_mean: f64,
-    pub inflight_at_issue_max: u64,
-    pub queued_at_insert_mean: f64,
-    pub queued_at_insert_max: u64,
+    pub depth: DepthRow,
     #[serde(skip)]
     pub kdev: u32,
     /// Per op (read, write, …): the split findings cite.
@@ -270,13 +271,13 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("SIZE", |r, _| sizes_text(&r.sizes_raw)),
-    Column::right("Q P50", |r, _| fmt_ns(r.queue.s.p50_ns)),
-    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
-    Column::right("D P50", |r, _| fmt_ns(r.device.s.p50_ns)),
-    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.total.s.p99_ns)),
-    Column::right("P99.9", |r, _| fmt_ns(r.total.s.p999_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.total.s.max_ns)),
+    Column::right("Q P50", |r, _| fmt_ns(r.lat.queue.s.p50_ns)),
+    Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
+    Column::right("D P50", |r, _| fmt_ns(r.lat.device.s.p50_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.lat.device.s.p99_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.lat.total.s.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.lat.total.s.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.lat.total.s.max_ns)),
     Column::right("ERR", |r, _| r.error_count().to_string()),
     Column::left("CGROUP", |r, _| {
         if r.cgroup_raw.is_empty() {
@@ -312,14 +313,21 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("UTIL%", |r, _| format!("{:.0}", r.util_pct)),
     Column::right("AQU", |r, _| format!("{:.1}", r.aqu_sz)),
-    Column::right("INFLIGHT", |r, _| mean_max(r.inflight_mean, r.inflight_max)),
-    Column::right("QUEUED", |r, _| mean_max(r.queued_mean, r.queued_max)),
+    Column::right("INFLIGHT", |r, _| {
+        mean_max(r.depth.inflight_mean, r.depth.inflight_max)
+    }),
+    Column::right("QUEUED", |r, _| {
+        mean_max(r.depth.queued_mean, r.depth.queued_max)
+    }),
     Column::right("FULL%", |r, _| {
-        r.full_pct.map(|p| format!("{p:.0}")).unwrap_or("-".into())
+        r.depth
+            .full_pct
+            .map(|p| format!("{p:.0}"))
+            .unwrap_or("-".into())
     }),
     Column::right("Q SHARE%", |r, _| format!("{:.0}", r.queue_share_pct)),
-    Column::right("Q P99", |r, _| fmt_ns(r.queue.s.p99_ns)),
-    Column::right("D P99", |r, _| fmt_ns(r.device.s.p99_ns)),
+    Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
+    Column::right("D P99", |r, _| fmt_ns(r.lat.device.s.p99_ns)),
     Column::right("DISKSTATS R/W", |r, _| {
         format!("{}/{}", r.diskstats_reads, r.diskstats_writes)
     }),
@@ -407,9 +415,7 @@ fn summary_row(
         queued: v.queue.count,
         errors,
         sizes,
-        queue: Lat::of("queue_", &v.queue),
-        device: Lat::of("device_", &v.device),
-        total: Lat::of("", &v.total),
+        lat: Lats::of(&v.queue, &v.device, &v.total),
         other: false,
         cgroup_raw: cg,
         kdev: key.dev,
@@ -437,10 +443,11 @@ pub fn build(
         .map(|(k, v)| summary_row(k, v, names, facts, cgroups, secs))
         .collect();
     rows.sort_by(|a, b| {
-        b.total
+        b.lat
+            .total
             .s
             .total_ns
-            .cmp(&a.total.s.total_ns)
+            .cmp(&a.lat.total.s.total_ns)
             .then(b.count.cmp(&a.count))
             .then(a.who.pid.cmp(&b.who.pid))
     });
@@ -540,16 +547,6 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
     let count: u64 = mine.iter().map(|r| r.count).sum();
     let bytes: u64 = mine.iter().map(|r| r.bytes).sum();
     let unseen = |ds: u64, g: usize| ds as i64 - by_group[g] as i64 - dv.untracked[g] as i64;
-    let d = input.depth.per_dev.get(&kdev);
-    let ticks = input.depth.ticks.max(1) as f64;
-    let mean = |h: &LatHist| {
-        if h.count == 0 {
-            0.0
-        } else {
-            h.sum as f64 / h.count as f64
-        }
-    };
-    let round = |x: f64| (x * 100.0).round() / 100.0;
     let (queue_limit, _) = limits_of(&facts);
     DeviceRow {
         dev: disks::name(major, minor),
@@ -572,28 +569,16 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         untracked_writes: dv.untracked[GROUP_WRITE],
         unseen_reads: unseen(delta.reads, GROUP_READ),
         unseen_writes: unseen(delta.writes, GROUP_WRITE),
-        util_pct: round((delta.io_ms as f64 / ms * 100.0).min(100.0)),
-        aqu_sz: round(delta.weighted_ms as f64 / ms),
+        util_pct: round2((delta.io_ms as f64 / ms * 100.0).min(100.0)),
+        aqu_sz: round2(delta.weighted_ms as f64 / ms),
         sync_time_ns: sync_time,
         queue_share_pct: if total.sum == 0 {
             0.0
         } else {
-            round(queue.sum as f64 * 100.0 / total.sum as f64)
+            round2(queue.sum as f64 * 100.0 / total.sum as f64)
         },
-        queue: Lat::of("queue_", &queue),
-        device: Lat::of("device_", &device),
-        total: Lat::of("", &total),
-        depth_samples: d.map_or(0, |d| d.samples),
-        inflight_mean: d.map(|d| round(d.inflight_sum as f64 / ticks)),
-        inflight_max: d.map(|d| d.inflight_max),
-        queued_mean: d.map(|d| round(d.queued_sum as f64 / ticks)),
-        queued_max: d.map(|d| d.queued_max),
-        full_pct: d.map(|d| round(d.limit_full as f64 * 100.0 / ticks)),
-        hw_full_pct: d.map(|d| round(d.hw_full as f64 * 100.0 / ticks)),
-        inflight_at_issue_mean: round(mean(&dv.inflight)),
-        inflight_at_issue_max: dv.inflight.max,
-        queued_at_insert_mean: round(mean(&dv.queued)),
-        queued_at_insert_max: dv.queued.max,
+        lat: Lats::of(&queue, &device, &total),
+        depth: DepthRow::of(input.depth.per_dev.get(&kdev), input.depth.ticks, &dv),
         kdev,
         by_op,
     }

@@ -45,7 +45,7 @@ fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
 #[tracepoint]
 pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
     let key = tp_key(&ctx);
-    on_insert(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    on_begin(&IO_START_TP, &key, false, false, || tp_start(&ctx, key.dev));
     0
 }
 
@@ -53,7 +53,7 @@ pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
     let key = tp_key(&ctx);
-    on_issue(&IO_START_TP, &key, || tp_start(&ctx, key.dev));
+    on_begin(&IO_START_TP, &key, false, true, || tp_start(&ctx, key.dev));
     0
 }
 
@@ -67,7 +67,7 @@ pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
 /// Classic `block:block_rq_merge` (fields `dev`, `sector`).
 #[tracepoint]
 pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
-    on_merge(&IO_START_TP, &tp_key(&ctx));
+    on_merge(&IO_START_TP, &tp_key(&ctx), false);
     0
 }
 
@@ -80,6 +80,7 @@ pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
     on_complete(
         &IO_START_TP,
         &key,
+        false,
         err.unsigned_abs(),
         || true,
         || {
