@@ -196,10 +196,10 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &ProfileKey| k.gen,
         ZERO,
     )?;
-    let run = StackRun::new(&mut session, OBJECT.name, "PROFILE_STACKS", args, "samples")?;
+    let run = StackRun::new(&mut session, "PROFILE_STACKS", args, "samples")?;
     let samples = match dwarf {
         true => {
-            let m = run::take_map(&mut session, OBJECT.name, "PROFILE_SAMPLES")?;
+            let m = session.take_map("PROFILE_SAMPLES")?;
             Some(RingBuf::try_from(m).context("PROFILE_SAMPLES")?)
         }
         false => None,

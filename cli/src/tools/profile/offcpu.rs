@@ -106,7 +106,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &ProfileKey| k.gen,
         ZERO,
     )?;
-    let run = StackRun::new(&mut session, OBJECT.name, "OFFCPU_STACKS", args, "ns")?;
+    let run = StackRun::new(&mut session, "OFFCPU_STACKS", args, "ns")?;
     Ok(Box::new(OffCpu {
         session,
         counts,

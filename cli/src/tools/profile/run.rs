@@ -17,22 +17,9 @@ use super::{
 };
 use crate::{
     error::{Context, Result},
-    kernel::loader::{self, Session},
+    kernel::loader::Session,
     report::{output::Sink, who::Titles},
 };
-
-/// Map `map` of `object`, taken from `session` (an error names it when the object lacks it).
-pub fn take_map(
-    session: &mut Session,
-    object: &'static str,
-    map: &'static str,
-) -> Result<aya::maps::Map> {
-    let m = session.ebpf.take_map(map).ok_or(loader::LoadError::NoMap {
-        object,
-        map: map.into(),
-    })?;
-    Ok(m)
-}
 
 pub struct StackRun {
     pub stacks: StackTraceMap<MapData>,
@@ -58,16 +45,15 @@ impl StackRun {
         Ok(())
     }
 
-    /// Takes the stack map `map` of `object` from `session`; the flame graph counts in `unit`.
+    /// Takes the stack map `map` from `session`; the flame graph counts in `unit`.
     pub fn new(
         session: &mut Session,
-        object: &'static str,
         map: &'static str,
         args: &Args,
         unit: &'static str,
     ) -> Result<StackRun> {
         Ok(StackRun {
-            stacks: StackTraceMap::try_from(take_map(session, object, map)?).context(map)?,
+            stacks: StackTraceMap::try_from(session.take_map(map)?).context(map)?,
             resolver: Resolver::default(),
             titles: Titles::default(),
             seen: HashSet::new(),
