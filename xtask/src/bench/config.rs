@@ -58,6 +58,18 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             argv: tkj("bench-floor", &["--hook", "sched-switch-tp"]),
             ready: Ready::JsonMeta,
         },
+        // The least any wall-clock wakeup-wait tool does (issue 17's cost goal is measured
+        // against it): a timestamp at sched_waking, a histogram bucket at sched_switch.
+        Tracer {
+            name: "floor: wake-wait lower bound (timestamp at waking, bucket at switch)".into(),
+            argv: tkj("bench-floor", &["--hook", "wake-wait"]),
+            ready: Ready::JsonMeta,
+        },
+        Tracer {
+            name: "floor: wake-wait lower bound + a per-process count".into(),
+            argv: tkj("bench-floor", &["--hook", "wake-wait-proc"]),
+            ready: Ready::JsonMeta,
+        },
     ];
     // numa adds a sched_switch program of its own (issue 13: its cost per switch beside ctxsw's,
     // same run). On one node it loads nothing unless forced (`--force`, hidden: for tests and
@@ -96,6 +108,9 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         // against fsync-lat's two).
         Tracer { name: "floor: Aya counter, tracepoints sys_enter_fsync + sys_exit_fsync".into(), argv: tkj("bench-floor", &["--hook", "fsync-pair"]), ready: Ready::JsonMeta },
         Tracer { name: "floor: Aya counter, tp_btf sys_enter".into(), argv: tkj("bench-floor", &["--hook", "sys-enter"]), ready: Ready::JsonMeta },
+        // The least a latency tool does per call: a timestamp by thread at enter, the lookup,
+        // delete and a histogram bucket at exit.
+        Tracer { name: "floor: fsync timed (timestamp by thread, bucket)".into(), argv: tkj("bench-floor", &["--hook", "fsync-timed"]), ready: Ready::JsonMeta },
         Tracer { name: "tracekit fsync-lat".into(), argv: tkj("fsync-lat", &[]), ready: Ready::JsonMeta },
         bpftrace("bpftrace fsync latency hist", "tracepoint:syscalls:sys_enter_fsync { @s[tid] = nsecs; } tracepoint:syscalls:sys_exit_fsync /@s[tid]/ { @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
     ];
@@ -107,11 +122,16 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     let mut fsync_loop = fsync.clone();
     fsync_loop.push(triage);
 
-    // The receive path. bench-floor has no kfree_skb hook (yet): the untraced run is the floor
-    // here. Issue 11's reference is the one-liner counting kfree_skb by reason; the second
+    // The receive path. The floor is the counter alone on the four hooks net-rx needs (on a
+    // loopback flood each datagram is its own softirq and NAPI poll). Issue 11's reference is the one-liner counting kfree_skb by reason; the second
     // bpftrace script does what net-rx does in the kernel (drops by reason, NET_RX softirq time
     // per CPU, NAPI polls and budget exhaustion), its softirq programs also run on every softirq.
     let net = vec![
+        Tracer {
+            name: "floor: counter on kfree_skb, napi_poll, softirq_entry/exit".into(),
+            argv: tkj("bench-floor", &["--hook", "net-rx-path"]),
+            ready: Ready::JsonMeta,
+        },
         tk_tool(tk, "tracekit net-rx", "net-rx", tkj("net-rx", &[])),
         bpftrace(
             "bpftrace kfree_skb count by reason",
