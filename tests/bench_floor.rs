@@ -17,11 +17,7 @@ pub fn vm_check() -> Result<String, String> {
         // Run on one hook by request: doctor's other hooks for it go unattached.
         false,
     )?;
-    let events: u64 = lines
-        .iter()
-        .filter(|l| l["type"] == "stats")
-        .filter_map(|l| l["events"].as_u64())
-        .sum();
+    let events = counted(&lines);
     if events < 400 {
         return Err(format!(
             "only {events} sched_switch events for 400 pipe hops"
@@ -42,11 +38,7 @@ fn lower_bound_controls_attach_and_count() {
             false,
         )
         .unwrap();
-        let events: u64 = lines
-            .iter()
-            .filter(|l| l["type"] == "stats")
-            .filter_map(|l| l["events"].as_u64())
-            .sum();
+        let events = counted(&lines);
         assert!(
             events >= 400,
             "{hook}: {events} switches for 400 pipe hops ({modes})"
@@ -64,11 +56,7 @@ fn lower_bound_controls_attach_and_count() {
         false,
     )
     .unwrap();
-    let events: u64 = lines
-        .iter()
-        .filter(|l| l["type"] == "stats")
-        .filter_map(|l| l["events"].as_u64())
-        .sum();
+    let events = counted(&lines);
     assert!(
         events >= 50,
         "fsync-timed: {events} timed calls for 50 fsyncs ({modes}; {w})"
@@ -85,11 +73,16 @@ fn lower_bound_controls_attach_and_count() {
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
     assert!(status.success(), "{stderr}");
-    let events: u64 = lines
+    let events = counted(&lines);
+    // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
+    assert!(events >= 500, "net-rx-path: {events} events for 500 drops");
+}
+
+/// The events a bench-floor run counted (its stats lines).
+fn counted(lines: &[serde_json::Value]) -> u64 {
+    lines
         .iter()
         .filter(|l| l["type"] == "stats")
         .filter_map(|l| l["events"].as_u64())
-        .sum();
-    // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
-    assert!(events >= 500, "net-rx-path: {events} events for 500 drops");
+        .sum()
 }

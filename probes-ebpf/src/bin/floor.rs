@@ -146,7 +146,7 @@ pub fn tk_floor_ts_enter(_ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let _ = FLOOR_START.insert(&tid, &now, 0);
+    let _ = FLOOR_START.insert(tid, now, 0);
     0
 }
 
@@ -155,10 +155,10 @@ pub fn tk_floor_ts_enter(_ctx: TracePointContext) -> u32 {
 pub fn tk_floor_ts_exit(_ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: the value is copied out before the delete.
-    let Some(ts) = (unsafe { FLOOR_START.get(&tid) }).copied() else {
+    let Some(ts) = (unsafe { FLOOR_START.get(tid) }).copied() else {
         return 0;
     };
-    let _ = FLOOR_START.remove(&tid);
+    let _ = FLOOR_START.remove(tid);
     // SAFETY: a helper without arguments.
     let d = unsafe { bpf_ktime_get_ns() }.saturating_sub(ts);
     let b = 63 - (d | 1).leading_zeros();
