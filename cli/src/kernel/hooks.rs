@@ -85,6 +85,14 @@ impl Hook {
         }
     }
 
+    /// A hook on `event` run by `programs` (one per attach mode), every other field defaulted.
+    pub const fn on(event: &'static str, programs: &'static [(AttachMode, &'static str)]) -> Hook {
+        Hook {
+            programs,
+            ..Hook::event(event)
+        }
+    }
+
     /// Where a program in `mode` attaches: the tracepoint event, the raw tracepoint, or the
     /// kernel function.
     pub fn attach_target(&self, mode: AttachMode) -> &'static str {

@@ -17,6 +17,9 @@ pub const INFO: ToolInfo = ToolInfo {
 
 const OBJECT: Object = crate::object!("floor");
 
+/// The counter as a classic tracepoint program (one program, attached to any number of events).
+const TP_COUNTER: &[(AttachMode, &str)] = &[(AttachMode::Tracepoint, "tk_floor_tp")];
+
 const SWITCH: Hook = Hook {
     programs: &[
         (AttachMode::TpBtf, "tk_floor_btf"),
@@ -24,66 +27,45 @@ const SWITCH: Hook = Hook {
     ],
     ..Hook::event("sched:sched_switch")
 };
-const SWITCH_TP: Hook = Hook {
-    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-    ..Hook::event("sched:sched_switch")
-};
-const FSYNC_ENTER: Hook = Hook {
-    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-    ..Hook::event("syscalls:sys_enter_fsync")
-};
-const FSYNC_EXIT: Hook = Hook {
-    programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-    ..Hook::event("syscalls:sys_exit_fsync")
-};
+const SWITCH_TP: Hook = Hook::on("sched:sched_switch", TP_COUNTER);
+const FSYNC_ENTER: Hook = Hook::on("syscalls:sys_enter_fsync", TP_COUNTER);
+const FSYNC_EXIT: Hook = Hook::on("syscalls:sys_exit_fsync", TP_COUNTER);
 const SYS_ENTER: Hook = Hook {
     raw: Some("sys_enter"),
     programs: &[(AttachMode::TpBtf, "tk_floor_sys")],
     ..Hook::event("raw_syscalls:sys_enter")
 };
 
-const WAKING: Hook = Hook {
-    programs: &[(AttachMode::TpBtf, "tk_floor_waking")],
-    ..Hook::event("sched:sched_waking")
-};
-const SWITCH_WAIT: Hook = Hook {
-    programs: &[(AttachMode::TpBtf, "tk_floor_wwait")],
-    ..Hook::event("sched:sched_switch")
-};
-const SWITCH_WAIT_PROC: Hook = Hook {
-    programs: &[(AttachMode::TpBtf, "tk_floor_wwait_proc")],
-    ..Hook::event("sched:sched_switch")
-};
+const WAKING: Hook = Hook::on(
+    "sched:sched_waking",
+    &[(AttachMode::TpBtf, "tk_floor_waking")],
+);
+const SWITCH_WAIT: Hook = Hook::on(
+    "sched:sched_switch",
+    &[(AttachMode::TpBtf, "tk_floor_wwait")],
+);
+const SWITCH_WAIT_PROC: Hook = Hook::on(
+    "sched:sched_switch",
+    &[(AttachMode::TpBtf, "tk_floor_wwait_proc")],
+);
 
 /// A latency's lower bound on fsync-lat's hooks: a timestamp by thread at enter, a histogram
 /// bucket at exit.
-const FSYNC_TS_ENTER: Hook = Hook {
-    programs: &[(AttachMode::Tracepoint, "tk_floor_ts_enter")],
-    ..Hook::event("syscalls:sys_enter_fsync")
-};
-const FSYNC_TS_EXIT: Hook = Hook {
-    programs: &[(AttachMode::Tracepoint, "tk_floor_ts_exit")],
-    ..Hook::event("syscalls:sys_exit_fsync")
-};
+const FSYNC_TS_ENTER: Hook = Hook::on(
+    "syscalls:sys_enter_fsync",
+    &[(AttachMode::Tracepoint, "tk_floor_ts_enter")],
+);
+const FSYNC_TS_EXIT: Hook = Hook::on(
+    "syscalls:sys_exit_fsync",
+    &[(AttachMode::Tracepoint, "tk_floor_ts_exit")],
+);
 
 /// The receive path's hooks as `net-rx` uses them, each with the counter (classic tracepoints).
 const NET_RX_PATH: [Hook; 4] = [
-    Hook {
-        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-        ..Hook::event("skb:kfree_skb")
-    },
-    Hook {
-        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-        ..Hook::event("napi:napi_poll")
-    },
-    Hook {
-        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-        ..Hook::event("irq:softirq_entry")
-    },
-    Hook {
-        programs: &[(AttachMode::Tracepoint, "tk_floor_tp")],
-        ..Hook::event("irq:softirq_exit")
-    },
+    Hook::on("skb:kfree_skb", TP_COUNTER),
+    Hook::on("napi:napi_poll", TP_COUNTER),
+    Hook::on("irq:softirq_entry", TP_COUNTER),
+    Hook::on("irq:softirq_exit", TP_COUNTER),
 ];
 
 /// Every hook a floor run may use (each run uses the ones its workload exercises).
