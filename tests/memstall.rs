@@ -18,6 +18,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The collapse workload faults 4 KiB pages, then collapses them: with `enabled=always` (the
+/// default on some distributions, or left behind by a killed run) the faults would already map
+/// huge pages, and MADV_COLLAPSE would succeed with nothing to do.
+fn small_pages_at_fault() -> Setting {
+    Setting::set(THP_ENABLED, "madvise")
+}
+
 fn rows<'a>(lines: &'a [Value], pid: u32, kind: &str) -> Vec<&'a Value> {
     rows_for(lines, "memstall", pid)
         .into_iter()
@@ -126,6 +133,7 @@ fn compaction_is_attributed_to_the_writer_of_compact_memory() {
 fn madv_collapse_matches_thp_collapse_alloc() {
     require_root();
     let _g = serial();
+    let _thp = small_pages_at_fault();
     const N: u64 = 4;
     let before = vmstat("thp_collapse_alloc");
     let (w, lines) = run_traced(&["collapse", &N.to_string()]);
@@ -249,6 +257,7 @@ fn failed_madv_collapse_is_not_a_stall() {
 fn header_count_matches_the_rows() {
     require_root();
     let _g = serial();
+    let _thp = small_pages_at_fault();
     let (tk, _) = start();
     let w = run_workload(&["collapse", "3"]);
     let lines = stop(tk);

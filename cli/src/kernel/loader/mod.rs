@@ -266,12 +266,17 @@ impl Session {
         }
         // After EbpfLoader::new: its unshare(CLONE_NEWNS) needs a single-threaded process. The
         // stub is built while aya creates the maps and probes features (~0.5 ms hidden).
-        let stub_thread = (!spec.tp_btf.is_empty() && super::features::btf_present()).then(|| {
-            let tps = spec.tp_btf.clone();
-            std::thread::spawn(move || super::btf::vmlinux().ok().and_then(|b| b.tp_btf_stub(&tps)))
+        let (loaded, tp_stub) = super::with_stop_signals_blocked(|| {
+            let stub_thread =
+                (!spec.tp_btf.is_empty() && super::features::btf_present()).then(|| {
+                    let tps = spec.tp_btf.clone();
+                    std::thread::spawn(move || {
+                        super::btf::vmlinux().ok().and_then(|b| b.tp_btf_stub(&tps))
+                    })
+                });
+            let loaded = loader.load(object.bytes);
+            (loaded, stub_thread.and_then(|t| t.join().ok()).flatten())
         });
-        let loaded = loader.load(object.bytes);
-        let tp_stub = stub_thread.and_then(|t| t.join().ok()).flatten();
         let mut ebpf = loaded.map_err(|source| {
             if is_eperm(&source) {
                 LoadError::Permission {
