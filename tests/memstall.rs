@@ -338,3 +338,38 @@ pub fn workload(args: &[String]) -> Option<i32> {
     }
     Some(0)
 }
+
+/// A setting changed by a test process that was then killed (no guard dropped) is put back by
+/// the next root test, from the journal under /run.
+#[test]
+fn a_killed_runs_thp_setting_is_put_back() {
+    require_root();
+    let _g = serial();
+    let now = std::fs::read_to_string(THP_DEFRAG).unwrap();
+    let old = &now[now.find('[').unwrap() + 1..now.find(']').unwrap()];
+    let other = if old == "never" { "madvise" } else { "never" };
+    // A process that has exited, as a killed test run would have.
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    {
+        let guard = Setting::set(THP_DEFRAG, other);
+        // What a SIGKILL leaves: the changed value and the journal, under the dead pid.
+        std::mem::forget(guard);
+    }
+    let journal = std::fs::read_dir("/run/tracekit-tests/settings")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read_to_string(p).unwrap().contains(THP_DEFRAG))
+        .expect("no journal entry for the defrag setting");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let rest = text.split_once('\n').unwrap().1;
+    std::fs::write(&journal, format!("{}\n{rest}", dead.id())).unwrap();
+    assert!(std::fs::read_to_string(THP_DEFRAG)
+        .unwrap()
+        .contains(&format!("[{other}]")));
+    require_root();
+    let after = std::fs::read_to_string(THP_DEFRAG).unwrap();
+    assert!(after.contains(&format!("[{old}]")), "not put back: {after}");
+    assert!(!journal.exists(), "the journal entry stays after restoring");
+}

@@ -59,6 +59,7 @@ pub fn require_root() {
         is_root(),
         "this test loads BPF programs and must run as root (cargo xtask test as root)"
     );
+    mm::restore_leftovers();
 }
 
 /// A scratch directory on the work tree's filesystem (real disk, unlike tmpfs where fsync is

@@ -46,9 +46,45 @@ pub fn free_huge_blocks() -> u64 {
 }
 
 /// A sysfs or procfs value set for the life of the guard, then restored.
+///
+/// A run killed with SIGKILL never drops its guards, and the host keeps the test's value (once:
+/// THP `enabled=always`, which then broke the collapse tests of the next run). So each change is
+/// also written to a journal under /run, and the next root test puts back what a dead process
+/// left ([`restore_leftovers`], called by `require_root`).
 pub struct Setting {
     path: &'static str,
     old: String,
+}
+
+const JOURNAL: &str = "/run/tracekit-tests/settings";
+
+fn journal_file(path: &str) -> PathBuf {
+    PathBuf::from(JOURNAL).join(path.trim_start_matches('/').replace('/', "%"))
+}
+
+/// Puts back every setting whose guard belonged to a process that no longer runs.
+pub fn restore_leftovers() {
+    let Ok(dir) = std::fs::read_dir(JOURNAL) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let mut it = text.splitn(3, '\n');
+        let (Some(pid), Some(path), Some(old)) = (it.next(), it.next(), it.next()) else {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match std::fs::write(path, old) {
+            Ok(()) => eprintln!("restored {path} to {old}, left by killed test process {pid}"),
+            Err(e) => eprintln!("could not restore {path} to {old}: {e}"),
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
 }
 
 impl Setting {
@@ -57,12 +93,24 @@ impl Setting {
     }
 
     pub fn try_set(path: &'static str, value: &str) -> Result<Setting, String> {
+        restore_leftovers();
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         // `always [madvise] never` keeps its selected word; plain values stay as they are.
         let old = match (text.find('['), text.find(']')) {
             (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
             _ => text.trim().to_string(),
         };
+        // The outermost guard of a path journals the value to go back to; nested guards (one
+        // test inside another's setting) find the file there and leave it.
+        let _ = std::fs::create_dir_all(JOURNAL);
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(journal_file(path))
+        {
+            use std::io::Write;
+            let _ = write!(f, "{}\n{path}\n{old}", std::process::id());
+        }
         std::fs::write(path, value).map_err(|e| format!("{path} <- {value}: {e}"))?;
         Ok(Setting { path, old })
     }
@@ -74,6 +122,11 @@ impl Drop for Setting {
     fn drop(&mut self) {
         if let Err(e) = std::fs::write(self.path, &self.old) {
             eprintln!("could not restore {} to {}: {e}", self.path, self.old);
+        }
+        let j = journal_file(self.path);
+        let mine = format!("{}\n{}\n{}", std::process::id(), self.path, self.old);
+        if std::fs::read_to_string(&j).is_ok_and(|t| t == mine) {
+            let _ = std::fs::remove_file(j);
         }
     }
 }
