@@ -241,6 +241,53 @@ fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A stripped binary has no symbols: its frames are `[unknown]`, but in that binary (as perf
+/// names the DSO), not in an unknown object (Debian's stripped /usr/bin/python3 showed ~60 %
+/// `[unknown] ([unknown])` before).
+#[test]
+fn a_stripped_binarys_frames_name_the_binary() {
+    require_root();
+    let dir = scratch("profile-stripped");
+    let bin = build_c(&dir, "tk_stripped", &hot_c());
+    let strip = Command::new("strip")
+        .arg("--strip-all")
+        .arg(&bin)
+        .status()
+        .expect("strip (binutils)");
+    assert!(strip.success());
+    let mut tk = Tracer::spawn(&[
+        "profile",
+        "--json",
+        "--unwind",
+        "fp",
+        "--comm",
+        "tk_stripped",
+    ]);
+    tk.wait_attached();
+    let child = Command::new(&bin).arg("2").spawn().unwrap();
+    let pid = u64::from(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    let fns = rows(&lines, "function", pid);
+    let self_of = |pred: &dyn Fn(&Value) -> bool| -> u64 {
+        fns.iter()
+            .filter(|r| pred(r))
+            .filter_map(|r| r["self_samples"].as_u64())
+            .sum()
+    };
+    let all = self_of(&|_| true);
+    let in_bin = self_of(&|r| r["function"] == "[unknown]" && r["module"] == "tk_stripped");
+    let nowhere = self_of(&|r| r["module"] == "[unknown]");
+    eprintln!("{in_bin} of {all} samples [unknown] in tk_stripped, {nowhere} in no object");
+    assert!(all >= 20, "only {all} samples: {fns:?}");
+    assert!(in_bin as f64 >= 0.9 * all as f64, "{fns:?}");
+    assert_eq!(nowhere, 0, "{fns:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The Python case of the issue: `json.dumps` of a large dict in a loop, on this host's Python
 /// (built without frame pointers).
 const PY_JSON: &str = "import json\nd = {\"k%d\" % i: [i, str(i), {\"x\": i}] for i in range(2000)}\nwhile True: json.dumps(d)";

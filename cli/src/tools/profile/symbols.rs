@@ -147,7 +147,12 @@ impl Resolver {
             self.resolve_exited(tgid, &addrs)
         } else {
             let syms = self.by_process(tgid, alive, &addrs);
-            self.frames(syms, None)
+            let frames = if syms.is_empty() {
+                addrs.iter().map(|_| self.unknown_frame(None)).collect()
+            } else {
+                self.frames(syms, None)
+            };
+            self.name_modules(tgid, &addrs, frames)
         };
         self.bound();
         self.user.insert((tgid, id), frames.clone());
@@ -198,6 +203,26 @@ impl Resolver {
             });
         }
         out.into()
+    }
+
+    /// Frames with no symbol keep the object they are in (`[unknown]` in `python3.11` rather
+    /// than nowhere): a stripped binary (Debian's /usr/bin/python3) is then still told from
+    /// JIT code or anonymous memory, from the mappings captured while the process ran.
+    fn name_modules(&self, tgid: u32, addrs: &[u64], frames: Rc<[Frame]>) -> Rc<[Frame]> {
+        if !frames.iter().any(|f| Rc::ptr_eq(&f.module, &self.unknown)) {
+            return frames;
+        }
+        frames
+            .iter()
+            .zip(addrs)
+            .map(|(f, &a)| match self.captured.locate(tgid, a) {
+                Some(at) if Rc::ptr_eq(&f.module, &self.unknown) => Frame {
+                    function: f.function.clone(),
+                    module: Rc::from(module_stem(&at.mapped_as)),
+                },
+                _ => f.clone(),
+            })
+            .collect()
     }
 
     fn unknown_frame(&self, module: Option<&Rc<str>>) -> Frame {
