@@ -577,3 +577,39 @@ fn wait_with_rusage(mut child: std::process::Child) -> (i32, i64, String) {
     };
     (code, ru.ru_maxrss, reader.join().unwrap())
 }
+
+/// A tracekit a test started stops, detached, when the test dies without dropping it (SIGKILL
+/// from a CI timeout): here the starting thread ends, which fires the same PDEATHSIG.
+#[test]
+fn a_dead_tests_tracekit_stops_and_detaches() {
+    require_root();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = tracekit_programs();
+    let pid = std::thread::spawn(|| {
+        let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
+        tk.wait_attached();
+        let pid = tk.child.id();
+        // What a killed test leaves: no Drop, so no kill from the harness.
+        std::mem::forget(tk);
+        pid
+    })
+    .join()
+    .unwrap();
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: reaps our own child if it has exited; WNOHANG never blocks.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) == pid as i32 }
+    });
+    if !gone {
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(gone, "tracekit {pid} still runs 5 s after its test died");
+    let left = wait_unloaded(
+        &tracekit_programs()
+            .into_iter()
+            .filter(|i| !before.contains(i))
+            .collect::<Vec<_>>(),
+    );
+    assert!(left.is_empty(), "programs {left:?} left");
+}

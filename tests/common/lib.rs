@@ -85,7 +85,7 @@ impl Tracer {
     }
 
     pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
-        let child = Command::new(tracekit_bin())
+        let child = ends_with_the_test(&mut Command::new(tracekit_bin()))
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -178,7 +178,7 @@ impl Tracer {
 /// ("Tracing … Ctrl-C to end."), printed once everything is attached: the text-mode
 /// counterpart of [`Tracer::wait_attached`]. Its stderr is drained and dropped from then on.
 pub fn spawn_text_attached(args: &[&str]) -> Tracer {
-    let mut child = Command::new(tracekit_bin())
+    let mut child = ends_with_the_test(&mut Command::new(tracekit_bin()))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -206,6 +206,22 @@ pub fn spawn_text_attached(args: &[&str]) -> Tracer {
 }
 
 /// A test that fails (panics) before `finish` must not leave its tracekit running.
+/// A tracekit the test starts gets SIGTERM when the test's thread dies: a test binary killed
+/// with SIGKILL (a CI timeout) would otherwise leave it running, its programs attached. SIGTERM,
+/// not SIGKILL, so it still detaches and writes its summary as on any stop.
+pub fn ends_with_the_test(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches only the child being started.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Drop for Tracer {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
