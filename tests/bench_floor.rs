@@ -3,6 +3,11 @@
 
 use tracekit_tests::*;
 
+/// io-lat's loop devices, for the block floor (only `LoopDev` is used here).
+#[allow(dead_code)]
+#[path = "io_lat/fixtures.rs"]
+mod io_fixtures;
+
 #[test]
 fn counts_every_switch_of_a_pipe_ping_pong() {
     require_root();
@@ -76,6 +81,48 @@ fn lower_bound_controls_attach_and_count() {
     let events = counted(&lines);
     // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
     assert!(events >= 500, "net-rx-path: {events} events for 500 drops");
+}
+
+/// The block floor (io-lat's lower bound) times every request of O_DIRECT reads under
+/// mq-deadline (insert, issue and complete all fire): its completions are at least the reads
+/// /proc/diskstats counts on the device.
+#[test]
+fn io_split_floor_times_every_request() {
+    require_root();
+    let lo = io_fixtures::LoopDev::new("floor-io");
+    lo.set("scheduler", "mq-deadline");
+    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split", "--json"]);
+    tk.wait_attached();
+    let (reads0, _) = lo.diskstats();
+    let dd = std::process::Command::new("dd")
+        .args([
+            &format!("if={}", lo.dev),
+            "of=/dev/null",
+            "bs=4k",
+            "count=300",
+        ])
+        .arg("iflag=direct")
+        .output()
+        .expect("dd");
+    assert!(
+        dd.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dd.stderr)
+    );
+    let (reads1, _) = lo.diskstats();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    let reads = reads1 - reads0;
+    assert!(
+        reads >= 300,
+        "diskstats: {reads} reads for 300 O_DIRECT reads"
+    );
+    let events = counted(&lines);
+    assert!(
+        events >= reads,
+        "io-split timed {events} requests, the device completed {reads} reads"
+    );
 }
 
 /// The events a bench-floor run counted (its stats lines).

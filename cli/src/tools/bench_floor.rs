@@ -68,6 +68,24 @@ const NET_RX_PATH: [Hook; 4] = [
     Hook::on("irq:softirq_exit", TP_COUNTER),
 ];
 
+/// A block request's lower bound for a tool splitting queue from device time per issuer: the
+/// request's timestamps and issuer in a hash by request, two histogram buckets per process at
+/// completion (tp_btf, 5.11+ prototypes).
+const IO_SPLIT: [Hook; 3] = [
+    Hook::on(
+        "block:block_rq_insert",
+        &[(AttachMode::TpBtf, "tk_floor_rq_insert")],
+    ),
+    Hook::on(
+        "block:block_rq_issue",
+        &[(AttachMode::TpBtf, "tk_floor_rq_issue")],
+    ),
+    Hook::on(
+        "block:block_rq_complete",
+        &[(AttachMode::TpBtf, "tk_floor_rq_complete")],
+    ),
+];
+
 /// Every hook a floor run may use (each run uses the ones its workload exercises).
 pub const HOOKS: &[Hook] = &[
     SWITCH,
@@ -83,6 +101,9 @@ pub const HOOKS: &[Hook] = &[
     NET_RX_PATH[1],
     NET_RX_PATH[2],
     NET_RX_PATH[3],
+    IO_SPLIT[0],
+    IO_SPLIT[1],
+    IO_SPLIT[2],
 ];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +132,10 @@ pub enum FloorHook {
     /// `syscalls:sys_enter_fsync`/`sys_exit_fsync` timing each call (a timestamp by thread in a
     /// hash, a histogram bucket): the least a latency tool does per call.
     FsyncTimed,
+    /// `block:block_rq_insert/issue/complete`, tp_btf: per request its insert and issue times
+    /// and issuer in a hash by request, queue and device time as two histogram buckets of the
+    /// issuing process at completion; the least a per-process queue/device split does.
+    IoSplit,
 }
 
 #[derive(clap::Args, Debug)]
@@ -136,6 +161,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
         FloorHook::NetRxPath => &NET_RX_PATH,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
+        FloorHook::IoSplit => &IO_SPLIT,
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
     let mut spec = LoadSpec::new();

@@ -169,3 +169,87 @@ pub fn tk_floor_ts_exit(_ctx: TracePointContext) -> u32 {
     bump();
     0
 }
+
+/// Block request lower bound: per request in flight, when it was inserted and issued and who
+/// issued it, by `struct request *` (as any tool splitting queue time from device time per
+/// process must keep).
+#[map]
+static FLOOR_RQ: HashMap<u64, FloorRq> = HashMap::with_max_entries(16384, 0);
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct FloorRq {
+    insert_ns: u64,
+    issue_ns: u64,
+    tgid: u64,
+}
+
+/// Queue and device time per issuing process: two log2 histograms in one hash value.
+#[map]
+static FLOOR_IO_PROC: HashMap<u32, [u64; 64]> = HashMap::with_max_entries(4096, 0);
+
+/// `block_rq_insert(rq)` (5.11+ prototype): the request enters a queue.
+#[btf_tracepoint(function = "block_rq_insert")]
+pub fn tk_floor_rq_insert(ctx: BtfTracePointContext) -> i32 {
+    let rq: u64 = ctx.arg(0);
+    let e = FloorRq {
+        // SAFETY: a helper without arguments.
+        insert_ns: unsafe { bpf_ktime_get_ns() },
+        issue_ns: 0,
+        tgid: bpf_get_current_pid_tgid() >> 32,
+    };
+    let _ = FLOOR_RQ.insert(rq, e, 0);
+    0
+}
+
+/// `block_rq_issue(rq)`: to the driver; a request never inserted (scheduler `none`) starts here.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn tk_floor_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    let rq: u64 = ctx.arg(0);
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(e) = FLOOR_RQ.get_ptr_mut(rq) {
+        // SAFETY: a live map value; one CPU handles a request at a time.
+        unsafe { (*e).issue_ns = now };
+        return 0;
+    }
+    let e = FloorRq {
+        insert_ns: 0,
+        issue_ns: now,
+        tgid: bpf_get_current_pid_tgid() >> 32,
+    };
+    let _ = FLOOR_RQ.insert(rq, e, 0);
+    0
+}
+
+/// `block_rq_complete(rq, error, nr_bytes)`: queue and device time into the issuer's
+/// histograms (32 log2 buckets each).
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn tk_floor_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    let rq: u64 = ctx.arg(0);
+    // SAFETY: the value is copied out before the delete.
+    let Some(e) = (unsafe { FLOOR_RQ.get(rq) }).copied() else {
+        return 0;
+    };
+    let _ = FLOOR_RQ.remove(rq);
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let device = now.saturating_sub(e.issue_ns);
+    let queue = if e.insert_ns == 0 {
+        0
+    } else {
+        e.issue_ns.saturating_sub(e.insert_ns)
+    };
+    let Some(h) = get_or_insert(&FLOOR_IO_PROC, &(e.tgid as u32), &[0; 64]) else {
+        return 0;
+    };
+    let qb = (63 - (queue | 1).leading_zeros()) & 31;
+    let db = 32 + ((63 - (device | 1).leading_zeros()) & 31);
+    // SAFETY: a live map value pointer; both indices are below 64.
+    unsafe {
+        atomic_add(&raw mut (*h)[qb as usize], 1);
+        atomic_add(&raw mut (*h)[db as usize], 1);
+    }
+    bump();
+    0
+}

@@ -146,8 +146,14 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     // Block I/O latency: io-lat beside libbpf-tools biolatency and bpftrace. `biolatency -D`
     // (per disk, issue → complete: two hooks) is what issue 12 names; `-Q -D` adds the insert
     // hook (queued time included), which is what io-lat needs to split queue from device time:
-    // the like-for-like peer.
+    // the like-for-like peer. The floor is the least a per-process queue/device split costs
+    // (timestamps and issuer by request, two buckets per process): a lower bound for io-lat.
     let block = vec![
+        Tracer {
+            name: "floor: queue/device split per process (insert, issue, complete)".into(),
+            argv: tkj("bench-floor", &["--hook", "io-split"]),
+            ready: Ready::JsonMeta,
+        },
         tk_tool(tk, "tracekit io-lat", "io-lat", tkj("io-lat", &[])),
         Tracer {
             name: "libbpf-tools biolatency -D".into(),
