@@ -3,11 +3,6 @@
 
 use tracekit_tests::*;
 
-/// io-lat's loop devices, for the block floor (only `LoopDev` is used here).
-#[allow(dead_code)]
-#[path = "io_lat/fixtures.rs"]
-mod io_fixtures;
-
 #[test]
 fn counts_every_switch_of_a_pipe_ping_pong() {
     require_root();
@@ -89,7 +84,7 @@ fn lower_bound_controls_attach_and_count() {
 #[test]
 fn io_split_floor_times_every_request() {
     require_root();
-    let lo = io_fixtures::LoopDev::new("floor-io");
+    let lo = tracekit_tests::block::LoopDev::new("floor-io");
     lo.set("scheduler", "mq-deadline");
     let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split", "--json"]);
     tk.wait_attached();

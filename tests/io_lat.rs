@@ -553,7 +553,7 @@ impl FailingLoop {
             }
         };
         assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
-        let (dev, hold) = losetup(&[], &img);
+        let (dev, hold) = tracekit_tests::block::losetup(&[], &img);
         (fl.dev, fl.hold) = (dev, Some(hold));
         fl.name = fl.dev.trim_start_matches("/dev/").to_string();
         fl

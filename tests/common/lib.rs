@@ -12,6 +12,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod block;
 pub mod held;
 pub mod mm;
 pub mod podman;

@@ -6,7 +6,7 @@ use std::{os::fd::AsRawFd, path::PathBuf};
 
 use serde_json::Value;
 
-use super::diskstats_of;
+use tracekit_tests::block::diskstats_of;
 
 /// `io-direct DEV N`: N 4 KiB O_DIRECT requests on block device DEV (reads and writes in turn,
 /// at offsets spread over its first 16 MiB), with DEV's diskstats delta around them.
