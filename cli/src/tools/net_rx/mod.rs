@@ -517,8 +517,12 @@ impl Collector for NetRx {
         rows::attribute(&mut drops, &socks);
         let owners = self.owners();
         if let Some(o) = &owners {
-            socks.retain(|s| o.owns(&s.pids, s.comm.as_deref()));
-            drops.retain(|d| d.pid.is_some_and(|p| o.owns(&[p], d.comm.as_deref())));
+            socks.retain(|s| o.owns(&s.pids, s.owner.comm.as_deref()));
+            drops.retain(|d| {
+                d.owner
+                    .pid
+                    .is_some_and(|p| o.owns(&[p], d.owner.comm.as_deref()))
+            });
         }
         let cpus = rows::cpu_rows(&cpu, &host.softnet, &drops, &self.cpu_hooks, secs);
         let devices = rows::device_rows(&host.devices, &host.irqs);
