@@ -173,14 +173,14 @@ fn reclaim_memcg_thp_and_kthreads() {
         s[0]
     );
     has(
-        &s[0],
+        s[0],
         "allocstall +4, pgscan_direct +900 (global reclaim only",
     );
     has(
-        &s[1],
+        s[1],
         "writer (pid 11) in memory cgroup /tk-test hit its limit",
     );
-    has(&s[1], "8000 pages; memory.failcnt +130");
+    has(s[1], "8000 pages; memory.failcnt +130");
     assert_eq!(out[1].subject.cgroup.as_deref(), Some("/tk-test"));
     assert_eq!(out[1].json()["evidence"]["failcnt_delta"], 130);
     assert!(
@@ -188,7 +188,7 @@ fn reclaim_memcg_thp_and_kthreads() {
         "{}",
         s[2]
     );
-    has(&s[2], "thp_collapse_alloc +2");
+    has(s[2], "thp_collapse_alloc +2");
     assert!(matches!(out[3].score, Score::RatePerS(_)));
     let bg: Vec<&&str> = s[3..].iter().collect();
     assert!(
