@@ -432,6 +432,16 @@ impl SchedSession {
         Ok(())
     }
 
+    /// A window's notes after the tool's own: what the skipped hooks cost, what the programs
+    /// could not record ([`stats_notes`]), and `nothing` (`no context switches seen`) for a
+    /// window without rows.
+    pub fn window_notes(&self, iv: &Interval, nothing: Option<&str>) -> Vec<String> {
+        let mut out = self.notes.clone();
+        out.extend(stats_notes(&iv.stats));
+        out.extend(nothing.map(str::to_string));
+        out
+    }
+
     /// What the window just flipped away from recorded.
     pub fn drain(&mut self) -> Result<Interval> {
         let threads = self.scope.threads;
