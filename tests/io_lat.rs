@@ -18,24 +18,42 @@ use tracekit_tests::*;
 mod fixtures;
 use fixtures::*;
 
+/// How every fio test starts: root, this file's tests one at a time (until the guard drops),
+/// fio installed.
+fn fio_test() -> std::sync::MutexGuard<'static, ()> {
+    require_root();
+    let serial = serial();
+    ensure_fio();
+    serial
+}
+
+/// The finding about `cause`, every finding printed first.
+fn finding<'a>(lines: &'a [Value], cause: &str) -> &'a Value {
+    let f = findings(lines);
+    for x in &f {
+        eprintln!("finding: {}", x["summary"]);
+    }
+    f.iter()
+        .find(|x| x["cause"] == cause)
+        .copied()
+        .unwrap_or_else(|| panic!("no {cause} finding: {f:?}"))
+}
+
 #[test]
 fn counts_equal_diskstats_and_rows_name_fio() {
-    require_root();
-    let _serial = serial();
+    let _serial = fio_test();
     counts_case(&[], "tp_btf", "struct request *");
 }
 
 #[test]
 fn raw_tracepoints_count_equal_diskstats() {
-    require_root();
-    let _serial = serial();
+    let _serial = fio_test();
     counts_case(&["--attach", "raw-tp"], "raw_tp", "struct request *");
 }
 
 #[test]
 fn classic_tracepoint_fallback_counts_equal_diskstats() {
-    require_root();
-    let _serial = serial();
+    let _serial = fio_test();
     counts_case(&["--attach", "tracepoint"], "tracepoint", "dev, sector");
 }
 
@@ -47,7 +65,6 @@ fn classic_tracepoint_fallback_counts_equal_diskstats() {
 /// line's `recursion_misses`); such a run is printed and measured again, and the test fails
 /// when no run of three is exact.
 fn counts_case(extra: &[&str], attach: &str, keyed_by: &str) {
-    ensure_fio();
     let mut failures = Vec::new();
     for attempt in 0..ATTEMPTS {
         match counts_attempt(extra, attach, keyed_by, 11 + attempt as u64) {
@@ -154,9 +171,7 @@ const SOFTWARE_PATH_NS: u64 = 60_000;
 
 #[test]
 fn percentiles_match_fio_clat() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     let mut failures = Vec::new();
     for attempt in 0..ATTEMPTS {
         match percentiles_attempt(12 + attempt as u64) {
@@ -245,9 +260,7 @@ fn randread_libaio(lo: &LoopDev, depth: u32, size: &str) -> Value {
 /// the scheduler in use; and one run across a switch made during tracing still counts exactly.
 #[test]
 fn scheduler_none_vs_mq_deadline() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     let lo = LoopDev::new("iolat-sched");
     let mut seen = Vec::new();
     for sched in ["none", "mq-deadline"] {
@@ -363,9 +376,7 @@ fn writeback_is_attributed_to_the_flusher_and_async() {
 /// a cgroup of our own shows that cgroup on its rows.
 #[test]
 fn direct_io_is_charged_to_the_issuers_cgroup() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     // This host is cgroup v1 hybrid: the blk-cgroup the kernel charges is the blkio
     // controller's. (On a pure v2 host the io controller would have to be enabled first.)
     let root = Path::new("/sys/fs/cgroup/blkio");
@@ -421,9 +432,7 @@ fn direct_io_is_charged_to_the_issuers_cgroup() {
 /// A lightly loaded device: the rows are there, and no finding.
 #[test]
 fn no_finding_when_nothing_is_wrong() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     let lo = LoopDev::new("iolat-calm");
     let run = traced(&lo, &[], || {
         fio(
@@ -453,9 +462,7 @@ fn no_finding_when_nothing_is_wrong() {
 /// window, and the finding says so, with the fix; the issuer is named too.
 #[test]
 fn shallow_queue_is_a_finding() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     let lo = LoopDev::new("iolat-shallow");
     lo.set("nr_requests", "4");
     let run = traced(&lo, &[], || randread_libaio(&lo, 32, "16M"));
@@ -466,14 +473,7 @@ fn shallow_queue_is_a_finding() {
     );
     assert_eq!(dev["nr_requests"], 4);
     assert!(dev["inflight_max"].as_u64().unwrap() <= 4, "{dev}");
-    let f = findings(&run.lines);
-    for x in &f {
-        eprintln!("finding: {}", x["summary"]);
-    }
-    let q = f
-        .iter()
-        .find(|x| x["cause"] == "io-queue")
-        .unwrap_or_else(|| panic!("no io-queue finding: {f:?}"));
+    let q = finding(&run.lines, "io-queue");
     assert_eq!(q["subject"]["name"], lo.name.as_str());
     assert!(q["evidence"]["full_pct"].as_f64().unwrap() >= 20.0, "{q}");
     assert!(q["advice"].as_str().unwrap().contains("nr_requests"), "{q}");
@@ -484,9 +484,7 @@ fn shallow_queue_is_a_finding() {
 /// once: they wait in the scheduler, and the finding suggests `none`.
 #[test]
 fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
-    require_root();
-    let _serial = serial();
-    ensure_fio();
+    let _serial = fio_test();
     let lo = LoopDev::new("iolat-deadline");
     lo.set("scheduler", "mq-deadline");
     lo.set("rotational", "0");
@@ -497,14 +495,7 @@ fn scheduler_queue_time_on_a_fast_device_is_a_finding() {
         "queue share {} %, queue p99 {} device p99 {}, queued mean {}",
         dev["queue_share_pct"], dev["queue_p99_ns"], dev["device_p99_ns"], dev["queued_mean"]
     );
-    let f = findings(&run.lines);
-    for x in &f {
-        eprintln!("finding: {}", x["summary"]);
-    }
-    let s = f
-        .iter()
-        .find(|x| x["cause"] == "io-scheduler")
-        .unwrap_or_else(|| panic!("no io-scheduler finding: {f:?}"));
+    let s = finding(&run.lines, "io-scheduler");
     assert_eq!(s["subject"]["name"], lo.name.as_str());
     assert!(s["advice"].as_str().unwrap().contains("none"), "{s}");
     assert!(s["evidence"]["queue_share_pct"].as_f64().unwrap() >= 25.0);

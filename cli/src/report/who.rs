@@ -86,6 +86,61 @@ impl Id {
     }
 }
 
+/// A process a row names besides what the row is about (the process holding a socket), as
+/// [`Id`]'s keys: `pid`, `comm` (`comm_bytes` when not UTF-8), the title and the container,
+/// each omitted when unknown (no process holds the socket any more, or it exited).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Owner {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+    #[serde(flatten)]
+    pub title: Title,
+    #[serde(flatten)]
+    pub container: InContainer,
+}
+
+impl Owner {
+    /// Process `pid` now: its comm, title and container while it lives, the pid alone once it
+    /// is gone; nothing for `None`.
+    pub fn of(pid: Option<u32>) -> Owner {
+        let Some((pid, comm)) = pid.and_then(|p| Some((p, proc::comm(p)?))) else {
+            return Owner {
+                pid,
+                ..Owner::default()
+            };
+        };
+        let (comm, comm_bytes) = sanitize::name_fields(&comm);
+        Owner {
+            pid: Some(pid),
+            comm: Some(comm),
+            comm_bytes,
+            title: Title::of(pid),
+            container: InContainer::of(crate::host::container::of_pid(pid)),
+        }
+    }
+
+    /// The COMM cell: the name with its title beside it, `-` when no process is known.
+    pub fn comm_text(&self) -> String {
+        self.comm
+            .as_deref()
+            .map_or("-".into(), |c| self.title.beside(c.as_bytes()))
+    }
+
+    /// The subject of a finding about this process (`None` without a pid).
+    pub fn subject(&self) -> Option<crate::report::findings::Subject> {
+        let pid = self.pid?;
+        Some(
+            crate::report::findings::Subject::process(pid, self.comm.clone().unwrap_or_default())
+                .with_title(&self.title)
+                .with_container(self.container.get()),
+        )
+    }
+}
+
 /// The name of the row that folds the processes outside any container (`--by container`).
 pub const HOST_ROW: &str = "[host]";
 

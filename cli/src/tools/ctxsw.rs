@@ -532,11 +532,8 @@ impl Collector for Ctxsw {
             ..Output::default()
         };
         out.notes.push(sys.text(secs));
-        out.notes.extend(self.s.notes.iter().cloned());
-        out.notes.extend(sched::stats_notes(&iv.stats));
-        if rows.is_empty() {
-            out.notes.push("no context switches seen".into());
-        }
+        let nothing = rows.is_empty().then_some("no context switches seen");
+        out.notes.extend(self.s.window_notes(&iv, nothing));
         let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists

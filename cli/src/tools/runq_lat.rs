@@ -437,11 +437,8 @@ impl Collector for RunqLat {
             ),
             ..Output::default()
         };
-        out.notes.extend(self.s.notes.iter().cloned());
-        out.notes.extend(sched::stats_notes(&iv.stats));
-        if rows.is_empty() {
-            out.notes.push("no run-queue waits seen".into());
-        }
+        let nothing = rows.is_empty().then_some("no run-queue waits seen");
+        out.notes.extend(self.s.window_notes(&iv, nothing));
         let shown = shown(self.max_rows, rows.len());
         for r in rows.iter().take(shown) {
             out.hists

@@ -22,7 +22,7 @@ use crate::{
     error::{Error, Result},
     kernel::{
         btf::Btf,
-        hooks::{AttachMode, Hook},
+        hooks::Hook,
         loader::{self, LoadSpec, Object, Session},
         maps::GenMap,
     },
@@ -35,28 +35,34 @@ use crate::{
 
 const OBJECT: Object = crate::object!("sched");
 
-/// A `sched:` tracepoint, attached as tp_btf where the kernel allows it, else as raw_tp.
-macro_rules! hook {
+/// A tracepoint (`sched:sched_switch`) run by the tp_btf program `$prog` where the kernel
+/// allows it, else by the raw_tp program `${prog}_raw` (the scheduler tools' hooks, numa's and
+/// net-rx's).
+macro_rules! btf_hook {
     ($event:literal, $prog:literal, $optional:expr) => {
-        Hook {
+        $crate::kernel::hooks::Hook {
             programs: &[
-                (AttachMode::TpBtf, $prog),
-                (AttachMode::RawTp, concat!($prog, "_raw")),
+                ($crate::kernel::hooks::AttachMode::TpBtf, $prog),
+                (
+                    $crate::kernel::hooks::AttachMode::RawTp,
+                    concat!($prog, "_raw"),
+                ),
             ],
             optional: $optional,
-            ..Hook::event(concat!("sched:", $event))
+            ..$crate::kernel::hooks::Hook::event($event)
         }
     };
 }
+pub(crate) use btf_hook;
 
 /// The hooks of both tools, in attach order: the free and exec hooks and the wakeup hooks
 /// before `sched_switch`, so no task is seen switching before its cleanup and its wakeups are.
 pub const HOOKS: &[Hook] = &[
-    hook!("sched_process_free", "tk_sched_free", true),
-    hook!("sched_process_exec", "tk_sched_exec", true),
-    hook!("sched_waking", "tk_sched_waking", true),
-    hook!("sched_wakeup_new", "tk_sched_wakeup_new", true),
-    hook!("sched_switch", "tk_sched_switch", false),
+    btf_hook!("sched:sched_process_free", "tk_sched_free", true),
+    btf_hook!("sched:sched_process_exec", "tk_sched_exec", true),
+    btf_hook!("sched:sched_waking", "tk_sched_waking", true),
+    btf_hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", true),
+    btf_hook!("sched:sched_switch", "tk_sched_switch", false),
 ];
 
 /// The privileges of both tools (`--help`).
@@ -426,6 +432,16 @@ impl SchedSession {
         Ok(())
     }
 
+    /// A window's notes after the tool's own: what the skipped hooks cost, what the programs
+    /// could not record ([`stats_notes`]), and `nothing` (`no context switches seen`) for a
+    /// window without rows.
+    pub fn window_notes(&self, iv: &Interval, nothing: Option<&str>) -> Vec<String> {
+        let mut out = self.notes.clone();
+        out.extend(stats_notes(&iv.stats));
+        out.extend(nothing.map(str::to_string));
+        out
+    }
+
     /// What the window just flipped away from recorded.
     pub fn drain(&mut self) -> Result<Interval> {
         let threads = self.scope.threads;
@@ -638,6 +654,7 @@ pub fn per_s(count: u64, secs: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::hooks::AttachMode;
 
     #[test]
     fn hooks_attach_switch_last_and_only_switch_is_required() {

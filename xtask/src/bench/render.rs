@@ -8,6 +8,41 @@ fn fmt_opt(v: &Value, digits: usize) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
+/// A string field, empty when absent.
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// `a / b` with `digits` decimals, `–` when either is missing or `b` is not positive.
+fn ratio(a: Option<f64>, b: Option<f64>, digits: usize) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.digits$}", a / b),
+        _ => "–".into(),
+    }
+}
+
+/// A row's `RSS / peak` cell.
+fn rss(r: &Value) -> String {
+    match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
+        (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
+        _ => "–".into(),
+    }
+}
+
+/// One Markdown table row (`| a | b | |`: an empty cell stays one space wide).
+fn row<S: AsRef<str>>(m: &mut String, cells: &[S]) {
+    m.push('|');
+    for c in cells {
+        let c = c.as_ref();
+        if !c.is_empty() {
+            m.push(' ');
+            m.push_str(c);
+        }
+        m.push_str(" |");
+    }
+    m.push('\n');
+}
+
 /// The entries of `key` (bpf_stats, bpf_per_call) of one workload (all of them in a document
 /// from before they named their workload, under "").
 fn of_workload<'a>(doc: &'a Value, key: &str, w: &str) -> Vec<&'a Value> {
@@ -15,7 +50,7 @@ fn of_workload<'a>(doc: &'a Value, key: &str, w: &str) -> Vec<&'a Value> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|x| x["workload"].as_str().unwrap_or("") == w)
+        .filter(|x| text(&x["workload"]) == w)
         .collect()
 }
 
@@ -26,7 +61,7 @@ fn kernel_time(m: &mut String, doc: &Value) {
     let mut workloads: Vec<&str> = Vec::new();
     for key in ["bpf_per_call", "bpf_stats"] {
         for x in doc[key].as_array().into_iter().flatten() {
-            let w = x["workload"].as_str().unwrap_or("");
+            let w = text(&x["workload"]);
             if !workloads.contains(&w) {
                 workloads.push(w);
             }
@@ -42,7 +77,7 @@ fn kernel_time(m: &mut String, doc: &Value) {
             m.push_str(&format!("| tracer | ns per {event} | spread | × floor | events per run | kernel time / untraced run | slowdown |\n|---|---|---|---|---|---|---|\n"));
             let floor = calls
                 .iter()
-                .find(|c| c["tracer"].as_str().unwrap_or("").starts_with("floor"))
+                .find(|c| text(&c["tracer"]).starts_with("floor"))
                 .and_then(|c| c["ns_per_call"].as_f64());
             let table = doc["workloads"]
                 .as_array()
@@ -52,10 +87,7 @@ fn kernel_time(m: &mut String, doc: &Value) {
             let rows = table.map(|x| &x["rows"]);
             let run_ns = table.and_then(|x| x["untraced_run_ns"].as_f64());
             for c in &calls {
-                let ratio = match (c["ns_per_call"].as_f64(), floor) {
-                    (Some(a), Some(f)) if f > 0.0 => format!("{:.1}", a / f),
-                    _ => "–".into(),
-                };
+                let ratio = ratio(c["ns_per_call"].as_f64(), floor, 1);
                 let slowdown = rows
                     .and_then(|r| r.as_array())
                     .into_iter()
@@ -73,30 +105,33 @@ fn kernel_time(m: &mut String, doc: &Value) {
                     }
                     _ => "–".into(),
                 };
-                m.push_str(&format!(
-                    "| {} | {} | {}–{} | {} | {} | {} | {} |\n",
-                    c["tracer"].as_str().unwrap_or(""),
-                    fmt_opt(&c["ns_per_call"], 0),
-                    fmt_opt(&c["min"], 0),
-                    fmt_opt(&c["max"], 0),
-                    ratio,
-                    fmt_opt(&c["events"], 0),
-                    share,
-                    slowdown
-                ));
+                row(
+                    m,
+                    &[
+                        text(&c["tracer"]).to_string(),
+                        fmt_opt(&c["ns_per_call"], 0),
+                        format!("{}–{}", fmt_opt(&c["min"], 0), fmt_opt(&c["max"], 0)),
+                        ratio,
+                        fmt_opt(&c["events"], 0),
+                        share,
+                        slowdown,
+                    ],
+                );
             }
             m.push('\n');
         }
         m.push_str("| tracer | program | attach | runs | ns per run |\n|---|---|---|---|---|\n");
         for p in of_workload(doc, "bpf_stats", w) {
-            m.push_str(&format!(
-                "| {} | {} | {} | {} | {} |\n",
-                p["tracer"].as_str().unwrap_or(""),
-                p["program"].as_str().unwrap_or(""),
-                p["attach"].as_str().unwrap_or(""),
-                fmt_opt(&p["run_cnt"], 0),
-                fmt_opt(&p["ns_per_run"], 0)
-            ));
+            row(
+                m,
+                &[
+                    text(&p["tracer"]),
+                    text(&p["program"]),
+                    text(&p["attach"]),
+                    &fmt_opt(&p["run_cnt"], 0),
+                    &fmt_opt(&p["ns_per_run"], 0),
+                ],
+            );
         }
         m.push('\n');
     }
@@ -128,12 +163,12 @@ fn profilers(m: &mut String, doc: &Value) {
         if rows.is_empty() {
             continue;
         }
-        let name = w["workload"].as_str().unwrap_or("");
+        let name = text(&w["workload"]);
         m.push_str(&format!("## Profilers: cost per sample ({name})\n\n"));
         m.push_str("Samples: what each profiler took in one run (tracekit: its stats, idle samples included, as perf -a takes them; perf: its closing line). Profiler CPU, all its threads: up to attached (start-up), over the workload (to SIGINT), then to its end (exit: tracekit's last report with its symbolisation, perf's build-id pass), and its whole life (the rusage of its exit). Marginal µs per sample: the whole life's CPU from 99 to 999 Hz over the samples it added, a per-sample cost start-up does not weigh on. Kernel ns per sample: the sampling program's run time per run (bpf_stats pass: every sample of the CPU clock, also those a `--comm` scope drops); perf record runs no BPF program (its sampling is the kernel's perf code, paid by the workload: see slowdown). `perf record --call-graph dwarf` only copies the stacks and unwinds at `perf report` time, not measured here; tracekit's DWARF mode unwinds and symbolises live, in its CPU here.\n\n");
         m.push_str("| configuration | slowdown | samples per run | CPU: start-up | over the workload | exit | whole life | marginal µs per sample (99→999 Hz) | kernel ns per sample | RSS / peak |\n|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &rows {
-            let config = r["config"].as_str().unwrap_or("");
+            let config = text(&r["config"]);
             // The same profiler at 99 Hz, for the row at 999 Hz.
             let low = config
                 .contains(" 999 ")
@@ -146,21 +181,23 @@ fn profilers(m: &mut String, doc: &Value) {
                     (n > 0.0).then(|| format!("{:.1}", ms * 1000.0 / n))
                 })
                 .unwrap_or_else(|| "–".into());
-            let rss = match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
-                (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
-                _ => "–".into(),
-            };
-            m.push_str(&format!(
-                "| {config} | {}% | {} | {} ms | {} ms | {} ms | {} ms | {marginal} | {} | {rss} |\n",
-                fmt_opt(&r["slowdown_pct"], 1),
-                fmt_opt(&r["samples"], 0),
-                fmt_opt(&r["tracer_cpu_start_ms"], 1),
-                fmt_opt(&r["tracer_cpu_ms"], 1),
-                fmt_opt(&r["tracer_cpu_exit_ms"], 1),
-                fmt_opt(&r["tracer_cpu_life_ms"], 1),
-                kernel_ns_per_run(doc, name, config)
-                    .map_or_else(|| "–".into(), |x| format!("{x:.0}")),
-            ));
+            let ms = |k: &str| format!("{} ms", fmt_opt(&r[k], 1));
+            row(
+                m,
+                &[
+                    config.to_string(),
+                    format!("{}%", fmt_opt(&r["slowdown_pct"], 1)),
+                    fmt_opt(&r["samples"], 0),
+                    ms("tracer_cpu_start_ms"),
+                    ms("tracer_cpu_ms"),
+                    ms("tracer_cpu_exit_ms"),
+                    ms("tracer_cpu_life_ms"),
+                    marginal,
+                    kernel_ns_per_run(doc, name, config)
+                        .map_or_else(|| "–".into(), |x| format!("{x:.0}")),
+                    rss(r),
+                ],
+            );
         }
         m.push('\n');
     }
@@ -172,10 +209,10 @@ pub fn markdown(doc: &Value) -> String {
     m.push_str("# tracekit benchmarks\n\n");
     m.push_str(&format!(
         "Measured {} on {} ({} CPUs, kernel {}) by `cargo xtask bench{}`, {} rounds, {} s.\n\n",
-        doc["date"].as_str().unwrap_or(""),
-        doc["machine"]["cpu"].as_str().unwrap_or(""),
+        text(&doc["date"]),
+        text(&doc["machine"]["cpu"]),
         doc["machine"]["cpus"],
-        doc["machine"]["kernel"].as_str().unwrap_or(""),
+        text(&doc["machine"]["kernel"]),
         if doc["quick"] == true { " --quick" } else { "" },
         doc["rounds"],
         doc["wall_s"],
@@ -183,36 +220,31 @@ pub fn markdown(doc: &Value) -> String {
     m.push_str("Method: configurations interleaved in every round (A B C … A B C …); medians with the min–max spread; slowdown is the workload's median against the untraced median of the same run. Tracer CPU is the tracer process's own time on CPU over the workload (se.sum_exec_runtime in /proc/<pid>/task/*/sched, all its threads; the kernel programs' cost shows up in the workload's slowdown, not here); RSS is VmRSS / VmHWM at the end. Events lost: what tracekit's kernel counters say it could not record (– where a tool does not report it). Start-up: exec to the last attach syscall; exit: the report's last write to stdout to the end of the process, detaching included (the process started, not the background child tracekit leaves to close classic tracepoints, which does not hold up the shell) (`strace -f -ttt --seccomp-bpf -e trace=execve,bpf,ioctl,write,exit_group`).\n\n");
     m.push_str("Peers: on block requests, `biolatency -D` (a histogram per disk, issue → complete: two hooks) is the reference issue 12 names, and `biolatency -Q -D` (insert → complete: the insert hook too) is the like-for-like one, since `io-lat` needs the insert hook to split queue time from device time; both run. On the receive path, the one-liner counting `kfree_skb` by reason is issue 11's reference, and a bpftrace script doing what `net-rx` does in the kernel (drops by reason, NET_RX softirq time per CPU, NAPI polls and budget exhaustion; its softirq programs run on every softirq, as `net-rx`'s do) is the like-for-like one. `numa --force` loads its programs on a one-node host (without it, it loads nothing there), so its own `sched_switch` program is measured beside `ctxsw` in the same run.\n\n");
     for w in doc["workloads"].as_array().into_iter().flatten() {
-        m.push_str(&format!("## {}\n\n", w["workload"].as_str().unwrap_or("")));
+        m.push_str(&format!("## {}\n\n", text(&w["workload"])));
         m.push_str("| configuration | median | spread | slowdown | tracer CPU | RSS / peak | events lost |\n|---|---|---|---|---|---|---|\n");
         for r in w["rows"].as_array().into_iter().flatten() {
             if r["median"].is_null() {
-                m.push_str(&format!(
-                    "| {} | {} | | | | | |\n",
-                    r["config"].as_str().unwrap_or(""),
-                    r["status"].as_str().unwrap_or("")
-                ));
+                row(
+                    &mut m,
+                    &[text(&r["config"]), text(&r["status"]), "", "", "", "", ""],
+                );
                 continue;
             }
-            let unit = r["unit"].as_str().unwrap_or("");
-            let rss = match (r["rss_kib"].as_f64(), r["rss_peak_kib"].as_f64()) {
-                (Some(a), Some(b)) => format!("{:.1} / {:.1} MiB", a / 1024.0, b / 1024.0),
-                _ => "–".into(),
-            };
-            m.push_str(&format!(
-                "| {} | {} {unit} | {}–{} | {}% | {} ms | {} | {} |\n",
-                r["config"].as_str().unwrap_or(""),
-                fmt_opt(&r["median"], 2),
-                fmt_opt(&r["min"], 2),
-                fmt_opt(&r["max"], 2),
-                fmt_opt(&r["slowdown_pct"], 1),
-                fmt_opt(&r["tracer_cpu_ms"], 2),
-                rss,
-                r["events_lost"]
-                    .as_u64()
-                    .map(|x| x.to_string())
-                    .unwrap_or_else(|| "–".into()),
-            ));
+            row(
+                &mut m,
+                &[
+                    text(&r["config"]).to_string(),
+                    format!("{} {}", fmt_opt(&r["median"], 2), text(&r["unit"])),
+                    format!("{}–{}", fmt_opt(&r["min"], 2), fmt_opt(&r["max"], 2)),
+                    format!("{}%", fmt_opt(&r["slowdown_pct"], 1)),
+                    format!("{} ms", fmt_opt(&r["tracer_cpu_ms"], 2)),
+                    rss(r),
+                    r["events_lost"]
+                        .as_u64()
+                        .map(|x| x.to_string())
+                        .unwrap_or_else(|| "–".into()),
+                ],
+            );
         }
         m.push('\n');
     }
@@ -229,28 +261,24 @@ pub fn markdown(doc: &Value) -> String {
         .and_then(|s| s["median_ms"].as_f64());
     for s in doc["startup"].as_array().into_iter().flatten() {
         if s["median_ms"].is_null() {
-            m.push_str(&format!(
-                "| {} | {} | | | | |\n",
-                s["tool"].as_str().unwrap_or(""),
-                s["status"].as_str().unwrap_or("N/A")
-            ));
+            let status = s["status"].as_str().unwrap_or("N/A");
+            row(&mut m, &[text(&s["tool"]), status, "", "", "", ""]);
             continue;
         }
-        let ratio = match (s["median_ms"].as_f64(), runqlat) {
-            (Some(a), Some(r)) if r > 0.0 => format!("{:.2}", a / r),
-            _ => "–".into(),
-        };
-        m.push_str(&format!(
-            "| {} | {} ms | {}–{} ms | {} | {} ms | {}–{} ms |\n",
-            s["tool"].as_str().unwrap_or(""),
-            fmt_opt(&s["median_ms"], 1),
-            fmt_opt(&s["min_ms"], 1),
-            fmt_opt(&s["max_ms"], 1),
-            ratio,
-            fmt_opt(&s["exit_median_ms"], 1),
-            fmt_opt(&s["exit_min_ms"], 1),
-            fmt_opt(&s["exit_max_ms"], 1)
-        ));
+        let ms = |k: &str| format!("{} ms", fmt_opt(&s[k], 1));
+        let spread =
+            |lo: &str, hi: &str| format!("{}–{} ms", fmt_opt(&s[lo], 1), fmt_opt(&s[hi], 1));
+        row(
+            &mut m,
+            &[
+                text(&s["tool"]).to_string(),
+                ms("median_ms"),
+                spread("min_ms", "max_ms"),
+                ratio(s["median_ms"].as_f64(), runqlat, 2),
+                ms("exit_median_ms"),
+                spread("exit_min_ms", "exit_max_ms"),
+            ],
+        );
     }
     m
 }

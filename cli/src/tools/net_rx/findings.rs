@@ -88,15 +88,12 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
     for s in e.socks.iter().filter(|s| {
         matches!(s.reason.as_str(), "SOCKET_RCVBUFF" | "SOCKET_BACKLOG")
             && worth(s.count, e.secs)
-            && s.pid != Some(me)
+            && s.owner.pid != Some(me)
     }) {
-        let who = match (s.pid, &s.comm) {
-            (Some(p), Some(c)) => format!(
-                "{} :{} ({}, pid {p})",
-                s.proto,
-                s.port,
-                s.title.beside(c.as_bytes())
-            ),
+        let who = match (s.owner.pid, &s.owner.comm) {
+            (Some(p), Some(_)) => {
+                format!("{} :{} ({}, pid {p})", s.proto, s.port, s.owner.comm_text())
+            }
             _ => format!("{} :{} (no process holds it now)", s.proto, s.port),
         };
         let buffer = match (s.rcvbuf, s.full) {
@@ -113,12 +110,10 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
                 None => String::new(),
             },
         };
-        let subject = match s.pid {
-            Some(p) => Subject::process(p, s.comm.clone().unwrap_or_default())
-                .with_title(&s.title)
-                .with_container(s.container.get()),
-            None => Subject::named("socket", format!("{}/{}", s.proto, s.port)),
-        };
+        let subject = s
+            .owner
+            .subject()
+            .unwrap_or_else(|| Subject::named("socket", format!("{}/{}", s.proto, s.port)));
         let rmem_max = sysctl("net.core.rmem_max").unwrap_or_else(|| "?".into());
         let mut f = finding(
             Cause::NetDrops,

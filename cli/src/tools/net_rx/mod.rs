@@ -38,7 +38,7 @@ use crate::{
         render::fmt_ns,
         rows::{Ctx, Section},
     },
-    tools::{self, OpenCtx, ToolInfo},
+    tools::{self, sched::btf_hook, OpenCtx, ToolInfo},
 };
 
 mod devices;
@@ -80,39 +80,15 @@ pub const HOOKS: &[Hook] = &[
         ..Hook::event("skb:kfree_skb")
     },
     Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_nr_softirq_entry"),
-            (AttachMode::RawTp, "tk_nr_softirq_entry_raw"),
-        ],
-        optional: true,
         group: "softirq",
-        ..Hook::event("irq:softirq_entry")
+        ..btf_hook!("irq:softirq_entry", "tk_nr_softirq_entry", true)
     },
     Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_nr_softirq_exit"),
-            (AttachMode::RawTp, "tk_nr_softirq_exit_raw"),
-        ],
-        optional: true,
         group: "softirq",
-        ..Hook::event("irq:softirq_exit")
+        ..btf_hook!("irq:softirq_exit", "tk_nr_softirq_exit", true)
     },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_nr_napi"),
-            (AttachMode::RawTp, "tk_nr_napi_raw"),
-        ],
-        optional: true,
-        ..Hook::event("napi:napi_poll")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_nr_consume"),
-            (AttachMode::RawTp, "tk_nr_consume_raw"),
-        ],
-        optional: true,
-        ..Hook::event("skb:consume_skb")
-    },
+    btf_hook!("napi:napi_poll", "tk_nr_napi", true),
+    btf_hook!("skb:consume_skb", "tk_nr_consume", true),
 ];
 
 const EXAMPLES: &str = "  tracekit net-rx --duration 10s                   # who drops what, which CPU does the receive work
@@ -517,8 +493,12 @@ impl Collector for NetRx {
         rows::attribute(&mut drops, &socks);
         let owners = self.owners();
         if let Some(o) = &owners {
-            socks.retain(|s| o.owns(&s.pids, s.comm.as_deref()));
-            drops.retain(|d| d.pid.is_some_and(|p| o.owns(&[p], d.comm.as_deref())));
+            socks.retain(|s| o.owns(&s.pids, s.owner.comm.as_deref()));
+            drops.retain(|d| {
+                d.owner
+                    .pid
+                    .is_some_and(|p| o.owns(&[p], d.owner.comm.as_deref()))
+            });
         }
         let cpus = rows::cpu_rows(&cpu, &host.softnet, &drops, &self.cpu_hooks, secs);
         let devices = rows::device_rows(&host.devices, &host.irqs);

@@ -16,12 +16,7 @@ pub use super::devices::*;
 use super::reasons::{self, proto_name, Reasons};
 use crate::{
     host::{kallsyms::Symbolizer, net},
-    report::{
-        render::fmt_ns,
-        rows::Column,
-        sanitize,
-        who::{InContainer, Title},
-    },
+    report::{render::fmt_ns, rows::Column, sanitize, who::Owner},
 };
 
 /// Drops with one reason at one place (function, destination, device).
@@ -56,16 +51,8 @@ pub struct DropRow {
     /// The dropping kernel function, `name+0xoff`.
     pub location: String,
     /// The process owning the socket these packets were for, where known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm: Option<String>,
-    /// The owner's process title (`cmdline`).
     #[serde(flatten)]
-    pub title: Title,
-    /// The owner's container.
-    #[serde(flatten)]
-    pub container: InContainer,
+    pub owner: Owner,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
     /// `nobody listens on udp/9999` for drops to a closed port.
@@ -93,12 +80,6 @@ pub(super) fn cpus_text(m: &BTreeMap<u32, u64>) -> String {
     }
 }
 
-/// The owner's name with its title beside it, `-` when no process holds the socket.
-fn comm_text(comm: &Option<String>, title: &Title) -> String {
-    comm.as_deref()
-        .map_or("-".into(), |c| title.beside(c.as_bytes()))
-}
-
 pub(super) fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), T::to_string)
 }
@@ -115,8 +96,8 @@ pub const DROPS: &[Column<DropRow>] = &[
     Column::left("DEST", |r, _| dest(r)),
     Column::left("DEV", |r, _| dev_text(&r.dev, &r.dev_bytes)),
     Column::left("CPU", |r, _| cpus_text(&r.cpus)),
-    Column::right("PID", |r, _| opt(&r.pid)),
-    Column::left("COMM", |r, _| comm_text(&r.comm, &r.title)),
+    Column::right("PID", |r, _| opt(&r.owner.pid)),
+    Column::left("COMM", |r, _| r.owner.comm_text()),
     Column::left("WHERE", |r, _| r.location.clone()),
 ];
 
@@ -232,19 +213,9 @@ pub fn drop_rows(
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SockRow {
     /// The owner (the first of `pids`), absent when no process holds the socket any more.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
+    #[serde(flatten)]
+    pub owner: Owner,
     pub pids: Vec<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm_bytes: Option<Vec<u8>>,
-    /// The owner's process title (`cmdline`).
-    #[serde(flatten)]
-    pub title: Title,
-    /// The owner's container.
-    #[serde(flatten)]
-    pub container: InContainer,
     pub proto: String,
     /// The socket's local port.
     pub port: u16,
@@ -288,8 +259,8 @@ pub(super) fn bytes_text(b: u64) -> String {
 }
 
 pub const SOCKETS: &[Column<SockRow>] = &[
-    Column::right("PID", |r, _| opt(&r.pid)),
-    Column::left("COMM", |r, _| comm_text(&r.comm, &r.title)),
+    Column::right("PID", |r, _| opt(&r.owner.pid)),
+    Column::left("COMM", |r, _| r.owner.comm_text()),
     Column::left("SOCKET", |r, _| format!("{}/{}", r.proto, r.port)),
     Column::left("REASON", |r, _| r.reason.clone()),
     Column::right("DROPS", |r, _| r.count.to_string()),
@@ -379,15 +350,8 @@ pub fn sock_rows(
             .collect();
         pids.sort_unstable();
         pids.dedup();
+        r.owner = Owner::of(pids.first().copied());
         r.pids = pids;
-        r.pid = r.pids.first().copied();
-        if let Some(c) = r.pid.and_then(crate::host::proc::comm) {
-            let (c, b) = sanitize::name_fields(&c);
-            r.comm = Some(c);
-            r.comm_bytes = b;
-            r.title = r.pid.map(Title::of).unwrap_or_default();
-            r.container = InContainer::of(r.pid.and_then(crate::host::container::of_pid));
-        }
     }
     rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
     rows
@@ -400,10 +364,7 @@ pub fn attribute(drops: &mut [DropRow], socks: &[SockRow]) {
             .iter()
             .find(|s| s.port == d.port && s.reason == d.reason && s.proto == d.proto)
         {
-            d.pid = s.pid;
-            d.comm = s.comm.clone();
-            d.title = s.title.clone();
-            d.container = s.container.clone();
+            d.owner = s.owner.clone();
         }
     }
 }

@@ -71,6 +71,16 @@ mod verdicts {
         f.iter().filter(|x| x.cause == cause).cloned().collect()
     }
 
+    /// The one finding of `cause` (there must be exactly one), about `name`.
+    #[track_caller]
+    fn only(f: &[Finding], cause: Cause, name: &str) -> Finding {
+        let mut x = of(f, cause);
+        assert_eq!(x.len(), 1, "{f:?}");
+        let x = x.remove(0);
+        assert_eq!(x.subject.name.as_deref(), Some(name));
+        x
+    }
+
     fn ev(f: &Finding, name: &str) -> Num {
         f.evidence
             .iter()
@@ -123,11 +133,8 @@ mod verdicts {
         // 1.8 s of NET_RX in a 2 s window on CPU 1: 900 ms/s, 98 % of all NET_RX time.
         let cpus = cpus_busy_on_1(1_800_000_000, 2.0);
         let f = judge(&cpus, &[eth0_on_cpu1()], &ConntrackRow::default(), 2.0, 2);
-        let i = of(&f, Cause::SoftirqImbalance);
-        assert_eq!(i.len(), 1, "{f:?}");
-        let i = &i[0];
+        let i = &only(&f, Cause::SoftirqImbalance, "CPU 1");
         assert_eq!(i.subject.kind, "cpu");
-        assert_eq!(i.subject.name.as_deref(), Some("CPU 1"));
         assert_eq!(i.score, Score::NsPerS(900_000_000));
         assert_eq!(
             i.summary,
@@ -190,10 +197,7 @@ mod verdicts {
             },
         ];
         let f = judge(&cpus, &[], &ConntrackRow::default(), 10.0, 2);
-        let b = of(&f, Cause::NetBacklog);
-        assert_eq!(b.len(), 1, "{f:?}");
-        let b = &b[0];
-        assert_eq!(b.subject.name.as_deref(), Some("CPU 1"));
+        let b = &only(&f, Cause::NetBacklog, "CPU 1");
         assert_eq!(b.score, Score::RatePerS(150.0));
         let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
         assert_eq!(
@@ -289,11 +293,8 @@ mod verdicts {
             insert_failed: Some(5),
         };
         let f = judge(&[], &[], &table, 10.0, 2);
-        let c = of(&f, Cause::ConntrackFull);
-        assert_eq!(c.len(), 1, "{f:?}");
-        let c = &c[0];
+        let c = &only(&f, Cause::ConntrackFull, "conntrack");
         assert_eq!(c.subject.kind, "system");
-        assert_eq!(c.subject.name.as_deref(), Some("conntrack"));
         assert_eq!(c.score, Score::RatePerS(150.5));
         assert_eq!(
             c.summary,

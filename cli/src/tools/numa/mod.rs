@@ -29,7 +29,7 @@ use crate::{
         vmstat::Vmstat,
     },
     report::who::{Id, Title},
-    tools::{doctor::node::cpu_ranges, prelude::*},
+    tools::{doctor::node::cpu_ranges, prelude::*, sched::btf_hook},
 };
 
 mod one_node;
@@ -51,65 +51,26 @@ pub const INFO: ToolInfo = ToolInfo {
 
 const OBJECT: Object = crate::object!("numa");
 
-/// A scheduler event with its tp_btf and raw_tp programs.
-const fn sched_hook(event: &'static str, programs: &'static [(AttachMode, &'static str)]) -> Hook {
-    Hook {
-        programs,
-        optional: true,
-        ..Hook::event(event)
-    }
-}
-
 const FAULT_FN: &str = "task_numa_fault";
 
 /// `sched_switch` is required; the NUMA balancing events and the hinting-fault hook are
 /// optional (the report says what was skipped).
 pub const HOOKS: &[Hook] = &[
+    btf_hook!("sched:sched_switch", "tk_numa_switch", false),
+    btf_hook!("sched:sched_move_numa", "tk_numa_move", true),
+    btf_hook!("sched:sched_swap_numa", "tk_numa_swap", true),
+    btf_hook!("sched:sched_stick_numa", "tk_numa_stick", true),
+    btf_hook!("migrate:mm_migrate_pages", "tk_numa_migrate", true),
     Hook {
-        optional: false,
-        ..sched_hook(
-            "sched:sched_switch",
+        optional: true,
+        ..Hook::on(
+            FAULT_FN,
             &[
-                (AttachMode::TpBtf, "tk_numa_switch"),
-                (AttachMode::RawTp, "tk_numa_switch_raw"),
+                (AttachMode::Fentry, "tk_numa_fault"),
+                (AttachMode::Kprobe, "tk_numa_fault_kp"),
             ],
         )
     },
-    sched_hook(
-        "sched:sched_move_numa",
-        &[
-            (AttachMode::TpBtf, "tk_numa_move"),
-            (AttachMode::RawTp, "tk_numa_move_raw"),
-        ],
-    ),
-    sched_hook(
-        "sched:sched_swap_numa",
-        &[
-            (AttachMode::TpBtf, "tk_numa_swap"),
-            (AttachMode::RawTp, "tk_numa_swap_raw"),
-        ],
-    ),
-    sched_hook(
-        "sched:sched_stick_numa",
-        &[
-            (AttachMode::TpBtf, "tk_numa_stick"),
-            (AttachMode::RawTp, "tk_numa_stick_raw"),
-        ],
-    ),
-    sched_hook(
-        "migrate:mm_migrate_pages",
-        &[
-            (AttachMode::TpBtf, "tk_numa_migrate"),
-            (AttachMode::RawTp, "tk_numa_migrate_raw"),
-        ],
-    ),
-    sched_hook(
-        FAULT_FN,
-        &[
-            (AttachMode::Fentry, "tk_numa_fault"),
-            (AttachMode::Kprobe, "tk_numa_fault_kp"),
-        ],
-    ),
 ];
 
 const EXAMPLES: &str = "  tracekit numa --duration 10s                      # who runs away from its memory, and what balancing does

@@ -96,6 +96,18 @@ fn line<'a>(lines: &'a [String], label: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {label} line in {lines:#?}"))
 }
 
+/// Asserts that the `label` line says `part`.
+#[track_caller]
+fn line_has(lines: &[String], label: &str, part: &str) {
+    assert!(line(lines, label).contains(part), "{part:?}: {lines:#?}");
+}
+
+/// Asserts that the `label` line ends with `tail`.
+#[track_caller]
+fn line_ends(lines: &[String], label: &str, tail: &str) {
+    assert!(line(lines, label).ends_with(tail), "{tail:?}: {lines:#?}");
+}
+
 #[test]
 fn two_node_fixture_renders_every_fact() {
     let s = two_nodes();
@@ -108,35 +120,35 @@ fn two_node_fixture_renders_every_fact() {
         line(&l, "NUMA nodes"),
         "  NUMA nodes      2 (node0: CPUs 0-1, 2.0 GiB (1.5 GiB free); node1: CPUs 2-3,6, 1.0 GiB (0.2 GiB free))"
     );
-    assert!(
-        line(&l, "NUMA distance")
-            .ends_with("node0: 10 21; node1: 21 10 (remote memory up to 2.1x the local cost)"),
-        "{l:#?}"
+    line_ends(
+        &l,
+        "NUMA distance",
+        "node0: 10 21; node1: 21 10 (remote memory up to 2.1x the local cost)",
     );
-    assert!(line(&l, "NUMA balancing").contains("1 (on"), "{l:#?}");
-    assert!(line(&l, "THP").contains("defrag=defer+madvise"), "{l:#?}");
-    assert!(
-        line(&l, "I/O scheduler").ends_with("none: loop0, nvme0n1; mq-deadline: vda"),
-        "{l:#?}"
+    line_has(&l, "NUMA balancing", "1 (on");
+    line_has(&l, "THP", "defrag=defer+madvise");
+    line_ends(
+        &l,
+        "I/O scheduler",
+        "none: loop0, nvme0n1; mq-deadline: vda",
     );
-    assert!(
-        line(&l, "conntrack")
-            .ends_with("loaded: 6000 of 8000 entries (75.0%), drop=3, early_drop=0"),
-        "{l:#?}"
+    line_ends(
+        &l,
+        "conntrack",
+        "loaded: 6000 of 8000 entries (75.0%), drop=3, early_drop=0",
     );
-    assert!(
-        line(&l, "cgroup").ends_with(
-            "v2: unified hierarchy at /sys/fs/cgroup; memory controller at /sys/fs/cgroup (v2)"
-        ),
-        "{l:#?}"
+    line_ends(
+        &l,
+        "cgroup",
+        "v2: unified hierarchy at /sys/fs/cgroup; memory controller at /sys/fs/cgroup (v2)",
     );
-    assert!(
-        line(&l, "capabilities")
-            .ends_with("has CAP_BPF, CAP_PERFMON; tools need CAP_BPF and CAP_PERFMON"),
-        "{l:#?}"
+    line_ends(
+        &l,
+        "capabilities",
+        "has CAP_BPF, CAP_PERFMON; tools need CAP_BPF and CAP_PERFMON",
     );
-    assert!(line(&l, "tracefs").contains("doctor mounted it"), "{l:#?}");
-    assert!(line(&l, "lockdown").ends_with("integrity"), "{l:#?}");
+    line_has(&l, "tracefs", "doctor mounted it");
+    line_ends(&l, "lockdown", "integrity");
     // Values line up after the longest label ("NUMA balancing").
     let at = 2 + "NUMA balancing".len() + 2;
     for x in &l {
@@ -220,32 +232,20 @@ fn an_unprivileged_flat_node_says_what_is_missing() {
     );
     assert!(s.preflight_refusal.as_deref().unwrap().contains("not BTF"));
     let l = s.lines();
-    assert!(
-        line(&l, "capabilities")
-            .ends_with("LACKS CAP_BPF and CAP_PERFMON, which every tool needs (has: none)"),
-        "{l:#?}"
+    line_ends(
+        &l,
+        "capabilities",
+        "LACKS CAP_BPF and CAP_PERFMON, which every tool needs (has: none)",
     );
-    assert!(
-        line(&l, "NUMA nodes").ends_with("1 (node0: CPUs 0-1)"),
-        "{l:#?}"
-    );
-    assert!(line(&l, "NUMA distance").ends_with("node0: 10"), "{l:#?}");
-    assert!(line(&l, "NUMA balancing").contains("absent"), "{l:#?}");
-    assert!(
-        line(&l, "I/O scheduler").ends_with("no block devices"),
-        "{l:#?}"
-    );
-    assert!(line(&l, "conntrack").contains("not loaded"), "{l:#?}");
-    assert!(line(&l, "cgroup").contains("hybrid: v1 controllers (2 mounts, e.g. /sys/fs/cgroup/memory) and a v2 tree at /sys/fs/cgroup/unified"), "{l:#?}");
-    assert!(
-        line(&l, "BTF").contains("no: /tmp/garbage: not BTF"),
-        "{l:#?}"
-    );
-    assert!(
-        line(&l, "tracefs").ends_with("unavailable: permission denied"),
-        "{l:#?}"
-    );
-    assert!(line(&l, "lockdown").contains("unknown: reading"), "{l:#?}");
+    line_ends(&l, "NUMA nodes", "1 (node0: CPUs 0-1)");
+    line_ends(&l, "NUMA distance", "node0: 10");
+    line_has(&l, "NUMA balancing", "absent");
+    line_ends(&l, "I/O scheduler", "no block devices");
+    line_has(&l, "conntrack", "not loaded");
+    line_has(&l, "cgroup", "hybrid: v1 controllers (2 mounts, e.g. /sys/fs/cgroup/memory) and a v2 tree at /sys/fs/cgroup/unified");
+    line_has(&l, "BTF", "no: /tmp/garbage: not BTF");
+    line_ends(&l, "tracefs", "unavailable: permission denied");
+    line_has(&l, "lockdown", "unknown: reading");
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(
         v["missing_capabilities"],

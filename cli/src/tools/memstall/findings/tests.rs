@@ -34,6 +34,12 @@ fn row(comm: &str, pid: u32, kind: u32, count: u64, total_ns: u64) -> Subj {
     }
 }
 
+/// Asserts that `text` (a finding's summary or advice, a note) says `part`.
+#[track_caller]
+fn has(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in {text}");
+}
+
 fn run(secs: f64, thp: &ThpSettings, vm: &Vmstat, rows: &[Subj]) -> (Vec<Finding>, Vec<String>) {
     findings(&Evidence {
         secs,
@@ -68,14 +74,10 @@ fn defrag_always_names_the_process_and_the_fix() {
         "{}",
         f.summary
     );
-    assert!(
-        f.summary.contains("(allocations, 40 zones)"),
-        "{}",
-        f.summary
-    );
-    assert!(f.summary.contains("compact_stall +23"), "{}", f.summary);
-    assert!(f.advice.contains("defrag=madvise or never"), "{}", f.advice);
-    assert!(f.advice.contains("persistent"), "{}", f.advice);
+    has(&f.summary, "(allocations, 40 zones)");
+    has(&f.summary, "compact_stall +23");
+    has(&f.advice, "defrag=madvise or never");
+    has(&f.advice, "persistent");
     let j = f.json();
     assert_eq!(j["evidence"]["direct_stalls"], 23);
     assert_eq!(j["evidence"]["vmstat_compact_stall"], 23);
@@ -92,13 +94,7 @@ fn share_of_the_time_is_of_the_time_alive() {
     let mut r = row("worker", 7, KIND_COMPACTION, 2, 1_500_000_000);
     r.alive_ns = 3_000_000_000;
     let (out, _) = run(22.0, &s, &v, &[r]);
-    assert!(
-        out[0]
-            .summary
-            .contains("(50.0 % of the 3.00 s it was alive;"),
-        "{}",
-        out[0].summary
-    );
+    has(&out[0].summary, "(50.0 % of the 3.00 s it was alive;");
     // The score stays per second of wall time, to rank against every other tool.
     assert_eq!(out[0].score, Score::NsPerS(68_181_818));
 }
@@ -111,21 +107,10 @@ fn compaction_for_no_allocation_is_not_called_a_stall() {
     r.direct = 0;
     let (out, notes) = run(1.0, &s, &v, &[r]);
     assert_eq!(out.len(), 1);
-    assert!(
-        out[0].summary.contains("for no allocation"),
-        "{}",
-        out[0].summary
-    );
-    assert!(
-        out[0].summary.contains("compact_memory"),
-        "{}",
-        out[0].summary
-    );
+    has(&out[0].summary, "for no allocation");
+    has(&out[0].summary, "compact_memory");
     // The four compact_stall were someone else's: said, not hidden.
-    assert!(
-        notes[0].contains("compact_stall +4 but 0 direct"),
-        "{notes:?}"
-    );
+    has(&notes[0], "compact_stall +4 but 0 direct");
 }
 
 #[test]
@@ -134,14 +119,10 @@ fn madvise_defrag_and_no_thp_faults() {
     let rows = [row("java", 9, KIND_COMPACTION, 5, 10_000_000)];
     let s = thp("madvise");
     let (out, _) = run(5.0, &s, &v, &rows);
-    assert!(
-        out[0].advice.contains("high-order kernel allocations"),
-        "{}",
-        out[0].advice
-    );
+    has(&out[0].advice, "high-order kernel allocations");
     let v = vm(&[("compact_stall", 5), ("thp_fault_alloc", 5)]);
     let (out, _) = run(5.0, &s, &v, &rows);
-    assert!(out[0].advice.contains("defer+madvise"), "{}", out[0].advice);
+    has(&out[0].advice, "defer+madvise");
 }
 
 #[test]
@@ -191,17 +172,15 @@ fn reclaim_memcg_thp_and_kthreads() {
         "{}",
         s[0]
     );
-    assert!(
-        s[0].contains("allocstall +4, pgscan_direct +900 (global reclaim only"),
-        "{}",
-        s[0]
+    has(
+        s[0],
+        "allocstall +4, pgscan_direct +900 (global reclaim only",
     );
-    assert!(
-        s[1].contains("writer (pid 11) in memory cgroup /tk-test hit its limit"),
-        "{}",
-        s[1]
+    has(
+        s[1],
+        "writer (pid 11) in memory cgroup /tk-test hit its limit",
     );
-    assert!(s[1].contains("8000 pages; memory.failcnt +130"), "{}", s[1]);
+    has(s[1], "8000 pages; memory.failcnt +130");
     assert_eq!(out[1].subject.cgroup.as_deref(), Some("/tk-test"));
     assert_eq!(out[1].json()["evidence"]["failcnt_delta"], 130);
     assert!(
@@ -209,7 +188,7 @@ fn reclaim_memcg_thp_and_kthreads() {
         "{}",
         s[2]
     );
-    assert!(s[2].contains("thp_collapse_alloc +2"), "{}", s[2]);
+    has(s[2], "thp_collapse_alloc +2");
     assert!(matches!(out[3].score, Score::RatePerS(_)));
     let bg: Vec<&&str> = s[3..].iter().collect();
     assert!(
@@ -239,11 +218,7 @@ fn the_root_cgroup_never_hit_a_limit() {
     );
     r.cgroup = None;
     let (out, _) = run(1.0, &s, &v, &[r]);
-    assert!(
-        out[0].summary.contains("could not be named"),
-        "{}",
-        out[0].summary
-    );
+    has(&out[0].summary, "could not be named");
 }
 
 #[test]
@@ -285,11 +260,7 @@ fn oom_kills_per_cgroup_with_counters() {
         "{}",
         f.summary
     );
-    assert!(
-        f.summary.contains("memory.failcnt +40, oom_kill +3"),
-        "{}",
-        f.summary
-    );
+    has(&f.summary, "memory.failcnt +40, oom_kill +3");
     assert_eq!(f.json()["evidence"]["oom_kills"], 3);
 }
 
@@ -301,17 +272,9 @@ fn thp_faults_say_what_the_time_covers() {
     r.fallbacks = 2;
     let (out, _) = run(22.0, &s, &v, &[r]);
     assert_eq!(out[0].cause, Cause::ThpFault);
-    assert!(
-        out[0].summary.contains("whole 2 MiB faults"),
-        "{}",
-        out[0].summary
-    );
-    assert!(
-        out[0].summary.contains("zeroing 2 MiB"),
-        "{}",
-        out[0].summary
-    );
-    assert!(out[0].summary.contains("2 fell back"), "{}", out[0].summary);
+    has(&out[0].summary, "whole 2 MiB faults");
+    has(&out[0].summary, "zeroing 2 MiB");
+    has(&out[0].summary, "2 fell back");
 }
 
 #[test]
@@ -325,14 +288,14 @@ fn nothing_seen_says_so_with_evidence() {
         "{}",
         notes[0]
     );
-    assert!(notes[0].contains("compact_stall +0"), "{}", notes[0]);
+    has(&notes[0], "compact_stall +0");
     // Counters moved but nothing in scope was traced: said, not hidden.
     let (_, notes) = run(10.0, &s, &vm(&[("compact_stall", 3)]), &[]);
-    assert!(
-        notes[0].contains("compact_stall +3 but 0 direct compaction stall(s) traced"),
-        "{notes:?}"
+    has(
+        &notes[0],
+        "compact_stall +3 but 0 direct compaction stall(s) traced",
     );
     // Counters this kernel lacks are "n/a", never a made-up zero.
     let (_, notes) = run(1.0, &s, &Vmstat::default(), &[]);
-    assert!(notes[0].contains("compact_stall n/a"), "{}", notes[0]);
+    has(&notes[0], "compact_stall n/a");
 }
