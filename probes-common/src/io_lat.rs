@@ -72,7 +72,10 @@ pub const ANOM_INSERT_OVER_ISSUED: u32 = 4;
 pub const ANOM_REQUEUE: u32 = 5;
 /// A queued request was merged into another (`block_rq_merge`) and its entry dropped.
 pub const ANOM_MERGED: u32 = 6;
-pub const NANOM: u32 = 7;
+/// A request's device had no slot yet (it appeared after the last window's refresh, or every
+/// slot is taken): the request is timed, but not counted in the device's queue depth.
+pub const ANOM_NO_SLOT: u32 = 7;
+pub const NANOM: u32 = 8;
 pub const ANOM_NAMES: [&str; NANOM as usize] = [
     "reissue",
     "unissued",
@@ -81,7 +84,11 @@ pub const ANOM_NAMES: [&str; NANOM as usize] = [
     "insert_over_issued",
     "requeue",
     "merged",
+    "no_dev_slot",
 ];
+
+/// [`IoStart::slot`] of a request whose device has no slot.
+pub const NO_SLOT: u32 = u32::MAX;
 
 /// Per-CPU stats slot: a completion covered only part of the request (`nr_bytes` < the bytes
 /// left); the request is recorded once, at its final completion.
@@ -204,6 +211,10 @@ pub struct IoStart {
     pub bytes: u32,
     /// `enum req_op` | [`OP_SYNC`] | [`OP_REQUEUED`].
     pub op: u32,
+    /// The device's slot in `IO_LIVE` and `IO_DEPTH` (from `IO_SLOTS`, looked up once per
+    /// request), or [`NO_SLOT`].
+    pub slot: u32,
+    pub _pad: u32,
 }
 
 /// In-flight key of the classic-tracepoint fallback, which has no request pointer: the
@@ -320,14 +331,16 @@ impl DevVal {
     };
 }
 
-/// Live counters per device (`IO_LIVE`, keyed by dev; never reset): what is in the scheduler
-/// and in the driver right now, as far as requests seen since attach go. Userspace samples them
-/// on a timer for the time-weighted depth.
+/// Live counters per device (`IO_LIVE`, an array indexed by the device's slot; never reset):
+/// what is in the scheduler and in the driver right now, as far as requests seen since attach
+/// go. Userspace samples them on a timer for the time-weighted depth.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DevLive {
     pub queued: u64,
     pub inflight: u64,
+    /// Set by the first request of the device: its depth is sampled from then on.
+    pub touched: u64,
 }
 
 /// Streamed when a new aggregation key is created, so userspace learns the issuer's facts
@@ -394,7 +407,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<RqOffsets>(), 56);
         assert_eq!(size_of::<TpOffsets>(), 32);
-        assert_eq!(size_of::<IoStart>(), 64);
+        assert_eq!(size_of::<IoStart>(), 72);
         assert_eq!(size_of::<IoKey>(), 24);
         assert_eq!(size_of::<SectorKey>(), 16);
         assert_eq!(
@@ -403,7 +416,7 @@ mod tests {
         );
         assert_eq!(size_of::<DevKey>(), 8);
         assert_eq!(size_of::<DevVal>(), 2 * size_of::<LatHist>() + 8 * NGROUPS);
-        assert_eq!(size_of::<DevLive>(), 16);
+        assert_eq!(size_of::<DevLive>(), 24);
         assert_eq!(size_of::<IoNew>(), 8);
     }
 

@@ -48,8 +48,8 @@ use aya_ebpf::{
 use probes_common::{
     io_lat::{
         op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
-        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
-        ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NSTATUS, OFF_NONE,
+        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY, ANOM_NO_SLOT,
+        ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NO_SLOT, NSTATUS, OFF_NONE,
         OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
     },
     stats,
@@ -109,9 +109,23 @@ static IO_SCRATCH: PerCpuArray<IoVal> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static IO_NEW: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 
-/// Queue-depth samples and untracked completions per device and generation.
+/// Untracked completions per device and generation (a rare path: the queue-depth histograms
+/// of these values stay empty, they are in `IO_DEPTH`).
 #[map]
 static IO_DEV_VALS: HashMap<DevKey, DevVal> = HashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+
+/// A slot per block device (`dev_t` → index into `IO_LIVE` and `IO_DEPTH`), written by
+/// userspace for the disks it knows (refreshed each window) and sized by it. Looked up once
+/// per request, when it is first seen, and kept in its entry: the per-device counters are then
+/// array slots, not hash lookups (three to five per request before, each a hash of the key and
+/// a bucket walk).
+#[map]
+static IO_SLOTS: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
+
+/// Queue-depth samples per device slot and generation (index `slot * 2 + gen`): the depth each
+/// request met at insert and at issue (event-weighted). Drained by userspace slot by slot.
+#[map]
+static IO_DEPTH: Array<DevVal> = Array::with_max_entries(128, 0);
 
 /// Zeroed initial value for `IO_DEV_VALS` (never written).
 #[map]
@@ -121,9 +135,10 @@ static IO_DEV_SCRATCH: PerCpuArray<DevVal> = PerCpuArray::with_max_entries(1, 0)
 #[map]
 static IO_ANOM: PerCpuArray<u64> = PerCpuArray::with_max_entries(NANOM, 0);
 
-/// Live queued/in-flight counters per device (never reset), sampled by userspace on a timer.
+/// Live queued/in-flight counters per device slot (never reset), sampled by userspace on a
+/// timer.
 #[map]
-static IO_LIVE: HashMap<u32, DevLive> = HashMap::with_max_entries(1024, 0);
+static IO_LIVE: Array<DevLive> = Array::with_max_entries(64, 0);
 
 /// Reads one field of a global userspace patches before load (`IO_OFFS`, `IO_TP`): a volatile
 /// load per field keeps each offset a constant the verifier sees (tp_btf's plain loads need it).
@@ -164,17 +179,30 @@ fn dev_wanted(dev: u32) -> bool {
     want == 0 || dev == want
 }
 
-/// Bumps a live counter of `dev` by `delta` (wrapping: `u64::MAX` decrements) and returns the
-/// new value.
+/// The slot of `dev` ([`NO_SLOT`] when userspace has not given it one, counted).
 #[inline(always)]
-fn live_add(dev: u32, queued: bool, delta: u64) -> u64 {
-    let zero = DevLive::default();
-    let Some(l) = get_or_insert(&IO_LIVE, &dev, &zero) else {
+fn dev_slot(dev: u32) -> u32 {
+    // SAFETY: the value is copied out at once.
+    match unsafe { IO_SLOTS.get(dev) } {
+        Some(s) => *s,
+        None => {
+            anom(ANOM_NO_SLOT);
+            NO_SLOT
+        }
+    }
+}
+
+/// Bumps a live counter of device slot `slot` by `delta` (wrapping: `u64::MAX` decrements) and
+/// returns the new value.
+#[inline(always)]
+fn live_add(slot: u32, queued: bool, delta: u64) -> u64 {
+    let Some(l) = IO_LIVE.get_ptr_mut(slot) else {
         return 0;
     };
     // SAFETY: `l` is a live map value; the add is atomic, the read after it may see another
     // CPU's update too (a depth sample, not a count).
     unsafe {
+        (*l).touched = 1;
         let p = if queued {
             &raw mut (*l).queued
         } else {
@@ -185,12 +213,11 @@ fn live_add(dev: u32, queued: bool, delta: u64) -> u64 {
     }
 }
 
-/// A queued request of `dev` goes to the driver: queued − 1, in flight + 1, in one lookup.
+/// A queued request of device slot `slot` goes to the driver: queued − 1, in flight + 1.
 /// Returns the new in-flight count.
 #[inline(always)]
-fn live_move(dev: u32) -> u64 {
-    let zero = DevLive::default();
-    let Some(l) = get_or_insert(&IO_LIVE, &dev, &zero) else {
+fn live_move(slot: u32) -> u64 {
+    let Some(l) = IO_LIVE.get_ptr_mut(slot) else {
         return 0;
     };
     // SAFETY: as in live_add.
@@ -204,7 +231,7 @@ fn live_move(dev: u32) -> u64 {
 /// The old entry's request leaves the state it was counted in (queued or issued).
 #[inline(always)]
 fn leave(old: &IoStart) {
-    live_add(old.dev, old.issue_ns == 0, u64::MAX);
+    live_add(old.slot, old.issue_ns == 0, u64::MAX);
 }
 
 /// This window's per-device value of `dev`.
@@ -226,10 +253,15 @@ fn dev_val(dev: u32) -> Option<*mut DevVal> {
     v
 }
 
-/// Records a queue-depth sample for `dev`.
+/// Records a queue-depth sample for device slot `slot`.
 #[inline(always)]
-fn depth_sample(dev: u32, queued: bool, depth: u64) {
-    let Some(v) = dev_val(dev) else { return };
+fn depth_sample(slot: u32, queued: bool, depth: u64) {
+    if slot == NO_SLOT {
+        return;
+    }
+    let Some(v) = IO_DEPTH.get_ptr_mut(slot.wrapping_mul(2) | generation()) else {
+        return;
+    };
     // SAFETY: `v` is a live map value pointer. A wrapped (negative) counter, possible only
     // around attach, is clamped to 0.
     unsafe {
@@ -322,8 +354,8 @@ fn on_begin<K>(
         if issued {
             if s.issue_ns == 0 {
                 s.issue_ns = t;
-                let n = live_move(s.dev);
-                depth_sample(s.dev, false, n);
+                let n = live_move(s.slot);
+                depth_sample(s.slot, false, n);
                 return;
             }
             // Issued before, and neither completed nor requeued as far as the programs saw:
@@ -349,6 +381,7 @@ fn on_begin<K>(
         return;
     };
     n.first_ns = t;
+    n.slot = dev_slot(n.dev);
     if issued {
         n.issue_ns = t;
     } else {
@@ -367,8 +400,8 @@ fn on_begin<K>(
     if issued {
         stat(STAT_DIRECT);
     }
-    let depth = live_add(n.dev, !issued, 1);
-    depth_sample(n.dev, !issued, depth);
+    let depth = live_add(n.slot, !issued, 1);
+    depth_sample(n.slot, !issued, depth);
 }
 
 /// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.
@@ -381,8 +414,8 @@ fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
     // SAFETY: live map value; one CPU handles a request at a time.
     let s = unsafe { &mut *p };
     if s.issue_ns != 0 {
-        live_add(s.dev, false, u64::MAX);
-        live_add(s.dev, true, 1);
+        live_add(s.slot, false, u64::MAX);
+        live_add(s.slot, true, 1);
     }
     s.issue_ns = 0;
     s.insert_ns = now();

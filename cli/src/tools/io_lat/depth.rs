@@ -133,7 +133,16 @@ mod tests {
         let dev = disks::kdev(4095, 7);
         // A device sysfs does not know: limits from a fixed QueueFacts instead.
         s.limits.insert(dev, (Some(4), Some(2)));
-        let at = |inflight, queued| [(dev, DevLive { queued, inflight })];
+        let at = |inflight, queued| {
+            [(
+                dev,
+                DevLive {
+                    queued,
+                    inflight,
+                    touched: 1,
+                },
+            )]
+        };
         s.sample(&at(2, 2));
         s.sample(&at(1, 0));
         s.sample(&at(u64::MAX, 1)); // below zero around attach: 0

@@ -17,6 +17,7 @@ mod findings;
 mod names;
 mod open;
 mod rows;
+mod slots;
 
 use std::{
     collections::BTreeMap,
@@ -25,8 +26,8 @@ use std::{
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use probes_common::io_lat::{
-    DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY,
-    STAT_DIRECT, STAT_PARTIAL,
+    DevKey, DevVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY, STAT_DIRECT,
+    STAT_PARTIAL,
 };
 
 use crate::{
@@ -184,7 +185,8 @@ struct IoLat {
     session: Session,
     agg: GenMap<IoKey, IoVal>,
     devs: GenMap<DevKey, DevVal>,
-    live: HashMap<MapData, u32, DevLive>,
+    /// Device slots, the live counters and the event-weighted depth by slot.
+    slots: slots::Slots,
     /// `IO_START`, for [`IoLat::sweep`].
     start: HashMap<MapData, u64, IoStart>,
     new: RingBuf<MapData>,
@@ -256,7 +258,7 @@ impl IoLat {
 
     /// One depth sample of every device with live counters (called at each timer tick).
     fn sample(&mut self) {
-        let live: Vec<(u32, DevLive)> = self.live.iter().filter_map(|r| r.ok()).collect();
+        let live = self.slots.live();
         self.sampler.sample(&live);
     }
 }
@@ -330,7 +332,8 @@ impl Collector for IoLat {
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self.agg.drain(self.gen).context("reading IO_AGG")?;
-        let devs = self.devs.drain(self.gen).context("reading IO_DEV_VALS")?;
+        let mut devs = self.devs.drain(self.gen).context("reading IO_DEV_VALS")?;
+        self.slots.drain_depth(self.gen, &mut devs.rows)?;
         let st = self.session.stats_delta()?;
         if st[probes_common::stats::START_MAP_FULL as usize] > 0
             && self.mode != AttachMode::Tracepoint
@@ -338,6 +341,7 @@ impl Collector for IoLat {
             self.sweep();
         }
         let disk_now = disks::diskstats().unwrap_or_default();
+        self.slots.refresh(&disk_now)?;
         let disk_before = std::mem::replace(&mut self.disk_prev, disk_now);
         let depth = self.sampler.take();
         let secs = w.secs();

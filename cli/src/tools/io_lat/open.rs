@@ -3,10 +3,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use aya::maps::{HashMap, RingBuf};
+use aya::maps::{Array, HashMap, RingBuf};
 use probes_common::io_lat::{DevKey, DevVal, IoKey, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE};
 
-use super::{depth, hooks_for, names, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
+use super::{depth, hooks_for, names, slots, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
     engine::Collector,
     error::{Context as _, Error, Result},
@@ -249,6 +249,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .collect();
     let cap = inflight_cap();
     let classic = mode == AttachMode::Tracepoint;
+    let nslots = slots::capacity(disks::diskstats().map_or(0, |d| d.len()));
     let spec = LoadSpec::new()
         .global(
             "IO_DEV",
@@ -256,7 +257,10 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         )
         .max_entries("IO_AGG", scope.key_cap())
         .max_entries("IO_START", if classic { 1 } else { cap })
-        .max_entries("IO_START_TP", if classic { cap } else { 1 });
+        .max_entries("IO_START_TP", if classic { cap } else { 1 })
+        .max_entries("IO_SLOTS", nslots)
+        .max_entries("IO_LIVE", nslots)
+        .max_entries("IO_DEPTH", nslots * 2);
     let (spec, errno) = if classic {
         // The classic `error` field is always an errno (blk_status_to_errno).
         (classic_globals(spec, ctx, &attached)?, true)
@@ -269,6 +273,14 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         btf_globals(spec)?
     };
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+    // Slots before attaching: every request from the first one finds its device's slot.
+    let mut slots = slots::Slots::new(
+        HashMap::try_from(session.take_map("IO_SLOTS")?).context("IO_SLOTS")?,
+        Array::try_from(session.take_map("IO_LIVE")?).context("IO_LIVE")?,
+        Array::try_from(session.take_map("IO_DEPTH")?).context("IO_DEPTH")?,
+        nslots,
+    );
+    slots.refresh(&disks::diskstats().unwrap_or_default())?;
     session.attach_planned(&hooks, &plan)?;
     let agg = GenMap::take(
         &mut session,
@@ -284,28 +296,23 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         |k: &DevKey| k.gen,
         DevVal::ZERO,
     )?;
-    let mut take = |m: &'static str| {
-        session.ebpf.take_map(m).ok_or(loader::LoadError::NoMap {
-            object: OBJECT.name,
-            map: m.into(),
-        })
-    };
-    let live = HashMap::try_from(take("IO_LIVE")?).context("IO_LIVE")?;
-    let start = HashMap::try_from(take("IO_START")?).context("IO_START")?;
-    let new = RingBuf::try_from(take("IO_NEW")?).context("IO_NEW")?;
+    let start = HashMap::try_from(session.take_map("IO_START")?).context("IO_START")?;
+    let new = RingBuf::try_from(session.take_map("IO_NEW")?).context("IO_NEW")?;
+    // Read after attaching: the diskstats deltas count from here, as the programs do.
+    let disk_now = disks::diskstats().unwrap_or_default();
     let names = names::Names::new(errno);
     Ok(Box::new(IoLat {
         session,
         agg,
         devs,
-        live,
+        slots,
         start,
         new,
         timer: sample_timer()?,
         sampler: depth::Sampler::default(),
         facts: FactsCache::new(),
         cgroups: cgroup_resolver(),
-        disk_prev: disks::diskstats().unwrap_or_default(),
+        disk_prev: disk_now,
         names,
         mode,
         dev,
