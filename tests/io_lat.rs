@@ -654,6 +654,9 @@ fn unknown_device_and_threads_are_usage_errors() {
     }
 }
 
+#[path = "io_lat/slots.rs"]
+mod slots;
+
 // The VM check and its workload live in `io_lat/guest.rs`.
 #[path = "io_lat/guest.rs"]
 mod guest;

@@ -86,6 +86,15 @@ fn build_c_with(dir: &Path, name: &str, source: &str, flags: &[&str]) -> std::pa
     bin
 }
 
+/// `tracekit profile --json --unwind fp --comm COMM EXTRA…`, attached.
+fn profile_fp(comm: &str, extra: &[&str]) -> Tracer {
+    let mut args = vec!["profile", "--json", "--unwind", "fp", "--comm", comm];
+    args.extend_from_slice(extra);
+    let mut tk = Tracer::spawn(&args);
+    tk.wait_attached();
+    tk
+}
+
 /// Rows of `kind` for `pid` in tracekit's JSON lines.
 fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
     lines
@@ -164,19 +173,15 @@ fn hot_function_matches_perf_and_is_in_the_flame_graph() {
         dir.join("cpu.folded"),
         dir.join("perf.data"),
     );
-    let mut tk = Tracer::spawn(&[
-        "profile",
-        "--json",
-        "--unwind",
-        "fp",
-        "--comm",
+    let tk = profile_fp(
         "tk_hot",
-        "--svg",
-        svg.to_str().unwrap(),
-        "--folded",
-        folded.to_str().unwrap(),
-    ]);
-    tk.wait_attached();
+        &[
+            "--svg",
+            svg.to_str().unwrap(),
+            "--folded",
+            folded.to_str().unwrap(),
+        ],
+    );
     let perf = Command::new("perf")
         .args(["record", "-F", "99", "-g", "-e", "cpu-clock", "-q", "-o"])
         .arg(&data)
@@ -255,15 +260,7 @@ fn a_stripped_binarys_frames_name_the_binary() {
         .status()
         .expect("strip (binutils)");
     assert!(strip.success());
-    let mut tk = Tracer::spawn(&[
-        "profile",
-        "--json",
-        "--unwind",
-        "fp",
-        "--comm",
-        "tk_stripped",
-    ]);
-    tk.wait_attached();
+    let tk = profile_fp("tk_stripped", &[]);
     let child = Command::new(&bin).arg("2").spawn().unwrap();
     let pid = u64::from(child.id());
     let out = child.wait_with_output().unwrap();

@@ -51,8 +51,20 @@ impl LoopDev {
 /// last opener closes it: when the handle drops, and also when the test process is killed or
 /// aborts and no `Drop` runs (a loop device left attached to a test's file outlives the test).
 pub fn losetup(extra: &[&str], file: &std::path::Path) -> (String, std::fs::File) {
+    losetup_on(None, extra, file)
+}
+
+/// [`losetup`] on loop device `dev` (a [`NewLoop`]'s), or the first free one.
+pub fn losetup_on(
+    dev: Option<&str>,
+    extra: &[&str],
+    file: &std::path::Path,
+) -> (String, std::fs::File) {
     let out = Command::new("losetup")
-        .args(["-f", "--show"])
+        .args(match dev {
+            Some(d) => vec!["--show", d],
+            None => vec!["-f", "--show"],
+        })
         .args(extra)
         .arg(file)
         .output()
@@ -126,4 +138,44 @@ pub fn diskstats_of(name: &str) -> Option<(u64, u64)> {
             None
         }
     })
+}
+
+/// A loop device that did not exist before (`LOOP_CTL_ADD` on /dev/loop-control): a disk that
+/// appears while a tool runs, unlike the idle loop0–7 every /proc/diskstats lists. Removed on
+/// drop (`LOOP_CTL_REMOVE`, once nothing is attached to it).
+pub struct NewLoop {
+    pub dev: String,
+    number: i32,
+}
+
+const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
+const LOOP_CTL_REMOVE: libc::c_ulong = 0x4C81;
+
+impl NewLoop {
+    pub fn create() -> NewLoop {
+        let ctl = std::fs::File::open("/dev/loop-control").expect("/dev/loop-control");
+        use std::os::fd::AsRawFd;
+        let first = 300 + (std::process::id() % 200) as i32;
+        for n in first..first + 100 {
+            // SAFETY: LOOP_CTL_ADD takes the device number as its argument, no memory.
+            let r = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_ADD, n) };
+            if r >= 0 {
+                return NewLoop {
+                    dev: format!("/dev/loop{r}"),
+                    number: r,
+                };
+            }
+        }
+        panic!("LOOP_CTL_ADD: no free number from {first}");
+    }
+}
+
+impl Drop for NewLoop {
+    fn drop(&mut self) {
+        if let Ok(ctl) = std::fs::File::open("/dev/loop-control") {
+            use std::os::fd::AsRawFd;
+            // SAFETY: as in create; fails harmlessly (EBUSY) while still attached.
+            unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_REMOVE, self.number) };
+        }
+    }
 }

@@ -399,6 +399,13 @@ impl Collector for IoLat {
                 d.dev, d.unseen_reads, d.unseen_writes
             ));
         }
+        if self.slots.unslotted > 0 {
+            out.notes.push(format!(
+                "{} disk(s) beyond the {} device slots: their requests are timed, their queue depth is not sampled (no_dev_slot in the stats line)",
+                self.slots.unslotted,
+                self.slots.cap()
+            ));
+        }
         out.note_skipped(&self.session.skipped);
         if summary.is_empty() {
             out.notes.push("no block I/O requests completed".into());

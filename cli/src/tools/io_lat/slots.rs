@@ -58,6 +58,10 @@ impl Slots {
         }
     }
 
+    pub fn cap(&self) -> u32 {
+        self.cap
+    }
+
     /// Gives a slot to each disk of `disks` that has none yet.
     pub fn refresh(&mut self, disks: &disks::DiskStats) -> Result<()> {
         self.unslotted = 0;

@@ -1,0 +1,81 @@
+//! Device slots (`IO_SLOTS`): a disk attached while io-lat runs is timed at once, and gets its
+//! queue-depth slot at the next window.
+
+use std::{process::Command, time::Duration};
+
+use tracekit_tests::{
+    block::{diskstats_of, losetup_on, NewLoop},
+    *,
+};
+
+use super::fixtures::*;
+
+/// `count` O_DIRECT 4 KiB reads of `dev`.
+fn read_direct(dev: &str, count: u32) {
+    let dd = Command::new("dd")
+        .args([&format!("if={dev}"), "of=/dev/null", "bs=4k"])
+        .arg(format!("count={count}"))
+        .arg("iflag=direct")
+        .output()
+        .expect("dd");
+    assert!(
+        dd.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dd.stderr)
+    );
+}
+
+#[test]
+fn a_disk_attached_while_tracing_is_timed_then_slotted() {
+    require_root();
+    let _g = serial();
+    let dir = scratch("iolat-slot");
+    let file = dir.join("disk.img");
+    // Written, not sparse: reads of holes would not reach the backing file.
+    std::fs::write(&file, vec![0x5au8; 4 << 20]).unwrap();
+    let mut tk = Tracer::spawn(&["io-lat", "--json", "--interval", "1s"]);
+    tk.wait_attached();
+    // Well inside the first window (tens of milliseconds from here to the reads' end).
+    let lo = NewLoop::create();
+    let (dev, hold) = losetup_on(Some(&lo.dev), &["--direct-io=on"], &file);
+    let name = dev.trim_start_matches("/dev/").to_string();
+    let before = diskstats_of(&name).expect("the new disk in /proc/diskstats");
+    // In the window it appeared in: no slot yet.
+    read_direct(&dev, 100);
+    // A window later it has one.
+    std::thread::sleep(Duration::from_millis(1500));
+    read_direct(&dev, 100);
+    let after = diskstats_of(&name).unwrap();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let timed = sum(&rows(&lines, &name), "read", "count");
+    assert_eq!(
+        timed,
+        after.0 - before.0,
+        "reads timed vs /proc/diskstats for {name}"
+    );
+    let no_slot: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "stats" && l["tool"] == "io-lat")
+        .filter_map(|l| l["anomaly_kinds"]["no_dev_slot"].as_u64())
+        .sum();
+    assert!(
+        no_slot >= 100,
+        "{no_slot} requests without a slot; the first 100 reads came before the refresh"
+    );
+    assert!(
+        no_slot < timed,
+        "{no_slot} of {timed} without a slot: the disk never got one"
+    );
+    let sampled: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "device" && l["dev"] == name.as_str())
+        .filter_map(|l| l["depth_samples"].as_u64())
+        .sum();
+    assert!(sampled > 0, "the slotted disk's depth was never sampled");
+    // Detached (autoclear) before the device goes.
+    drop(hold);
+    drop(lo);
+    let _ = std::fs::remove_dir_all(dir);
+}
