@@ -287,9 +287,11 @@ async fn run_async(
     let events = register(collectors)?;
     let poll = collectors.iter().filter_map(|c| c.poll_interval()).min();
     let metas: Vec<Meta> = collectors.iter().map(|c| c.meta()).collect();
+    tracing::debug!("metas built");
     if !emit.begin(&metas, opts)? {
         return Ok(Stop::ReaderGone);
     }
+    tracing::debug!("metas written");
     fault_injection()?;
 
     let run_start = Instant::now();

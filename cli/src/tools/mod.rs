@@ -340,9 +340,12 @@ pub fn run_collector_with(
     open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
     emitter: impl FnOnce(Sink, &RunOpts) -> Box<dyn engine::Emitter>,
 ) -> Result<()> {
+    tracing::debug!("{tool}: arguments parsed");
     let sink = preflight(tool, common)?;
     let ctx = OpenCtx::new(common.scope(), common.run_opts());
+    tracing::debug!("{tool}: host facts read, opening");
     let mut collectors = vec![open(&ctx)?];
+    tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
     engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
     drop(emit);

@@ -38,7 +38,11 @@ impl Session {
     pub fn attach_planned(&mut self, hooks: &[Hook], plan: &[Choice]) -> Result<(), LoadError> {
         for (hook, choice) in hooks.iter().zip(plan) {
             match choice.mode {
-                Some((mode, program)) => self.attach_hook(hook, mode, program)?,
+                Some((mode, program)) => {
+                    let t = std::time::Instant::now();
+                    self.attach_hook(hook, mode, program)?;
+                    tracing::debug!("{program} loaded and attached in {:?}", t.elapsed());
+                }
                 None => self.skipped.push((
                     hook.event,
                     choice
