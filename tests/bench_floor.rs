@@ -89,21 +89,7 @@ fn io_split_floor_times_every_request() {
     let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split", "--json"]);
     tk.wait_attached();
     let (reads0, _) = lo.diskstats();
-    let dd = std::process::Command::new("dd")
-        .args([
-            &format!("if={}", lo.dev),
-            "of=/dev/null",
-            "bs=4k",
-            "count=300",
-        ])
-        .arg("iflag=direct")
-        .output()
-        .expect("dd");
-    assert!(
-        dd.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dd.stderr)
-    );
+    tracekit_tests::block::read_direct(&lo.dev, 300);
     let (reads1, _) = lo.diskstats();
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));

@@ -141,18 +141,14 @@ fn check_hot(lines: &[Value], pid: u64, function: &str) -> Result<String, String
 
 /// perf's samples per pid and its leaf functions, from `perf script`.
 fn perf_samples(data: &Path) -> HashMap<u64, HashMap<String, u64>> {
-    let out = Command::new("perf")
-        .args(["script", "-F", "pid,ip,sym", "--hide-call-graph", "-i"])
-        .arg(data)
-        .output()
-        .expect("perf script");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new("perf")
+            .args(["script", "-F", "pid,ip,sym", "--hide-call-graph", "-i"])
+            .arg(data),
+        "perf script",
     );
     let mut m: HashMap<u64, HashMap<String, u64>> = HashMap::new();
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
+    for l in String::from_utf8_lossy(&out).lines() {
         let t: Vec<&str> = l.split_whitespace().collect();
         let Some(pid) = t.first().and_then(|p| p.parse().ok()) else {
             continue;

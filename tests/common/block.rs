@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use crate::scratch;
+use crate::{output_ok, scratch};
 
 /// A loop device over a 64 MiB file of real (allocated) blocks, detached on drop (by the
 /// kernel, when `_hold` closes: see [`losetup`]).
@@ -60,21 +60,17 @@ pub fn losetup_on(
     extra: &[&str],
     file: &std::path::Path,
 ) -> (String, std::fs::File) {
-    let out = Command::new("losetup")
-        .args(match dev {
-            Some(d) => vec!["--show", d],
-            None => vec!["-f", "--show"],
-        })
-        .args(extra)
-        .arg(file)
-        .output()
-        .expect("losetup");
-    assert!(
-        out.status.success(),
-        "losetup: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let mut cmd = Command::new("losetup");
+    cmd.args(match dev {
+        Some(d) => vec!["--show", d],
+        None => vec!["-f", "--show"],
+    })
+    .args(extra)
+    .arg(file);
+    let dev = String::from_utf8(output_ok(&mut cmd, "losetup"))
+        .unwrap()
+        .trim()
+        .to_string();
     let hold = std::fs::File::open(&dev).unwrap_or_else(|e| panic!("{dev}: {e}"));
     if let Err(e) = autoclear(&hold) {
         let _ = Command::new("losetup").args(["-d", &dev]).status();
@@ -178,4 +174,15 @@ impl Drop for NewLoop {
             unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_REMOVE, self.number) };
         }
     }
+}
+
+/// `count` O_DIRECT 4 KiB reads of `dev` (dd).
+pub fn read_direct(dev: &str, count: u32) {
+    output_ok(
+        Command::new("dd")
+            .args([&format!("if={dev}"), "of=/dev/null", "bs=4k"])
+            .arg(format!("count={count}"))
+            .arg("iflag=direct"),
+        "dd",
+    );
 }

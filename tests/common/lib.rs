@@ -63,6 +63,18 @@ pub fn require_root() {
     mm::restore_leftovers();
 }
 
+/// Runs `cmd` to its end and returns its stdout; panics naming `what`, with the command's
+/// stderr, when it cannot start or fails.
+pub fn output_ok(cmd: &mut Command, what: &str) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    out.stdout
+}
+
 /// A scratch directory on the work tree's filesystem (real disk, unlike tmpfs where fsync is
 /// free).
 pub fn scratch(tag: &str) -> PathBuf {

@@ -7,18 +7,15 @@ use std::{
     process::Command,
 };
 
+use crate::output_ok;
+
 /// Output of `podman ARGS`, trimmed; panics with podman's stderr when it fails.
 pub fn podman(args: &[&str]) -> String {
-    let o = Command::new("podman")
-        .args(args)
-        .output()
-        .expect("podman (Debian package podman)");
-    assert!(
-        o.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr).trim()
+    let out = output_ok(
+        Command::new("podman").args(args),
+        &format!("podman {args:?} (Debian package podman)"),
     );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
+    String::from_utf8_lossy(&out).trim().to_string()
 }
 
 /// podman, runc and busybox-static installed (apt-get when one is missing), and

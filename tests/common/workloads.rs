@@ -7,20 +7,15 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{rows_for, run_exec_workload, workload_bin, Tracer};
+use crate::{output_ok, rows_for, run_exec_workload, workload_bin, Tracer};
 
 /// Runs a workload to completion, returning its JSON report.
 pub fn run_workload(args: &[&str]) -> Value {
-    let out = Command::new(workload_bin())
-        .args(args)
-        .output()
-        .expect("run tk-workload");
-    assert!(
-        out.status.success(),
-        "tk-workload {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(workload_bin()).args(args),
+        &format!("tk-workload {args:?}"),
     );
-    serde_json::from_slice(&out.stdout).expect("tk-workload prints JSON")
+    serde_json::from_slice(&out).expect("tk-workload prints JSON")
 }
 
 /// Runs a workload under `tracekit <args>` (attached first, SIGINT after it exits) and asserts

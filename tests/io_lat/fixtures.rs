@@ -38,19 +38,15 @@ pub(crate) fn ensure_fio() {
 /// wakeups are not delayed behind other work on this 2-CPU machine (that delay is in fio's
 /// clat but is no block-layer time). Returns fio's JSON job report.
 pub(crate) fn fio(dev: &str, extra: &[&str]) -> Value {
-    let out = Command::new("chrt")
-        .args(["-f", "20", "fio", "--name=tk", "--direct=1", "--size=64M"])
-        .arg(format!("--filename={dev}"))
-        .args(["--runtime=60", "--output-format=json"])
-        .args(extra)
-        .output()
-        .expect("fio");
-    assert!(
-        out.status.success(),
-        "fio failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new("chrt")
+            .args(["-f", "20", "fio", "--name=tk", "--direct=1", "--size=64M"])
+            .arg(format!("--filename={dev}"))
+            .args(["--runtime=60", "--output-format=json"])
+            .args(extra),
+        "fio",
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("fio JSON");
+    let v: Value = serde_json::from_slice(&out).expect("fio JSON");
     v["jobs"][0].clone()
 }
 

@@ -1,29 +1,14 @@
 //! Device slots (`IO_SLOTS`): a disk attached while io-lat runs is timed at once, and gets its
 //! queue-depth slot at the next window.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use tracekit_tests::{
-    block::{diskstats_of, losetup_on, NewLoop},
+    block::{diskstats_of, losetup_on, read_direct, NewLoop},
     *,
 };
 
 use super::fixtures::*;
-
-/// `count` O_DIRECT 4 KiB reads of `dev`.
-fn read_direct(dev: &str, count: u32) {
-    let dd = Command::new("dd")
-        .args([&format!("if={dev}"), "of=/dev/null", "bs=4k"])
-        .arg(format!("count={count}"))
-        .arg("iflag=direct")
-        .output()
-        .expect("dd");
-    assert!(
-        dd.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dd.stderr)
-    );
-}
 
 #[test]
 fn a_disk_attached_while_tracing_is_timed_then_slotted() {
