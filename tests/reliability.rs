@@ -112,6 +112,17 @@ fn tracekit_programs() -> Vec<u32> {
     program_ids_named("tk_")
 }
 
+/// tracekit's programs loaded since `before` was taken that are still loaded after waiting for
+/// them to go.
+fn left_since(before: &[u32]) -> Vec<u32> {
+    wait_unloaded(
+        &tracekit_programs()
+            .into_iter()
+            .filter(|i| !before.contains(i))
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// An `--output` that cannot be written is found before anything is attached: exit 2, one
 /// line, and no program is ever loaded (the check used to come after the run, losing its data).
 #[test]
@@ -335,12 +346,7 @@ fn broken_pipe_ends_the_run() {
         drop(out);
         let code = wait_or_kill(&mut child, Duration::from_secs(5), "after EPIPE");
         assert_eq!(code, 0, "{args:?}");
-        let left = wait_unloaded(
-            &tracekit_programs()
-                .into_iter()
-                .filter(|i| !before.contains(i))
-                .collect::<Vec<_>>(),
-        );
+        let left = left_since(&before);
         assert!(left.is_empty(), "{args:?}: programs {left:?} left");
     }
 }
@@ -605,11 +611,6 @@ fn a_dead_tests_tracekit_stops_and_detaches() {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
     assert!(gone, "tracekit {pid} still runs 5 s after its test died");
-    let left = wait_unloaded(
-        &tracekit_programs()
-            .into_iter()
-            .filter(|i| !before.contains(i))
-            .collect::<Vec<_>>(),
-    );
+    let left = left_since(&before);
     assert!(left.is_empty(), "programs {left:?} left");
 }

@@ -249,7 +249,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .collect();
     let cap = inflight_cap();
     let classic = mode == AttachMode::Tracepoint;
-    let nslots = slots::capacity(disks::diskstats().map_or(0, |d| d.len()));
+    // The disks now: room for them and as many again, and their slots before attaching.
+    let disks_at_load = disks::diskstats().unwrap_or_default();
+    let nslots = slots::capacity(disks_at_load.len());
     let spec = LoadSpec::new()
         .global(
             "IO_DEV",
@@ -280,7 +282,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         Array::try_from(session.take_map("IO_DEPTH")?).context("IO_DEPTH")?,
         nslots,
     );
-    slots.refresh(&disks::diskstats().unwrap_or_default())?;
+    slots.refresh(&disks_at_load)?;
     session.attach_planned(&hooks, &plan)?;
     let agg = GenMap::take(
         &mut session,
