@@ -410,5 +410,25 @@ pub(super) fn startup_cases(tk: &Path) -> Vec<(String, Vec<String>)> {
             "tracepoint:sched:sched_switch { @[comm] = count(); } interval:ms:300 { exit(); }",
         ]),
     ));
+    if let Some(base) = std::env::var_os("TK_BENCH_BASELINE") {
+        // Start-up twins too: the same command line on the other build, measured in the same
+        // rounds, so a start-up change has its before and after side by side.
+        let twins: Vec<_> = st_cases
+            .iter()
+            .filter(|(_, argv)| argv.first() == Some(&tk_s))
+            .map(|(name, argv)| {
+                let mut argv = argv.clone();
+                argv[0] = base.to_string_lossy().into_owned();
+                (format!("{name} (baseline)"), argv)
+            })
+            .collect();
+        for twin in twins {
+            let at = st_cases
+                .iter()
+                .position(|(n, _)| format!("{n} (baseline)") == twin.0)
+                .map_or(st_cases.len(), |i| i + 1);
+            st_cases.insert(at, twin);
+        }
+    }
     st_cases
 }

@@ -19,18 +19,26 @@ impl Session {
             a.targets.push(target);
             return;
         }
-        let id = self
-            .ebpf
-            .program(program)
-            .and_then(|p| p.info().ok())
-            .map(|i| i.id())
-            .unwrap_or(0);
+        // The id is read once everything is attached (`fill_ids`): one bpf() call less between
+        // two attaches.
         self.attached.push(Attached {
             program: program.to_string(),
-            id,
+            id: 0,
             mode,
             targets: vec![target],
         });
+    }
+
+    /// Reads the kernel's id of every attached program that has none yet.
+    fn fill_ids(&mut self) {
+        for a in self.attached.iter_mut().filter(|a| a.id == 0) {
+            a.id = self
+                .ebpf
+                .program(&a.program)
+                .and_then(|p| p.info().ok())
+                .map(|i| i.id())
+                .unwrap_or(0);
+        }
     }
 
     /// Attaches every hook as `plan` (from [`plan`]) chose; hooks without a mode are listed in
@@ -54,6 +62,7 @@ impl Session {
             }
         }
         self.choices.extend(plan.iter().cloned());
+        self.fill_ids();
         Ok(())
     }
 
@@ -174,6 +183,7 @@ impl Session {
             })?;
         }
         self.record(program, AttachMode::PerfEvent, "cpu-clock".into());
+        self.fill_ids();
         Ok(())
     }
 
