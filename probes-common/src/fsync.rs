@@ -96,6 +96,7 @@ pub struct FileEvent {
     pub name: [u8; NAME_LEN],
 }
 
+crate::gen_keys!(FsyncKey);
 crate::impl_pod!(FsyncKey, FsyncStart, FsyncVal, FileEvent, FileOffsets);
 
 #[cfg(test)]

@@ -394,6 +394,7 @@ pub const fn size_bucket(bytes: u32) -> usize {
     }
 }
 
+crate::gen_keys!(IoKey, DevKey);
 crate::impl_pod!(
     RqOffsets, TpOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew
 );

@@ -27,6 +27,26 @@ macro_rules! add_counters {
     };
 }
 
+/// A key of a map that two generations share: the kernel writes keys of the current generation
+/// while userspace drains the other (see `cli/src/kernel/maps.rs`).
+pub trait GenKey {
+    fn gen(&self) -> u32;
+}
+
+/// [`GenKey`] for key types whose generation is their `gen` field, one line per module.
+#[macro_export]
+macro_rules! gen_keys {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            impl $crate::GenKey for $t {
+                fn gen(&self) -> u32 {
+                    self.gen
+                }
+            }
+        )+
+    };
+}
+
 /// Marks `$t` as plain old data for aya's map accessors (userspace only).
 #[macro_export]
 macro_rules! impl_pod {

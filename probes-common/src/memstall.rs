@@ -225,6 +225,7 @@ impl MsOom {
     };
 }
 
+crate::gen_keys!(MsKey);
 crate::impl_pod!(MsKey, MsVal, MsNew, MsAttempt, MsLife, MsOom, MsCgroup);
 
 #[cfg(test)]

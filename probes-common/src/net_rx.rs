@@ -156,6 +156,7 @@ pub struct CpuVal {
     pub kfree: u64,
 }
 
+crate::gen_keys!(DropKey, SockKey);
 crate::impl_pod!(SkbOffsets, DropKey, DropVal, SockKey, SockVal, CpuVal);
 
 #[cfg(test)]

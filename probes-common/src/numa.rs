@@ -141,6 +141,7 @@ pub struct PairKey {
     pub dst: u32,
 }
 
+crate::gen_keys!(NumaKey, PairKey);
 crate::impl_pod!(Stint, NumaKey, NumaVal, NumaOffsets, PairKey);
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub struct DwarfSample {
     pub stack: [u8; DWARF_STACK],
 }
 
+crate::gen_keys!(ProfileKey);
 crate::impl_pod!(ProfileKey, ProfileVal, DwarfSample);
 
 /// `profile --off-cpu` (object `offcpu`): switch-outs not recorded as waits because the task

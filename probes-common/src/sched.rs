@@ -178,6 +178,7 @@ pub struct TaskOffsets {
     pub _pad: u32,
 }
 
+crate::gen_keys!(SchedKey, PairKey);
 crate::impl_pod!(
     TaskSnap,
     WakeSlot,

@@ -14,6 +14,8 @@ use aya::{
     Pod,
 };
 
+use probes_common::GenKey;
+
 use crate::kernel::loader::{map_err, LoadError, Session};
 
 /// Values that can be summed across keys (per-CPU copies, threads of a process, fds of a file).
@@ -27,8 +29,7 @@ impl Merge for probes_common::hist::LatHist {
     }
 }
 
-/// A kernel aggregation hash keyed by `K` (whose generation `key_gen` extracts) and its
-/// two-slot `[other]` array.
+/// A kernel aggregation hash keyed by `K` (a [`GenKey`]) and its two-slot `[other]` array.
 pub struct GenMap<K: Pod, V: Pod>(Gen<K, V, HashMap<MapData, K, V>, Array<MapData, V>>);
 
 /// What one generation held.
@@ -53,16 +54,16 @@ pub struct DrainedPerCpu<K, V> {
 /// `take` and `drain` of [`GenMap`] and [`PerCpuGenMap`] (the work is in [`Gen`]).
 macro_rules! gen_map_api {
     ($map:ident, $drained:ident, $values:literal) => {
-        impl<K: Pod, V: Pod> $map<K, V> {
-            /// Takes `map` (and `other`, if the tool has an overflow row) out of the session.
+        impl<K: Pod + GenKey, V: Pod> $map<K, V> {
+            /// Takes `map` (and `other`, if the tool has an overflow row, reset to `zero` as it
+            /// is drained) out of the session.
             pub fn take(
                 session: &mut Session,
                 map: &'static str,
                 other: Option<&'static str>,
-                key_gen: fn(&K) -> u32,
                 zero: V,
             ) -> Result<$map<K, V>, LoadError> {
-                Gen::take(session, map, other, key_gen, zero).map($map)
+                Gen::take(session, map, other, K::gen, zero).map($map)
             }
 
             #[doc = concat!("Every key of generation `gen`", $values, ", deleted from the map, ")]

@@ -291,13 +291,7 @@ fn pair_map(
     if !on {
         return Ok(None);
     }
-    Ok(Some(GenMap::take(
-        s,
-        name,
-        None,
-        |k: &PairKey| k.gen,
-        PairVal::default(),
-    )?))
+    Ok(Some(GenMap::take(s, name, None, PairVal::default())?))
 }
 
 /// Loads the `sched` object and attaches it as the attach policy chose on this kernel.
@@ -364,7 +358,6 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         &mut session,
         "SCHED_AGG",
         Some("SCHED_OTHER"),
-        |k: &SchedKey| k.gen,
         SchedVal::ZERO,
     )?;
     let preemptors = pair_map(&mut session, "PREEMPTORS", record.preemptors)?;

@@ -183,13 +183,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
-    let hist = GenMap::take(
-        &mut session,
-        "FSYNC_HIST",
-        Some("FSYNC_OTHER"),
-        |k: &FsyncKey| k.gen,
-        ZERO,
-    )?;
+    let hist = GenMap::take(&mut session, "FSYNC_HIST", Some("FSYNC_OTHER"), ZERO)?;
     let files = if args.by_file {
         let m = session.take_map("FSYNC_FILES")?;
         Some(RingBuf::try_from(m).context("FSYNC_FILES")?)

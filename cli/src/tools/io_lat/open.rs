@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use aya::maps::{Array, HashMap, RingBuf};
-use probes_common::io_lat::{DevKey, DevVal, IoKey, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE};
+use probes_common::io_lat::{DevVal, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE};
 
 use super::{depth, hooks_for, names, slots, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
@@ -284,20 +284,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     );
     slots.refresh(&disks_at_load)?;
     session.attach_planned(&hooks, &plan)?;
-    let agg = GenMap::take(
-        &mut session,
-        "IO_AGG",
-        Some("IO_OTHER"),
-        |k: &IoKey| k.gen,
-        IoVal::ZERO,
-    )?;
-    let devs = GenMap::take(
-        &mut session,
-        "IO_DEV_VALS",
-        None,
-        |k: &DevKey| k.gen,
-        DevVal::ZERO,
-    )?;
+    let agg = GenMap::take(&mut session, "IO_AGG", Some("IO_OTHER"), IoVal::ZERO)?;
+    let devs = GenMap::take(&mut session, "IO_DEV_VALS", None, DevVal::ZERO)?;
     let start = HashMap::try_from(session.take_map("IO_START")?).context("IO_START")?;
     let new = RingBuf::try_from(session.take_map("IO_NEW")?).context("IO_NEW")?;
     // Read after attaching: the diskstats deltas count from here, as the programs do.

@@ -303,13 +303,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let news = RingBuf::try_from(session.take_map("MS_NEW")?).context("MS_NEW")?;
     let ooms = RingBuf::try_from(session.take_map("MS_OOM")?).context("MS_OOM")?;
     let life = HashMap::try_from(session.take_map("MS_LIFE")?).context("MS_LIFE")?;
-    let hist = GenMap::take(
-        &mut session,
-        "MS_HIST",
-        Some("MS_OTHER"),
-        |k: &MsKey| k.gen,
-        MsVal::ZERO,
-    )?;
+    let hist = GenMap::take(&mut session, "MS_HIST", Some("MS_OTHER"), MsVal::ZERO)?;
     let vm_start = Vmstat::read().unwrap_or_default();
     let now = crate::host::proc::mono_ns();
     Ok(Box::new(Memstall {

@@ -277,20 +277,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         consume: attached("skb:consume_skb"),
     };
     let zero_drop = DropVal::default();
-    let drops = PerCpuGenMap::take(
-        &mut session,
-        "NR_DROPS",
-        Some("NR_DROP_OTHER"),
-        |k: &DropKey| k.gen,
-        zero_drop,
-    )?;
-    let socks = PerCpuGenMap::take(
-        &mut session,
-        "NR_SOCKS",
-        None,
-        |k: &SockKey| k.gen,
-        SockVal::default(),
-    )?;
+    let drops = PerCpuGenMap::take(&mut session, "NR_DROPS", Some("NR_DROP_OTHER"), zero_drop)?;
+    let socks = PerCpuGenMap::take(&mut session, "NR_SOCKS", None, SockVal::default())?;
     let cpu: PerCpuArray<MapData, CpuVal> = PerCpuArray::try_from(session.take_map("NR_CPU")?)?;
     let mut tool = NetRx {
         drop_mode,

@@ -186,14 +186,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     // The kernel's counters at the start of generation 0, as close to the attach as possible.
     let vmstat = Vmstat::read().ok();
     let numastat = node_stats(&topo);
-    let agg = GenMap::take(
-        &mut session,
-        "NUMA_AGG",
-        Some("NUMA_OTHER"),
-        |k: &NumaKey| k.gen,
-        NumaVal::ZERO,
-    )?;
-    let pairs = GenMap::take(&mut session, "NUMA_PAIRS", None, |k: &PairKey| k.gen, 0u64)?;
+    let agg = GenMap::take(&mut session, "NUMA_AGG", Some("NUMA_OTHER"), NumaVal::ZERO)?;
+    let pairs = GenMap::take(&mut session, "NUMA_PAIRS", None, 0u64)?;
     let hint_hook = HOOKS
         .iter()
         .zip(&plan)

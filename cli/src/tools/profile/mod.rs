@@ -189,13 +189,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         session.attach_cpu_clock(PROGRAM, args.freq)?;
     }
     session.choices.extend(plan);
-    let counts = GenMap::take(
-        &mut session,
-        "PROFILE_COUNTS",
-        Some("PROFILE_OTHER"),
-        |k: &ProfileKey| k.gen,
-        ZERO,
-    )?;
+    let counts = GenMap::take(&mut session, "PROFILE_COUNTS", Some("PROFILE_OTHER"), ZERO)?;
     let run = StackRun::new(&mut session, "PROFILE_STACKS", args, "samples")?;
     let samples = match dwarf {
         true => {

@@ -99,13 +99,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .tp_btf(&["sched_waking", "sched_switch"]);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
-    let counts = GenMap::take(
-        &mut session,
-        "OFFCPU_COUNTS",
-        Some("OFFCPU_OTHER"),
-        |k: &ProfileKey| k.gen,
-        ZERO,
-    )?;
+    let counts = GenMap::take(&mut session, "OFFCPU_COUNTS", Some("OFFCPU_OTHER"), ZERO)?;
     let run = StackRun::new(&mut session, "OFFCPU_STACKS", args, "ns")?;
     Ok(Box::new(OffCpu {
         session,
