@@ -17,9 +17,16 @@ impl Btf {
         self.enum_values_where(|n| n.starts_with(prefix.as_bytes()))
     }
 
+    /// Ids of every enum, 32- and 64-bit, in id order (the first of two same-named ones wins).
+    fn enum_ids(&self) -> Vec<u32> {
+        let mut ids = [self.of_kind(KIND_ENUM), self.of_kind(KIND_ENUM64)].concat();
+        ids.sort_unstable();
+        ids
+    }
+
     fn enum_values_where(&self, want: impl Fn(&[u8]) -> bool) -> Vec<(String, i64)> {
         let mut out = Vec::new();
-        for id in 1..=self.types.len() as u32 {
+        for id in self.enum_ids() {
             let Some((_, kind, kflag, vlen, _, at)) = self.ty(id) else {
                 continue;
             };
@@ -55,8 +62,8 @@ impl Btf {
     /// values that change between kernels are named without a rebuild. `None` when absent.
     /// (By the enum's own name; [`Btf::enum_values`] matches enumerators by prefix.)
     pub fn enum_named(&self, name: &str) -> Option<Vec<(String, i64)>> {
-        let id = (1..=self.types.len() as u32).find(|&id| {
-            matches!(self.ty(id), Some((n, KIND_ENUM | KIND_ENUM64, _, vlen, _, _)) if vlen > 0 && self.str_at(n) == name.as_bytes())
+        let id = self.enum_ids().into_iter().find(|&id| {
+            matches!(self.ty(id), Some((n, _, _, vlen, _, _)) if vlen > 0 && self.str_at(n) == name.as_bytes())
         })?;
         let (_, kind, kflag, vlen, _, at) = self.ty(id)?;
         let mut out = Vec::with_capacity(vlen);

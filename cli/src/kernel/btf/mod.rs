@@ -110,4 +110,7 @@ pub struct Btf {
     str_end: usize,
     /// Byte offset of each type record; index = type id - 1.
     types: Vec<u32>,
+    /// Type ids by kind (index = `BTF_KIND_*`), in id order: a lookup by name scans only the
+    /// records of its kind (~9k structs, not ~130k types in vmlinux).
+    by_kind: Vec<Vec<u32>>,
 }

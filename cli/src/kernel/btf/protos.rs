@@ -2,8 +2,7 @@
 //! and type names, and whether a kernel function exists.
 
 use super::{
-    Btf, KIND_ENUM, KIND_ENUM64, KIND_FUNC, KIND_FUNC_PROTO, KIND_PTR, KIND_STRUCT, KIND_TYPEDEF,
-    KIND_UNION,
+    Btf, KIND_ENUM, KIND_ENUM64, KIND_FUNC_PROTO, KIND_PTR, KIND_STRUCT, KIND_TYPEDEF, KIND_UNION,
 };
 
 impl Btf {
@@ -71,9 +70,7 @@ impl Btf {
 
     /// Whether a function named `name` is in the BTF (what fentry attaches to).
     pub fn has_func(&self, name: &str) -> bool {
-        (1..=self.types.len() as u32).any(|id| {
-            matches!(self.ty(id), Some((n, KIND_FUNC, ..)) if self.str_at(n) == name.as_bytes())
-        })
+        self.find_func(name).is_some()
     }
 }
 

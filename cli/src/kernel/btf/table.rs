@@ -74,6 +74,7 @@ impl Btf {
             str_start,
             str_end,
             types: Vec::new(),
+            by_kind: Vec::new(),
         };
         btf.index()?;
         Ok(btf)
@@ -101,6 +102,7 @@ impl Btf {
         let mut at = self.type_start;
         // A vmlinux type record averages ~24 bytes; reserve accordingly to avoid regrowth.
         let mut types = Vec::with_capacity((end - at) / 20);
+        let mut by_kind: Vec<Vec<u32>> = vec![Vec::new(); 32];
         while at < end {
             let Some(w) = data.get(at + 4..at + 8) else {
                 return Err(self.corrupt(at));
@@ -126,12 +128,14 @@ impl Btf {
                 }
             };
             types.push(at as u32);
+            by_kind[kind as usize].push(types.len() as u32);
             at += 12 + extra;
         }
         if at != end {
             return Err(self.corrupt(at));
         }
         self.types = types;
+        self.by_kind = by_kind;
         Ok(())
     }
 
@@ -142,17 +146,17 @@ impl Btf {
         let mut found = vec![0u32; names.len()];
         let mut left = names.len();
         let data: &[u8] = &self.data;
-        for (i, &at) in self.types.iter().enumerate() {
-            let at = at as usize;
+        for &id in self.of_kind(kind) {
+            let at = self.types[id as usize - 1] as usize;
             let w = &data[at..at + 8];
             let info = u32::from_ne_bytes([w[4], w[5], w[6], w[7]]);
-            if (info >> 24) & 0x1f != kind || (nonempty && info & 0xffff == 0) {
+            if nonempty && info & 0xffff == 0 {
                 continue;
             }
             let name = self.str_at(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
             for (j, n) in names.iter().enumerate() {
                 if found[j] == 0 && name == n.as_bytes() {
-                    found[j] = i as u32 + 1;
+                    found[j] = id;
                     left -= 1;
                 }
             }
@@ -161,6 +165,11 @@ impl Btf {
             }
         }
         found
+    }
+
+    /// Ids of every type of `kind` (`BTF_KIND_*`), in id order.
+    pub(super) fn of_kind(&self, kind: u32) -> &[u32] {
+        self.by_kind.get(kind as usize).map_or(&[], Vec::as_slice)
     }
 
     /// Type id of the typedef named `name` (e.g. `btf_trace_sched_switch`).
