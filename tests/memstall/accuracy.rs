@@ -285,16 +285,22 @@ fn thp_faults_are_timed_or_said_untimed() {
 /// after the other's at every event, so whatever one does after reading its clock lands in the
 /// other's durations. Keys created on demand (an allocation whose refill raises an IPI) and
 /// ring-buffer wakeups added 20-350 us to the other instance's first zone of every process.
+///
+/// That regression hit every process. A loaded VM also delays the second instance's clock read
+/// now and then (one zone in 100-300 us, in a third of the processes on a busy day, either
+/// instance), so the test counts the processes that disagree over 18 of them: a systematic
+/// effect makes (nearly) all disagree, the noise about a third; two thirds is the line.
 #[test]
 fn two_instances_at_once_agree() {
     require_root();
     let _g = serial();
     let (a, _) = start();
     let (b, _) = start();
+    const PROCESSES: usize = 18;
     let mut pids = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..PROCESSES {
         pids.push(n(&run_workload(&["compact"]), "pid") as u32);
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
     let (la, lb) = (stop(a), stop(b));
     // Per process: (difference of the smallest zone, of the total per zone, p50s within a bucket).
@@ -309,27 +315,21 @@ fn two_instances_at_once_agree() {
         let p50_close = d("p50_ns") <= n(ra, "p50_ns") / 8 + 25_000;
         diffs.push((d("min_ns"), d("total_ns") / n(ra, "count"), p50_close));
     }
-    // What remains is the other instance's own work at the end of a zone: a few us. A vCPU
-    // preempted between the two instances' programs (a loaded VM) can add more to any one
-    // event, so the medians are compared.
     eprintln!(
         "two instances, per process (min diff ns, total diff per zone ns, p50 close): {diffs:?}"
     );
-    let median = |f: fn(&(u64, u64, bool)) -> u64| {
-        let mut v: Vec<u64> = diffs.iter().map(f).collect();
-        v.sort_unstable();
-        v[v.len() / 2]
-    };
+    // What remains between two instances is the other's own work at the end of a zone: a few
+    // us.
+    let disagree = diffs
+        .iter()
+        .filter(|d| d.0 > 15_000 || d.1 > 10_000)
+        .count();
     assert!(
-        median(|d| d.0) <= 15_000,
-        "smallest zones differ by {diffs:?} ns"
+        disagree <= PROCESSES * 2 / 3,
+        "{disagree} of {PROCESSES} processes' zones differ: {diffs:?} ns"
     );
     assert!(
-        median(|d| d.1) <= 10_000,
-        "totals differ per zone by {diffs:?} ns"
-    );
-    assert!(
-        diffs.iter().filter(|d| !d.2).count() <= 1,
+        diffs.iter().filter(|d| !d.2).count() <= 2,
         "p50s differ: {diffs:?}"
     );
 }

@@ -328,13 +328,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .max_entries("PREEMPTORS", scope.key_cap())
         .max_entries("CULPRITS", scope.key_cap())
         .max_entries("WAKERS", scope.key_cap())
-        .tp_btf(&[
-            "sched_process_free",
-            "sched_process_exec",
-            "sched_waking",
-            "sched_wakeup_new",
-            "sched_switch",
-        ]);
+        .tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let mut notes = Vec::new();

@@ -181,6 +181,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     if args.by_file {
         spec = spec.global("FS_FILE_OFFS", &file_offsets()?);
     }
+    let spec = spec.tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let hist = GenMap::take(&mut session, "FSYNC_HIST", Some("FSYNC_OTHER"), ZERO)?;

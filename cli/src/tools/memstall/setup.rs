@@ -92,10 +92,11 @@ pub fn plan(ctx: &OpenCtx) -> Result<Setup> {
         g.tasks();
         let madv_collapse = has_madv_collapse();
         let outcome_names = std::mem::take(&mut g.outcome_names);
+        let spec = g.spec(ctx).tp_btf_planned(&hooks, &plan);
         return Ok(Setup {
             hooks,
             plan,
-            spec: g.spec(ctx),
+            spec,
             outcome_names,
             cgroup_in_kernel,
             madv_collapse,

@@ -96,7 +96,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("OFFCPU_START", crate::tools::sched::task_cap())
         .max_entries("OFFCPU_COUNTS", scope.key_cap())
         .max_entries("OFFCPU_STACKS", 16384)
-        .tp_btf(&["sched_waking", "sched_switch"]);
+        .tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let counts = GenMap::take(&mut session, "OFFCPU_COUNTS", Some("OFFCPU_OTHER"), ZERO)?;
