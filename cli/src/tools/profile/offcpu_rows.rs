@@ -204,27 +204,35 @@ pub fn off_stack_rows(
     n: usize,
 ) -> Vec<OffStackRow> {
     let who = Id::new(id, p.tgid, threads, p.comm.clone(), Title::default());
-    // by_ns and by_blocks are built side by side: the same index is the same key.
-    let mut mine: Vec<(&Sample, u64)> = by_ns
-        .iter()
-        .zip(by_blocks)
-        .filter(|(s, _)| s.id == id)
-        .map(|(s, b)| (s, b.count))
-        .collect();
-    mine.sort_by_key(|m| std::cmp::Reverse(m.0.count));
-    if n > 0 {
-        mine.truncate(n);
+    // by_ns and by_blocks are built side by side: the same index is the same key. Two kernel
+    // stack ids can name the same functions (a return address elsewhere in `__schedule`): one
+    // row per stack as printed, their blocks and time summed.
+    let mut merged: Vec<(Vec<String>, &Sample, u64, u64)> = Vec::new();
+    for (s, b) in by_ns.iter().zip(by_blocks).filter(|(s, _)| s.id == id) {
+        let frames: Vec<String> = s.frames.iter().rev().map(label).collect();
+        match merged.iter_mut().find(|m| m.0 == frames) {
+            Some(m) => {
+                m.2 += s.count;
+                m.3 += b.count;
+            }
+            None => merged.push((frames, s, s.count, b.count)),
+        }
     }
-    mine.into_iter()
-        .map(|(s, blocks)| {
+    merged.sort_by_key(|m| std::cmp::Reverse(m.2));
+    if n > 0 {
+        merged.truncate(n);
+    }
+    merged
+        .into_iter()
+        .map(|(frames, s, blocked_ns, blocks)| {
             let (wait, caller) = wait_and_caller(&s.frames);
             OffStackRow {
                 who: who.clone(),
-                blocked_ns: s.count,
+                blocked_ns,
                 blocks,
                 wait,
                 caller,
-                frames: s.frames.iter().rev().map(label).collect(),
+                frames,
             }
         })
         .collect()
@@ -437,6 +445,23 @@ mod tests {
             f[0].summary
         );
         assert_eq!(f[0].next.as_deref(), Some("tracekit fsync-lat --pid 812"));
+    }
+
+    /// Two kernel stack ids that print the same functions (seen: 93 + 7 blocks of one sleep
+    /// loop) are one row, their blocks and time summed.
+    #[test]
+    fn stacks_that_print_alike_are_one_row() {
+        let (mut ns, mut blocks) = fixture();
+        let (ns2, blocks2) = fixture();
+        ns.extend(ns2.into_iter().skip(1));
+        blocks.extend(blocks2.into_iter().skip(1));
+        ns[2].count = 70_000_000;
+        blocks[2].count = 7;
+        let a = aggregate(&ns);
+        let st = off_stack_rows(&ns, &blocks, &a[&812], 812, false, 0);
+        assert_eq!(st.len(), 2);
+        let sleep = st.iter().find(|r| r.wait == "do_nanosleep").unwrap();
+        assert_eq!((sleep.blocks, sleep.blocked_ns), (107, 1_070_000_000));
     }
 
     #[test]
