@@ -267,12 +267,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         // The classic `error` field is always an errno (blk_status_to_errno).
         (classic_globals(spec, ctx, &attached)?, true)
     } else {
-        let spec = if mode == AttachMode::TpBtf {
-            spec.tp_btf(&attached.iter().map(|h| h.name()).collect::<Vec<_>>())
-        } else {
-            spec
-        };
-        btf_globals(spec)?
+        btf_globals(spec.tp_btf_planned(&hooks, &plan))?
     };
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     // Slots before attaching: every request from the first one finds its device's slot.

@@ -243,12 +243,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             .and_then(|x| x.field(f).ok())
             .map_or(0, |x| x.offset)
     };
-    let tp_btf: Vec<&'static str> = hooks
-        .iter()
-        .zip(&plan)
-        .filter(|(_, c)| c.mode.is_some_and(|m| m.0 == AttachMode::TpBtf))
-        .map(|(h, _)| h.name())
-        .collect();
     let cap = scope.key_cap();
     let spec = LoadSpec::new()
         .global("NR_OFFS", &offs)
@@ -262,7 +256,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .global("NR_TP_REASON", &tp_off("reason"))
         .max_entries("NR_DROPS", cap * 2)
         .max_entries("NR_SOCKS", cap)
-        .tp_btf(&tp_btf);
+        .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, Filter::default(), spec)?;
     session.attach_planned(&hooks, &plan)?;
     let attached = |event: &str| {

@@ -149,12 +149,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .proto_param_sizes("btf_trace_mm_migrate_pages")
         .is_some_and(|p| p.len() >= 9);
     let misplaced = btf.enum_value("MR_NUMA_MISPLACED").unwrap_or(-1) as i32;
-    let tp_btf: Vec<&'static str> = HOOKS
-        .iter()
-        .zip(&plan)
-        .filter(|(_, c)| c.mode.is_some_and(|m| m.0 == AttachMode::TpBtf))
-        .map(|(h, _)| h.name())
-        .collect();
     let scope = &ctx.scope;
     let ncpus = crate::host::proc::possible_cpus();
     let width = topo
@@ -173,7 +167,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("CPU_NODE", ncpus as u32)
         // Two kinds, every ordered pair, two generations.
         .max_entries("NUMA_PAIRS", (4 * width * width).max(16) as u32)
-        .tp_btf(&tp_btf);
+        .tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     {
         let mut map: Array<_, u32> = Array::try_from(session.map_mut("CPU_NODE")?)?;
