@@ -209,11 +209,9 @@ fn with_reference(workload: &[&str], pin: bool) -> (Vec<Value>, Value, BTreeMap<
     assert!(o.status.success(), "{workload:?}");
     let w: Value = serde_json::from_slice(&o.stdout).expect("workload JSON");
     tk.signal(libc::SIGINT);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    interrupt(&mut bt, "the bpftrace reference", Duration::from_secs(15));
     let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
-    let _ = bt.wait();
     (lines, w, reader.join().expect("reference reader"))
 }
 

@@ -244,6 +244,32 @@ impl Drop for Tracer {
     }
 }
 
+/// Ends `child` as a user would, with SIGINT, sent again every 500 ms (a tool still attaching
+/// may not act on the first), and waits at most `timeout`. Past that, the child is killed and
+/// the test fails naming `what`: a reference tool that ignores its signal must fail the test,
+/// not hang it (a bpftrace once sat 74 min in epoll_wait after its SIGINT, holding a CI run).
+pub fn interrupt(child: &mut Child, what: &str, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    let mut next = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        let now = Instant::now();
+        if now > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {timeout:?} of SIGINT");
+        }
+        if now >= next {
+            // SAFETY: plain syscall on our own, not yet reaped, child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            next = now + Duration::from_millis(500);
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// All of a child's piped stderr (read to its end).
 pub fn take_stderr(child: &mut Child) -> String {
     use std::io::Read;
