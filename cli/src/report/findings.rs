@@ -263,6 +263,18 @@ impl Finding {
         self
     }
 
+    /// The evidence number called `name`, as a float, when the finding has it.
+    pub fn ev(&self, name: &str) -> Option<f64> {
+        self.evidence
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| match *v {
+                Num::U(x) => x as f64,
+                Num::I(x) => x as f64,
+                Num::F(x) => x,
+            })
+    }
+
     /// The NDJSON line (without the common keys the engine adds: `tool`, `type`, interval).
     pub fn json(&self) -> Value {
         let mut m = Map::new();

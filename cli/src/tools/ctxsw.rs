@@ -387,7 +387,7 @@ impl Ctxsw {
 /// (`perf bench sched pipe` here: ~3 µs per round trip of two switches) plus cold caches
 /// after it, so 10,000/s is 2-5 % of a CPU spent switching, and it marks work handed over
 /// one item at a time (a lock or queue handoff) or too many runnable threads per CPU.
-const STORM_PER_S: f64 = 10_000.0;
+pub const STORM_PER_S: f64 = 10_000.0;
 
 /// A storm is "between its own threads" when most of its measured wakeups came from them.
 const OWN_SHARE: f64 = 0.5;

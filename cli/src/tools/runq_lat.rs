@@ -343,7 +343,12 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
         }
         summary.push('.');
+        // Woken as often as a context-switch storm switches: most waits are its own handoffs,
+        // and fewer handoffs is the fix before any priority change.
+        let storm = a.wake_n as f64 / secs >= super::ctxsw::STORM_PER_S
+            && culprit.is_none_or(|c| c.1 .1 * 2 < a.wake_ns);
         let advice = match behind.first() {
+            _ if storm => "it is woken more than 10,000 times/s and each wakeup waits its turn: batch the handoffs that wake it (larger queue items, fewer wakeups per item) before changing priorities",
             Some((0, _)) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
             _ => "give it the CPU first: raise its weight (nice -n -5, cpu.weight) or lower the hogs' (nice 19, SCHED_IDLE, a smaller cpu.weight or cpu.max), or keep the hogs off its CPUs (cpusets, taskset)",
         };
@@ -356,9 +361,11 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             summary,
             evidence: vec![],
             advice: advice.into(),
-            next: Some(format!(
-                "tracekit runq-lat --pid {pid} --threads --duration 10s"
-            )),
+            next: Some(if storm {
+                format!("tracekit ctxsw --pid {pid} --threads --duration 10s")
+            } else {
+                format!("tracekit runq-lat --pid {pid} --threads --duration 10s")
+            }),
         }
         .evidence("wake_waits", a.wake_n)
         .evidence("wake_wait_total_ns", a.wake_ns)
@@ -553,6 +560,31 @@ mod tests {
             f[0].summary
         );
         assert!(!f[0].summary.contains("hog5"), "{}", f[0].summary);
+    }
+
+    /// Woken 20,000 times a second, 10 us each, with no process holding the CPU for half of
+    /// it: the advice is fewer handoffs and the next command is ctxsw; a hog's victim woken as
+    /// often keeps the priority advice.
+    #[test]
+    fn a_process_woken_at_storm_rates_is_told_to_batch_its_handoffs() {
+        let pp = row(5, &[10_000; 20_000], &[], vec![peer(9, 40, 40_000_000)]);
+        let f = findings(&[pp], 1.0);
+        assert!(
+            f[0].advice.contains("batch the handoffs"),
+            "{}",
+            f[0].advice
+        );
+        assert_eq!(
+            f[0].next.as_deref(),
+            Some("tracekit ctxsw --pid 5 --threads --duration 10s")
+        );
+        let starved = row(5, &[10_000; 20_000], &[], vec![peer(9, 40, 150_000_000)]);
+        let f = findings(&[starved], 1.0);
+        assert!(
+            f[0].advice.contains("give it the CPU first"),
+            "{}",
+            f[0].advice
+        );
     }
 
     #[test]
