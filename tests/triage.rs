@@ -296,7 +296,7 @@ fn thp_direct_compaction_ranks_first() {
     let before = vmstat("compact_stall");
     let mut pid = 0;
     let (f, _) = triage(8, &[], || {
-        let _pool = Setting::set(NR_HUGEPAGES, &free_huge_blocks().to_string());
+        let _pool = hold_free_huge_blocks();
         let mut dd = Command::new("dd")
             .args([
                 "if=/dev/zero",

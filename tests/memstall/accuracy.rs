@@ -30,7 +30,7 @@ fn direct_compaction_stalls_equal_compact_stall() {
     assert_eq!(meta["compaction_per_allocation"], true, "{meta}");
     let before = vmstat("compact_stall");
     let pid = {
-        let _pool = Setting::set(NR_HUGEPAGES, &free_huge_blocks().to_string());
+        let _pool = hold_free_huge_blocks();
         dd("if=/dev/zero of=/dev/null bs=256M count=1").0
     };
     // Other processes' attempts may still be in flight: wait until the counter rests, and
