@@ -247,6 +247,22 @@ const MIN_PREEMPT_NS_PER_S: u64 = 100_000_000;
 /// the root tests' innocent workloads beside a compiler), and naming them all buries the victim.
 const MIN_WAKE_NS_PER_S: u64 = 50_000_000;
 
+/// Whether a wake-wait finding's waits are the process's own handoffs: it is woken as often as
+/// a context-switch storm switches, and no other process held the CPU for half of the wait.
+/// Fewer handoffs is then the fix before any priority change, and triage folds the wait into
+/// the storm's finding.
+pub fn waits_are_handoffs(f: &Finding) -> bool {
+    let (Some(waits), Some(wait_ns), Some(window_ns)) = (
+        f.ev("wake_waits"),
+        f.ev("wake_wait_total_ns"),
+        f.ev("window_ns"),
+    ) else {
+        return false;
+    };
+    waits * 1e9 / window_ns.max(1.0) >= super::ctxsw::STORM_PER_S
+        && f.ev("culprit_delay_ns").unwrap_or(0.0) * 2.0 < wait_ns
+}
+
 /// The findings of a window: processes that waited after their wakeups (the latency-sensitive
 /// victims), each with the tasks that held the CPU meanwhile; then, when no victim names them,
 /// CPU-bound processes starved by time-slicing. tracekit itself is never a victim or a culprit.
@@ -343,12 +359,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
         }
         summary.push('.');
-        // Woken as often as a context-switch storm switches: most waits are its own handoffs,
-        // and fewer handoffs is the fix before any priority change.
-        let storm = a.wake_n as f64 / secs >= super::ctxsw::STORM_PER_S
-            && culprit.is_none_or(|c| c.1 .1 * 2 < a.wake_ns);
         let advice = match behind.first() {
-            _ if storm => "it is woken more than 10,000 times/s and each wakeup waits its turn: batch the handoffs that wake it (larger queue items, fewer wakeups per item) before changing priorities",
             Some((0, _)) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
             _ => "give it the CPU first: raise its weight (nice -n -5, cpu.weight) or lower the hogs' (nice 19, SCHED_IDLE, a smaller cpu.weight or cpu.max), or keep the hogs off its CPUs (cpusets, taskset)",
         };
@@ -361,11 +372,9 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             summary,
             evidence: vec![],
             advice: advice.into(),
-            next: Some(if storm {
-                format!("tracekit ctxsw --pid {pid} --threads --duration 10s")
-            } else {
-                format!("tracekit runq-lat --pid {pid} --threads --duration 10s")
-            }),
+            next: Some(format!(
+                "tracekit runq-lat --pid {pid} --threads --duration 10s"
+            )),
         }
         .evidence("wake_waits", a.wake_n)
         .evidence("wake_wait_total_ns", a.wake_ns)
@@ -378,7 +387,14 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
                 .evidence("culprit_delay_ns", *ns)
                 .evidence("culprit_waits", *n);
         }
-        out.push(f.evidence("window_ns", (secs * 1e9) as u64));
+        f = f.evidence("window_ns", (secs * 1e9) as u64);
+        if waits_are_handoffs(&f) {
+            f.advice = "it is woken more than 10,000 times/s and each wakeup waits its turn: batch the handoffs that wake it (larger queue items, fewer wakeups per item) before changing priorities".into();
+            f.next = Some(format!(
+                "tracekit ctxsw --pid {pid} --threads --duration 10s"
+            ));
+        }
+        out.push(f);
     }
     for (pid, a) in &per {
         let ns_per_s = (a.preempt_ns as f64 / secs) as u64;

@@ -124,10 +124,10 @@ fn dedupe(f: &mut Vec<Finding>) {
 /// handoffs, and runq-lat reports that wait as run-queue delay: a time score, which ranks above
 /// the storm's rate although the switching is the cause and the wait its cost (a pipe
 /// ping-pong at 25 000 switches/s beside two light jobs waited 19 % of its time, p50 2 us,
-/// with no process holding the CPU for more than a quarter of it). Where the waits are the
-/// storm's (at least half as many as its voluntary switches) and no other process held the CPU
-/// for half of the wait, the storm's finding takes the measured wait as its score and evidence,
-/// and the run-queue finding goes. A victim a hog starves keeps its own finding.
+/// with no process holding the CPU for more than a quarter of it). Where runq-lat judges the
+/// waits to be handoffs and they number at least half the storm's voluntary switches, the
+/// storm's finding takes the measured wait as its score and evidence, and the run-queue finding
+/// goes. A victim a hog starves keeps its own finding.
 fn fold_storm_waits(f: &mut Vec<Finding>) {
     let mut folded = Vec::new();
     for i in 0..f.len() {
@@ -141,7 +141,7 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
         ) else {
             continue;
         };
-        if w.ev("culprit_delay_ns").unwrap_or(0.0) * 2.0 >= wait_ns {
+        if !tools::runq_lat::waits_are_handoffs(w) {
             continue;
         }
         let Some(s) = f.iter().position(|x| {
@@ -174,11 +174,12 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
         storm.evidence.extend(evidence);
         folded.push(i);
     }
-    let mut i = 0;
-    f.retain(|_| {
-        i += 1;
-        !folded.contains(&(i - 1))
-    });
+    *f = std::mem::take(f)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !folded.contains(i))
+        .map(|(_, x)| x)
+        .collect();
 }
 
 impl Triage {
