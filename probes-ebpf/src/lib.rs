@@ -17,9 +17,8 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{map, tracepoint},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
 };
 use probes_common::{
     hist::{bucket_index_flat, LatHist, NBUCKETS},
@@ -54,29 +53,70 @@ static FOLLOW_FLAGS_OFF: u32 = 32;
 /// its tgid already.
 const CLONE_THREAD: u64 = 0x0001_0000;
 
-/// `--pid N --children`: on `task:task_newtask` (runs in the parent, inside fork, before the
-/// child can run), a process forked by a traced process joins `FILTER_PIDS`, so a child that
-/// lives a millisecond is traced from its first instruction. Every object carries this program;
-/// userspace loads it only with `--children`.
-#[tracepoint]
-pub fn tk_follow_fork(ctx: TracePointContext) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: the value is only tested for presence.
-    if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
-        return 0;
-    }
-    // SAFETY: offsets from the event's format file; read_at goes through bpf_probe_read.
-    let flags = unsafe { ctx.read_at::<u64>(ro(&FOLLOW_FLAGS_OFF) as usize) }.unwrap_or(0);
-    if flags & CLONE_THREAD != 0 {
-        return 0;
-    }
-    // SAFETY: as above.
-    let Ok(child) = (unsafe { ctx.read_at::<i32>(ro(&FOLLOW_PID_OFF) as usize) }) else {
-        return 0;
+/// What a program attached through perf_event returns so the event goes on to perf.
+///
+/// For a classic tracepoint (`perf_trace_run_bpf_submit`) or a kprobe/uprobe attached through
+/// perf (`kprobe_perf_func`), the kernel skips `perf_tp_event` for the hit when the program
+/// returns 0: every `perf record`/`perf trace`/`perf stat` user of the same event on that CPU
+/// loses it (KERNEL-NOTES, 2026-12-01: 0 of 20 `fdatasync` recorded beside `fsync-lat`).
+pub const PASS: u32 = 1;
+
+/// Defines a classic-tracepoint, kprobe or kretprobe program (by the context its body takes:
+/// `TracePointContext`, `ProbeContext`, `RetProbeContext`) that returns [`PASS`], whatever its
+/// body returns:
+///
+/// ```ignore
+/// passing! {
+///     pub fn tk_x_enter(ctx: TracePointContext) -> u32 { ...; 0 }
+/// }
+/// ```
+///
+/// Why not aya's `#[tracepoint]`/`#[kprobe]`: their wrappers discard the body's value and
+/// return 0, which blinds every other tracer of the event (see [`PASS`]). tp_btf and raw_tp
+/// programs do not gate perf, so they keep aya's attributes.
+#[macro_export]
+macro_rules! passing {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident($ctx:ident: $ctx_ty:ident) -> u32 $body:block) => {
+        $(#[$attr])*
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = $crate::passing!(@section $ctx_ty))]
+        $vis fn $name(ctx: *mut ::core::ffi::c_void) -> u32 {
+            #[inline(always)]
+            fn body($ctx: ::aya_ebpf::programs::$ctx_ty) -> u32 $body
+            let _ = body(::aya_ebpf::programs::$ctx_ty::new(ctx));
+            $crate::PASS
+        }
     };
-    // A full map (1024 processes) fails the insert; userspace sees the size and says so.
-    let _ = FILTER_PIDS.insert(child as u32, 1, 0);
-    0
+    // The section aya's loader reads the program type from, by the context the body takes.
+    (@section TracePointContext) => { "tracepoint" };
+    (@section ProbeContext) => { "kprobe" };
+    (@section RetProbeContext) => { "kretprobe" };
+}
+
+passing! {
+    /// `--pid N --children`: on `task:task_newtask` (runs in the parent, inside fork, before the
+    /// child can run), a process forked by a traced process joins `FILTER_PIDS`, so a child that
+    /// lives a millisecond is traced from its first instruction. Every object carries this program;
+    /// userspace loads it only with `--children`.
+    pub fn tk_follow_fork(ctx: TracePointContext) -> u32 {
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        // SAFETY: the value is only tested for presence.
+        if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
+            return 0;
+        }
+        // SAFETY: offsets from the event's format file; read_at goes through bpf_probe_read.
+        let flags = unsafe { ctx.read_at::<u64>(ro(&FOLLOW_FLAGS_OFF) as usize) }.unwrap_or(0);
+        if flags & CLONE_THREAD != 0 {
+            return 0;
+        }
+        // SAFETY: as above.
+        let Ok(child) = (unsafe { ctx.read_at::<i32>(ro(&FOLLOW_PID_OFF) as usize) }) else {
+            return 0;
+        };
+        // A full map (1024 processes) fails the insert; userspace sees the size and says so.
+        let _ = FILTER_PIDS.insert(child as u32, 1, 0);
+        0
+    }
 }
 
 /// What could not be recorded, per CPU; indices in `probes_common::stats`.

@@ -9,9 +9,9 @@ use probes_ebpf as _;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use probes_ebpf::{atomic_add, get_or_insert};
 
@@ -38,10 +38,11 @@ pub fn tk_floor_raw(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-#[tracepoint]
-pub fn tk_floor_tp(_ctx: TracePointContext) -> u32 {
-    bump();
-    0
+probes_ebpf::passing! {
+    pub fn tk_floor_tp(_ctx: TracePointContext) -> u32 {
+        bump();
+        0
+    }
 }
 
 /// The raw `sys_enter` tracepoint: the floor of what every syscall pays under `fsync-lat`.
@@ -140,34 +141,36 @@ pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
 #[map]
 static FLOOR_START: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 
-/// Enter of a timed call: remember when, by thread.
-#[tracepoint]
-pub fn tk_floor_ts_enter(_ctx: TracePointContext) -> u32 {
-    let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let _ = FLOOR_START.insert(tid, now, 0);
-    0
+probes_ebpf::passing! {
+    /// Enter of a timed call: remember when, by thread.
+    pub fn tk_floor_ts_enter(_ctx: TracePointContext) -> u32 {
+        let tid = bpf_get_current_pid_tgid() as u32;
+        // SAFETY: a helper without arguments.
+        let now = unsafe { bpf_ktime_get_ns() };
+        let _ = FLOOR_START.insert(tid, now, 0);
+        0
+    }
 }
 
-/// Exit of a timed call: its latency into a per-CPU log2 histogram, nothing per process.
-#[tracepoint]
-pub fn tk_floor_ts_exit(_ctx: TracePointContext) -> u32 {
-    let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is copied out before the delete.
-    let Some(ts) = (unsafe { FLOOR_START.get(tid) }).copied() else {
-        return 0;
-    };
-    let _ = FLOOR_START.remove(tid);
-    // SAFETY: a helper without arguments.
-    let d = unsafe { bpf_ktime_get_ns() }.saturating_sub(ts);
-    let b = 63 - (d | 1).leading_zeros();
-    if let Some(h) = FLOOR_HIST.get_ptr_mut(b) {
-        // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
-        unsafe { *h += 1 };
+probes_ebpf::passing! {
+    /// Exit of a timed call: its latency into a per-CPU log2 histogram, nothing per process.
+    pub fn tk_floor_ts_exit(_ctx: TracePointContext) -> u32 {
+        let tid = bpf_get_current_pid_tgid() as u32;
+        // SAFETY: the value is copied out before the delete.
+        let Some(ts) = (unsafe { FLOOR_START.get(tid) }).copied() else {
+            return 0;
+        };
+        let _ = FLOOR_START.remove(tid);
+        // SAFETY: a helper without arguments.
+        let d = unsafe { bpf_ktime_get_ns() }.saturating_sub(ts);
+        let b = 63 - (d | 1).leading_zeros();
+        if let Some(h) = FLOOR_HIST.get_ptr_mut(b) {
+            // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
+            unsafe { *h += 1 };
+        }
+        bump();
+        0
     }
-    bump();
-    0
 }
 
 /// Block request lower bound: per request in flight, when it was inserted and issued and who

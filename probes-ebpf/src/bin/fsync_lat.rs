@@ -25,9 +25,9 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
-    macros::{btf_tracepoint, map, tracepoint},
+    macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{BtfTracePointContext, TracePointContext},
+    programs::BtfTracePointContext,
 };
 use probes_common::{
     fsync::{FileEvent, FileOffsets, FsyncKey, FsyncStart, FsyncVal},
@@ -212,10 +212,8 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
                         (*ev).ino = file.ino;
                         (*ev).name = [0; probes_common::fsync::NAME_LEN];
                         if name != 0 {
-                            let _ = bpf_probe_read_kernel_str_bytes(
-                                name as *const u8,
-                                &mut (*ev).name,
-                            );
+                            let _ =
+                                bpf_probe_read_kernel_str_bytes(name as *const u8, &mut (*ev).name);
                         }
                     }
                     slot.submit(0);
@@ -238,18 +236,19 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
     }
 }
 
-#[tracepoint]
-pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
-    // SAFETY: offsets come from the event's format file; read_at bounds-checks via the helper.
-    let nr = match unsafe { ctx.read_at::<i32>(ro(&FS_NR_OFF) as usize) } {
-        Ok(nr) => nr as u32,
-        Err(_) => return 0,
-    };
-    on_enter(nr, || {
-        // SAFETY: as above.
-        unsafe { ctx.read_at::<u64>(ro(&FS_ARG0_OFF) as usize) }.unwrap_or(u64::MAX)
-    });
-    0
+probes_ebpf::passing! {
+    pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
+        // SAFETY: offsets come from the event's format file; read_at bounds-checks via the helper.
+        let nr = match unsafe { ctx.read_at::<i32>(ro(&FS_NR_OFF) as usize) } {
+            Ok(nr) => nr as u32,
+            Err(_) => return 0,
+        };
+        on_enter(nr, || {
+            // SAFETY: as above.
+            unsafe { ctx.read_at::<u64>(ro(&FS_ARG0_OFF) as usize) }.unwrap_or(u64::MAX)
+        });
+        0
+    }
 }
 
 /// `sys_enter(struct pt_regs *regs, long id)`: every syscall passes here; all but the family
@@ -331,12 +330,13 @@ fn on_exit(ret: i64) {
     }
 }
 
-#[tracepoint]
-pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
-    // SAFETY: offset from the exit event's format file.
-    let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
-    on_exit(ret);
-    0
+probes_ebpf::passing! {
+    pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
+        // SAFETY: offset from the exit event's format file.
+        let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
+        on_exit(ret);
+        0
+    }
 }
 
 /// `sys_exit(struct pt_regs *regs, long ret)`: the syscall number is the one kept in `regs` for

@@ -41,16 +41,17 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use probes_common::{
     io_lat::{
         op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
-        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY, ANOM_NO_SLOT,
-        ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM, NO_SLOT, NSTATUS, OFF_NONE,
-        OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
+        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
+        ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM,
+        NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT,
+        STAT_PARTIAL,
     },
     stats,
 };
@@ -676,7 +677,12 @@ fn rq_merge<R: Kread>(rq: u64) {
 
 rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);
 rq_programs!("block_rq_issue", tk_io_issue, tk_io_issue_raw, rq_issue);
-rq_programs!("block_rq_requeue", tk_io_requeue, tk_io_requeue_raw, rq_requeue);
+rq_programs!(
+    "block_rq_requeue",
+    tk_io_requeue,
+    tk_io_requeue_raw,
+    rq_requeue
+);
 rq_programs!("block_rq_merge", tk_io_merge, tk_io_merge_raw, rq_merge);
 
 #[btf_tracepoint(function = "block_rq_complete")]

@@ -37,18 +37,14 @@ use aya_ebpf::{
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
         bpf_probe_read_kernel_str_bytes,
     },
-    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
+    macros::{btf_tracepoint, fentry, fexit, map},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{
-        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
-        TracePointContext,
-    },
+    programs::{BtfTracePointContext, FEntryContext, FExitContext, TracePointContext},
 };
 use probes_common::{
     memstall::{
-        start_key, MsAttempt, MsCgroup, MsKey, MsLife, MsNew, MsVal, CG_LEVELS,
-        KIND_MEMCG_RECLAIM, KIND_RECLAIM, KIND_THP_COLLAPSE, KIND_THP_FAULT, MADV_COLLAPSE,
-        STAT_LIFE_MAP_FULL,
+        start_key, MsAttempt, MsCgroup, MsKey, MsLife, MsNew, MsVal, CG_LEVELS, KIND_MEMCG_RECLAIM,
+        KIND_RECLAIM, KIND_THP_COLLAPSE, KIND_THP_FAULT, MADV_COLLAPSE, STAT_LIFE_MAP_FULL,
     },
     stats,
 };
@@ -60,10 +56,11 @@ use probes_ebpf::{
 /// not read, both running `$body`.
 macro_rules! both {
     ($tp:ident, $btf:ident, $event:literal, $body:expr) => {
-        #[tracepoint]
-        pub fn $tp(_ctx: TracePointContext) -> u32 {
-            $body;
-            0
+        probes_ebpf::passing! {
+            pub fn $tp(_ctx: TracePointContext) -> u32 {
+                $body;
+                0
+            }
         }
 
         #[btf_tracepoint(function = $event)]
@@ -257,7 +254,14 @@ fn current_memcg() -> (u64, u64) {
     }
     // SAFETY: plain helper call.
     let kn = memcg_kn(unsafe { bpf_get_current_task() });
-    (kn, if kn == 0 { 0 } else { read_u64(kn + ro(&MS_OFF_KN_ID) as u64) })
+    (
+        kn,
+        if kn == 0 {
+            0
+        } else {
+            read_u64(kn + ro(&MS_OFF_KN_ID) as u64)
+        },
+    )
 }
 
 /// Fills `c` (in a ring-buffer record) with the cgroup of kernfs node `kn`: its id and its
@@ -445,14 +449,16 @@ both!(
     begin(KIND_MEMCG_RECLAIM)
 );
 
-#[tracepoint]
-pub fn tk_ms_reclaim_end(ctx: TracePointContext) -> u32 {
-    reclaim_end_tp(&ctx, KIND_RECLAIM)
+probes_ebpf::passing! {
+    pub fn tk_ms_reclaim_end(ctx: TracePointContext) -> u32 {
+        reclaim_end_tp(&ctx, KIND_RECLAIM)
+    }
 }
 
-#[tracepoint]
-pub fn tk_ms_memcg_end(ctx: TracePointContext) -> u32 {
-    reclaim_end_tp(&ctx, KIND_MEMCG_RECLAIM)
+probes_ebpf::passing! {
+    pub fn tk_ms_memcg_end(ctx: TracePointContext) -> u32 {
+        reclaim_end_tp(&ctx, KIND_MEMCG_RECLAIM)
+    }
 }
 
 /// `mm_vmscan_*_reclaim_end(unsigned long nr_reclaimed)`.
@@ -492,20 +498,22 @@ fn madv_exit(ret: i64) {
     }
 }
 
-#[tracepoint]
-pub fn tk_ms_madv_enter(ctx: TracePointContext) -> u32 {
-    // SAFETY: offset from sys_enter_madvise's format file (an 8-byte argument slot).
-    let behavior = unsafe { ctx.read_at::<u64>(ro(&MS_MADV_BEHAVIOR_OFF) as usize) }.unwrap_or(0);
-    madv_enter(behavior);
-    0
+probes_ebpf::passing! {
+    pub fn tk_ms_madv_enter(ctx: TracePointContext) -> u32 {
+        // SAFETY: offset from sys_enter_madvise's format file (an 8-byte argument slot).
+        let behavior = unsafe { ctx.read_at::<u64>(ro(&MS_MADV_BEHAVIOR_OFF) as usize) }.unwrap_or(0);
+        madv_enter(behavior);
+        0
+    }
 }
 
-#[tracepoint]
-pub fn tk_ms_madv_exit(ctx: TracePointContext) -> u32 {
-    // SAFETY: offset from sys_exit_madvise's format file.
-    let ret = unsafe { ctx.read_at::<i64>(ro(&MS_MADV_RET_OFF) as usize) }.unwrap_or(0);
-    madv_exit(ret);
-    0
+probes_ebpf::passing! {
+    pub fn tk_ms_madv_exit(ctx: TracePointContext) -> u32 {
+        // SAFETY: offset from sys_exit_madvise's format file.
+        let ret = unsafe { ctx.read_at::<i64>(ro(&MS_MADV_RET_OFF) as usize) }.unwrap_or(0);
+        madv_exit(ret);
+        0
+    }
 }
 
 /// Fallback without tracefs: `sys_enter(struct pt_regs *regs, long id)`; every syscall but
@@ -582,11 +590,12 @@ both!(
     thp_count(Thp::Isolate, -1)
 );
 
-#[tracepoint]
-pub fn tk_ms_thp_collapse(ctx: TracePointContext) -> u32 {
-    // SAFETY: the status offset comes from the format file; read_at goes through the helper.
-    let status = unsafe { ctx.read_at::<i32>(ro(&MS_COLLAPSE_STATUS_OFF) as usize) }.unwrap_or(-1);
-    thp_count(Thp::Collapse, status)
+probes_ebpf::passing! {
+    pub fn tk_ms_thp_collapse(ctx: TracePointContext) -> u32 {
+        // SAFETY: the status offset comes from the format file; read_at goes through the helper.
+        let status = unsafe { ctx.read_at::<i32>(ro(&MS_COLLAPSE_STATUS_OFF) as usize) }.unwrap_or(-1);
+        thp_count(Thp::Collapse, status)
+    }
 }
 
 #[btf_tracepoint(function = "mm_collapse_huge_page")]
@@ -630,15 +639,17 @@ pub fn tk_ms_fault_exit(ctx: FExitContext) -> u32 {
     0
 }
 
-#[kprobe]
-pub fn tk_ms_fault_kp(_ctx: ProbeContext) -> u32 {
-    begin(KIND_THP_FAULT);
-    0
+probes_ebpf::passing! {
+    pub fn tk_ms_fault_kp(_ctx: ProbeContext) -> u32 {
+        begin(KIND_THP_FAULT);
+        0
+    }
 }
 
-#[kretprobe]
-pub fn tk_ms_fault_krp(ctx: RetProbeContext) -> u32 {
-    let ret: u64 = ctx.ret();
-    fault_exit(ret & 0xffff_ffff);
-    0
+probes_ebpf::passing! {
+    pub fn tk_ms_fault_krp(ctx: RetProbeContext) -> u32 {
+        let ret: u64 = ctx.ret();
+        fault_exit(ret & 0xffff_ffff);
+        0
+    }
 }

@@ -31,9 +31,9 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::bpf_ktime_get_ns,
-    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{PerCpuArray, PerCpuHashMap},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use probes_common::{
     net_rx::{
@@ -327,31 +327,32 @@ pub fn tk_nr_drop_raw(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-#[tracepoint]
-pub fn tk_nr_drop_tp(ctx: TracePointContext) -> u32 {
-    let rd = |off: u32| -> u64 {
-        if off == 0 {
+probes_ebpf::passing! {
+    pub fn tk_nr_drop_tp(ctx: TracePointContext) -> u32 {
+        let rd = |off: u32| -> u64 {
+            if off == 0 {
+                0
+            } else {
+                // SAFETY: offsets from skb:kfree_skb's format file; read_at goes through the
+                // helper.
+                unsafe { ctx.read_at::<u64>(off as usize) }.unwrap_or(0)
+            }
+        };
+        let reason_off = ro(&NR_TP_REASON);
+        let reason = if reason_off == 0 {
             0
         } else {
-            // SAFETY: offsets from skb:kfree_skb's format file; read_at goes through the
-            // helper.
-            unsafe { ctx.read_at::<u64>(off as usize) }.unwrap_or(0)
-        }
-    };
-    let reason_off = ro(&NR_TP_REASON);
-    let reason = if reason_off == 0 {
+            // SAFETY: as above (`reason` is a 4-byte enum).
+            unsafe { ctx.read_at::<u32>(reason_off as usize) }.unwrap_or(0)
+        };
+        on_drop::<Probe, Probe>(
+            rd(ro(&NR_TP_SKBADDR)),
+            rd(ro(&NR_TP_LOCATION)),
+            reason,
+            rd(ro(&NR_TP_RX_SK)),
+        );
         0
-    } else {
-        // SAFETY: as above (`reason` is a 4-byte enum).
-        unsafe { ctx.read_at::<u32>(reason_off as usize) }.unwrap_or(0)
-    };
-    on_drop::<Probe, Probe>(
-        rd(ro(&NR_TP_SKBADDR)),
-        rd(ro(&NR_TP_LOCATION)),
-        reason,
-        rd(ro(&NR_TP_RX_SK)),
-    );
-    0
+    }
 }
 
 #[inline(always)]

@@ -34,9 +34,9 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
     },
-    macros::{btf_tracepoint, fentry, kprobe, map, raw_tracepoint},
+    macros::{btf_tracepoint, fentry, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
-    programs::{BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext},
+    programs::{BtfTracePointContext, FEntryContext, RawTracePointContext},
 };
 use probes_common::{
     numa::{
@@ -412,12 +412,13 @@ pub fn tk_numa_fault(ctx: FEntryContext) -> i32 {
     0
 }
 
-#[kprobe]
-pub fn tk_numa_fault_kp(ctx: ProbeContext) -> u32 {
-    on_fault(
-        ctx.arg::<u64>(1).unwrap_or(u64::MAX) as i32,
-        ctx.arg::<u64>(2).unwrap_or(0) as i32,
-        ctx.arg::<u64>(3).unwrap_or(0) as i32,
-    );
-    0
+probes_ebpf::passing! {
+    pub fn tk_numa_fault_kp(ctx: ProbeContext) -> u32 {
+        on_fault(
+            ctx.arg::<u64>(1).unwrap_or(u64::MAX) as i32,
+            ctx.arg::<u64>(2).unwrap_or(0) as i32,
+            ctx.arg::<u64>(3).unwrap_or(0) as i32,
+        );
+        0
+    }
 }

@@ -41,55 +41,60 @@ fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
     })
 }
 
-/// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
-#[tracepoint]
-pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
-    let key = tp_key(&ctx);
-    on_begin(&IO_START_TP, &key, false, false, || tp_start(&ctx, key.dev));
-    0
+probes_ebpf::passing! {
+    /// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
+    pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
+        let key = tp_key(&ctx);
+        on_begin(&IO_START_TP, &key, false, false, || tp_start(&ctx, key.dev));
+        0
+    }
 }
 
-/// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
-#[tracepoint]
-pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
-    let key = tp_key(&ctx);
-    on_begin(&IO_START_TP, &key, false, true, || tp_start(&ctx, key.dev));
-    0
+probes_ebpf::passing! {
+    /// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
+    pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
+        let key = tp_key(&ctx);
+        on_begin(&IO_START_TP, &key, false, true, || tp_start(&ctx, key.dev));
+        0
+    }
 }
 
-/// Classic `block:block_rq_requeue` (fields `dev`, `sector`).
-#[tracepoint]
-pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
-    on_requeue(&IO_START_TP, &tp_key(&ctx));
-    0
+probes_ebpf::passing! {
+    /// Classic `block:block_rq_requeue` (fields `dev`, `sector`).
+    pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
+        on_requeue(&IO_START_TP, &tp_key(&ctx));
+        0
+    }
 }
 
-/// Classic `block:block_rq_merge` (fields `dev`, `sector`).
-#[tracepoint]
-pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
-    on_merge(&IO_START_TP, &tp_key(&ctx), false);
-    0
+probes_ebpf::passing! {
+    /// Classic `block:block_rq_merge` (fields `dev`, `sector`).
+    pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
+        on_merge(&IO_START_TP, &tp_key(&ctx), false);
+        0
+    }
 }
 
-/// Classic `block:block_rq_complete` (fields `dev`, `sector`, `error` (an errno),
-/// `nr_sector`, `rwbs`).
-#[tracepoint]
-pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
-    let key = tp_key(&ctx);
-    let err: i32 = field(&ctx, off!(IO_TP.error));
-    on_complete(
-        &IO_START_TP,
-        &key,
-        false,
-        err.unsigned_abs(),
-        || true,
-        || {
-            let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
-            if sectors == 0 {
-                return None;
-            }
-            Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
-        },
-    );
-    0
+probes_ebpf::passing! {
+    /// Classic `block:block_rq_complete` (fields `dev`, `sector`, `error` (an errno),
+    /// `nr_sector`, `rwbs`).
+    pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
+        let key = tp_key(&ctx);
+        let err: i32 = field(&ctx, off!(IO_TP.error));
+        on_complete(
+            &IO_START_TP,
+            &key,
+            false,
+            err.unsigned_abs(),
+            || true,
+            || {
+                let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
+                if sectors == 0 {
+                    return None;
+                }
+                Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
+            },
+        );
+        0
+    }
 }

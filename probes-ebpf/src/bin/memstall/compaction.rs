@@ -8,10 +8,7 @@
 //! later zones. Zones compacted outside an attempt (kcompactd, `/proc/sys/vm/compact_memory`)
 //! are each one timed value.
 
-use aya_ebpf::{
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
-};
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use probes_common::{
     hist::{bucket_index_flat, LatHist, NBUCKETS},
     memstall::{start_key, MsAttempt, KIND_COMPACTION, NOUTCOMES},
@@ -204,11 +201,12 @@ both!(
     compact_begin()
 );
 
-#[tracepoint]
-pub fn tk_ms_compact_end(ctx: TracePointContext) -> u32 {
-    // SAFETY: offset from mm_compaction_end's format file; read_at goes through the helper.
-    let status = unsafe { ctx.read_at::<i32>(ro(&MS_COMPACT_STATUS_OFF) as usize) }.unwrap_or(-1);
-    compact_end(status)
+probes_ebpf::passing! {
+    pub fn tk_ms_compact_end(ctx: TracePointContext) -> u32 {
+        // SAFETY: offset from mm_compaction_end's format file; read_at goes through the helper.
+        let status = unsafe { ctx.read_at::<i32>(ro(&MS_COMPACT_STATUS_OFF) as usize) }.unwrap_or(-1);
+        compact_end(status)
+    }
 }
 
 #[btf_tracepoint(function = "mm_compaction_end")]

@@ -3,16 +3,16 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use probes_common::{memstall::MsOom, stats, COMM_LEN};
 use probes_ebpf::{allowed, ro, stat};
 
 use super::{
     current_memcg, fill_cgroup, ids, memcg_kn, now_ns, per_thread, read_u64, MS_ATTEMPT,
-    MS_CG_CHASE, MS_LIFE, MS_OFF_KN_ID, MS_OFF_TASK_COMM, MS_OFF_TASK_TGID, MS_OOM,
-    MS_OOM_PID_OFF, MS_OOM_TASK_ARG,
+    MS_CG_CHASE, MS_LIFE, MS_OFF_KN_ID, MS_OFF_TASK_COMM, MS_OFF_TASK_TGID, MS_OOM, MS_OOM_PID_OFF,
+    MS_OOM_TASK_ARG,
 };
 
 /// Streams one OOM kill: the victim `task` (a `struct task_struct *`) when the tracepoint
@@ -37,7 +37,14 @@ fn oom_emit(task: u64, pid: u32) {
     let own = task != 0 && ro(&MS_CG_CHASE) != 0;
     let (kn, id) = if own {
         let kn = memcg_kn(task);
-        (kn, if kn == 0 { 0 } else { read_u64(kn + ro(&MS_OFF_KN_ID) as u64) })
+        (
+            kn,
+            if kn == 0 {
+                0
+            } else {
+                read_u64(kn + ro(&MS_OFF_KN_ID) as u64)
+            },
+        )
     } else {
         current_memcg()
     };
@@ -59,12 +66,13 @@ fn oom_emit(task: u64, pid: u32) {
     e.submit(0);
 }
 
-#[tracepoint]
-pub fn tk_ms_oom(ctx: TracePointContext) -> u32 {
-    // SAFETY: offset from mark_victim's format file.
-    let pid = unsafe { ctx.read_at::<i32>(ro(&MS_OOM_PID_OFF) as usize) }.unwrap_or(0);
-    oom_emit(0, pid as u32);
-    0
+probes_ebpf::passing! {
+    pub fn tk_ms_oom(ctx: TracePointContext) -> u32 {
+        // SAFETY: offset from mark_victim's format file.
+        let pid = unsafe { ctx.read_at::<i32>(ro(&MS_OOM_PID_OFF) as usize) }.unwrap_or(0);
+        oom_emit(0, pid as u32);
+        0
+    }
 }
 
 #[btf_tracepoint(function = "mark_victim")]
@@ -91,9 +99,4 @@ fn task_exit() {
     let _ = MS_ATTEMPT.remove(tid);
 }
 
-both!(
-    tk_ms_exit,
-    tk_ms_exit_b,
-    "sched_process_exit",
-    task_exit()
-);
+both!(tk_ms_exit, tk_ms_exit_b, "sched_process_exit", task_exit());
