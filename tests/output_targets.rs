@@ -275,3 +275,131 @@ fn interval_output_is_visible_while_running() {
     assert!(temps(&d).is_empty());
     let _ = fs::remove_dir_all(&d);
 }
+
+/// Ids of the BPF programs `pid` holds, from its descriptors' fdinfo (a program's fd and a
+/// link's both say `prog_id:`).
+fn held_program_ids(pid: u32) -> Vec<u32> {
+    let mut ids: Vec<u32> = fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| fs::read_to_string(e.path()).ok())
+                .flat_map(|t| {
+                    t.lines()
+                        .filter_map(|l| l.strip_prefix("prog_id:"))
+                        .filter_map(|v| v.trim().parse().ok())
+                        .collect::<Vec<u32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// A FIFO whose reader holds it open and never reads, its buffer shrunk to one page so the
+/// first lines fill it. Dropping it closes the reader's end and removes the FIFO.
+struct StalledFifo {
+    path: PathBuf,
+    _reader: fs::File,
+}
+
+impl StalledFifo {
+    fn new(tag: &str) -> StalledFifo {
+        use std::os::{fd::AsRawFd, unix::fs::OpenOptionsExt};
+        let d = scratch(tag);
+        let path = d.join("stalled");
+        // SAFETY: plain syscall with a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c(&path).as_ptr(), 0o600) }, 0);
+        // Read-write: the open does not wait for a writer, and the end counts as a reader.
+        let reader = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        // SAFETY: fcntl on an fd we own.
+        let sz = unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+        assert!(sz >= 4096, "F_SETPIPE_SZ: {}", std::io::Error::last_os_error());
+        StalledFifo {
+            path,
+            _reader: reader,
+        }
+    }
+}
+
+impl Drop for StalledFifo {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Runs `fsync-lat --json --interval 50ms --output <stalled FIFO> ARGS` (a stats line of
+/// ~400 bytes every 50 ms fills the one-page FIFO in half a second); `sigterm_after`:
+/// SIGTERM that long after it attached. It must end within 20 s (not sit in write()), say on
+/// stderr that the output stalled and how much was lost, and leave no program loaded.
+fn stalled_fifo_run(tag: &str, args: &[&str], sigterm_after: Option<Duration>) {
+    require_root();
+    let fifo = StalledFifo::new(tag);
+    let mut child = ends_with_the_test(&mut Command::new(tracekit_bin()))
+        .args(["fsync-lat", "--json", "--interval", "50ms", "--output"])
+        .arg(&fifo.path)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    let deadline = start + Duration::from_secs(20);
+    let mut ids = Vec::new();
+    while ids.is_empty() && std::time::Instant::now() < deadline {
+        ids = held_program_ids(pid);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!ids.is_empty(), "tracekit attached nothing within 20 s");
+    if let Some(after) = sigterm_after {
+        std::thread::sleep(after);
+        // SAFETY: plain syscall on our own, not yet reaped, child.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let still = held_program_ids(pid);
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "tracekit writing to a stalled FIFO did not exit within 20 s (holding {} programs)",
+                still.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = take_stderr(&mut child);
+    assert!(
+        err.contains("stalled") && err.contains("bytes"),
+        "no word of the stall on stderr ({status}): {err}"
+    );
+    assert!(!status.success(), "lost output must not exit 0: {err}");
+    let left = wait_unloaded(&ids);
+    assert!(left.is_empty(), "programs {left:?} still loaded: {err}");
+}
+
+/// A reader that opened the FIFO and never reads: the run still ends at --duration, detached.
+#[test]
+fn stalled_fifo_ends_at_duration() {
+    stalled_fifo_run("out-stall-dur", &["--duration", "3s"], None);
+}
+
+/// The same, ended by SIGTERM two seconds into a 60 s run.
+#[test]
+fn stalled_fifo_ends_on_sigterm() {
+    stalled_fifo_run(
+        "out-stall-term",
+        &["--duration", "60s"],
+        Some(Duration::from_secs(2)),
+    );
+}

@@ -10,7 +10,12 @@
 //! - a regular file with `--interval`: opened for appending (created if absent, never
 //!   truncated), each interval written as it ends, so `tail -f FILE` follows the run.
 //! - a character device, a FIFO (which must have a reader) or a terminal: written directly,
-//!   never renamed over (`--output /dev/null` stays a device).
+//!   never renamed over (`--output /dev/null` stays a device), and without ever blocking: a
+//!   reader that holds the FIFO open and stops reading must not hold the run (and its programs
+//!   in the kernel) past `--duration` or a signal. What the reader does not take at once waits
+//!   in a bounded buffer ([`PENDING_CAP`]); past that, whole writes are dropped and counted. At
+//!   the end the buffer gets [`DRAIN_GRACE`] to drain, then the run fails with one line naming
+//!   the stall and how many bytes were not written.
 //! - refused: a directory (`.`, `/`, a path ending in `/`), a block device, a socket, a
 //!   symbolic link to a regular file or to nothing (a link to a device or FIFO, such as
 //!   `/dev/stdout`, is written through).
@@ -19,10 +24,11 @@ use std::{
     fs::{self, File, OpenOptions},
     io::{self, Write},
     os::{
-        fd::AsRawFd,
+        fd::{AsRawFd, RawFd},
         unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     },
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -58,11 +64,106 @@ pub enum Sink {
         file: File,
         done: bool,
     },
-    /// Written as produced: appended to a regular file, or straight into a device or FIFO.
+    /// Written as produced: appended to a regular file, or straight into a device or FIFO
+    /// (`pace`: the file is non-blocking, see [`Pace`]).
     Direct {
         dest: PathBuf,
         file: File,
+        pace: Option<Pace>,
     },
+}
+
+/// Most bytes a device or FIFO may hold back before writes are dropped: far more than a run
+/// writes between two reads of any reader that is reading at all.
+pub const PENDING_CAP: usize = 4 << 20;
+
+/// How long the end of the run waits for a stalled reader to take what is still held back.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// What a non-blocking device or FIFO has not taken yet, and what was dropped.
+#[derive(Debug, Default)]
+pub struct Pace {
+    pending: Vec<u8>,
+    lost: u64,
+}
+
+impl Pace {
+    /// Writes what `fd` takes now (it is `O_NONBLOCK`) from `pending`, then from `s`; keeps the
+    /// rest while it fits in `cap`, else drops all of `s` (whole writes only, so what the reader
+    /// gets is whole lines). Never waits.
+    fn put(&mut self, fd: RawFd, s: &[u8], cap: usize) -> io::Result<()> {
+        self.flush(fd)?;
+        let mut rest = s;
+        if self.pending.is_empty() {
+            let n = write_some(fd, rest)?;
+            rest = &rest[n..];
+        }
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if self.pending.len() + rest.len() <= cap {
+            self.pending.extend_from_slice(rest);
+        } else if rest.len() == s.len() {
+            self.lost += s.len() as u64;
+        } else {
+            // Part of `s` is out: the rest must follow, or the reader gets half a line.
+            self.pending.extend_from_slice(rest);
+        }
+        Ok(())
+    }
+
+    /// Writes what `fd` takes now of `pending`.
+    fn flush(&mut self, fd: RawFd) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            let n = write_some(fd, &self.pending)?;
+            self.pending.drain(..n);
+        }
+        Ok(())
+    }
+
+    /// Waits at most `grace` for the reader to take `pending`; then the bytes never written
+    /// (dropped during the run, and still held back), 0 when all arrived.
+    fn drain(&mut self, fd: RawFd, grace: Duration) -> io::Result<u64> {
+        let deadline = Instant::now() + grace;
+        self.flush(fd)?;
+        while !self.pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: poll on one pollfd we own, for at most `left`.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 1000) as libc::c_int) };
+            self.flush(fd)?;
+        }
+        Ok(self.lost + self.pending.len() as u64)
+    }
+}
+
+/// One `write(2)` loop on a non-blocking fd: the bytes it took before it would block.
+fn write_some(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        // SAFETY: writes from a live slice to an fd the caller owns.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => break,
+            _ if n == 0 => break,
+            _ => return Err(e),
+        }
+    }
+    Ok(done)
 }
 
 /// Prefix and suffix of tracekit's temporary files: `.NAME.tracekit-PID.tmp`.
@@ -153,10 +254,9 @@ impl Sink {
         if !via_link {
             flags |= libc::O_NOFOLLOW;
         }
-        if ft.is_fifo() {
-            // Without a reader a blocking open would hang before tracing starts.
-            flags |= libc::O_NONBLOCK;
-        }
+        // Non-blocking for good: without a reader a blocking open would hang before tracing
+        // starts, and a reader that stops reading must not hold the run in write().
+        flags |= libc::O_NONBLOCK;
         let file = OpenOptions::new()
             .write(true)
             .custom_flags(flags)
@@ -185,16 +285,10 @@ impl Sink {
                 format!("it changed to {} while being opened", kind_of(&got)),
             ));
         }
-        if ft.is_fifo() {
-            // SAFETY: fcntl on an fd we own; clears O_NONBLOCK so writes wait for the reader.
-            unsafe {
-                let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-                libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
-            }
-        }
         Ok(Sink::Direct {
             dest: dest.to_path_buf(),
             file,
+            pace: Some(Pace::default()),
         })
     }
 
@@ -223,6 +317,7 @@ impl Sink {
             return Ok(Sink::Direct {
                 dest: dest.to_path_buf(),
                 file,
+                pace: None,
             });
         }
         let dir = match dest.parent() {
@@ -297,7 +392,19 @@ impl Sink {
                 )
             }
             Sink::Replace { tmp, file, .. } => (file.write_all(s.as_bytes()), tmp.as_path()),
-            Sink::Direct { dest, file } => (file.write_all(s.as_bytes()), dest.as_path()),
+            Sink::Direct {
+                dest,
+                file,
+                pace: Some(pace),
+            } => (
+                pace.put(file.as_raw_fd(), s.as_bytes(), PENDING_CAP),
+                dest.as_path(),
+            ),
+            Sink::Direct {
+                dest,
+                file,
+                pace: None,
+            } => (file.write_all(s.as_bytes()), dest.as_path()),
         };
         res.map_err(|e| {
             if e.kind() == io::ErrorKind::BrokenPipe {
@@ -313,8 +420,39 @@ impl Sink {
         })
     }
 
-    /// Makes the output complete: for a replacement, fsync and rename over the destination.
+    /// Makes the output complete: for a replacement, fsync and rename over the destination;
+    /// for a device or FIFO, what its reader has not taken gets [`DRAIN_GRACE`], and an error
+    /// says how much never arrived.
     pub fn finish(&mut self) -> Result<(), OutputError> {
+        self.finish_within(DRAIN_GRACE)
+    }
+
+    fn finish_within(&mut self, grace: Duration) -> Result<(), OutputError> {
+        if let Sink::Direct {
+            dest,
+            file,
+            pace: Some(pace),
+        } = self
+        {
+            let res = pace.drain(file.as_raw_fd(), grace).and_then(|lost| {
+                if lost == 0 {
+                    return Ok(());
+                }
+                Err(io::Error::other(format!(
+                    "output stalled: the reader stopped reading; {lost} bytes of the report were not written"
+                )))
+            });
+            return res.map_err(|e| {
+                if e.kind() == io::ErrorKind::BrokenPipe {
+                    OutputError::BrokenPipe { path: dest.clone() }
+                } else {
+                    OutputError::Io {
+                        path: dest.clone(),
+                        source: e,
+                    }
+                }
+            });
+        }
         if let Sink::Replace {
             tmp,
             dest,
@@ -534,5 +672,88 @@ mod tests {
         let e = Sink::open(Some(&f), false).err().unwrap();
         assert!(e.to_string().contains("no reader"), "{e}");
         assert!(fs::symlink_metadata(&f).unwrap().file_type().is_fifo());
+    }
+
+    /// A FIFO whose reader never reads: writes return at once, what does not fit is held back
+    /// up to the cap and then dropped, and finishing says how much never arrived.
+    #[test]
+    fn stalled_fifo_reader_never_blocks_the_writer() {
+        let d = tmpdir("stall");
+        let f = d.join("fifo");
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain syscall with a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // The reader: open, never read.
+        let reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&f)
+            .unwrap();
+        let mut s = Sink::open(Some(&f), false).unwrap();
+        let line = format!("{}\n", "x".repeat(1023));
+        let n = 2 * PENDING_CAP / line.len();
+        for _ in 0..n {
+            s.write(&line).unwrap();
+        }
+        let Sink::Direct {
+            pace: Some(pace), ..
+        } = &s
+        else {
+            panic!("a FIFO is paced");
+        };
+        assert!(pace.pending.len() <= PENDING_CAP, "{}", pace.pending.len());
+        assert!(
+            pace.lost > 0 && pace.lost % line.len() as u64 == 0,
+            "{}",
+            pace.lost
+        );
+        let e = s.finish_within(Duration::from_millis(50)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("stalled") && text.contains("bytes"), "{text}");
+        let pipe_took = (n * line.len()) as u64 - pace_lost(&text);
+        assert!(pipe_took > 0 && pipe_took <= 1 << 20, "{text}");
+        assert_eq!(
+            crate::error::Error::from(e).exit(),
+            crate::error::Exit::Failure
+        );
+        drop(reader);
+    }
+
+    /// The byte count of a stall error.
+    fn pace_lost(text: &str) -> u64 {
+        let before = text.split(" bytes").next().unwrap();
+        before.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    /// A reader that is reading gets every byte, in order, held-back ones included.
+    #[test]
+    fn slow_fifo_reader_gets_everything() {
+        let d = tmpdir("slow");
+        let f = d.join("fifo");
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain syscall with a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&f)
+            .unwrap();
+        let mut s = Sink::open(Some(&f), false).unwrap();
+        let mut want = String::new();
+        for i in 0..20_000 {
+            let l = format!("line {i}\n");
+            s.write(&l).unwrap();
+            want.push_str(&l);
+        }
+        let t = std::thread::spawn(move || {
+            // SAFETY: fcntl on an fd this thread owns; reads block from here on.
+            unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, 0) };
+            let mut got = String::new();
+            io::Read::read_to_string(&mut { reader }, &mut got).unwrap();
+            got
+        });
+        s.finish_within(Duration::from_secs(30)).unwrap();
+        drop(s);
+        assert_eq!(t.join().unwrap(), want);
     }
 }
