@@ -40,6 +40,51 @@ pub fn text(bytes: &[u8]) -> String {
     out
 }
 
+/// Markdown-safe inline text (a report written as `--output x.md`), from text already escaped
+/// for the terminal ([`text`]): every character that could open markup in a paragraph, a list
+/// item or a table cell is made literal, so a process title `<img src=x onerror=…>` or a comm
+/// with backticks and `|` shows as written and cannot inject HTML, links, code or table cells.
+/// `<`, `>`, `&` become entities (renderers that pass HTML through still show them as text);
+/// `\`, `` ` ``, `*`, `_`, `[`, `]`, `|`, `~` get a backslash; line breaks become spaces.
+pub fn markdown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + s.len() / 8);
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` as a Markdown code span (a command to copy): fenced by one more backtick than its
+/// longest run of backticks, so no content closes it early; inside a code span nothing else is
+/// markup (HTML included). Line breaks become spaces.
+pub fn markdown_code(s: &str) -> String {
+    let s = s.replace(['\n', '\r'], " ");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in s.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    // A space pads content that starts or ends with a backtick (CommonMark strips one).
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}
+
 /// Sets `obj[key]` to `bytes` in tracekit's JSON representation (see the module docs): the
 /// string, plus `obj["<key>_bytes"]` when the bytes are not valid UTF-8.
 pub fn put_json(obj: &mut serde_json::Value, key: &str, bytes: &[u8]) {
@@ -144,5 +189,32 @@ mod tests {
     fn comm_stops_at_nul() {
         assert_eq!(comm_bytes(b"bash\0\0\0junk"), b"bash");
         assert_eq!(comm_bytes(b"0123456789abcdef"), b"0123456789abcdef");
+    }
+
+    #[test]
+    fn markdown_makes_markup_literal() {
+        assert_eq!(
+            markdown("<img src=x onerror=alert(1)>"),
+            "&lt;img src=x onerror=alert(1)&gt;"
+        );
+        assert_eq!(
+            markdown("a|b `c` *d* _e_ [f](g) ~h~ \\ & i"),
+            "a\\|b \\`c\\` \\*d\\* \\_e\\_ \\[f\\](g) \\~h\\~ \\\\ &amp; i"
+        );
+        assert_eq!(markdown("line\nbreak"), "line break");
+        assert_eq!(
+            markdown("postgres: walwriter 4.2s (9 %)"),
+            "postgres: walwriter 4.2s (9 %)"
+        );
+    }
+
+    #[test]
+    fn markdown_code_is_never_closed_by_its_content() {
+        assert_eq!(
+            markdown_code("tracekit fsync-lat --pid 7"),
+            "`tracekit fsync-lat --pid 7`"
+        );
+        assert_eq!(markdown_code("a`b``c"), "```a`b``c```");
+        assert_eq!(markdown_code("`x"), "`` `x ``");
     }
 }

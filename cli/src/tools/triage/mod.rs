@@ -15,6 +15,7 @@ use crate::{
         findings::{rank, Cause, Finding, Score},
         output::Sink,
         render::fmt_ns,
+        sanitize,
     },
     tools::{self, ToolInfo},
 };
@@ -184,6 +185,7 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
 
 impl Triage {
     fn checked(&self, w: &Window) -> Value {
+        let (rss, hwm) = crate::host::proc::self_rss_kib();
         json!({
             "tool": "triage",
             "type": "checked",
@@ -191,6 +193,9 @@ impl Triage {
             "could_not_run": tools::could_not_run(&self.cannot),
             "node_checks": node::Node::checks(),
             "interval_ns": w.elapsed.as_nanos() as u64,
+            // tracekit's own memory, its peak after every collector's end-of-window work.
+            "rss_kib": rss,
+            "rss_peak_kib": hwm,
         })
     }
 
@@ -208,15 +213,26 @@ impl Triage {
                 self.ran.join(", ")
             },
         );
+        // Markdown: everything from outside (comm, title, container, paths, the reasons a
+        // collector could not run) is made literal, so a title cannot inject HTML or markup.
+        let esc = |t: &str| {
+            if md {
+                sanitize::markdown(t)
+            } else {
+                t.to_string()
+            }
+        };
         s.push_str(&if md {
-            format!("# {head}\n\n")
+            format!("# {}\n\n", esc(&head))
         } else {
             format!("{head}\n")
         });
         for (t, why) in &self.cannot {
             s.push_str(&format!(
-                "{}could not run {t}: {why}\n",
-                if md { "- " } else { "  " }
+                "{}could not run {}: {}\n",
+                if md { "- " } else { "  " },
+                esc(t),
+                esc(why)
             ));
         }
         s.push('\n');
@@ -230,14 +246,14 @@ impl Triage {
             };
             if md {
                 s.push_str(&format!(
-                    "{}. **{}** — {}{who}\n   - Fix: {}\n",
+                    "{}. **{}** — {}\n   - Fix: {}\n",
                     i + 1,
-                    x.cause.as_str(),
-                    x.summary,
-                    x.advice
+                    esc(x.cause.as_str()),
+                    esc(&format!("{}{who}", x.summary)),
+                    esc(&x.advice)
                 ));
                 if let Some(n) = &x.next {
-                    s.push_str(&format!("   - Next: `{n}`\n"));
+                    s.push_str(&format!("   - Next: {}\n", sanitize::markdown_code(n)));
                 }
             } else {
                 s.push_str(&format!(
@@ -250,16 +266,20 @@ impl Triage {
                 ));
             }
         }
-        s.push_str(&format!(
-            "\n{}Checked: {}; node: {}.\n",
-            if md { "_" } else { "" },
+        let checked = format!(
+            "Checked: {}; node: {}.",
             if self.ran.is_empty() {
                 "no collector".into()
             } else {
                 self.ran.join(", ")
             },
             node::Node::checks().join(", ")
-        ));
+        );
+        s.push_str(&if md {
+            format!("\n_{}_\n", esc(&checked))
+        } else {
+            format!("\n{checked}\n")
+        });
         s
     }
 }
@@ -432,5 +452,63 @@ mod tests {
                 "{why}"
             );
         }
+    }
+
+    /// A hostile process title and comm reach the Markdown report as text, never as HTML, a
+    /// code span or a table cell.
+    #[test]
+    fn markdown_escapes_names_from_outside() {
+        let mut subject = Subject::process(7, sanitize::text(b"ev|l`x`"));
+        subject.cmdline = Some("<img src=x onerror=alert(1)>".into());
+        subject.container = Some("[c](http://x)".into());
+        let who = subject.text();
+        let f = Finding::new(
+            "fsync-lat",
+            Cause::Fsync,
+            subject,
+            Score::NsPerS(500_000_000),
+            format!("{who} spent 2s of 4s in fsync (50.0 % of the time)."),
+        )
+        .evidence("window_ns", 4_000_000_000u64);
+        let f = Finding {
+            advice: "batch *them*".into(),
+            next: Some("tracekit fsync-lat --comm 'ev|l`x`'".into()),
+            ..f
+        };
+        let t = Triage {
+            sink: Sink::Stdout,
+            json: false,
+            markdown: true,
+            ran: vec!["fsync-lat"],
+            cannot: vec![("io-lat", "no <b>BTF</b>".into())],
+        };
+        let now = std::time::SystemTime::now();
+        let w = Window {
+            index: 0,
+            start: now,
+            end: now,
+            elapsed: Duration::from_secs(4),
+            last: true,
+            interval: false,
+            stop: crate::engine::Stop::Duration,
+        };
+        let md = t.render_text(&w, &[f]);
+        assert!(!md.contains('<') && !md.contains('>'), "{md}");
+        assert!(md.contains("&lt;img src=x onerror=alert(1)&gt;"), "{md}");
+        assert!(md.contains("ev\\|l\\`x\\`"), "{md}");
+        assert!(md.contains("\\[c\\](http://x)"), "{md}");
+        assert!(md.contains("batch \\*them\\*"), "{md}");
+        assert!(md.contains("no &lt;b&gt;BTF&lt;/b&gt;"), "{md}");
+        assert!(
+            md.contains("   - Next: ``tracekit fsync-lat --comm 'ev|l`x`'``\n"),
+            "{md}"
+        );
+        // The text report is unchanged: names as the terminal escaping left them.
+        let text = Triage {
+            markdown: false,
+            ..t
+        }
+        .render_text(&w, &[]);
+        assert!(!text.contains("&lt;"), "{text}");
     }
 }
