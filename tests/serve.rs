@@ -26,7 +26,10 @@ struct Serve {
 
 impl Serve {
     fn start(extra: &[&str]) -> Serve {
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--interval", "1s"];
+        let mut args = vec!["serve", "--interval", "1s"];
+        if !extra.contains(&"--listen") {
+            args.extend(["--listen", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(extra);
         let mut tk = Tracer::spawn(&args);
         let meta = tk.wait_attached();
@@ -70,11 +73,19 @@ impl Serve {
 
 /// One HTTP/1.1 GET over loopback: status and body.
 fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_get_as(addr, path, None)
+}
+
+/// [`http_get`] with basic auth (`user:password`).
+fn http_get_as(addr: &str, path: &str, basic: Option<&str>) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = basic.map_or(String::new(), |b| {
+        format!("Authorization: Basic {}\r\n", base64(b.as_bytes()))
+    });
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = Vec::new();
@@ -104,6 +115,25 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         }
     }
     found
+}
+
+/// Standard base64 with padding (the Authorization header's encoding).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn free_port() -> u16 {
@@ -187,13 +217,20 @@ fn ensure_prometheus() {
 
 impl Prometheus {
     fn start(target: &str) -> Prometheus {
+        Prometheus::start_jobs(&format!(
+            "  - job_name: tracekit\n    static_configs:\n      - targets: [\"{target}\"]\n"
+        ))
+    }
+
+    /// Scrapes every second with `jobs`, the YAML list under `scrape_configs:`.
+    fn start_jobs(jobs: &str) -> Prometheus {
         ensure_prometheus();
         let dir = scratch("prometheus");
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tracekit\n    static_configs:\n      - targets: [\"{target}\"]\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"
             ),
         )
         .unwrap();
@@ -422,7 +459,7 @@ fn port_in_use_and_bad_tools_fail_with_one_line() {
 }
 
 #[test]
-fn max_series_folds_into_other_and_counts_it() {
+fn max_series_folds_into_overflow_and_counts_it() {
     require_root();
     let dir = scratch("serve-fold");
     let serve = Serve::start(&["--tools", "fsync-lat", "--max-series", "2"]);
@@ -446,17 +483,23 @@ fn max_series_folds_into_other_and_counts_it() {
         .lines()
         .filter(|l| l.starts_with("tracekit_fsync_calls_total{"))
         .collect();
-    assert!(series.len() <= 3, "at most 2 series and other: {series:?}");
     assert!(
-        series.iter().any(|l| l.contains("comm=\"other\"")),
+        series.len() <= 3,
+        "at most 2 series and the overflow: {series:?}"
+    );
+    // The overflow series has its own label and no comm: no process name can land in it.
+    assert!(
+        series
+            .iter()
+            .any(|l| l.starts_with("tracekit_fsync_calls_total{overflow=\"true\"}")),
         "{series:?}"
     );
-    // Folded, not lost: what my comms do not show any more is in `other`.
+    // Folded, not lost: what my comms do not show any more is in the overflow series.
     let shown: f64 = names
         .iter()
         .filter_map(|n| sample(&m, "tracekit_fsync_calls_total", &[("comm", n)]))
         .sum();
-    let other = sample(&m, "tracekit_fsync_calls_total", &[("comm", "other")]).unwrap();
+    let other = sample(&m, "tracekit_fsync_calls_total", &[("overflow", "true")]).unwrap();
     assert!(shown <= total as f64, "{shown} > {total}");
     assert!(
         other >= total as f64 - shown,
@@ -528,6 +571,14 @@ sc = c["securityContext"]
 assert not sc.get("privileged"), "not privileged"
 assert {"BPF", "PERFMON"} <= set(sc["capabilities"]["add"]), "CAP_BPF, CAP_PERFMON"
 assert c["readinessProbe"]["httpGet"]["path"] == "/metrics", "readiness on /metrics"
+caps = set(sc["capabilities"]["add"])
+assert caps <= {"BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_PTRACE"}, f"no capability beyond the documented four: {caps}"
+assert sc["capabilities"]["drop"] == ["ALL"], "drop ALL"
+assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+assert sc["seccompProfile"]["type"] == "RuntimeDefault", "seccomp RuntimeDefault, not Unconfined"
+assert "seccompProfile" not in spec.get("securityContext", {}) or spec["securityContext"]["seccompProfile"]["type"] != "Unconfined"
+image = c["image"]
+assert not image.endswith(":latest") and (image.endswith(":" + sys.argv[2]) or "@sha256:" in image), f"image pinned to {sys.argv[2]} or a digest: {image}"
 assert c["resources"]["limits"]["memory"] and c["resources"]["limits"]["cpu"], "limits"
 env = {e["name"]: e["value"] for e in c["env"]}
 assert env["TRACEKIT_PROC"] == "/host/proc" and "TRACEKIT_TRACEFS" in env, "env"
@@ -535,15 +586,34 @@ mounts = {m["name"]: m for m in c["volumeMounts"]}
 vols = {v["name"] for v in spec["volumes"]}
 assert set(mounts) <= vols, "every mount has a volume"
 assert all(m.get("readOnly") for m in mounts.values()), "host mounts read-only"
+assert all(m.get("recursiveReadOnly") == "Enabled" for m in mounts.values()), "submounts read-only too"
+host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+assert host <= set(mounts), "every hostPath volume is mounted (read-only)"
 assert {"/host/proc", "/host/sys", "/sys/kernel/tracing", "/sys/kernel/btf"} <= {m["mountPath"] for m in mounts.values()}
 svc = kinds["Service"]
 assert svc["spec"]["selector"] == sel and svc["spec"]["clusterIP"] == "None", "headless service"
+# The NetworkPolicy: the DaemonSet's pods, ingress only from Prometheus (namespace AND pod
+# selector in one peer), on the metrics port only, no egress.
+nps = [d for d in yaml.safe_load_all(open(sys.argv[3])) if d]
+assert [d["kind"] for d in nps] == ["NetworkPolicy"], "one NetworkPolicy"
+np = nps[0]
+assert np["metadata"]["namespace"] == ds["metadata"]["namespace"], "same namespace"
+assert np["spec"]["podSelector"]["matchLabels"] == sel, "selects the DaemonSet's pods"
+assert set(np["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+assert np["spec"].get("egress", []) == [], "no egress"
+(rule,) = np["spec"]["ingress"]
+(peer,) = rule["from"]
+assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"], "Prometheus namespace and pods"
+ports = {p["containerPort"] for p in c["ports"]} | {p["name"] for p in c["ports"]}
+assert [p["port"] in ports for p in rule["ports"]] == [True], "the metrics port only"
 print("ok")
 "#;
     ok(
         Command::new("python3")
             .args(["-c", check])
-            .arg(deploy.join("daemonset.yaml")),
+            .arg(deploy.join("daemonset.yaml"))
+            .arg(env!("CARGO_PKG_VERSION"))
+            .arg(deploy.join("networkpolicy.yaml")),
         "deploy/daemonset.yaml (python3-yaml needed)",
     );
     let cf = std::fs::read_to_string(deploy.join("Containerfile")).unwrap();
@@ -583,4 +653,256 @@ print("ok")
         missing.is_empty(),
         "the dashboard queries metrics serve does not export: {missing:?}"
     );
+}
+
+/// Slow clients (slowloris) from 127.0.0.2, bounded: `conns` connections that each send a
+/// partial request head and then one byte a second, reconnecting whenever the server drops
+/// them, until `stop` is set or 120 s have passed. Returns how many connections it opened.
+fn slowloris(
+    target: std::net::SocketAddr,
+    conns: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    use std::sync::atomic::Ordering;
+    std::thread::spawn(move || {
+        let connect = || -> Option<std::net::TcpStream> {
+            // SAFETY: plain socket calls on a descriptor this closure owns until it is wrapped.
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+            if fd < 0 {
+                return None;
+            }
+            let mut src: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            src.sin_family = libc::AF_INET as u16;
+            src.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 2]).to_be();
+            let std::net::SocketAddr::V4(t) = target else {
+                return None;
+            };
+            let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            dst.sin_family = libc::AF_INET as u16;
+            dst.sin_port = t.port().to_be();
+            dst.sin_addr.s_addr = u32::from_be_bytes(t.ip().octets()).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            // SAFETY: src/dst are initialised sockaddr_in of the length given; fd is ours.
+            let ok = unsafe {
+                libc::bind(fd, &src as *const _ as *const libc::sockaddr, len) == 0
+                    && libc::connect(fd, &dst as *const _ as *const libc::sockaddr, len) == 0
+            };
+            // SAFETY: fd is a socket nobody else owns; the TcpStream closes it.
+            let mut s = unsafe { <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            if !ok {
+                return None;
+            }
+            s.set_nonblocking(true).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").ok()?;
+            Some(s)
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut socks: Vec<Option<std::net::TcpStream>> = (0..conns).map(|_| connect()).collect();
+        let mut opened = socks.iter().flatten().count();
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_secs(1));
+            for s in socks.iter_mut() {
+                let alive = s.as_mut().is_some_and(|c| {
+                    let mut b = [0u8; 512];
+                    // A live connection has nothing to read; a dropped one reads EOF, an
+                    // answer (408) or an error.
+                    let waiting = matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                    waiting && c.write_all(b"X").is_ok()
+                });
+                if !alive {
+                    *s = connect();
+                    opened += s.is_some() as usize;
+                }
+            }
+        }
+        opened
+    })
+}
+
+/// One GET with a bounded wait: the status, or why none came.
+fn try_get(addr: &str, path: &str, timeout: Duration) -> Result<u16, String> {
+    let a: std::net::SocketAddr = addr.parse().unwrap();
+    let mut s = TcpStream::connect_timeout(&a, timeout).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout)).unwrap();
+    s.set_write_timeout(Some(timeout)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).map_err(|e| format!("read: {e}"))?;
+    let out = String::from_utf8_lossy(&out);
+    out.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status in {:?}", &out[..out.len().min(80)]))
+}
+
+#[test]
+fn scrapes_are_answered_while_500_slow_clients_hold_connections() {
+    require_root();
+    let serve = Serve::start(&["--tools", "fsync-lat", "--listen", "0.0.0.0:0"]);
+    let port = serve.addr.rsplit_once(':').unwrap().1.to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attack = slowloris(addr.parse().unwrap(), 500, stop.clone());
+    // Let the slow connections fill whatever the server has.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut failed = Vec::new();
+    for i in 0..20 {
+        let path = if i % 5 == 4 { "/" } else { "/metrics" };
+        match try_get(&addr, path, Duration::from_secs(10)) {
+            Ok(200) => {}
+            other => failed.push(format!("{i} {path}: {other:?}")),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = attack.join().unwrap();
+    eprintln!(
+        "20 scrapes under {opened} slow connections: {} failed {failed:?}",
+        failed.len()
+    );
+    assert!(opened >= 500, "the attack opened {opened} connections");
+    assert!(failed.is_empty(), "scrapes not answered: {failed:?}");
+    serve.stop();
+}
+
+/// bcrypt of "tk-scrape-pw" at cost 4, from glibc's libxcrypt (crypt(3) with a `$2b$04$` salt):
+/// a hash made by another implementation than the one serve verifies with.
+const SCRAPE_HASH: &str = "$2b$04$abcdefghijklmnopqrstuuwWfYBoX1nvEaH.LArze3i0Z/fvCwR2a";
+
+#[test]
+fn web_config_basic_auth_refuses_without_the_password_and_prometheus_scrapes_with_it() {
+    require_root();
+    let dir = scratch("serve-auth");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: {SCRAPE_HASH}\n")).unwrap();
+    // What exporter-toolkit accepts, Prometheus's own checker accepts too.
+    ensure_prometheus();
+    ok(
+        Command::new("promtool")
+            .args(["check", "web-config"])
+            .arg(&web),
+        "promtool check web-config",
+    );
+    let serve = Serve::start(&[
+        "--tools",
+        "fsync-lat",
+        "--web-config",
+        web.to_str().unwrap(),
+    ]);
+    for (who, cred) in [
+        ("no credentials", None),
+        ("a wrong password", Some("prom:wrong")),
+        ("an unknown user", Some("nobody:tk-scrape-pw")),
+    ] {
+        for path in ["/metrics", "/"] {
+            let (code, body) = http_get_as(&serve.addr, path, cred);
+            assert_eq!(code, 401, "{path} with {who}: {body}");
+            assert!(
+                !body.contains("tracekit_") && !body.contains("fsync"),
+                "{path} with {who} leaks data: {body}"
+            );
+        }
+    }
+    let m = |cred| http_get_as(&serve.addr, "/metrics", cred);
+    let (code, body) = m(Some("prom:tk-scrape-pw"));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("tracekit_collector_up"), "{body}");
+    // A real Prometheus: with basic_auth in its scrape config it scrapes (up 1, the metrics
+    // stored); the same target without it is refused (up 0).
+    let prom = Prometheus::start_jobs(&format!(
+        "  - job_name: tracekit\n    basic_auth:\n      username: prom\n      password: tk-scrape-pw\n    static_configs:\n      - targets: [\"{a}\"]\n  - job_name: tracekit-noauth\n    static_configs:\n      - targets: [\"{a}\"]\n",
+        a = serve.addr
+    ));
+    assert_eq!(
+        prom.wait_value("up{job=\"tracekit\"}", 1.0),
+        Some(1.0),
+        "scraped with basic_auth"
+    );
+    assert_eq!(
+        prom.wait_value(
+            "tracekit_collector_up{job=\"tracekit\",tool=\"fsync-lat\"}",
+            1.0
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        prom.wait_value("up{job=\"tracekit-noauth\"}", 0.0),
+        Some(0.0),
+        "refused without"
+    );
+    assert!(
+        prom.query("tracekit_collector_up{job=\"tracekit-noauth\"}")
+            .is_empty(),
+        "nothing stored from the refused job"
+    );
+    drop(prom);
+    serve.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `serve --duration 1s` with `args`: exit code and stderr.
+fn serve_briefly(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(tracekit_bin())
+        .args(["serve", "--tools", "fsync-lat", "--duration", "1s"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_public_address_without_auth_warns_and_a_bad_web_config_is_one_line() {
+    require_root();
+    let (code, err) = serve_briefly(&["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("warning: serve: 0.0.0.0:") && err.contains("every process name"),
+        "no warning for 0.0.0.0 without --web-config: {err}"
+    );
+    let (code, err) = serve_briefly(&["--listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("warning"), "loopback: {err}");
+    let dir = scratch("serve-webconf");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: {SCRAPE_HASH}\n")).unwrap();
+    let (code, err) = serve_briefly(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--web-config",
+        web.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("warning"), "with --web-config: {err}");
+    for (bad, says) in [
+        (
+            "basic_auth_users:\n  prom: not-a-hash\n",
+            "not a bcrypt hash",
+        ),
+        (
+            "tls_server_config:\n  cert_file: x\n",
+            "tls_server_config is not supported",
+        ),
+        ("basic_auth_userz:\n  prom: x\n", "basic_auth_userz"),
+        ("", "basic_auth_users is empty"),
+    ] {
+        std::fs::write(&web, bad).unwrap();
+        let (code, err) = serve_briefly(&["--web-config", web.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("--web-config") && err.contains(says),
+            "{bad:?}: {err}"
+        );
+    }
+    let (code, err) = serve_briefly(&["--web-config", "/nonexistent/web.yml"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("/nonexistent/web.yml"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -185,7 +185,7 @@ impl Collector for Shared {
         family(
             &mut enc,
             "tracekit_series_dropped",
-            "Series folded into the comm=\"other\" series of their metric (--max-series).",
+            "Series folded into the overflow=\"true\" series of their metric (--max-series).",
             MetricType::Counter,
             st.totals
                 .families

@@ -4,8 +4,9 @@
 //! Each window's rows are deltas (the run is windowed, so every collector drains and resets its
 //! maps); `serve` adds them to totals kept here, so counters only grow. A metric keeps at most
 //! `max_series` label sets: after each window the most active ones (activity decays by half per
-//! window) stay, the rest are folded into one series labelled `comm="other"` (its totals
-//! absorb theirs, so sums over a metric stay exact) and counted in
+//! window) stay, the rest are folded into one overflow series labelled `overflow="true"` and
+//! nothing else (its totals absorb theirs, so sums over a metric stay exact; no row ever has an
+//! `overflow` label, so a process named `other` is a series like any other) and counted in
 //! `tracekit_series_dropped_total`. Memory is bounded by the metrics × `max_series`, whatever
 //! number of processes comes and goes.
 //!
@@ -188,8 +189,10 @@ pub const SPECS: &[Spec] = &[
 /// Row keys that become labels when a row has them (set by container attribution).
 const CONTAINER_LABELS: &[&str] = &["container", "pod", "namespace"];
 
-/// The label value of the series other series are folded into.
-pub const OTHER: &str = "other";
+/// The only label of the series other series are folded into: a label no row has (rows are
+/// labelled by comm, container, pod, namespace, their spec's labels and pid), so no process
+/// name, however chosen, can land in it.
+pub const OVERFLOW: (&str, &str) = ("overflow", "true");
 
 pub type Labels = Vec<(&'static str, String)>;
 
@@ -226,7 +229,7 @@ pub struct Series {
     born: u64,
 }
 
-/// One metric: its series, the `other` series, and how many were folded.
+/// One metric: its series, the overflow series, and how many were folded.
 #[derive(Debug)]
 pub struct Family {
     pub name: &'static str,
@@ -358,16 +361,12 @@ impl Family {
     }
 
     /// Adds a window's deltas, decays every score, and folds all but the `max` most active
-    /// series into `other`.
+    /// series into the overflow series.
     fn apply(&mut self, deltas: HashMap<Labels, Total>, window: u64, max: usize) {
         for s in self.series.values_mut() {
             s.score /= 2.0;
         }
         for (labels, d) in deltas {
-            if labels.iter().any(|(k, v)| *k == "comm" && v == OTHER) {
-                self.fold(d);
-                continue;
-            }
             match self.series.get_mut(&labels) {
                 Some(s) => {
                     s.score += d.activity() as f64;
@@ -409,7 +408,7 @@ impl Family {
         }
     }
 
-    /// The series in a stable order, `other` last.
+    /// The series in a stable order, the overflow series last.
     pub fn sorted(&self) -> Vec<(Labels, &Total)> {
         let mut v: Vec<(Labels, &Total)> = self
             .series
@@ -418,7 +417,7 @@ impl Family {
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         if let Some(o) = &self.other {
-            v.push((vec![("comm", OTHER.to_string())], o));
+            v.push((vec![(OVERFLOW.0, OVERFLOW.1.to_string())], o));
         }
         v
     }
@@ -474,6 +473,15 @@ mod tests {
         t.families.iter().find(|f| f.name == name).unwrap()
     }
 
+    /// The overflow series' activity.
+    fn overflow(f: &Family) -> u64 {
+        f.sorted()
+            .iter()
+            .filter(|(l, _)| *l == vec![(OVERFLOW.0, OVERFLOW.1.to_string())])
+            .map(|(_, v)| v.activity())
+            .sum()
+    }
+
     fn counter(f: &Family, comm: &str) -> u64 {
         f.sorted()
             .iter()
@@ -522,11 +530,11 @@ mod tests {
             assert!(counter(f, keep) > 0, "{keep} kept");
         }
         assert_eq!(f.dropped, 7);
-        assert_eq!(counter(f, OTHER), (1..=7).sum::<u64>());
+        assert_eq!(overflow(f), (1..=7).sum::<u64>());
         let all: u64 = f.sorted().iter().map(|(_, v)| v.activity()).sum();
         assert_eq!(all, (1..=10).sum::<u64>());
-        // Many windows of new short-lived processes: memory stays bounded, other only grows.
-        let mut last_other = counter(f, OTHER);
+        // Many windows of new short-lived processes: memory stays bounded, overflow only grows.
+        let mut last_other = overflow(f);
         for w in 0..50u32 {
             let rows: Vec<Row> = (0..20)
                 .map(|i| row(1000 + w * 20 + i, &format!("short{w}-{i}"), 1, None))
@@ -534,12 +542,52 @@ mod tests {
             t.ingest(&["fsync-lat"], &[out(&rows)]);
             let f = family(&t, "tracekit_fsync_calls");
             assert!(f.series.len() <= 3);
-            assert!(counter(f, OTHER) >= last_other);
-            last_other = counter(f, OTHER);
+            assert!(overflow(f) >= last_other);
+            last_other = overflow(f);
         }
         let f = family(&t, "tracekit_fsync_calls");
         let all: u64 = f.sorted().iter().map(|(_, v)| v.activity()).sum();
         assert_eq!(all, 55 + 50 * 20);
+    }
+
+    #[test]
+    fn a_process_named_other_is_its_own_series_not_the_overflow() {
+        let mut t = Totals::new(2, false);
+        let rows = [
+            row(1, "other", 100, None),
+            row(2, "db", 50, None),
+            row(3, "tiny", 1, None),
+        ];
+        t.ingest(&["fsync-lat"], &[out(&rows)]);
+        let f = family(&t, "tracekit_fsync_calls");
+        let sorted = f.sorted();
+        let named: Vec<&Labels> = sorted
+            .iter()
+            .map(|(l, _)| l)
+            .filter(|l| l.iter().any(|(k, v)| *k == "comm" && v == "other"))
+            .collect();
+        assert_eq!(named.len(), 1, "{sorted:?}");
+        assert_eq!(counter(f, "other"), 100, "the process, alone");
+        assert_eq!(overflow(f), 1, "only `tiny` overflowed");
+        assert_eq!(f.dropped, 1);
+        // Its overflow series carries no comm, so `comm="other"` selects the process only.
+        let (last, _) = sorted.last().unwrap();
+        assert!(last.iter().all(|(k, _)| *k != "comm"), "{last:?}");
+        // Under the cap nothing overflows, whatever the names.
+        let mut t = Totals::new(10, false);
+        t.ingest(
+            &["fsync-lat"],
+            &[out(&[
+                row(1, "other", 3, None),
+                row(2, "overflow", 2, None),
+            ])],
+        );
+        let f = family(&t, "tracekit_fsync_calls");
+        assert_eq!(
+            (counter(f, "other"), counter(f, "overflow"), overflow(f)),
+            (3, 2, 0)
+        );
+        assert!(f.other.is_none());
     }
 
     #[test]

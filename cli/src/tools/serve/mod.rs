@@ -25,6 +25,7 @@ use crate::{
     tools::{self, ToolInfo},
 };
 
+pub mod auth;
 pub mod buckets;
 pub mod exporter;
 pub mod http;
@@ -37,14 +38,23 @@ pub const INFO: ToolInfo = ToolInfo::command(
 
 const EXAMPLES: &str = "  tracekit serve --duration 24h                      # 127.0.0.1:9435/metrics, every low-cost collector
   tracekit serve --listen 127.0.0.1:0 --tools fsync-lat,io-lat --interval 15s --duration 1h
-  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line";
+  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line
+  tracekit serve --listen 0.0.0.0:9435 --web-config /etc/tracekit/web.yml   # basic auth, as node_exporter's --web.config.file";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, "root, or the union of the collectors' capabilities (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH; CAP_SYS_ADMIN to mount tracefs); collectors that cannot run are listed in tracekit_collector_up and serve goes on."))]
 pub struct Args {
     /// Address and port to serve /metrics on (port 0: any free port, printed in the meta line).
+    /// Whoever reaches it reads every process name, container and latency of the node: a
+    /// non-loopback address without --web-config prints a warning.
     #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+
+    /// The Prometheus exporter-toolkit web config (`--web.config.file`): `basic_auth_users:`
+    /// user: bcrypt hash. Every request then needs those credentials (401 otherwise). TLS
+    /// (`tls_server_config`) is not supported: terminate it in front, or fence the port.
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<std::path::PathBuf>,
 
     /// Collectors to run (comma-separated), instead of every low-cost one (those triage runs).
     #[arg(long, value_delimiter = ',', value_name = "TOOL")]
@@ -55,7 +65,7 @@ pub struct Args {
     pub interval: Duration,
 
     /// Series per metric at most: the most active label sets are kept, the rest are summed in
-    /// one comm="other" series and counted in tracekit_series_dropped_total.
+    /// one overflow="true" series and counted in tracekit_series_dropped_total.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "N")]
     pub max_series: u32,
 
@@ -81,12 +91,26 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let sink = tools::preflight(INFO.name, &common)?;
+    let auth = match &args.web_config {
+        Some(p) => Some(Arc::new(
+            auth::WebConfig::load(p).map_err(|e| Error::Usage(e.to_string()))?,
+        )),
+        None => None,
+    };
     // Bound before anything is loaded: an address in use costs nothing.
     let listener = std::net::TcpListener::bind(args.listen).map_err(|source| Error::Io {
         what: format!("listening on {}", args.listen),
         source,
     })?;
     let listen = listener.local_addr().map_or(args.listen, |a| a);
+    if auth.is_none() && !listen.ip().is_loopback() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: serve: {listen} is not loopback and no --web-config is given: whoever reaches this port reads every process name, container and latency of this node (use --web-config for basic auth, or fence the port: deploy/networkpolicy.yaml)"
+        );
+    }
+    raise_nofile();
     listener.set_nonblocking(true).map_err(|source| Error::Io {
         what: "setting the listener non-blocking".into(),
         source,
@@ -125,6 +149,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut emit = Serve {
         listener: Some(listener),
+        auth,
         shared: exporter::Shared(Arc::new(Mutex::new(state))),
         sink,
         interval: args.interval,
@@ -151,9 +176,30 @@ fn trim_heap() {
     }
 }
 
+/// Raises the soft descriptor limit to the hard one (at most 65536), so that the HTTP server's
+/// [`http::MAX_CONNS`] slots fit beside the collectors' own descriptors under a container's
+/// usual soft limit of 1024. tracekit uses epoll, never select(), so a high limit costs nothing.
+fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the rlimit struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            let want = lim.rlim_max.min(65536);
+            if lim.rlim_cur < want {
+                lim.rlim_cur = want;
+                let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    }
+}
+
 /// The exporter's emitter: starts the server, then adds each window to the totals.
 struct Serve {
     listener: Option<std::net::TcpListener>,
+    auth: Option<Arc<auth::WebConfig>>,
     shared: exporter::Shared,
     sink: Sink,
     interval: Duration,
@@ -212,6 +258,7 @@ impl Emitter for Serve {
         tokio::spawn(http::serve(
             listener,
             Arc::new(exporter::Exporter::new(self.shared.clone())),
+            self.auth.clone(),
         ));
         // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
         self.sink.put(&format!("{line}\n"))?;
