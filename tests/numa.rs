@@ -516,28 +516,16 @@ fn switch_cost(force: bool) -> Result<String, String> {
     for args in [numa, &["bench-floor", "--json", "--hook", "sched-switch"]] {
         let mut tk = Tracer::spawn(args);
         let meta = tk.wait_attached();
+        let id = program_on(&meta, "sched_switch").ok_or("no sched_switch program")?;
         let prog = meta["programs"]
             .as_array()
             .into_iter()
             .flatten()
-            .find(|p| {
-                p["targets"].as_array().is_some_and(|t| {
-                    t.iter()
-                        .any(|x| vm::event_name(x.as_str().unwrap_or("")) == "sched_switch")
-                })
-            })
+            .find(|p| p["id"] == id)
             .ok_or("no sched_switch program")?;
-        let id = prog["id"].as_u64().unwrap_or(0) as u32;
-        let stat = || {
-            aya::programs::loaded_programs()
-                .filter_map(Result::ok)
-                .find(|p| p.id() == id)
-                .map(|p| (p.run_time().as_nanos() as u64, p.run_count()))
-                .unwrap_or((0, 0))
-        };
-        let a = stat();
+        let a = prog_run_stats(id);
         run_workload(&["pingpong", "20000"]);
-        let b = stat();
+        let b = prog_run_stats(id);
         tk.signal(libc::SIGINT);
         let _ = tk.finish(Duration::from_secs(30));
         let runs = b.1 - a.1;

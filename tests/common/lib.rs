@@ -326,6 +326,27 @@ pub fn program_ids_named(prefix: &str) -> Vec<u32> {
         .collect()
 }
 
+/// A loaded program's run time and run count so far (`kernel.bpf_stats_enabled` must be on for
+/// them to grow); zeros when it is not loaded.
+pub fn prog_run_stats(id: u32) -> (u64, u64) {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| p.id() == id)
+        .map(|p| (p.run_time().as_nanos() as u64, p.run_count()))
+        .unwrap_or((0, 0))
+}
+
+/// The id of the program in a meta line's `programs` attached to `event` (e.g. `sched_switch`).
+pub fn program_on(meta: &Value, event: &str) -> Option<u32> {
+    meta["programs"].as_array()?.iter().find_map(|p| {
+        p["targets"]
+            .as_array()?
+            .iter()
+            .any(|t| vm::event_name(t.as_str().unwrap_or("")) == event)
+            .then(|| p["id"].as_u64().map(|i| i as u32))?
+    })
+}
+
 /// Waits until none of `ids` is loaded (the kernel frees programs shortly after their last fd
 /// closes); returns those still loaded after the wait.
 pub fn wait_unloaded(ids: &[u32]) -> Vec<u32> {
