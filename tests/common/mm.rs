@@ -45,21 +45,57 @@ pub fn free_huge_blocks() -> u64 {
         .sum()
 }
 
-/// The hugetlb pool grown until it holds every free 2 MiB block the kernel will give it, so
-/// that what stays free is fragmented and a THP fault must compact; the pool goes back when
-/// the guard drops. One pool the size of the free blocks is not enough: the kernel fills it
-/// from the Normal zone first and, on this 24 GiB host, left 752 free 4 MiB blocks in DMA32
-/// that `dd`'s faults then took without compacting. The pool is grown by what is still free
-/// until that stops shrinking (the rest is the zones' reserves).
-pub fn hold_free_huge_blocks() -> Setting {
+/// Memory staged so that a THP fault must compact directly: no free 2 MiB block in any zone
+/// (beyond the lower zones' reserve), yet free memory to compact into. Put back on drop (the
+/// mapping, then the pool, then proactive compaction).
+///
+/// A fresh machine has ~23 GiB free and compacts in the background (`kcompactd`, driven by
+/// `vm.compaction_proactiveness`). Holding the free 2 MiB blocks in the hugetlb pool alone was
+/// not enough there (issue #31): the pool grew from the Normal zone and left 752 free 4 MiB
+/// blocks in DMA32, which `dd`'s faults then took with `compact_stall` +0. So: proactive
+/// compaction off; the pool takes every free 2 MiB block the kernel gives it; then what is
+/// still free (less `SLACK`) is filled with small pages of which every other one is freed —
+/// 4 KiB holes whose buddies are in use, so nothing merges back into a block, and the fill
+/// reaches DMA32 once Normal is full; then the pool takes whatever whole blocks are left. What
+/// stays whole is DMA32's reserve against Normal allocations (`lowmem_reserve`, ~80 MB here),
+/// fewer blocks than `dd`'s 256 MiB needs.
+pub struct Fragmented {
+    /// The small-page mapping whose odd pages were freed.
+    map: (*mut libc::c_void, usize),
+    _pool: Setting,
+    _proactive: Option<Setting>,
+}
+
+/// Free memory the fill leaves alone, so it does not push the host into reclaim.
+const SLACK: u64 = 256 << 20;
+
+pub fn hold_free_huge_blocks() -> Fragmented {
+    // Kernels before 5.9 have no proactive compaction: nothing to turn off.
+    let proactive = Setting::try_set("/proc/sys/vm/compaction_proactiveness", "0").ok();
     let pool = Setting::set(NR_HUGEPAGES, &free_huge_blocks().to_string());
-    let mut left = free_huge_blocks();
-    for _ in 0..6 {
-        let held: u64 = std::fs::read_to_string(NR_HUGEPAGES)
+    grow_pool_over_free_blocks();
+    let fill = meminfo_bytes("MemFree").saturating_sub(SLACK).max(64 << 20);
+    let map = small_pages_half_freed(fill as usize);
+    grow_pool_over_free_blocks();
+    Fragmented {
+        map,
+        _pool: pool,
+        _proactive: proactive,
+    }
+}
+
+/// Grows the hugetlb pool by what is still free in 2 MiB blocks until that stops shrinking
+/// (one pool of the free count, on this 24 GiB host, left 752 free 4 MiB blocks in DMA32).
+fn grow_pool_over_free_blocks() {
+    let held = || -> u64 {
+        std::fs::read_to_string(NR_HUGEPAGES)
             .ok()
             .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        if left <= 2 || std::fs::write(NR_HUGEPAGES, (held + left).to_string()).is_err() {
+            .unwrap_or(0)
+    };
+    let mut left = free_huge_blocks();
+    for _ in 0..6 {
+        if left <= 2 || std::fs::write(NR_HUGEPAGES, (held() + left).to_string()).is_err() {
             break;
         }
         let now = free_huge_blocks();
@@ -68,7 +104,63 @@ pub fn hold_free_huge_blocks() -> Setting {
         }
         left = now;
     }
-    pool
+}
+
+/// `/proc/meminfo`'s `key` in bytes (0 when absent).
+fn meminfo_bytes(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            rest.trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+/// An anonymous mapping of `len` bytes in 4 KiB pages (THP off for it), every page touched,
+/// then every other page freed.
+fn small_pages_half_freed(len: usize) -> (*mut libc::c_void, usize) {
+    const PAGE: usize = 4096;
+    // SAFETY: a fresh private anonymous mapping, only touched within `len` below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert!(
+        p != libc::MAP_FAILED,
+        "mmap {len}: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: advice and writes within the mapping made above.
+    unsafe {
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        for off in (0..len).step_by(PAGE) {
+            p.cast::<u8>().add(off).write_volatile(1);
+        }
+        for off in (PAGE..len).step_by(2 * PAGE) {
+            libc::madvise(p.cast::<u8>().add(off).cast(), PAGE, libc::MADV_DONTNEED);
+        }
+    }
+    (p, len)
+}
+
+impl Drop for Fragmented {
+    fn drop(&mut self) {
+        let (p, len) = self.map;
+        // SAFETY: the mapping made by small_pages_half_freed, not used since.
+        unsafe { libc::munmap(p, len) };
+    }
 }
 
 /// A sysfs or procfs value set for the life of the guard, then restored.
