@@ -2,12 +2,17 @@
 //! fixture files, no root, no BPF) plus thin functions that read the live files.
 //!
 //! Every file read whole goes through [`read_capped`], so a hostile or endless file
-//! (`/dev/zero` behind an override variable, a runaway `/proc` file) cannot exhaust memory.
+//! (`/dev/zero` behind an override variable, a runaway `/proc` file) cannot exhaust memory, and
+//! every file opened on behalf of another user or from an override variable is opened by
+//! [`open_regular`] (or [`open_foreign`]), so a FIFO, a device or a socket put there cannot hang
+//! tracekit: the open never blocks and what is opened must be a regular file.
 //! `TRACEKIT_PROC` and `TRACEKIT_SYS` point these readers at the host's `/proc` and `/sys` when
 //! tracekit runs in a container with them mounted elsewhere (e.g. `/host/proc`).
 
 use std::{
+    fs::File,
     io::Read,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
 };
 
@@ -39,6 +44,19 @@ pub enum HostError {
     },
     #[error("{path} is larger than {limit} bytes")]
     TooLarge { path: PathBuf, limit: u64 },
+    /// A FIFO, device, socket, directory or (where no link is expected) symbolic link where a
+    /// regular file was expected: refused without a read (a FIFO would never end, nor would a
+    /// blocking open of one).
+    #[error("{path} is {what}, not a regular file")]
+    NotRegular { path: PathBuf, what: &'static str },
+    /// A file another user could have planted (a perf map in a process's /tmp) that is not
+    /// owned by whom it should be.
+    #[error("{path} is owned by uid {uid}, not by {expected}: ignored")]
+    NotOwned {
+        path: PathBuf,
+        uid: u32,
+        expected: String,
+    },
     #[error("{path}: {msg}")]
     Parse { path: PathBuf, msg: String },
     #[error("no process with pid {0} (it may have exited)")]
@@ -74,20 +92,107 @@ impl HostError {
 pub const SMALL_FILE: u64 = 1 << 20;
 pub const LARGE_FILE: u64 = 64 << 20;
 
-/// Reads a whole file, refusing more than `limit` bytes (procfs files report size 0, so the size
-/// is checked while reading). Every file tracekit reads whole goes through here: some paths come
-/// from the environment (`TRACEKIT_BTF`, `TRACEKIT_TRACEFS`, `TRACEKIT_PROC`) and may name
-/// `/dev/zero` or a FIFO, which must not grow tracekit's memory without bound.
-pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
+/// What a file of mode `mode` is, for messages ("a FIFO").
+fn file_kind(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "a regular file",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFLNK => "a symbolic link",
+        _ => "of an unknown file type",
+    }
+}
+
+fn open_checked(path: &Path, limit: u64, nofollow: bool) -> Result<File, HostError> {
     let io = |source| HostError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let f = std::fs::File::open(path).map_err(io)?;
+    // O_NONBLOCK: opening a FIFO for reading blocks until a writer comes (forever, if the user
+    // who put it there wants); non-blocking, it opens at once and fstat below refuses it.
+    // O_NOCTTY: a terminal device must not become tracekit's controlling terminal. (std adds
+    // O_CLOEXEC.)
+    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
+    if nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) if nofollow => HostError::NotRegular {
+                path: path.to_path_buf(),
+                what: "a symbolic link",
+            },
+            _ => io(e),
+        })?;
+    // fstat of the descriptor, not stat of the path: the path may be swapped between the two.
+    let md = f.metadata().map_err(io)?;
+    if !md.is_file() {
+        return Err(HostError::NotRegular {
+            path: path.to_path_buf(),
+            what: file_kind(md.mode()),
+        });
+    }
+    if md.len() > limit {
+        return Err(HostError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(f)
+}
+
+/// Opens `path` for reading without ever blocking, and only if it is a regular file of at most
+/// `limit` bytes (by its size; procfs and sysfs files say 0 or a page, so [`read_limited`] still
+/// counts what it reads). Links are followed (`/proc/<pid>/map_files/…`, `/proc/<pid>/root` and
+/// an override variable naming a link are links on purpose). Every file tracekit opens on behalf
+/// of another user, or that an override variable names, is opened here.
+pub fn open_regular(path: &Path, limit: u64) -> Result<File, HostError> {
+    open_checked(path, limit, false)
+}
+
+/// [`open_regular`] for a file another user may have planted where no link is expected (a perf
+/// map in a process's /tmp): a link as the last component is refused, and the file must be owned
+/// by one of `owners` (as perf itself requires of a perf map: the process's user or root).
+pub fn open_foreign(path: &Path, limit: u64, owners: &[u32]) -> Result<File, HostError> {
+    let f = open_checked(path, limit, true)?;
+    let uid = f
+        .metadata()
+        .map_err(|source| HostError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .uid();
+    if !owners.contains(&uid) {
+        let expected = owners
+            .iter()
+            .map(|u| format!("uid {u}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        return Err(HostError::NotOwned {
+            path: path.to_path_buf(),
+            uid,
+            expected,
+        });
+    }
+    Ok(f)
+}
+
+/// Reads the rest of open file `f` (named `path` in messages), refusing more than `limit` bytes:
+/// the size is checked while reading, since procfs files report size 0 and a file may grow.
+pub fn read_limited(f: &File, path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
     let mut buf = Vec::new();
     f.take(limit.saturating_add(1))
         .read_to_end(&mut buf)
-        .map_err(io)?;
+        .map_err(|source| HostError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if buf.len() as u64 > limit {
         return Err(HostError::TooLarge {
             path: path.to_path_buf(),
@@ -95,6 +200,14 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
         });
     }
     Ok(buf)
+}
+
+/// Reads a whole regular file, refusing more than `limit` bytes. Every file tracekit reads whole
+/// goes through here: some paths come from the environment (`TRACEKIT_BTF`, `TRACEKIT_TRACEFS`,
+/// `TRACEKIT_PROC`) and may name `/dev/zero` or a FIFO, which must neither grow tracekit's memory
+/// without bound nor block it ([`open_regular`]: procfs and sysfs files are regular files).
+pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, HostError> {
+    read_limited(&open_regular(path, limit)?, path, limit)
 }
 
 /// [`read_capped`] as text (invalid UTF-8 replaced: kernel text files are ASCII, and a stray
@@ -190,12 +303,132 @@ mod tests {
 
     #[test]
     fn capped_read_refuses_endless_files() {
+        // /dev/zero never ends: refused as what it is, without a read.
         let e = read_capped(Path::new("/dev/zero"), 1 << 16).unwrap_err();
-        assert!(matches!(e, HostError::TooLarge { .. }), "{e}");
-        assert!(e.to_string().contains("/dev/zero"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero is a character device, not a regular file"
+        );
         assert!(read_capped(Path::new("/proc/self/status"), SMALL_FILE).is_ok());
         let e = read_capped(Path::new("/nonexistent/x"), 10).unwrap_err();
         assert!(e.to_string().starts_with("reading /nonexistent/x"), "{e}");
+        // A procfs file says size 0: its cap is counted while reading.
+        let e = read_capped(Path::new("/proc/self/maps"), 16).unwrap_err();
+        assert!(matches!(e, HostError::TooLarge { limit: 16, .. }), "{e}");
+    }
+
+    /// A scratch directory for one test, removed when the guard drops.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let d = std::env::temp_dir().join(format!("tk-host-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Scratch(d)
+        }
+        fn fifo(&self, name: &str) -> PathBuf {
+            use std::os::unix::ffi::OsStrExt;
+            let p = self.0.join(name);
+            let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path; plain syscall.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            p
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Runs `f` on another thread and fails if it has not returned within 5 s (the bug was an
+    /// open that never returns: the test must fail, not hang).
+    fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("returned within 5 s (a blocking open of a FIFO never does)")
+    }
+
+    #[test]
+    fn a_fifo_with_no_writer_is_refused_at_once() {
+        let d = Scratch::new("fifo");
+        let fifo = d.fifo("perf-1.map");
+        let p = fifo.clone();
+        let e = promptly(move || read_capped(&p, SMALL_FILE).unwrap_err());
+        assert_eq!(
+            e.to_string(),
+            format!("{} is a FIFO, not a regular file", fifo.display())
+        );
+        let p = fifo.clone();
+        let e = promptly(move || open_regular(&p, SMALL_FILE).unwrap_err());
+        assert!(
+            matches!(e, HostError::NotRegular { what: "a FIFO", .. }),
+            "{e}"
+        );
+        let p = fifo.clone();
+        let e = promptly(move || open_foreign(&p, SMALL_FILE, &[0]).unwrap_err());
+        assert!(
+            matches!(e, HostError::NotRegular { what: "a FIFO", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn links_to_fifos_directories_and_sizes() {
+        let d = Scratch::new("kinds");
+        let fifo = d.fifo("fifo");
+        let link = d.0.join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        // Followed, the link leads to a FIFO: refused as one, at once.
+        let p = link.clone();
+        let e = promptly(move || open_regular(&p, SMALL_FILE).unwrap_err());
+        assert_eq!(
+            e.to_string(),
+            format!("{} is a FIFO, not a regular file", link.display())
+        );
+        // Where no link is expected, the link itself is refused.
+        let p = link.clone();
+        let e = promptly(move || open_foreign(&p, SMALL_FILE, &[0]).unwrap_err());
+        assert_eq!(
+            e.to_string(),
+            format!("{} is a symbolic link, not a regular file", link.display())
+        );
+        let e = read_capped(&d.0, SMALL_FILE).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{} is a directory, not a regular file", d.0.display())
+        );
+        // The size cap is exact, by size at open and by count while reading.
+        let f = d.0.join("f");
+        std::fs::write(&f, [b'x'; 100]).unwrap();
+        assert_eq!(read_capped(&f, 100).unwrap().len(), 100);
+        let e = open_regular(&f, 99).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{} is larger than 99 bytes", f.display())
+        );
+        let e = read_capped(&f, 99).unwrap_err();
+        assert!(matches!(e, HostError::TooLarge { limit: 99, .. }), "{e}");
+        let open = open_regular(&f, 100).unwrap();
+        std::fs::write(&f, [b'x'; 200]).unwrap();
+        let e = read_limited(&open, &f, 100).unwrap_err();
+        assert!(matches!(e, HostError::TooLarge { limit: 100, .. }), "{e}");
+        // Ownership: this file is ours (uid of this test), not another user's.
+        // SAFETY: plain syscall.
+        let me = unsafe { libc::geteuid() };
+        assert!(open_foreign(&f, 1000, &[me]).is_ok());
+        let other = me.wrapping_add(4242);
+        let e = open_foreign(&f, 1000, &[other]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} is owned by uid {me}, not by uid {other}: ignored",
+                f.display()
+            )
+        );
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub enum BtfError {
     },
     #[error("{path} is larger than {limit_mib} MiB: not a kernel BTF file")]
     TooLarge { path: String, limit_mib: u64 },
+    /// Not a regular file (a FIFO, a device).
+    #[error(transparent)]
+    Host(crate::host::HostError),
     #[error("{0}: not BTF (bad magic or truncated header)")]
     BadHeader(String),
     #[error("{what}: truncated or corrupt BTF at byte {at}")]

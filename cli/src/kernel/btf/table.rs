@@ -10,6 +10,17 @@ use super::{
     MAGIC, MAX_BTF_BYTES, VMLINUX,
 };
 
+/// Whether `file` is on sysfs, whose files no one can truncate (so a mapping of one never
+/// faults past its end).
+fn on_sysfs(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed statfs is a valid out-parameter; plain syscall on a descriptor we hold.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type == libc::SYSFS_MAGIC
+}
+
 impl Btf {
     /// The running kernel's BTF.
     pub fn from_sys_fs() -> Result<Btf, BtfError> {
@@ -25,23 +36,23 @@ impl Btf {
             path: path.display().to_string(),
             limit_mib: MAX_BTF_BYTES >> 20,
         };
-        // mmap first: reading the 5–6 MB sysfs file costs ~1,300 read() calls of one page each
-        // (3–9 ms here, most of tracekit's start-up); the mapping costs ~50 µs. Only regular
-        // files within the cap are mapped: `TRACEKIT_BTF` may name a device or a FIFO.
-        let file = std::fs::File::open(path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if meta.is_file() && meta.len() > MAX_BTF_BYTES {
-            return Err(too_large());
-        }
-        let data = match meta.is_file().then(|| Data::map(&file)).flatten() {
+        let host = |e| match e {
+            crate::host::HostError::TooLarge { .. } => too_large(),
+            crate::host::HostError::Read { source, .. } => io(source),
+            other => BtfError::Host(other),
+        };
+        // Opened non-blocking and only if a regular file: `TRACEKIT_BTF` may name a FIFO or a
+        // device.
+        let file = crate::host::open_regular(path, MAX_BTF_BYTES).map_err(host)?;
+        // mmap where the file cannot be truncated under us: reading the 5–6 MB sysfs file costs
+        // ~1,300 read() calls of one page each (3–9 ms here, most of tracekit's start-up); the
+        // mapping costs ~50 µs. Any other file (`TRACEKIT_BTF`) is read into memory: a mapping
+        // of a file rewritten during the run dies by SIGBUS on the first page past its new end.
+        let data = match on_sysfs(&file).then(|| Data::map(&file)).flatten() {
             Some(d) => d,
-            None => Data::Heap(crate::host::read_capped(path, MAX_BTF_BYTES).map_err(
-                |e| match e {
-                    crate::host::HostError::TooLarge { .. } => too_large(),
-                    crate::host::HostError::Read { source, .. } => io(source),
-                    other => io(std::io::Error::other(other.to_string())),
-                },
-            )?),
+            None => {
+                Data::Heap(crate::host::read_limited(&file, path, MAX_BTF_BYTES).map_err(host)?)
+            }
         };
         Btf::from_data(data, &path.display().to_string())
     }

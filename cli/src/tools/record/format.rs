@@ -94,20 +94,19 @@ impl Recording {
     /// Reads and checks a recording. Every problem is one line naming the file and line; a
     /// file that is not a recording, or of another version, is refused (exit 2).
     pub fn read(path: &Path) -> Result<Recording> {
-        let f = std::fs::File::open(path).map_err(|source| Error::Io {
-            what: format!("reading {}", path.display()),
-            source,
-        })?;
-        let meta = f.metadata().map_err(|source| Error::Io {
-            what: format!("reading {}", path.display()),
-            source,
-        })?;
-        if !meta.is_file() {
-            return Err(Error::Usage(format!(
-                "{}: not a regular file (a recording is a file written by tracekit record)",
+        // Never blocks (a FIFO given as a recording would hold the open forever) and only a
+        // regular file: its lines are read with a cap each, so no total cap here.
+        let f = crate::host::open_regular(path, u64::MAX).map_err(|e| match e {
+            crate::host::HostError::NotRegular { what, .. } => Error::Usage(format!(
+                "{}: {what}, not a regular file (a recording is a file written by tracekit record)",
                 path.display()
-            )));
-        }
+            )),
+            crate::host::HostError::Read { source, .. } => Error::Io {
+                what: format!("reading {}", path.display()),
+                source,
+            },
+            other => Error::Usage(other.to_string()),
+        })?;
         Recording::parse(std::io::BufReader::new(f), path)
     }
 
