@@ -248,3 +248,164 @@ fn check_page_renders(page: &Path, dir: &Path) {
         "page screenshot {ours} bytes vs blank {blank}: nothing drawn?"
     );
 }
+
+/// `tracekit compare ARGS` with stdout and stderr in files: its exit code, its peak RSS in KiB
+/// (`wait4`'s `ru_maxrss`, the child's own high-water mark), stdout and stderr. The child gets
+/// an address-space limit of 4 GiB so an unbounded reader fails here instead of pushing the
+/// shared host into the OOM killer; bounded by a timeout.
+fn compare_peak(dir: &Path, args: &[&Path]) -> (i32, i64, String, String) {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let (out, err) = (dir.join("compare.out"), dir.join("compare.err"));
+    let mut cmd = Command::new(tracekit_bin());
+    cmd.arg("compare")
+        .args(args)
+        .arg("--json")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // Reaped below by wait4, which std's wait cannot do: it gives the child's rusage.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().expect("spawn tracekit compare");
+    let pid = child.id() as libc::pid_t;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (status, ru) = loop {
+        let mut st = 0;
+        // SAFETY: rusage is plain data that wait4 fills.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child, with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut st, libc::WNOHANG, &mut ru) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break (std::process::ExitStatus::from_raw(st), ru);
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("compare {args:?} did not end within 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    (
+        code,
+        ru.ru_maxrss,
+        std::fs::read_to_string(out).unwrap_or_default(),
+        std::fs::read_to_string(err).unwrap_or_default(),
+    )
+}
+
+/// Hostile recordings that the reader must hold in bounded memory: every line under the
+/// reader's 4 MiB line cap, made of what `compare` expands (thousands of fields and histograms
+/// in one row, names of kilobytes cloned for every metric, many intervals each with a subject
+/// of its own that every counter series is zero-filled for).
+fn hostile_recordings(dir: &Path) -> [PathBuf; 2] {
+    use std::fmt::Write as _;
+    let header = r#"{"format":"tracekit-record","version":1,"type":"header","tools":["fsync-lat"],"facts":{}}"#;
+    let mut wide = format!("{header}\n");
+    let mut i = 0;
+    let mut interval = |s: &mut String, row: &str| {
+        let _ = writeln!(
+            s,
+            r#"{{"type":"interval","i":{i},"secs":1.0,"end_ns":{i}}}"#
+        );
+        let _ = writeln!(
+            s,
+            r#"{{"type":"row","i":{i},"tool":"fsync-lat","kind":"summary",{row}}}"#
+        );
+        let _ = writeln!(s, r#"{{"type":"node","i":{i},"cpu_user_pct":1}}"#);
+        i += 1;
+    };
+    // 3.8 MB of counter fields in one row.
+    let mut row = String::from(r#""row":{"comm":"w""#);
+    for f in 0..300_000 {
+        let _ = write!(row, r#","f{f:06}":1"#);
+    }
+    row.push('}');
+    interval(&mut wide, &row);
+    // 3.8 MB of histograms in one row.
+    let mut row = String::from(r#""row":{"comm":"d"},"dists":{"#);
+    for d in 0..64_000 {
+        let _ = write!(
+            row,
+            r#"{}"d{d:05}":{{"count":1,"sum":1,"min":1,"max":1,"b":[[1,1]]}}"#,
+            if d > 0 { "," } else { "" }
+        );
+    }
+    row.push('}');
+    interval(&mut wide, &row);
+    // Names of 30 KB, each cloned for each of the row's 100 counters.
+    for r in 0..5 {
+        let mut row = format!(r#""row":{{"comm":"n{r}""#);
+        let long = "x".repeat(30_000);
+        for f in 0..100 {
+            let _ = write!(row, r#","s{f:03}":"{long}","c{f:03}":1"#);
+        }
+        row.push('}');
+        interval(&mut wide, &row);
+    }
+    assert!(wide.lines().all(|l| l.len() < 4 << 20));
+    // 150,000 intervals, each with a process of its own: 22 MB.
+    let mut many = format!("{header}\n");
+    for i in 0..150_000 {
+        let _ = writeln!(
+            many,
+            r#"{{"type":"interval","i":{i},"secs":1.0,"end_ns":{i}}}"#
+        );
+        let _ = writeln!(
+            many,
+            r#"{{"type":"row","i":{i},"tool":"fsync-lat","kind":"summary","row":{{"comm":"p{i}","count":1}}}}"#
+        );
+        let _ = writeln!(many, r#"{{"type":"node","i":{i},"cpu_user_pct":1}}"#);
+    }
+    assert!(many.len() > 20_000_000, "{}", many.len());
+    let (w, m) = (dir.join("wide.tkr"), dir.join("many.tkr"));
+    std::fs::write(&w, wide).unwrap();
+    std::fs::write(&m, many).unwrap();
+    [w, m]
+}
+
+/// Issue #31 (5): a 3.8 MB line peaked at 1.59 GB and a 22 MB file was OOM-killed. Each hostile
+/// file, compared with itself, stays under 300 MB and says what it dropped.
+#[test]
+fn compare_memory_is_bounded_on_hostile_recordings() {
+    let dir = scratch("record-hostile");
+    for f in hostile_recordings(&dir) {
+        let (code, peak_kib, out, err) = compare_peak(&dir, &[&f, &f]);
+        eprintln!(
+            "{}: exit {code}, peak RSS {} MiB",
+            f.display(),
+            peak_kib >> 10
+        );
+        assert_eq!(code, 0, "{}: {err}", f.display());
+        assert!(
+            peak_kib < 300 << 10,
+            "{}: peak RSS {} MiB",
+            f.display(),
+            peak_kib >> 10
+        );
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["type"], "compare", "{last}");
+        let notes = last["notes"].as_array().expect("notes in the compare line");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.as_str().is_some_and(|n| n.contains("dropped"))),
+            "{last}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

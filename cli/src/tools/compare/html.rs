@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use probes_common::hist::{bucket_low, NBUCKETS};
 
 use super::{model::Kind, Args, Change};
+use crate::report::sanitize;
 
 /// Changes drawn.
 const DRAWN: usize = 6;
@@ -22,18 +23,19 @@ const PAD: f64 = 40.0;
 const BEFORE: &str = "#1f77b4";
 const AFTER: &str = "#d62728";
 
-/// XML/HTML text escaping.
+/// XML/HTML text escaping of a name from a recording, shown as the text report shows it
+/// ([`sanitize::text`]: control characters, DEL, C1 and bidi overrides as `\xNN`, which XML 1.0
+/// would refuse or a viewer would act on).
 pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
+    let safe = sanitize::text(s.as_bytes());
+    let mut o = String::with_capacity(safe.len());
+    for c in safe.chars() {
         match c {
             '&' => o.push_str("&amp;"),
             '<' => o.push_str("&lt;"),
             '>' => o.push_str("&gt;"),
             '"' => o.push_str("&quot;"),
             '\'' => o.push_str("&#39;"),
-            // Control characters are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => o.push('\u{fffd}'),
             c => o.push(c),
         }
     }
@@ -169,6 +171,9 @@ pub fn page(args: &Args, cmp: &super::Comparison) -> String {
         esc(&super::describe(&args.before, b)),
         esc(&super::describe(&args.after, a))
     );
+    for n in &cmp.notes {
+        let _ = write!(s, "<p>Note: {}.</p>", esc(n));
+    }
     s.push_str("<h2>Node settings that changed</h2>");
     if facts.is_empty() {
         s.push_str("<p>No difference.</p>");

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::{
     error::{Error, Result},
-    report::{output::Sink, render::fmt_ns},
+    report::{output::Sink, render::fmt_ns, sanitize},
     tools::{self, record::format::Recording, ToolInfo},
 };
 
@@ -193,10 +193,11 @@ fn side_out(kind: Kind, s: &model::Side) -> SideOut {
     }
 }
 
-/// Compares every (subject, metric) present in both recordings, ranked.
-pub fn changes(before: &Recording, after: &Recording) -> Vec<Change> {
+/// Compares every (subject, metric) present in both recordings, ranked; and how many series
+/// of each were dropped past [`model::series_cap`].
+pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2]) {
     let split = model::ambiguous(&[before, after]);
-    let (b, mut a) = (model::series(before, &split), model::series(after, &split));
+    let ((b, db), (mut a, da)) = (model::series(before, &split), model::series(after, &split));
     let mut out = Vec::new();
     for ((subject, metric), (kind, bs)) in b {
         let Some((_, as_)) = a.remove(&(subject.clone(), metric.clone())) else {
@@ -269,7 +270,7 @@ pub fn changes(before: &Recording, after: &Recording) -> Vec<Change> {
             .then(x.subject.cmp(&y.subject))
             .then(x.metric.cmp(&y.metric))
     });
-    out
+    (out, [db, da])
 }
 
 /// Node settings that differ: (name, before, after); absent is `-`.
@@ -315,19 +316,63 @@ fn describe(path: &std::path::Path, r: &Recording) -> String {
 }
 
 /// What a comparison found: both recordings, the node settings that changed and every
-/// metric's change, ranked; the text, JSON and HTML reports are views of it.
+/// metric's change, ranked, and what was left out; the text, JSON and HTML reports are views
+/// of it.
 pub struct Comparison {
     pub before: Recording,
     pub after: Recording,
     pub facts: Vec<(String, String, String)>,
     pub changes: Vec<Change>,
+    /// What the reader or the series bounds dropped, one sentence each.
+    pub notes: Vec<String>,
 }
 
 impl Comparison {
-    pub fn new(before: Recording, after: Recording) -> Comparison {
+    /// Refuses a side with no complete interval: a CI gate must not pass on "0 of 0 lines"
+    /// because a recording was killed after its header (or cut inside its first interval).
+    pub fn of(
+        (bp, before): (&std::path::Path, Recording),
+        (ap, after): (&std::path::Path, Recording),
+    ) -> Result<Comparison> {
+        for (p, r) in [(bp, &before), (ap, &after)] {
+            if r.intervals.is_empty() {
+                return Err(Error::Usage(format!(
+                    "{}: no complete interval ({}): nothing to compare",
+                    p.display(),
+                    if r.truncated || !r.notes.is_empty() {
+                        "the run was cut before its first interval ended"
+                    } else {
+                        "a header only: the run was killed before its first interval ended"
+                    }
+                )));
+            }
+        }
+        Ok(Comparison::new(before, after, [bp, ap]))
+    }
+
+    pub fn new(before: Recording, after: Recording, paths: [&std::path::Path; 2]) -> Comparison {
+        let (changes, dropped) = changes(&before, &after);
+        let mut notes: Vec<String> = before.notes.iter().chain(&after.notes).cloned().collect();
+        for ((p, n), r) in paths.iter().zip(dropped).zip([&before, &after]) {
+            if n > 0 {
+                let at_least = if n >= model::MAX_DROPPED_COUNTED {
+                    "at least "
+                } else {
+                    ""
+                };
+                notes.push(format!(
+                    "{}: {at_least}{n} series dropped past the first {} kept (at most {} series, {} samples per recording)",
+                    p.display(),
+                    model::series_cap(r.intervals.len()),
+                    model::MAX_SERIES,
+                    model::MAX_POINTS
+                ));
+            }
+        }
         Comparison {
             facts: fact_changes(&before, &after),
-            changes: changes(&before, &after),
+            changes,
+            notes,
             before,
             after,
         }
@@ -403,13 +448,23 @@ pub fn text(args: &Args, cmp: &Comparison) -> String {
         s.push_str(&t.render());
     }
     s.push_str("\nMedian, p99, mean and CV of latency are over every event of the run (the recorded histograms); of other metrics over the per-interval samples. N: intervals with samples, before/after.\n");
-    s
+    for n in &cmp.notes {
+        s.push_str(&format!("Note: {n}.\n"));
+    }
+    // Subjects, metrics, settings and paths come from the recordings (a comm is whatever a
+    // process named itself): every line is made terminal-safe as the tools' own reports are.
+    s.split_inclusive('\n')
+        .map(|l| {
+            let (body, nl) = l.strip_suffix('\n').map_or((l, ""), |b| (b, "\n"));
+            sanitize::text(body.as_bytes()) + nl
+        })
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
     let before = Recording::read(&args.before)?;
     let after = Recording::read(&args.after)?;
-    let cmp = Comparison::new(before, after);
+    let cmp = Comparison::of((&args.before, before), (&args.after, after))?;
     let (facts, ch) = (&cmp.facts, &cmp.changes);
     // Checked before the work: a path that cannot be written costs nothing.
     let mut page = match &args.html {
@@ -431,7 +486,7 @@ pub fn run(args: Args) -> Result<()> {
             s.push_str(&v.to_string());
             s.push('\n');
         }
-        s.push_str(&json!({"type": "compare", "before": args.before, "after": args.after, "facts_changed": facts.len(), "lines": ch.len(), "significant": ch.iter().filter(|c| c.significant).count(), "worse": worse, "alpha": ALPHA}).to_string());
+        s.push_str(&json!({"type": "compare", "before": args.before, "after": args.after, "facts_changed": facts.len(), "lines": ch.len(), "significant": ch.iter().filter(|c| c.significant).count(), "worse": worse, "alpha": ALPHA, "notes": cmp.notes}).to_string());
         s.push('\n');
         s
     } else {
@@ -452,4 +507,226 @@ pub fn run(args: Args) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::record::format::dist_json;
+    use probes_common::hist::LatHist;
+    use std::path::Path;
+
+    /// A recording of `n` intervals of one row of `comm` (a counter named `field` and an fsync
+    /// histogram) with `facts`; `tail` appended as it is (a cut line).
+    fn recording(n: u64, comm: &str, field: &str, facts: Value, tail: &str) -> String {
+        let header = json!({"format": "tracekit-record", "version": 1, "type": "header", "tools": ["fsync-lat"], "facts": facts});
+        let mut s = format!("{header}\n");
+        for i in 0..n {
+            let mut h = LatHist::ZERO;
+            for v in [1_000, 2_000 + i * 100, 90_000] {
+                h.record(v);
+            }
+            for l in [
+                json!({"type": "interval", "i": i, "secs": 1.0, "end_ns": i}),
+                json!({"type": "row", "i": i, "tool": "fsync-lat", "kind": "summary", "row": {"pid": 5, "comm": comm, field: 3 + i}, "dists": {"fsync": dist_json(&h)}}),
+                json!({"type": "node", "i": i, "cpu_user_pct": 10 + i}),
+            ] {
+                s.push_str(&l.to_string());
+                s.push('\n');
+            }
+        }
+        s.push_str(tail);
+        s
+    }
+
+    fn parse(text: &str, name: &str) -> Recording {
+        Recording::parse(text.as_bytes(), Path::new(name)).unwrap()
+    }
+
+    fn args(before: &Path, after: &Path) -> Args {
+        Args {
+            before: before.into(),
+            after: after.into(),
+            json: false,
+            html: None,
+            fail_on_regression: false,
+            top: 0,
+        }
+    }
+
+    use serde_json::Value;
+
+    /// Issue #31 (6): comms and settings printed raw (`count/s of ^[]0;PWN^G^[[2J…`).
+    #[test]
+    fn text_and_html_carry_no_terminal_escapes() {
+        const EVIL: &str = "\u{1b}]0;PWN\u{7}\u{1b}[2J\u{7f}\u{9b}31m";
+        let b = recording(
+            4,
+            &format!("pg{EVIL}"),
+            &format!("count{EVIL}"),
+            json!({"sysctl:vm.swappiness": format!("60{EVIL}"), format!("sysctl:x{EVIL}"): "1"}),
+            "",
+        );
+        let a = recording(
+            4,
+            &format!("pg{EVIL}"),
+            &format!("count{EVIL}"),
+            json!({"sysctl:vm.swappiness": "10"}),
+            "",
+        );
+        let (bp, ap) = (Path::new("b\u{1b}[2J.tkr"), Path::new("a.tkr"));
+        let cmp = Comparison::of((bp, parse(&b, "b.tkr")), (ap, parse(&a, "a.tkr"))).unwrap();
+        assert!(!cmp.changes.is_empty() && !cmp.facts.is_empty());
+        let args = args(bp, ap);
+        let text = text(&args, &cmp);
+        let page = html::page(&args, &cmp);
+        for (what, out) in [("text", &text), ("html", &page)] {
+            let bad: Vec<(usize, u8)> = out
+                .bytes()
+                .enumerate()
+                .filter(|(_, b)| (*b < 0x20 && *b != b'\n') || *b == 0x7f)
+                .collect();
+            assert!(bad.is_empty(), "{what}: control bytes {bad:?} in {out}");
+            assert!(!out.contains('\u{9b}'), "{what}: C1 CSI in {out}");
+            // Shown, escaped, rather than dropped: two names never print the same.
+            assert!(
+                out.contains("pg\\x1b]0;PWN\\x07\\x1b[2J\\x7f"),
+                "{what}: {out}"
+            );
+            assert!(out.contains("60\\x1b]0;PWN"), "{what}: {out}");
+        }
+    }
+
+    /// Issue #31 (10): a side killed after its header (or cut inside its only interval) gave
+    /// "0 of 0 lines" and exit 0 under --fail-on-regression. It is bad input now (exit 2, one
+    /// line naming the file); a cut last line after good intervals is a note.
+    #[test]
+    fn a_side_with_no_complete_interval_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("tk-compare-empty-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = recording(4, "pg", "count", json!({}), "");
+        let header_only = good.lines().next().unwrap().to_string() + "\n";
+        let first = good.lines().take(3).collect::<Vec<_>>().join("\n");
+        let cut_first = &first[..first.len() - 20];
+        let cut_later = recording(
+            4,
+            "pg",
+            "count",
+            json!({}),
+            "{\"type\":\"interval\",\"i\":4,\"se",
+        );
+        let p = |n: &str, t: &str| {
+            let p = dir.join(n);
+            std::fs::write(&p, t).unwrap();
+            p
+        };
+        let g = p("good.tkr", &good);
+        for bad in [p("header.tkr", &header_only), p("cut.tkr", cut_first)] {
+            for (b, a) in [(&g, &bad), (&bad, &g)] {
+                let e = run(Args {
+                    json: true,
+                    fail_on_regression: true,
+                    ..args(b, a)
+                })
+                .expect_err("a side with no interval is an error");
+                let line = crate::error::one_line(&e);
+                assert_eq!(e.exit(), crate::error::Exit::Usage, "{line}");
+                assert!(line.starts_with(&bad.display().to_string()), "{line}");
+                assert!(line.contains("no complete interval"), "{line}");
+            }
+        }
+        let later = p("later.tkr", &cut_later);
+        let cmp = Comparison::of(
+            (&g, Recording::read(&g).unwrap()),
+            (&later, Recording::read(&later).unwrap()),
+        )
+        .unwrap();
+        assert_eq!(cmp.after.intervals.len(), 4);
+        assert!(
+            cmp.notes.iter().any(|n| n.contains("cut")),
+            "{:?}",
+            cmp.notes
+        );
+        let text = text(&args(&g, &later), &cmp);
+        assert!(text.contains("Note: ") && text.contains("cut"), "{text}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Issue #31 (5), the bounds themselves: names cut with a hash (both sides alike), series
+    /// capped with the count of the dropped said, rows' fields and histograms capped.
+    #[test]
+    fn series_and_rows_are_bounded_and_what_was_dropped_is_said() {
+        let long = "y".repeat(5_000);
+        assert_eq!(model::bounded(long.clone()), model::bounded(long.clone()));
+        assert!(model::bounded(long.clone()).len() < 300);
+        assert_ne!(
+            model::bounded(long.clone()),
+            model::bounded(format!("{long}z"))
+        );
+        // Many intervals, each with a subject of its own: at most series_cap series.
+        let mut s = recording(0, "", "", json!({}), "");
+        let n = 4_000u64;
+        for i in 0..n {
+            for l in [
+                json!({"type": "interval", "i": i, "secs": 1.0}),
+                json!({"type": "row", "i": i, "tool": "t", "kind": "k", "row": {"comm": format!("p{i}"), "count": 1, "bytes": 2}}),
+                json!({"type": "node", "i": i}),
+            ] {
+                s.push_str(&l.to_string());
+                s.push('\n');
+            }
+        }
+        let r = parse(&s, "m.tkr");
+        let (series, dropped) = model::series(&r, &Default::default());
+        assert_eq!(series.len(), model::series_cap(n as usize));
+        assert_eq!(series.len() + dropped, 2 * n as usize);
+        let cmp = Comparison::of((Path::new("m.tkr"), r.clone()), (Path::new("m.tkr"), r)).unwrap();
+        assert!(
+            cmp.notes.iter().any(|n| n.contains("series dropped")),
+            "{:?}",
+            cmp.notes
+        );
+        // One row of 10,000 fields and 1,000 histograms keeps the first of each.
+        let mut h = LatHist::ZERO;
+        h.record(5);
+        let mut row = serde_json::Map::new();
+        for f in 0..10_000 {
+            row.insert(format!("f{f:05}"), 1.into());
+        }
+        let dists: serde_json::Map<String, Value> = (0..1_000)
+            .map(|d| (format!("d{d:04}"), dist_json(&h)))
+            .collect();
+        let mut s = recording(0, "", "", json!({}), "");
+        for l in [
+            json!({"type": "interval", "i": 0, "secs": 1.0}),
+            json!({"type": "row", "i": 0, "tool": "t", "kind": "k", "row": row, "dists": dists}),
+            json!({"type": "node", "i": 0}),
+        ] {
+            s.push_str(&l.to_string());
+            s.push('\n');
+        }
+        let r = parse(&s, "w.tkr");
+        let row = &r.intervals[0].rows[0];
+        use crate::tools::record::format::{MAX_DISTS_PER_ROW, MAX_FIELDS_PER_ROW};
+        assert_eq!(
+            (row.fields.len(), row.dists.len()),
+            (MAX_FIELDS_PER_ROW, MAX_DISTS_PER_ROW)
+        );
+        let notes = r.notes.join("; ");
+        assert!(
+            notes.contains("9744 field(s)") && notes.contains("968 histogram(s)"),
+            "{notes}"
+        );
+        // A bucket list longer than the layout is not a histogram.
+        let many: Vec<Value> = (0..400).map(|_| json!([1, 1])).collect();
+        let d = json!({"count": 400, "sum": 400, "min": 1, "max": 1, "b": many});
+        let bad = format!(
+            "{}{}\n",
+            recording(1, "pg", "count", json!({}), ""),
+            json!({"type": "interval", "i": 1, "secs": 1.0})
+        ) + &json!({"type": "row", "i": 1, "tool": "t", "kind": "k", "row": {}, "dists": {"x": d}}).to_string();
+        let e = Recording::parse(bad.as_bytes(), Path::new("b.tkr")).unwrap_err();
+        assert!(crate::error::one_line(&e).contains("buckets listed"), "{e}");
+    }
 }

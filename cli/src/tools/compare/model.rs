@@ -13,7 +13,7 @@
 //! (`_ppm`, `_kib`, `_pages`). Percentiles, means and ratios in rows are not additive across
 //! merged processes and come from the histograms instead. The node series are node metrics.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use probes_common::hist::LatHist;
 use serde_json::{Map, Value};
@@ -103,14 +103,50 @@ pub enum Kind {
 pub struct Side {
     /// One sample per interval.
     pub samples: Vec<f64>,
-    /// Latency metrics: the whole run's histogram.
-    pub hist: Option<LatHist>,
-    /// Per-interval histograms (latency metrics), for the plots.
-    pub interval_hists: Vec<LatHist>,
+    /// Latency metrics: the whole run's histogram (boxed: 2.4 KiB that counter and node
+    /// series do not carry).
+    pub hist: Option<Box<LatHist>>,
 }
 
 /// (subject, metric) → a side, for one recording.
 pub type Series = BTreeMap<(String, String), (Kind, Side)>;
+
+/// Most series kept of one recording (a triage run has a few hundred); the first ones seen are
+/// kept, the rest dropped and counted.
+pub const MAX_SERIES: usize = 10_000;
+/// Most samples all series of one recording hold together (8 bytes each): a counter series has
+/// one per interval (zero where its subject did not appear), so a file of many intervals and
+/// many one-off subjects would otherwise ask for intervals × subjects of them.
+pub const MAX_POINTS: usize = 4_000_000;
+
+/// Dropped series counted one by one up to this many ("at least" past it).
+pub const MAX_DROPPED_COUNTED: usize = 1_000_000;
+/// Longest subject or metric name kept whole (a row's names come from the recording: a
+/// megabyte of them, cloned for each of its metrics, would be a hostile file's multiplier).
+pub const MAX_NAME: usize = 240;
+
+fn hash_of(k: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(k)
+}
+
+/// `s`, or its first [`MAX_NAME`] bytes, `…` and a hash of the whole (two long names that
+/// share a start stay two subjects; both recordings cut them the same way, so they still match).
+pub fn bounded(s: String) -> String {
+    if s.len() <= MAX_NAME {
+        return s;
+    }
+    let mut cut = MAX_NAME;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…#{:016x}", &s[..cut], hash_of(&s))
+}
+
+/// How many series of a recording of `intervals` intervals are kept.
+pub fn series_cap(intervals: usize) -> usize {
+    MAX_SERIES.min(MAX_POINTS / intervals.max(1)).max(1)
+}
 
 /// A row's identity without its title, and its title.
 fn identity(r: &Row) -> (String, Option<String>) {
@@ -199,10 +235,34 @@ fn counter_name(k: &str, v: &Value) -> Option<String> {
 /// One subject's rows of one interval, merged: counters summed, histograms by metric.
 type Merged = (Map<String, Value>, BTreeMap<String, LatHist>);
 
-/// Every (subject, metric) series of one recording. `split`: subjects told apart by title.
-pub fn series(rec: &Recording, split: &BTreeSet<String>) -> Series {
+/// Every (subject, metric) series of one recording, at most [`series_cap`] of them, and how
+/// many more there were (dropped). `split`: subjects told apart by title.
+pub fn series(rec: &Recording, split: &BTreeSet<String>) -> (Series, usize) {
     let mut out: Series = BTreeMap::new();
     let n = rec.intervals.len();
+    let cap = series_cap(n);
+    let mut dropped: HashSet<u64> = HashSet::new();
+    // The side of (subject, metric), created while fewer than `cap` exist.
+    fn side<'a>(
+        out: &'a mut Series,
+        dropped: &mut HashSet<u64>,
+        cap: usize,
+        (subject, metric): (String, String),
+        kind: Kind,
+    ) -> Option<&'a mut Side> {
+        let key = (bounded(subject), bounded(metric));
+        if !out.contains_key(&key) {
+            if out.len() >= cap {
+                // Counted once per series by a hash of its name (bounded too).
+                if dropped.len() < MAX_DROPPED_COUNTED {
+                    dropped.insert(hash_of(&key));
+                }
+                return None;
+            }
+            out.insert(key.clone(), (kind, Side::default()));
+        }
+        out.get_mut(&key).map(|e| &mut e.1)
+    }
     for (i, iv) in rec.intervals.iter().enumerate() {
         // This interval's merged rows: subject → (counters, histograms).
         let mut merged: BTreeMap<String, Merged> = BTreeMap::new();
@@ -234,10 +294,10 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> Series {
         }
         for (subject, (counters, hists)) in merged {
             for (name, v) in counters {
-                let side = &mut out
-                    .entry((subject.clone(), name))
-                    .or_insert_with(|| (Kind::Counter, Side::default()))
-                    .1;
+                let key = (subject.clone(), name);
+                let Some(side) = side(&mut out, &mut dropped, cap, key, Kind::Counter) else {
+                    continue;
+                };
                 // Counters are 0 in the intervals where the subject did not appear.
                 side.samples.resize(i, 0.0);
                 side.samples.push(v.as_f64().unwrap_or(0.0));
@@ -248,22 +308,23 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> Series {
                 }
                 let st = crate::report::hist::stats(&h);
                 for (stat, value) in [("p50", st.p50_ns), ("p99", st.p99_ns)] {
-                    let side = &mut out
-                        .entry((subject.clone(), format!("{stat} {name} latency")))
-                        .or_insert_with(|| (Kind::Latency(stat), Side::default()))
-                        .1;
+                    let key = (subject.clone(), format!("{stat} {name} latency"));
+                    let kind = Kind::Latency(stat);
+                    let Some(side) = side(&mut out, &mut dropped, cap, key, kind) else {
+                        continue;
+                    };
                     side.samples.push(value as f64);
-                    side.hist.get_or_insert(LatHist::ZERO).merge(&h);
-                    side.interval_hists.push(h);
+                    side.hist
+                        .get_or_insert_with(|| Box::new(LatHist::ZERO))
+                        .merge(&h);
                 }
             }
         }
         for (k, v) in &iv.node {
-            let side = &mut out
-                .entry(("node".to_string(), k.clone()))
-                .or_insert_with(|| (Kind::Node, Side::default()))
-                .1;
-            side.samples.push(*v);
+            let key = ("node".to_string(), k.clone());
+            if let Some(side) = side(&mut out, &mut dropped, cap, key, Kind::Node) {
+                side.samples.push(*v);
+            }
         }
     }
     for ((_, _), (kind, side)) in out.iter_mut() {
@@ -271,7 +332,7 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> Series {
             side.samples.resize(n, 0.0);
         }
     }
-    out
+    (out, dropped.len())
 }
 
 #[cfg(test)]
@@ -327,7 +388,7 @@ mod tests {
                 json!({"device": "vda", "major": 253, "count": 8}),
             )],
         ]);
-        let s = series(&a, &ambiguous(&[&a]));
+        let s = series(&a, &ambiguous(&[&a])).0;
         let fs = &s[&(
             "pg [fsync-lat summary syscall=fsync]".to_string(),
             "count/s".to_string(),
@@ -367,7 +428,7 @@ mod tests {
         ]]);
         let split = ambiguous(&[&b]);
         assert_eq!(split.len(), 1);
-        let s = series(&b, &split);
+        let s = series(&b, &split).0;
         let keys: Vec<&String> = s.keys().map(|(k, _)| k).collect();
         assert!(
             keys.iter().any(|k| k.ends_with("(postgres: walwriter)")),

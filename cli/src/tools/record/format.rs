@@ -31,6 +31,24 @@ pub const VERSION: u64 = 1;
 pub const MAX_LINE: u64 = 4 << 20;
 /// Most lines read (a day of 1 s intervals with a few hundred rows each is far below).
 pub const MAX_LINES: usize = 20_000_000;
+/// Most intervals kept (a day of 1 s intervals is 86,400); later ones are dropped and said.
+pub const MAX_INTERVALS: usize = 100_000;
+/// Most fields kept of one row (a real row has a few dozen); the rest are dropped and said.
+pub const MAX_FIELDS_PER_ROW: usize = 256;
+/// Most histograms kept of one row (a real row has one to four).
+pub const MAX_DISTS_PER_ROW: usize = 32;
+/// What the intervals kept of one file may cost in memory, estimated as [`INTERVAL_COST`] per
+/// interval, [`ROW_COST`] per row, [`FIELD_COST`] per field or node value (plus the bytes of
+/// its names) and [`DIST_COST`] per histogram: a 3.8 MB line of 75,000 empty histograms is
+/// 180 MB as [`LatHist`]s, and 100,000 one-row intervals 160 MB as read. The reader keeps
+/// intervals until this is spent and drops (and counts) the rest of the file, whole intervals
+/// only: an interval without some of its rows would read as zero counts. A 60 s triage
+/// recording costs a few MiB; this holds some 25,000 rows of 20 fields.
+pub const MAX_KEPT_BYTES: usize = 64 << 20;
+pub const INTERVAL_COST: usize = 400;
+pub const ROW_COST: usize = 800;
+pub const FIELD_COST: usize = 96;
+pub const DIST_COST: usize = std::mem::size_of::<LatHist>() + 48;
 
 /// The histogram layout recordings carry (`probes_common::hist`), so a reader can check it.
 pub fn layout_json() -> Value {
@@ -84,6 +102,37 @@ pub struct Recording {
     pub complete: bool,
     /// The last line was cut (a run killed mid-write): dropped.
     pub truncated: bool,
+    /// What the reader dropped, one sentence each (a cut last interval, rows or intervals past
+    /// the memory bounds): shown by `compare` in its text and JSON.
+    pub notes: Vec<String>,
+}
+
+const MEMORY_BOUND: &str = "the intervals before them reached the reader's memory bound (64 MiB)";
+
+impl Dropped {
+    /// Skips every line from interval `i` on.
+    fn stop(&mut self, i: u64, why: &'static str) {
+        self.skipping = true;
+        self.from = Some(i);
+        self.why = why;
+    }
+}
+
+/// What [`Recording::parse`] left out, counted.
+#[derive(Default)]
+struct Dropped {
+    /// Intervals dropped, from the first of them on (`from`), and why.
+    intervals: u64,
+    from: Option<u64>,
+    why: &'static str,
+    fields: u64,
+    dists: u64,
+    /// Intervals kept so far cost this much (see [`MAX_KEPT_BYTES`]).
+    kept_bytes: usize,
+    /// The last interval's node line (which ends an interval) has not been read yet.
+    open: bool,
+    /// Every line from here on is skipped (a bound was reached).
+    skipping: bool,
 }
 
 fn bad(path: &Path, line: usize, msg: impl std::fmt::Display) -> Error {
@@ -113,6 +162,7 @@ impl Recording {
     /// Parses a recording from `r` (`path` names it in messages).
     pub fn parse(mut r: impl BufRead, path: &Path) -> Result<Recording> {
         let mut rec = Recording::default();
+        let mut drop = Dropped::default();
         let mut buf = Vec::new();
         let mut n = 0usize;
         loop {
@@ -165,7 +215,7 @@ impl Recording {
                 rec.tools = tools.into_iter().flatten().filter_map(text).collect();
                 continue;
             }
-            rec.line(&v).map_err(|m| bad(path, n, m))?;
+            rec.line(&v, &mut drop).map_err(|m| bad(path, n, m))?;
         }
         if n == 0 {
             return Err(Error::Usage(format!(
@@ -173,10 +223,47 @@ impl Recording {
                 path.display()
             )));
         }
+        rec.dropped_notes(&drop, path);
         Ok(rec)
     }
 
-    fn line(&mut self, v: &Value) -> std::result::Result<(), String> {
+    /// The notes of what was dropped; an interval whose node line never came (a run killed
+    /// while writing it) is dropped here, as its rows may be a part of them.
+    fn dropped_notes(&mut self, d: &Dropped, path: &Path) {
+        let p = path.display();
+        if d.open && !d.skipping {
+            if let Some(last) = self.intervals.pop() {
+                self.notes.push(format!(
+                    "{p}: interval {} was cut before its end (a run killed mid-write): dropped",
+                    last.index
+                ));
+            }
+        } else if self.truncated {
+            self.notes.push(format!(
+                "{p}: the last line was cut (a run killed mid-write): dropped"
+            ));
+        }
+        if let Some(from) = d.from {
+            self.notes.push(format!(
+                "{p}: {} interval(s) from interval {from} on dropped: {}",
+                d.intervals, d.why
+            ));
+        }
+        if d.fields > 0 {
+            self.notes.push(format!(
+                "{p}: {} field(s) of rows with more than {MAX_FIELDS_PER_ROW} dropped",
+                d.fields
+            ));
+        }
+        if d.dists > 0 {
+            self.notes.push(format!(
+                "{p}: {} histogram(s) of rows with more than {MAX_DISTS_PER_ROW} dropped",
+                d.dists
+            ));
+        }
+    }
+
+    fn line(&mut self, v: &Value, drop: &mut Dropped) -> std::result::Result<(), String> {
         let o = v.as_object().ok_or("not a JSON object")?;
         let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
         let idx = || {
@@ -194,6 +281,19 @@ impl Recording {
                 if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
                     return Err(format!("interval {index}: bad length {secs}"));
                 }
+                drop.open = true;
+                if !drop.skipping && self.intervals.len() >= MAX_INTERVALS {
+                    drop.stop(index, "more than the reader keeps (100,000)");
+                }
+                let cost = INTERVAL_COST;
+                if !drop.skipping && drop.kept_bytes + cost > MAX_KEPT_BYTES {
+                    drop.stop(index, MEMORY_BOUND);
+                }
+                if drop.skipping {
+                    drop.intervals += 1;
+                    return Ok(());
+                }
+                drop.kept_bytes += cost;
                 self.intervals.push(Interval {
                     index,
                     secs,
@@ -201,6 +301,7 @@ impl Recording {
                     ..Default::default()
                 });
             }
+            "row" if drop.skipping => {}
             "row" => {
                 let cur = self.current(idx()?)?;
                 let tool = o
@@ -211,20 +312,46 @@ impl Recording {
                     .get("kind")
                     .and_then(Value::as_str)
                     .ok_or("row without kind")?;
-                let fields = o
+                let all = o
                     .get("row")
                     .and_then(Value::as_object)
-                    .cloned()
                     .ok_or("row without \"row\" object")?;
-                let mut dists = Vec::new();
-                if let Some(d) = o.get("dists") {
-                    let d = d.as_object().ok_or("\"dists\" is not an object")?;
-                    for (name, h) in d {
-                        dists.push((
-                            name.clone(),
-                            parse_dist(h).map_err(|e| format!("{name}: {e}"))?,
-                        ));
+                let d = match o.get("dists") {
+                    Some(d) => Some(d.as_object().ok_or("\"dists\" is not an object")?),
+                    None => None,
+                };
+                // Only scalars are kept: what `compare` reads (names, numbers, flags); an array
+                // or object in a row (`comm_bytes`) could nest a whole line.
+                let scalar = all.iter().filter(|(_, v)| !(v.is_array() || v.is_object()));
+                let nd = d.map_or(0, Map::len);
+                let kd = nd.min(MAX_DISTS_PER_ROW);
+                let (mut fields, mut cost) = (Map::new(), ROW_COST);
+                for (k, v) in scalar {
+                    if fields.len() == MAX_FIELDS_PER_ROW {
+                        drop.fields += 1;
+                        continue;
                     }
+                    cost += FIELD_COST + k.len() + v.as_str().map_or(0, str::len);
+                    fields.insert(k.clone(), v.clone());
+                }
+                let names = d.into_iter().flatten().take(kd);
+                cost += names.map(|(k, _)| DIST_COST + k.len()).sum::<usize>();
+                if drop.kept_bytes + cost > MAX_KEPT_BYTES {
+                    // This interval and every later one: whole intervals only.
+                    let i = cur.index;
+                    self.intervals.pop();
+                    drop.stop(i, MEMORY_BOUND);
+                    drop.intervals += 1;
+                    return Ok(());
+                }
+                drop.kept_bytes += cost;
+                drop.dists += (nd - kd) as u64;
+                let mut dists = Vec::with_capacity(kd);
+                for (name, h) in d.into_iter().flatten().take(kd) {
+                    dists.push((
+                        name.clone(),
+                        parse_dist(h).map_err(|e| format!("{name}: {e}"))?,
+                    ));
                 }
                 cur.rows.push(Row {
                     tool: tool.to_string(),
@@ -233,8 +360,19 @@ impl Recording {
                     dists,
                 });
             }
+            "node" if drop.skipping => drop.open = false,
             "node" => {
                 let cur = self.current(idx()?)?;
+                drop.open = false;
+                let cost: usize = o.keys().map(|k| FIELD_COST + k.len()).sum();
+                if drop.kept_bytes + cost > MAX_KEPT_BYTES {
+                    let i = cur.index;
+                    self.intervals.pop();
+                    drop.stop(i, MEMORY_BOUND);
+                    drop.intervals += 1;
+                    return Ok(());
+                }
+                drop.kept_bytes += cost;
                 for (k, x) in o {
                     if let Some(f) = x.as_f64().filter(|f| f.is_finite()) {
                         if k != "i" {
@@ -300,6 +438,13 @@ fn parse_dist(v: &Value) -> std::result::Result<LatHist, String> {
         .get("b")
         .and_then(Value::as_array)
         .ok_or("no bucket list \"b\"")?;
+    // The writer lists each non-empty bucket once, ascending: a longer list is not a histogram.
+    if b.len() > NBUCKETS {
+        return Err(format!(
+            "{} buckets listed, more than the {NBUCKETS} there are",
+            b.len()
+        ));
+    }
     let mut total = 0u64;
     for pair in b {
         let (i, c) = match pair.as_array().map(Vec::as_slice) {

@@ -79,12 +79,17 @@ fn versions_are_read_or_refused_clearly() {
 #[test]
 fn a_cut_last_line_is_dropped_and_said() {
     let g = good();
-    // Cut inside the end line and inside the node line.
-    for cut in [g.len() - 5, g.rfind("\"ctxsw").unwrap()] {
-        let r = parse(&g[..cut]).unwrap();
-        assert!(r.truncated && !r.complete, "cut at {cut}");
-        assert_eq!(r.intervals.len(), 1);
-    }
+    // Cut inside the end line: every interval is whole, the cut line is dropped and said.
+    let r = parse(&g[..g.len() - 5]).unwrap();
+    assert!(r.truncated && !r.complete);
+    assert_eq!(r.intervals.len(), 1);
+    assert!(r.notes[0].contains("last line was cut"), "{:?}", r.notes);
+    // Cut inside the node line, which ends an interval: that interval is dropped and said
+    // (its rows may be a part of them).
+    let r = parse(&g[..g.rfind("\"ctxsw").unwrap()]).unwrap();
+    assert!(r.truncated && !r.complete);
+    assert_eq!(r.intervals.len(), 0);
+    assert!(r.notes[0].contains("interval 0 was cut"), "{:?}", r.notes);
     // A broken line in the middle is an error, with its number.
     let bad = g.replacen("\"type\":\"node\"", "\"type\":node", 1);
     assert!(
