@@ -409,3 +409,116 @@ fn compare_memory_is_bounded_on_hostile_recordings() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Issue #31 (9): `record --force` emptied (`--tools nosuchtool`, exit 2) or removed (`--pid`
+/// of no process, exit 5) the old recording before the run was validated. The old file's bytes
+/// stay until a new recording exists, no temporary file is left, and a run that records
+/// replaces it.
+#[test]
+fn force_keeps_the_old_recording_until_a_new_one_exists() {
+    require_root();
+    let dir = scratch("record-force");
+    let out = dir.join("old.tkr");
+    let old = b"{\"format\":\"tracekit-record\",\"version\":1,\"type\":\"header\"}\nthe old run\n";
+    std::fs::write(&out, old).unwrap();
+    let record = |extra: &[&str]| {
+        let mut args = vec![
+            "record",
+            "--force",
+            "--duration",
+            "2s",
+            "--interval",
+            "1s",
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Tracer::spawn(&args).finish(Duration::from_secs(60))
+    };
+    for (extra, want) in [
+        (&["--tools", "nosuchtool"][..], 2),
+        (&["--tools", "fsync-lat", "--pid", "4000000"][..], 5),
+    ] {
+        let (status, _, stderr) = record(extra);
+        assert_eq!(status.code(), Some(want), "{extra:?}: {stderr}");
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            old,
+            "{extra:?} changed the old recording; stderr: {stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "{extra:?} left {left:?}");
+    }
+    let (status, _, stderr) = record(&["--tools", "fsync-lat"]);
+    assert!(status.success(), "{stderr}");
+    let new = lines(&out);
+    assert_eq!(new[0]["format"], "tracekit-record");
+    assert!(new.iter().any(|l| l["type"] == "interval"), "{new:?}");
+    assert_eq!(new.last().unwrap()["type"], "end");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "temporary file left"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue #31 (13): a recording whose directory was removed mid-run said "Recorded 8
+/// interval(s)" and exited 0. Removed once the first interval is in the file, and removed
+/// while the run's first interval is still being written: an error naming the file, exit 1.
+#[test]
+fn record_into_a_removed_directory_fails_naming_the_file() {
+    require_root();
+    let dir = scratch("record-rmdir");
+    for first_interval in [true, false] {
+        let sub = dir.join(format!("gone-{first_interval}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let out = sub.join("r.tkr");
+        let tk = Tracer::spawn(&[
+            "record",
+            "--tools",
+            "fsync-lat",
+            "--duration",
+            "8s",
+            "--interval",
+            "1s",
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        // What the run has written so far, in whichever file of `sub` it writes.
+        let written = || -> String {
+            std::fs::read_dir(&sub)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ready = |s: &str| {
+            if first_interval {
+                s.contains("\"type\":\"interval\"")
+            } else {
+                s.contains('\n')
+            }
+        };
+        while !ready(&written()) {
+            assert!(
+                Instant::now() < deadline,
+                "nothing written in {}",
+                sub.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::remove_dir_all(&sub).unwrap();
+        let (status, _, stderr) = tk.finish(Duration::from_secs(30));
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "removed after the first interval: {first_interval}; {stderr}"
+        );
+        assert!(stderr.contains(out.to_str().unwrap()), "{stderr}");
+        assert!(!stderr.contains("Recorded "), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

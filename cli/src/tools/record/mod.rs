@@ -12,7 +12,7 @@ use crate::{
     error::{Error, Result},
     host::sysstat::SysStat,
     options::{parse_comm, parse_duration, parse_pid},
-    report::output::Sink,
+    report::output::{OutputError, Sink},
     tools::{self, triage::node::Node, ToolInfo},
 };
 
@@ -64,19 +64,18 @@ pub struct Args {
     pub max_keys: Option<u32>,
 }
 
-/// Refuses to replace an existing regular file without `--force` (a recording is evidence);
-/// with it, removes the old one so the new recording starts empty. Other kinds of target
-/// (devices, FIFOs, directories) are left to [`Sink`]'s rules.
+/// Refuses to replace an existing regular file without `--force` (a recording is evidence).
+/// With it the old file is left as it is: the new recording is written beside it ([`Sink`]'s
+/// temporary file) and renamed over it once its first interval is in, so a run refused at
+/// start (`--tools nosuchtool`, a `--pid` that is gone) or killed before any interval ended
+/// costs nothing. Other kinds of target (devices, FIFOs, directories) are left to [`Sink`]'s
+/// rules.
 fn claim(path: &std::path::Path, force: bool) -> Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_file() && !force => Err(Error::Usage(format!(
             "{} exists: give --force to replace it, or another name",
             path.display()
         ))),
-        Ok(m) if m.is_file() => std::fs::remove_file(path).map_err(|source| Error::Io {
-            what: format!("removing {} (--force)", path.display()),
-            source,
-        }),
         _ => Ok(()),
     }
 }
@@ -86,15 +85,17 @@ pub fn run(args: Args) -> Result<()> {
     claim(&args.output, args.force)?;
     let common = crate::options::Common {
         duration: Some(args.duration),
-        interval: Some(args.interval),
+        // No interval here: it would make the sink append to the target.
+        interval: None,
         pids: args.pids.clone(),
         comm: args.comm.clone(),
         json: true,
         output: Some(args.output.clone()),
         ..Default::default()
     };
-    // Written as it goes (appended to the new file): a run killed midway leaves every interval
-    // before the kill readable.
+    // A replacement (temporary file renamed over the target), not an append: see `claim`.
+    // Renamed after the first interval and written in place from then on, so a run killed
+    // midway still leaves every interval before the kill readable.
     let sink = tools::preflight(INFO.name, &common)?;
     let scope = Scope {
         pids: args.pids.clone(),
@@ -112,6 +113,8 @@ pub fn run(args: Args) -> Result<()> {
     opened.collectors.push(Box::new(Node::open()));
     let mut emit = Recorder {
         sink,
+        dest: args.output.clone(),
+        placed: None,
         ran: opened.ran,
         cannot: opened.cannot,
         tools: Vec::new(),
@@ -135,6 +138,11 @@ pub fn run(args: Args) -> Result<()> {
 /// Writes the recording as the run goes.
 struct Recorder {
     sink: Sink,
+    dest: PathBuf,
+    /// Once the recording has been renamed into place: the (device, inode) it has there, so a
+    /// file removed (or its directory) mid-run is an error, not "Recorded 8 interval(s)" of a
+    /// recording no one can open.
+    placed: Option<(u64, u64)>,
     ran: Vec<&'static str>,
     cannot: Vec<(&'static str, String)>,
     tools: Vec<&'static str>,
@@ -191,6 +199,65 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+impl Recorder {
+    fn file(&self) -> Option<&std::fs::File> {
+        match &self.sink {
+            Sink::Replace { file, .. } | Sink::Direct { file, .. } => Some(file),
+            Sink::Stdout => None,
+        }
+    }
+
+    fn lost(&self, why: std::io::Error) -> Error {
+        OutputError::Io {
+            path: self.dest.clone(),
+            source: why,
+        }
+        .into()
+    }
+
+    /// Writes `s`; a write error names the recording (not the temporary file it was first
+    /// written as).
+    fn put(&mut self, s: &str) -> Result<bool> {
+        match self.sink.put(s) {
+            Err(OutputError::Io { source, .. }) => Err(self.lost(source)),
+            r => Ok(r?),
+        }
+    }
+
+    /// After the first interval: the recording takes the target's place (fsync, rename), and
+    /// is written in place from then on. After each later one: the target still is it.
+    fn place(&mut self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(file) = self.file() else {
+            return Ok(());
+        };
+        let ours = file.metadata().map_err(|e| self.lost(e))?;
+        let ours = (ours.dev(), ours.ino());
+        match self.placed {
+            None => {
+                // A Direct sink (a device, a FIFO) has nothing to rename and no inode to watch.
+                if !matches!(self.sink, Sink::Replace { .. }) {
+                    return Ok(());
+                }
+                self.sink.finish()?;
+                self.placed = Some(ours);
+            }
+            Some(at) => {
+                let there = std::fs::symlink_metadata(&self.dest).map(|m| (m.dev(), m.ino()));
+                if there.as_ref().ok() != Some(&at) {
+                    return Err(self.lost(std::io::Error::other(match there {
+                        Err(e) => format!(
+                            "it was removed during the run ({e}): the intervals recorded are lost"
+                        ),
+                        Ok(_) => "another file took its place during the run".into(),
+                    })));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Emitter for Recorder {
     fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool> {
         self.tools = metas.iter().map(|m| m.tool).collect();
@@ -217,7 +284,7 @@ impl Emitter for Recorder {
             format::VERSION,
             &rest[1..]
         );
-        let ok = self.sink.put(&format!("{header}\n"))?;
+        let ok = self.put(&format!("{header}\n"))?;
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
@@ -271,11 +338,22 @@ impl Emitter for Recorder {
             );
             s.push('\n');
         }
+        if !self.put(&s)? {
+            return Ok(false);
+        }
+        self.place()?;
         self.intervals += 1;
-        Ok(self.sink.put(&s)?)
+        Ok(true)
     }
 
     fn finish(&mut self) -> Result<()> {
-        Ok(self.sink.finish()?)
+        if self.placed.is_none() {
+            return Ok(self.sink.finish()?);
+        }
+        // In place already: made durable, and checked to still be there.
+        if let Some(file) = self.file() {
+            file.sync_all().map_err(|e| self.lost(e))?;
+        }
+        self.place()
     }
 }
