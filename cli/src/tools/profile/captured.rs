@@ -12,7 +12,7 @@
 
 use std::{collections::HashMap, fs::File, os::fd::AsRawFd, path::PathBuf, rc::Rc};
 
-use crate::host::{maps, proc_path};
+use crate::host::{maps, open_regular, proc_path};
 
 /// Files kept open at most (one descriptor each).
 pub const MAX_FILES: usize = 256;
@@ -81,11 +81,11 @@ impl Captured {
         }
         let by_map = proc_path(&format!("{tgid}/map_files/{:x}-{:x}", m.start, m.end));
         let by_root = proc_path(&format!("{tgid}/root{}", m.path));
-        let f = File::open(by_map).or_else(|_| File::open(by_root)).ok()?;
-        // Only regular files are symbolised (a device mapped executable is not an ELF file).
-        if !f.metadata().ok()?.is_file() {
-            return None;
-        }
+        // Non-blocking, and only regular files (a device mapped executable is not an ELF file;
+        // the root path may have been replaced by a FIFO since it was mapped).
+        let f = open_regular(&by_map, u64::MAX)
+            .or_else(|_| open_regular(&by_root, u64::MAX))
+            .ok()?;
         let f = Rc::new(f);
         self.files.insert(key, f.clone());
         Some(f)

@@ -33,6 +33,7 @@ use crate::tools::prelude::*;
 mod captured;
 mod offcpu;
 mod offcpu_rows;
+mod perf_map;
 mod rows;
 mod run;
 mod stacks;
@@ -475,6 +476,7 @@ impl Collector for Profile {
             ),
         });
         out.notes.extend(not_unwound);
+        out.notes.extend(self.run.resolver.refused_notes());
         if no_user > 0 {
             out.notes.push(format!(
                 "{no_user} samples of user processes have no user stack (code without frame pointers, or a failed walk: {} failed)",

@@ -1,7 +1,7 @@
 //! Stack symbolisation with blazesym: user frames through the process (`/proc/<pid>/maps`, the
 //! mapped files via `/proc/<pid>/map_files/` so binaries inside containers and deleted files
-//! resolve, ELF symbols and DWARF where present, perf map files `/tmp/perf-<pid>.map` for JITs),
-//! kernel frames through kallsyms.
+//! resolve, ELF symbols and DWARF where present), perf map files `/tmp/perf-<pid>.map` for JITs
+//! (read by `perf_map.rs`, never by blazesym: see there), kernel frames through kallsyms.
 //!
 //! A process's mappings and perf map are cached the first time its stacks are seen, its mapped
 //! binaries opened then (`captured.rs`), and its stacks are resolved while the window runs
@@ -10,8 +10,12 @@
 //! processes that are gone are dropped at the end of each window, and stacks past
 //! [`MAX_STACKS`].
 
-use std::{collections::HashMap, rc::Rc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    rc::Rc,
+};
 
+use super::perf_map::PerfMap;
 use blazesym::{
     symbolize::{
         cache,
@@ -30,6 +34,8 @@ pub struct Frame {
 
 /// Resolved stacks kept at most (user stacks per process plus kernel stacks).
 pub const MAX_STACKS: usize = 200_000;
+/// Refused perf maps named in the report (the rest are not listed).
+const MAX_REFUSED_NAMED: usize = 16;
 
 pub struct Resolver {
     sym: Symbolizer,
@@ -41,6 +47,10 @@ pub struct Resolver {
     poll: u64,
     /// The mapped binaries of the processes seen, open (for those that exit).
     captured: super::captured::Captured,
+    /// Perf maps of the processes seen (`None`: none, or refused).
+    perf_maps: HashMap<u32, Option<Rc<PerfMap>>>,
+    /// Perf maps refused in this run, by pid: the reason (for the report's notes).
+    refused: BTreeMap<u32, String>,
     kernel_module: Rc<str>,
     unknown: Rc<str>,
 }
@@ -54,6 +64,8 @@ impl Default for Resolver {
             cached: HashMap::new(),
             poll: 0,
             captured: Default::default(),
+            perf_maps: HashMap::new(),
+            refused: BTreeMap::new(),
             kernel_module: Rc::from("kernel"),
             unknown: Rc::from("[unknown]"),
         }
@@ -116,11 +128,37 @@ impl Resolver {
     /// stacks resolve after it exits (at most once per poll).
     pub fn note_process(&mut self, tgid: u32) {
         if self.cached.insert(tgid, self.poll) != Some(self.poll) {
-            let c = cache::Process::new(Pid::from(tgid));
-            // No perf map is the usual case, and a process gone already is resolved as unknown.
+            let mut c = cache::Process::new(Pid::from(tgid));
+            c.cache_perf_map = false;
+            // A process gone already is resolved as unknown.
             let _ = self.sym.cache(&cache::Cache::Process(c));
             self.captured.capture(tgid);
+            let old = self.perf_maps.get(&tgid).cloned().flatten();
+            let map = match PerfMap::read(tgid, old) {
+                Ok(m) => m,
+                Err(e) => {
+                    if self.refused.len() < MAX_REFUSED_NAMED {
+                        self.refused.insert(tgid, e.to_string());
+                    }
+                    None
+                }
+            };
+            self.perf_maps.insert(tgid, map);
         }
+    }
+
+    /// One report note per perf map refused in this run: `perf map ignored: /proc/7/root/tmp/
+    /// perf-7.map is a FIFO, not a regular file` (escaped: the path is the process's).
+    pub fn refused_notes(&self) -> Vec<String> {
+        self.refused
+            .values()
+            .map(|why| {
+                format!(
+                    "perf map ignored: {}",
+                    crate::report::sanitize::text(why.as_bytes())
+                )
+            })
+            .collect()
     }
 
     /// Whether the user stack `id` of `tgid` is resolved already.
@@ -154,9 +192,34 @@ impl Resolver {
             };
             self.name_modules(tgid, &addrs, frames)
         };
+        let frames = self.name_jit(tgid, &addrs, frames);
         self.bound();
         self.user.insert((tgid, id), frames.clone());
         frames
+    }
+
+    /// Frames still unknown that fall in a function of `tgid`'s perf map take its name.
+    fn name_jit(&self, tgid: u32, addrs: &[u64], frames: Rc<[Frame]>) -> Rc<[Frame]> {
+        let Some(Some(map)) = self.perf_maps.get(&tgid) else {
+            return frames;
+        };
+        if !frames
+            .iter()
+            .any(|f| Rc::ptr_eq(&f.function, &self.unknown))
+        {
+            return frames;
+        }
+        frames
+            .iter()
+            .zip(addrs)
+            .map(|(f, &a)| match map.lookup(a) {
+                Some(name) if Rc::ptr_eq(&f.function, &self.unknown) => Frame {
+                    function: name.clone(),
+                    module: map.module.clone(),
+                },
+                _ => f.clone(),
+            })
+            .collect()
     }
 
     /// `addrs` of `tgid` through the process (its maps, live or cached, and its perf map); one
@@ -165,6 +228,7 @@ impl Resolver {
         let mut p = Process::new(Pid::from(tgid));
         // Cached mappings of a process that has exited can only be used by path.
         p.map_files = alive;
+        p.perf_map = false;
         match self
             .sym
             .symbolize(&Source::Process(p), Input::AbsAddr(addrs))
@@ -275,6 +339,7 @@ impl Resolver {
         use blazesym::symbolize::evict;
         for p in &gone {
             self.cached.remove(p);
+            self.perf_maps.remove(p);
             let _ = self
                 .sym
                 .evict(&evict::Evict::Process(evict::Process::new(Pid::from(*p))));

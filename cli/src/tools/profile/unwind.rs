@@ -10,8 +10,11 @@
 //!
 //! A mapped file is never read whole: only its headers and unwind sections are read
 //! (`object::ReadCache`), and only from a regular file of at most [`MAX_BINARY_BYTES`] (a mapping
-//! may name a device, a FIFO or a file of any size). A binary over the cap is not unwound, and
-//! the report says so ([`Unwinder::skipped`], [`skipped_notes`]).
+//! may name a device, a FIFO or a file of any size), opened without blocking
+//! ([`crate::host::open_regular`]). An unwind section is read only if its header places it inside
+//! the file and it is at most [`MAX_SECTION_BYTES`]: a sparse file's headers can claim a
+//! gigabyte of zeros that a read would allocate. A binary over a cap is not unwound, and the
+//! report says so ([`Unwinder::skipped`], [`skipped_notes`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -40,6 +43,9 @@ const MAX_SKIPPED_NAMED: usize = 16;
 /// Largest binary unwound: far above any real executable or library (Chromium's is ~250 MiB),
 /// and what is read of it is only its headers and unwind sections.
 pub const MAX_BINARY_BYTES: u64 = 1 << 30;
+/// Largest unwind section read (`.eh_frame`, `.eh_frame_hdr`): libLLVM's 150 MB has a 6.5 MB
+/// `.eh_frame` and a 1 MB `.eh_frame_hdr`; each read costs its size twice while parsed.
+pub const MAX_SECTION_BYTES: u64 = 64 << 20;
 
 type Data = Arc<[u8]>;
 
@@ -60,6 +66,9 @@ pub enum NotUnwound {
     TooLarge(u64),
     /// A device, FIFO or socket: nothing to read unwind tables from.
     NotAFile,
+    /// An unwind section whose header claims this many bytes: over [`MAX_SECTION_BYTES`] or
+    /// past the end of the file (a hostile or corrupt binary).
+    BadSection(&'static str, u64),
 }
 
 /// Why [`read_binary`] gave nothing.
@@ -74,32 +83,46 @@ enum Unread {
 /// The unwind facts of the binary at `path`: only a regular file of at most `cap` bytes, and
 /// only its headers and sections are read (never the whole file).
 fn read_binary(path: &Path, cap: u64) -> Result<FileInfo, Unread> {
-    let f = std::fs::File::open(path).map_err(|_| Unread::Quiet)?;
-    let md = f.metadata().map_err(|_| Unread::Quiet)?;
-    if !md.is_file() {
-        return Err(Unread::Skipped(NotUnwound::NotAFile));
+    use crate::host::HostError;
+    let f = crate::host::open_regular(path, u64::MAX).map_err(|e| match e {
+        HostError::NotRegular { .. } => Unread::Skipped(NotUnwound::NotAFile),
+        _ => Unread::Quiet,
+    })?;
+    let len = f.metadata().map_err(|_| Unread::Quiet)?.len();
+    if len > cap {
+        return Err(Unread::Skipped(NotUnwound::TooLarge(len)));
     }
-    if md.len() > cap {
-        return Err(Unread::Skipped(NotUnwound::TooLarge(md.len())));
-    }
-    FileInfo::parse(&object::ReadCache::new(f)).ok_or(Unread::Quiet)
+    FileInfo::parse(&object::ReadCache::new(f), len)
 }
 
 impl FileInfo {
-    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileInfo> {
-        let f = object::File::parse(data).ok()?;
-        let section = |name: &str| {
-            let s = f.section_by_name(name)?;
+    /// The unwind facts of an object file of `len` bytes; an unwind section is read only when
+    /// it lies inside the file and within [`MAX_SECTION_BYTES`].
+    fn parse<'d, R: object::ReadRef<'d>>(data: R, len: u64) -> Result<FileInfo, Unread> {
+        let f = object::File::parse(data).map_err(|_| Unread::Quiet)?;
+        let section = |name: &'static str| -> Result<Option<(Range<u64>, Data)>, Unread> {
+            let Some(s) = f.section_by_name(name) else {
+                return Ok(None);
+            };
+            let bad = || Unread::Skipped(NotUnwound::BadSection(name, s.size()));
+            if s.size() > MAX_SECTION_BYTES {
+                return Err(bad());
+            }
+            if let Some((off, size)) = s.file_range() {
+                if off.checked_add(size).is_none_or(|end| end > len) {
+                    return Err(bad());
+                }
+            }
             let r = s.address()..s.address() + s.size();
-            Some((r, Data::from(s.data().ok()?)))
+            Ok(s.data().ok().map(|d| (r, Data::from(d))))
         };
         let range = |name: &str| {
             let s = f.section_by_name(name)?;
             Some(s.address()..s.address() + s.size())
         };
-        Some(FileInfo {
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
+        Ok(FileInfo {
+            eh_frame: section(".eh_frame")?,
+            eh_frame_hdr: section(".eh_frame_hdr")?,
             text: range(".text"),
             got: range(".got"),
             segments: f
@@ -143,6 +166,12 @@ pub fn skipped_notes(skipped: &BTreeMap<String, NotUnwound>) -> Vec<String> {
                 ),
                 NotUnwound::NotAFile => format!(
                     "not unwound: {path} is not a regular file (a device or FIFO mapped executable)"
+                ),
+                NotUnwound::BadSection(section, n) => format!(
+                    "not unwound: {path} claims a {section} of {} MiB, over {} MiB or past its end \
+                     (a corrupt or hostile binary); its frames show as [unknown]",
+                    n.div_ceil(MIB),
+                    MAX_SECTION_BYTES / MIB
                 ),
             }
         })
@@ -344,6 +373,60 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `bin` with its `.eh_frame` and `.eh_frame_hdr` section headers claiming `claim(offset)`
+    /// bytes, written to `out` and made `len` bytes long (sparse).
+    fn patched_elf(bin: &Path, out: &Path, len: u64, claim: impl Fn(u64) -> u64) {
+        let mut b = std::fs::read(bin).unwrap();
+        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let (shoff, shentsize) = (u64_at(&b, 0x28) as usize, u16_at(&b, 0x3a) as usize);
+        let (shnum, shstrndx) = (u16_at(&b, 0x3c) as usize, u16_at(&b, 0x3e) as usize);
+        let sh = |i: usize| shoff + i * shentsize;
+        let strtab = u64_at(&b, sh(shstrndx) + 0x18) as usize;
+        let mut patched = 0;
+        for i in 0..shnum {
+            let name = &b[strtab + u32_at(&b, sh(i)) as usize..];
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap()];
+            if name == b".eh_frame" || name == b".eh_frame_hdr" {
+                let size = claim(u64_at(&b, sh(i) + 0x18));
+                b[sh(i) + 0x20..sh(i) + 0x28].copy_from_slice(&size.to_le_bytes());
+                patched += 1;
+            }
+        }
+        assert_eq!(patched, 2);
+        std::fs::write(out, &b).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(out).unwrap();
+        f.set_len(len.max(b.len() as u64)).unwrap();
+    }
+
+    /// A sparse binary whose unwind section headers claim what a read would allocate (all of a
+    /// 1 GiB file, at the binary cap) is skipped unread; so is one claiming bytes past its end.
+    #[test]
+    fn unwind_sections_over_the_cap_or_past_the_end_are_not_read() {
+        let dir = std::env::temp_dir().join(format!("tk-unwind-sect-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let real = Path::new("/usr/bin/true");
+        assert!(read_binary(real, MAX_BINARY_BYTES).is_ok_and(|f| f.eh_frame.is_some()));
+        let huge = dir.join("huge");
+        patched_elf(real, &huge, 1 << 30, |off| (1 << 30) - off);
+        let e = read_binary(&huge, MAX_BINARY_BYTES).err();
+        assert!(
+            matches!(e, Some(Unread::Skipped(NotUnwound::BadSection(".eh_frame", n))) if n > MAX_SECTION_BYTES),
+            "{e:?}"
+        );
+        let past = dir.join("past");
+        patched_elf(real, &past, 0, |_| 1 << 20);
+        assert_eq!(
+            read_binary(&past, MAX_BINARY_BYTES).err(),
+            Some(Unread::Skipped(NotUnwound::BadSection(
+                ".eh_frame",
+                1 << 20
+            )))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn skipped_binaries_are_named_in_notes() {
         let mut m = BTreeMap::new();
@@ -352,12 +435,17 @@ mod tests {
             NotUnwound::TooLarge(4 << 30),
         );
         m.insert("/dev/evil".to_string(), NotUnwound::NotAFile);
+        m.insert(
+            "/tmp/sparse.so".to_string(),
+            NotUnwound::BadSection(".eh_frame", 1 << 30),
+        );
         let notes = skipped_notes(&m);
         assert_eq!(
             notes,
             [
                 "not unwound: /dev/evil is not a regular file (a device or FIFO mapped executable)",
                 "not unwound: /opt/big\\x1b/bin larger than 1024 MiB (4096 MiB); its frames show as [unknown]",
+                "not unwound: /tmp/sparse.so claims a .eh_frame of 1024 MiB, over 64 MiB or past its end (a corrupt or hostile binary); its frames show as [unknown]",
             ]
         );
     }
