@@ -23,6 +23,13 @@ pub trait Emitter {
     fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool>;
     /// After the last window.
     fn finish(&mut self) -> Result<()>;
+    /// Whether the emitter shows the windows' rows (tables, NDJSON rows, histograms). One that
+    /// reads only findings and counters (`triage`) says no, and the loop drops each collector's
+    /// rows as soon as it is collected: under process churn they are one JSON object per pid
+    /// per collector, and holding every collector's at once is what grew triage to 462 MB.
+    fn wants_rows(&self) -> bool {
+        true
+    }
     /// Resolves to `true` when the user asked to quit (a key in the live view), `false` when
     /// the loop should just look again; emitters without input never resolve.
     fn input(&mut self) -> Pin<Box<dyn Future<Output = bool> + '_>> {

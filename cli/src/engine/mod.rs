@@ -396,9 +396,15 @@ async fn run_async(
             stop,
         };
         let mut outs = Vec::with_capacity(collectors.len());
+        let rows = emit.wants_rows();
         for c in collectors.iter_mut() {
             c.on_events()?;
-            outs.push(c.collect(&window)?);
+            let mut out = c.collect(&window)?;
+            if !rows {
+                out.sections = Vec::new();
+                out.hists = Vec::new();
+            }
+            outs.push(out);
         }
         if !emit.window(&window, &outs)? {
             return Ok(Stop::ReaderGone);

@@ -359,6 +359,11 @@ impl Emitter for Triage {
     fn finish(&mut self) -> Result<()> {
         Ok(self.sink.finish()?)
     }
+
+    /// Findings and the checked line only.
+    fn wants_rows(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
