@@ -508,7 +508,7 @@ fn detaching_takes_milliseconds() {
     }
 }
 
-/// `TRACEKIT_BTF` may name anything: `/dev/zero` is refused after a bounded read (exit 4, RSS
+/// `TRACEKIT_BTF` may name anything: `/dev/zero` is refused at open, as no regular file (exit 4, RSS
 /// stays small), garbage is exit 4 with the reason, for every tool and for doctor.
 #[test]
 fn btf_from_the_environment_is_bounded_and_checked() {
@@ -518,7 +518,7 @@ fn btf_from_the_environment_is_bounded_and_checked() {
     std::fs::write(&garbage, b"this is not BTF\n").unwrap();
     for tool in tools() {
         for (btf, why) in [
-            ("/dev/zero", "larger than"),
+            ("/dev/zero", "not a regular file"),
             (garbage.to_str().unwrap(), "not BTF"),
         ] {
             let child = std::process::Command::new(tracekit_bin())

@@ -126,22 +126,7 @@ fn meminfo_bytes(key: &str) -> u64 {
 /// then every other page freed.
 fn small_pages_half_freed(len: usize) -> (*mut libc::c_void, usize) {
     const PAGE: usize = 4096;
-    // SAFETY: a fresh private anonymous mapping, only touched within `len` below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(
-        p != libc::MAP_FAILED,
-        "mmap {len}: {}",
-        std::io::Error::last_os_error()
-    );
+    let p = crate::anon_map(len);
     // SAFETY: advice and writes within the mapping made above.
     unsafe {
         libc::madvise(p, len, libc::MADV_NOHUGEPAGE);

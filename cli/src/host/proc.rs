@@ -92,7 +92,8 @@ pub fn title(pid: u32) -> Option<Vec<u8>> {
     use std::io::Read as _;
     // Only the head is read: a cmdline may be longer than any cap worth refusing at.
     let mut raw = Vec::with_capacity(TITLE_MAX);
-    fs::File::open(super::proc_path(&format!("{pid}/cmdline")))
+    // Non-blocking and regular files only: a `TRACEKIT_PROC` tree may hold a FIFO here.
+    super::open_regular(&super::proc_path(&format!("{pid}/cmdline")), u64::MAX)
         .ok()?
         .take(TITLE_MAX as u64)
         .read_to_end(&mut raw)
@@ -336,12 +337,12 @@ mod tests {
 
     #[test]
     fn capped_reads_stop_at_the_limit() {
-        let e = read_capped(Path::new("/dev/zero"), 4096).unwrap_err();
+        let e = read_capped(Path::new("/proc/self/maps"), 16).unwrap_err();
         assert!(
-            matches!(e, crate::host::HostError::TooLarge { limit: 4096, .. }),
+            matches!(e, crate::host::HostError::TooLarge { limit: 16, .. }),
             "{e}"
         );
-        assert!(e.to_string().contains("/dev/zero"), "{e}");
+        assert!(e.to_string().contains("/proc/self/maps"), "{e}");
         let ok = read_capped(Path::new("/proc/self/comm"), SMALL_FILE).unwrap();
         assert!(!ok.is_empty());
     }
