@@ -26,7 +26,7 @@ use crate::{
     },
     tools::{
         self,
-        sched::{self, peers_of, per_s, Names, Peer, Record, Row, SchedSession, Who},
+        sched::{self, per_s, ByA, Cap, Names, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -58,7 +58,9 @@ pub struct Args {
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
     pub top: Option<usize>,
 
-    /// Rows shown in the text table, most switches first (0: all). JSON has every row.
+    /// Rows shown in the text table, most switches first (0: all). JSON has every row, up to
+    /// 1024 a window (or --rows, or --max-keys, if more): the processes with the fewest
+    /// switches beyond that are summed in the [other] row, and a note says how many.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub rows: usize,
 
@@ -319,10 +321,10 @@ impl Ctxsw {
         sys
     }
 
-    fn row(&self, r: &Row, names: &Names, pre: &[sched::Pair], secs: f64) -> CtxswRow {
+    fn row(&self, r: &Row, names: &Names, pre: &ByA, secs: f64) -> CtxswRow {
         let threads = self.s.scope.threads;
         let st = hist::stats(&r.waits());
-        let preempted_by = peers_of(pre, r.id, names, threads, false);
+        let preempted_by = pre.peers(r.id, names, threads, false);
         let preempted_text = preempted_by
             .iter()
             .take(self.top_preemptors)
@@ -505,16 +507,26 @@ impl Collector for Ctxsw {
     sched::collector_common!(INFO, "context switches");
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let iv = self.s.drain()?;
         let secs = w.secs();
+        // A process a storm finding could name keeps its row whatever the cap.
+        let storm = (STORM_PER_S * secs) as u64;
+        let cap = Cap::new(
+            &self.s.scope,
+            self.max_rows,
+            |v| v.voluntary + v.involuntary,
+            Box::new(move |v| v.voluntary + v.involuntary >= storm),
+        );
+        let iv = self.s.drain(&cap)?;
         let threads = self.s.scope.threads;
         let sys = self.system(&iv.rows, &iv.stats, secs);
         let names = Names::of(&iv.rows);
+        let pre = ByA::of(&iv.preemptors);
         let mut rows: Vec<CtxswRow> = iv
             .rows
             .iter()
-            .map(|r| self.row(r, &names, &iv.preemptors, secs))
+            .map(|r| self.row(r, &names, &pre, secs))
             .collect();
+        drop(pre);
         rows.sort_by(|a, b| {
             (b.voluntary + b.involuntary)
                 .cmp(&(a.voluntary + a.involuntary))

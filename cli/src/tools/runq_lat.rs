@@ -24,7 +24,7 @@ use crate::{
     },
     tools::{
         self,
-        sched::{self, peers_of, Names, Pair, Peer, Record, Row, SchedSession, Who},
+        sched::{self, ByA, Cap, Names, Pair, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };
@@ -50,7 +50,9 @@ pub struct Args {
     #[command(flatten)]
     pub common: Common,
 
-    /// Rows shown in the text table, largest total wait first (0: all). JSON has every row.
+    /// Rows shown in the text table, largest total wait first (0: all). JSON has every row, up
+    /// to 1024 a window (or --rows, or --max-keys, if more): the processes that waited least
+    /// beyond that are summed in the [other] row, and a note says how many.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub rows: usize,
 }
@@ -177,10 +179,9 @@ const AGGRESSORS: &[Column<Aggressor>] = &[
 
 /// The aggressors of a window (of the victims in `rows`: the pairs are not filtered in the
 /// kernel), most delay caused first.
-fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec<Aggressor> {
-    let victims: std::collections::BTreeSet<u32> = rows.iter().map(|r| r.id).collect();
+fn aggressors(pairs: &[Pair], victims: &[u32], names: &Names, threads: bool) -> Vec<Aggressor> {
     let mut by: BTreeMap<u32, (u32, u64, u64, u64)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| victims.contains(&p.a)) {
+    for p in pairs.iter().filter(|p| victims.binary_search(&p.a).is_ok()) {
         let e = by.entry(p.b).or_insert((p.b_tgid, 0, 0, 0));
         e.1 += p.ns;
         e.2 += p.count;
@@ -208,10 +209,10 @@ fn aggressors(pairs: &[Pair], rows: &[Row], names: &Names, threads: bool) -> Vec
 }
 
 impl RunqLat {
-    fn row(&self, r: &Row, names: &Names, culprits: &[Pair]) -> RunqRow {
+    fn row(&self, r: &Row, names: &Names, culprits: &ByA) -> RunqRow {
         let threads = self.s.scope.threads;
         let all = hist::stats(&r.waits());
-        let waited_behind = peers_of(culprits, r.id, names, threads, true);
+        let waited_behind = culprits.peers(r.id, names, threads, true);
         let behind_text = waited_behind
             .iter()
             .take(2)
@@ -432,14 +433,26 @@ impl Collector for RunqLat {
     sched::collector_common!(INFO, "run-queue latency");
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let iv = self.s.drain()?;
         let secs = w.secs();
+        // A process a finding could name keeps its row whatever the cap.
+        let (wake_min, preempt_min) = (
+            (MIN_WAKE_NS_PER_S as f64 * secs) as u64,
+            (MIN_PREEMPT_NS_PER_S as f64 * secs) as u64,
+        );
+        let cap = Cap::new(
+            &self.s.scope,
+            self.max_rows,
+            |v| v.wake.sum + v.preempt.sum,
+            Box::new(move |v| v.wake.sum >= wake_min || v.preempt.sum >= preempt_min),
+        );
+        let iv = self.s.drain(&cap)?;
         let threads = self.s.scope.threads;
         let names = Names::of(&iv.rows);
+        let culprits = ByA::of(&iv.culprits);
         let mut rows: Vec<RunqRow> = iv
             .rows
             .iter()
-            .map(|r| self.row(r, &names, &iv.culprits))
+            .map(|r| self.row(r, &names, &culprits))
             .filter(|r| r.all.1.count > 0)
             .collect();
         rows.sort_by(|a, b| {
@@ -476,7 +489,8 @@ impl Collector for RunqLat {
             Section::build("summary", &rows, &cols, &ctx, self.max_rows)
                 .with_dists(&rows, |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)]),
         );
-        let aggr = aggressors(&iv.culprits, &iv.rows, &names, threads);
+        drop(culprits);
+        let aggr = aggressors(&iv.culprits, &iv.ids, &names, threads);
         out.sections.push(
             Section::build("aggressor", &aggr, AGGRESSORS, &ctx, 10).caption(format!(
                 "Who held the CPU while woken tasks waited (waits of {} or more):",
@@ -613,6 +627,26 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].subject.pid, Some(8));
         assert!(f[0].summary.contains("saturated"), "{}", f[0].summary);
+    }
+
+    #[test]
+    fn aggressors_count_every_victim_of_the_window_even_folded_ones() {
+        let p = |a, b, ns| Pair {
+            a,
+            a_tgid: a,
+            b,
+            b_tgid: b,
+            count: 1,
+            ns,
+        };
+        // 5 and 6 waited (6 summed in [other] by the row cap); 7 is out of scope.
+        let pairs = [p(5, 9, 100), p(6, 9, 50), p(7, 9, 1000), p(6, 8, 10)];
+        let a = aggressors(&pairs, &[5, 6], &Names::of(&[]), false);
+        let got: Vec<(u32, u64, u64)> = a
+            .iter()
+            .map(|x| (x.who.pid, x.delay_caused_ns, x.victims))
+            .collect();
+        assert_eq!(got, [(9, 150, 2), (8, 10, 1)]);
     }
 
     #[test]

@@ -90,6 +90,63 @@ pub struct Record {
     pub wakers: bool,
 }
 
+/// Rows a window resolves in full by default: a storm of short-lived processes (3,000 forks/s)
+/// leaves 15,000+ tasks in a 6 s window, each ~5 KiB of histograms before its name, title,
+/// peers and JSON; past this many, the tasks with the least to show are summed in `[other]`.
+pub const ROW_CAP: usize = 1024;
+
+/// Which tasks of a window get a row of their own (see [`SchedSession::drain`]).
+pub struct Cap {
+    /// At least this many, the largest by `rank`.
+    pub rows: usize,
+    pub rank: fn(&SchedVal) -> u64,
+    /// Tasks kept beyond `rows` whatever their rank (those a finding could name).
+    pub keep: Box<dyn Fn(&SchedVal) -> bool>,
+}
+
+impl Cap {
+    /// [`ROW_CAP`] rows, or more when the text table shows more (`--rows`, 0: every row) or
+    /// `--max-keys` asks for more keys.
+    pub fn new(
+        scope: &Scope,
+        max_rows: usize,
+        rank: fn(&SchedVal) -> u64,
+        keep: Box<dyn Fn(&SchedVal) -> bool>,
+    ) -> Cap {
+        let rows = if max_rows == 0 {
+            usize::MAX
+        } else {
+            ROW_CAP
+                .max(max_rows)
+                .max(scope.max_keys.unwrap_or(0) as usize)
+        };
+        Cap { rows, rank, keep }
+    }
+}
+
+/// The pairs of a window by their `a` task, each list in the order drained (most first):
+/// grouped once, so naming every row's peers is linear in the pairs, not rows × pairs.
+pub struct ByA<'a>(std::collections::HashMap<u32, Vec<&'a Pair>>);
+
+impl<'a> ByA<'a> {
+    pub fn of(pairs: &'a [Pair]) -> ByA<'a> {
+        let mut m: std::collections::HashMap<u32, Vec<&'a Pair>> = Default::default();
+        for p in pairs {
+            m.entry(p.a).or_default().push(p);
+        }
+        ByA(m)
+    }
+
+    /// The pairs with `a == id`, as peers, most first.
+    pub fn peers(&self, id: u32, names: &Names, threads: bool, with_ns: bool) -> Vec<Peer> {
+        self.0.get(&id).map_or_else(Vec::new, |v| {
+            v.iter()
+                .map(|p| Peer::b_of(p, names, threads, with_ns))
+                .collect()
+        })
+    }
+}
+
 /// `task_struct` member offsets the programs read, from the running kernel's BTF.
 pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
     let m = |path: &str, size: u32| btf.member_offset("task_struct", path, size);
@@ -259,6 +316,11 @@ pub struct Pair {
 /// programs could not record.
 pub struct Interval {
     pub rows: Vec<Row>,
+    /// Every task id the window counted, sorted: the rows' and those summed into `[other]` by
+    /// the row cap (a pair's end is "in scope" when it is here).
+    pub ids: Vec<u32>,
+    /// Tasks summed into the `[other]` row by the row cap (see [`Cap`]), not by the kernel.
+    pub folded: usize,
     pub preemptors: Vec<Pair>,
     pub culprits: Vec<Pair>,
     pub wakers: Vec<Pair>,
@@ -425,36 +487,80 @@ impl SchedSession {
     pub fn window_notes(&self, iv: &Interval, nothing: Option<&str>) -> Vec<String> {
         let mut out = self.notes.clone();
         out.extend(stats_notes(&iv.stats));
+        if iv.folded > 0 {
+            out.push(format!(
+                "{} {} with the least to show are summed in the [other] row ({} of {} resolved, the largest)",
+                iv.folded,
+                if self.scope.threads { "thread(s)" } else { "process(es)" },
+                iv.ids.len() - iv.folded,
+                iv.ids.len()
+            ));
+        }
         out.extend(nothing.map(str::to_string));
         out
     }
 
-    /// What the window just flipped away from recorded.
-    pub fn drain(&mut self) -> Result<Interval> {
+    /// What the window just flipped away from recorded, with at most `cap.rows` rows resolved
+    /// in full (names, titles): the tasks largest by `cap.rank` and every task `cap.keep`
+    /// accepts; the others are summed into the `[other]` row, so every total stays exact.
+    pub fn drain(&mut self, cap: &Cap) -> Result<Interval> {
         let threads = self.scope.threads;
-        let drained = self.agg.drain(self.gen)?;
+        let mut drained = self.agg.drain(self.gen)?;
+        let mut ids: Vec<u32> = drained.rows.iter().map(|(k, _)| k.id).collect();
+        ids.sort_unstable();
+        let mut other = drained.other;
+        let mut folded = 0;
+        // A fork storm leaves tens of thousands of short-lived tasks in one window: ranking the
+        // raw aggregates first spares reading /proc for, and copying, the ones never shown.
+        if !self.fold.on() && drained.rows.len() > cap.rows {
+            let rank = cap.rank;
+            drained
+                .rows
+                .sort_unstable_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.id.cmp(&b.0.id)));
+            let mut kept = 0;
+            drained.rows.retain(|(_, v)| {
+                if kept < cap.rows || (cap.keep)(v) {
+                    kept += 1;
+                    true
+                } else {
+                    other.add(v);
+                    folded += 1;
+                    false
+                }
+            });
+            drained.rows.shrink_to_fit();
+        }
         let mut rows: Vec<Row> = drained
             .rows
-            .iter()
+            .drain(..)
             .map(|(k, v)| {
                 let comm = row_comm(k.id, v.tgid, threads, &v.comm);
                 let from = sanitize::comm_bytes(&v.exec_from);
                 let exec_from =
                     (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
                 let title = self.titles.of(v.tgid);
-                row(k.id, v.tgid, comm, exec_from, title, v)
+                row(k.id, v.tgid, comm, exec_from, title, &v)
             })
             .collect();
+        drop(drained);
         if self.fold.on() {
             rows = self.fold_rows(rows);
         }
-        let o = drained.other;
-        if o.voluntary + o.involuntary > 0 {
-            rows.push(row(0, 0, b"[other]".to_vec(), None, Title::default(), &o));
+        if other.voluntary + other.involuntary > 0 || other.wake.count + other.preempt.count > 0 {
+            rows.push(row(
+                0,
+                0,
+                b"[other]".to_vec(),
+                None,
+                Title::default(),
+                &other,
+            ));
         }
         self.titles.end_window();
         Ok(Interval {
             rows,
+            ids,
+            folded,
             preemptors: drain_pairs(&mut self.preemptors, self.gen)?,
             culprits: drain_pairs(&mut self.culprits, self.gen)?,
             wakers: drain_pairs(&mut self.wakers, self.gen)?,
@@ -581,15 +687,6 @@ impl Peer {
     }
 }
 
-/// The pairs with `a == id`, as peers, in the order drained (most first).
-pub fn peers_of(pairs: &[Pair], id: u32, names: &Names, threads: bool, with_ns: bool) -> Vec<Peer> {
-    pairs
-        .iter()
-        .filter(|p| p.a == id)
-        .map(|p| Peer::b_of(p, names, threads, with_ns))
-        .collect()
-}
-
 /// Header lines for what the programs could not record in a window.
 pub fn stats_notes(st: &[u64; NSTATS as usize]) -> Vec<String> {
     let mut out = Vec::new();
@@ -675,5 +772,48 @@ mod tests {
             (3, Some(7), "worker(7)".to_string())
         );
         assert_eq!(per_s(1, 2.0), 0.5);
+    }
+
+    fn pair(a: u32, b: u32, count: u64, ns: u64) -> Pair {
+        Pair {
+            a,
+            a_tgid: a,
+            b,
+            b_tgid: b,
+            count,
+            ns,
+        }
+    }
+
+    #[test]
+    fn peers_are_grouped_by_their_a_task_in_drained_order() {
+        let pairs = [pair(1, 9, 5, 500), pair(2, 9, 4, 400), pair(1, 8, 3, 300)];
+        let by = ByA::of(&pairs);
+        let names = Names::of(&[]);
+        let ids = |id| -> Vec<(u32, u64)> {
+            by.peers(id, &names, false, true)
+                .iter()
+                .map(|p| (p.id, p.count))
+                .collect()
+        };
+        assert_eq!(ids(1), [(9, 5), (8, 3)]);
+        assert_eq!(ids(2), [(9, 4)]);
+        assert!(ids(3).is_empty());
+        assert_eq!(by.peers(1, &names, false, true)[1].delay_ns, Some(300));
+    }
+
+    #[test]
+    fn the_row_cap_grows_with_rows_shown_and_max_keys() {
+        let scope = Scope::default();
+        let cap =
+            |scope: &Scope, rows| Cap::new(scope, rows, |v| v.voluntary, Box::new(|_| false)).rows;
+        assert_eq!(cap(&scope, 25), ROW_CAP);
+        assert_eq!(cap(&scope, 5000), 5000);
+        assert_eq!(cap(&scope, 0), usize::MAX);
+        let keys = Scope {
+            max_keys: Some(4096),
+            ..Scope::default()
+        };
+        assert_eq!(cap(&keys, 25), 4096);
     }
 }
