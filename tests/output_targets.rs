@@ -320,7 +320,11 @@ impl StalledFifo {
             .unwrap();
         // SAFETY: fcntl on an fd we own.
         let sz = unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
-        assert!(sz >= 4096, "F_SETPIPE_SZ: {}", std::io::Error::last_os_error());
+        assert!(
+            sz >= 4096,
+            "F_SETPIPE_SZ: {}",
+            std::io::Error::last_os_error()
+        );
         StalledFifo {
             path,
             _reader: reader,
@@ -334,21 +338,67 @@ impl Drop for StalledFifo {
     }
 }
 
-/// Runs `fsync-lat --json --interval 50ms --output <stalled FIFO> ARGS` (a stats line of
-/// ~400 bytes every 50 ms fills the one-page FIFO in half a second); `sigterm_after`:
-/// SIGTERM that long after it attached. It must end within 20 s (not sit in write()), say on
-/// stderr that the output stalled and how much was lost, and leave no program loaded.
-fn stalled_fifo_run(tag: &str, args: &[&str], sigterm_after: Option<Duration>) {
+/// Where a stalled run writes: a FIFO given to `--output`, or stdout itself.
+enum Stalled {
+    Fifo {
+        _fifo: StalledFifo,
+    },
+    /// A pipe as stdout whose read end the test holds and never reads, filled before tracekit
+    /// starts, so its first write would block.
+    Stdout {
+        _reader: std::os::fd::OwnedFd,
+    },
+}
+
+/// A pipe already full: the read end (never read), and the write end for the child's stdout.
+fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into `fds`, which we then own.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on fds we own.
+    unsafe {
+        libc::fcntl(rd.as_raw_fd(), libc::F_SETPIPE_SZ, 4096);
+        libc::fcntl(wr.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK);
+    }
+    let junk = [b'x'; 4096];
+    // SAFETY: writes from a live buffer to our fd, until the pipe is full (EAGAIN).
+    while unsafe { libc::write(wr.as_raw_fd(), junk.as_ptr().cast(), junk.len()) } > 0 {}
+    // Blocking again: tracekit inherits the file description as a shell would hand it over.
+    // SAFETY: as above.
+    unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_SETFL, 0) };
+    (rd, wr)
+}
+
+/// Runs `fsync-lat --json --interval 50ms ARGS` into a stalled target (a stats line of ~400
+/// bytes every 50 ms fills the one-page FIFO in half a second; the stdout pipe is full from
+/// the start); `sigterm_after`: SIGTERM that long after it attached. It must end within 20 s
+/// (not sit in write()), say on stderr that the output stalled and how much was lost, and have
+/// detached its programs while it still waits for the reader: the kernel no longer has them
+/// loaded at some moment before the process exits.
+fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<Duration>) {
     require_root();
-    let fifo = StalledFifo::new(tag);
-    let mut child = ends_with_the_test(&mut Command::new(tracekit_bin()))
-        .args(["fsync-lat", "--json", "--interval", "50ms", "--output"])
-        .arg(&fifo.path)
+    let mut cmd = Command::new(tracekit_bin());
+    ends_with_the_test(&mut cmd).args(["fsync-lat", "--json", "--interval", "50ms"]);
+    let target = if to_stdout {
+        let (rd, wr) = full_pipe();
+        cmd.stdout(std::process::Stdio::from(wr));
+        Stalled::Stdout { _reader: rd }
+    } else {
+        let fifo = StalledFifo::new(tag);
+        cmd.arg("--output")
+            .arg(&fifo.path)
+            .stdout(std::process::Stdio::null());
+        Stalled::Fifo { _fifo: fifo }
+    };
+    let mut child = cmd
         .args(args)
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    drop(cmd);
     let pid = child.id();
     let start = std::time::Instant::now();
     let deadline = start + Duration::from_secs(20);
@@ -363,20 +413,27 @@ fn stalled_fifo_run(tag: &str, args: &[&str], sigterm_after: Option<Duration>) {
         // SAFETY: plain syscall on our own, not yet reaped, child.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     }
+    let mut gone_while_alive = false;
     let status = loop {
+        let loaded = loaded_program_ids();
+        // Checked after the programs were: if it still runs, they went before its exit.
         if let Some(s) = child.try_wait().unwrap() {
             break s;
+        }
+        if !ids.iter().any(|i| loaded.contains(i)) {
+            gone_while_alive = true;
         }
         if std::time::Instant::now() > deadline {
             let still = held_program_ids(pid);
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "tracekit writing to a stalled FIFO did not exit within 20 s (holding {} programs)",
+                "tracekit writing to a stalled {} did not exit within 20 s (holding {} programs)",
+                if to_stdout { "stdout" } else { "FIFO" },
                 still.len()
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     };
     let err = take_stderr(&mut child);
     assert!(
@@ -386,20 +443,44 @@ fn stalled_fifo_run(tag: &str, args: &[&str], sigterm_after: Option<Duration>) {
     assert!(!status.success(), "lost output must not exit 0: {err}");
     let left = wait_unloaded(&ids);
     assert!(left.is_empty(), "programs {left:?} still loaded: {err}");
+    assert!(
+        gone_while_alive,
+        "the programs stayed loaded until tracekit exited: the stalled sink was waited for before detaching ({err})"
+    );
+    drop(target);
 }
 
 /// A reader that opened the FIFO and never reads: the run still ends at --duration, detached.
 #[test]
 fn stalled_fifo_ends_at_duration() {
-    stalled_fifo_run("out-stall-dur", &["--duration", "3s"], None);
+    stalled_run("out-stall-dur", false, &["--duration", "3s"], None);
 }
 
 /// The same, ended by SIGTERM two seconds into a 60 s run.
 #[test]
 fn stalled_fifo_ends_on_sigterm() {
-    stalled_fifo_run(
+    stalled_run(
         "out-stall-term",
+        false,
         &["--duration", "60s"],
         Some(Duration::from_secs(2)),
+    );
+}
+
+/// `tracekit fsync-lat --json | (a reader that never reads)`: the run ends at --duration,
+/// detached, and says the output stalled.
+#[test]
+fn stalled_stdout_ends_at_duration() {
+    stalled_run("out-stall-stdout-dur", true, &["--duration", "3s"], None);
+}
+
+/// The same, ended by SIGTERM one second into a 60 s run.
+#[test]
+fn stalled_stdout_ends_on_sigterm() {
+    stalled_run(
+        "out-stall-stdout-term",
+        true,
+        &["--duration", "60s"],
+        Some(Duration::from_secs(1)),
     );
 }

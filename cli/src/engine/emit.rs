@@ -21,8 +21,18 @@ pub trait Emitter {
     fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool>;
     /// Each window's outputs, one per collector in `begin`'s order.
     fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool>;
-    /// After the last window.
+    /// After the last window, with the programs still attached: must not wait for a reader.
     fn finish(&mut self) -> Result<()>;
+    /// After `finish`: whether the output's reader has not taken everything, so the programs
+    /// are detached before [`settle`](Emitter::settle) waits for it.
+    fn stalled(&mut self) -> bool {
+        false
+    }
+    /// After the programs are detached: gives a slow or stalled reader its bounded grace, and
+    /// fails naming what it never took.
+    fn settle(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Whether the emitter shows the windows' rows (tables, NDJSON rows, histograms). One that
     /// reads only findings and counters (`triage`) says no, and the loop drops each collector's
     /// rows as soon as it is collected: under process churn they are one JSON object per pid
@@ -106,6 +116,7 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(sink: Sink, opts: &RunOpts) -> Stream {
+        sink.pace_stdout();
         Stream {
             sink,
             json: opts.json,
@@ -153,6 +164,14 @@ impl Emitter for Stream {
     }
 
     fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.end_run()?)
+    }
+
+    fn stalled(&mut self) -> bool {
+        self.sink.stalled()
+    }
+
+    fn settle(&mut self) -> Result<()> {
         Ok(self.sink.finish()?)
     }
 }

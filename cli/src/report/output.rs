@@ -16,6 +16,16 @@
 //!   in a bounded buffer ([`PENDING_CAP`]); past that, whole writes are dropped and counted. At
 //!   the end the buffer gets [`DRAIN_GRACE`] to drain, then the run fails with one line naming
 //!   the stall and how many bytes were not written.
+//! - stdout, in a tracing run ([`Sink::pace_stdout`]): written by a thread of its own from a
+//!   bounded queue ([`PENDING_CAP`], whole writes dropped and counted past it), so a reader
+//!   that holds the pipe open and never reads cannot hold the run in write(). stdout is not
+//!   made non-blocking: its file description is shared with the shell that started tracekit.
+//!   Elsewhere (reports written once, such as `compare`) stdout is written directly.
+//!
+//! A tracing run ends its output in two steps: [`Sink::end_run`] before the programs detach
+//! (nothing waits there), and [`Sink::finish`] after, which gives a stalled reader its bounded
+//! grace: the reader holds only tracekit, never the programs in the kernel.
+//!
 //! - refused: a directory (`.`, `/`, a path ending in `/`), a block device, a socket, a
 //!   symbolic link to a regular file or to nothing (a link to a device or FIFO, such as
 //!   `/dev/stdout`, is written through).
@@ -28,6 +38,10 @@ use std::{
         unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     },
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Condvar, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -164,6 +178,174 @@ fn write_some(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
         }
     }
     Ok(done)
+}
+
+/// Whether stdout goes through [`STDOUT`]'s thread ([`Sink::pace_stdout`]).
+static STDOUT_PACED: AtomicBool = AtomicBool::new(false);
+
+/// The stdout writer: its queue, shared with its thread, and the thread to join.
+static STDOUT: Queue = Queue {
+    state: Mutex::new(QueueState {
+        chunks: std::collections::VecDeque::new(),
+        queued: 0,
+        lost: 0,
+        closed: false,
+        exited: false,
+        failed: None,
+        started: false,
+    }),
+    cv: Condvar::new(),
+};
+static STDOUT_THREAD: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+struct Queue {
+    state: Mutex<QueueState>,
+    cv: Condvar,
+}
+
+struct QueueState {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes queued and not yet taken by the reader (the chunk being written included).
+    queued: usize,
+    /// Bytes of whole writes dropped because the queue was full.
+    lost: u64,
+    /// No more writes: the thread exits once the queue is empty.
+    closed: bool,
+    exited: bool,
+    /// Why the thread stopped writing (EPIPE: the reader went away).
+    failed: Option<io::ErrorKind>,
+    started: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `s` for the writer thread (started on first use); never waits for the reader.
+    fn put(&'static self, s: &[u8], cap: usize) -> io::Result<()> {
+        let mut st = self.lock();
+        if let Some(kind) = st.failed {
+            return Err(kind.into());
+        }
+        if st.queued + s.len() > cap {
+            st.lost += s.len() as u64;
+            return Ok(());
+        }
+        if !st.started {
+            st.started = true;
+            let h = std::thread::Builder::new()
+                .name("tracekit-stdout".into())
+                .spawn(move || self.write_out())?;
+            *STDOUT_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        st.queued += s.len();
+        st.chunks.push_back(s.to_vec());
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    /// The writer thread: blocking writes to fd 1, in order, until closed and empty or a write
+    /// fails.
+    fn write_out(&self) {
+        loop {
+            let chunk = {
+                let mut st = self.lock();
+                while st.chunks.is_empty() && !st.closed {
+                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                match st.chunks.pop_front() {
+                    Some(c) => c,
+                    None => {
+                        st.exited = true;
+                        self.cv.notify_all();
+                        return;
+                    }
+                }
+            };
+            let mut done = 0;
+            while done < chunk.len() {
+                let rest = &chunk[done..];
+                // SAFETY: writes from a live slice to stdout, which lives as long as the process.
+                let n = unsafe { libc::write(1, rest.as_ptr().cast(), rest.len()) };
+                let mut st = self.lock();
+                if n > 0 {
+                    done += n as usize;
+                    st.queued -= n as usize;
+                    self.cv.notify_all();
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                if n < 0 && e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                st.failed = Some(if n == 0 {
+                    io::ErrorKind::WriteZero
+                } else {
+                    e.kind()
+                });
+                st.exited = true;
+                self.cv.notify_all();
+                return;
+            }
+        }
+    }
+
+    /// Closes the queue and waits for the thread to write it all: at most `grace` in all, or
+    /// (with `progress`) until `grace` passes without the reader taking anything. Then the
+    /// bytes never written (0 when all arrived), or the write error.
+    fn close_within(&self, grace: Duration, progress: bool) -> io::Result<u64> {
+        let mut st = self.lock();
+        if !st.started {
+            return Ok(st.lost);
+        }
+        st.closed = true;
+        self.cv.notify_all();
+        let mut deadline = Instant::now() + grace;
+        let mut last = st.queued;
+        while !st.exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if progress && st.queued < last {
+                last = st.queued;
+                deadline = Instant::now() + grace;
+            }
+        }
+        let res = match st.failed {
+            Some(kind) => Err(kind.into()),
+            None => Ok(st.lost + st.queued as u64),
+        };
+        if st.exited {
+            drop(st);
+            // It has returned or is about to: joined, so the process is single-threaded again
+            // (the background detach forks only then).
+            if let Some(h) = STDOUT_THREAD
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                let _ = h.join();
+            }
+        }
+        res
+    }
+}
+
+/// How long [`Sink::stalled`] lets the stdout writer finish what the run's last window queued:
+/// a reader that is reading takes it in microseconds.
+pub const STALL_CHECK: Duration = Duration::from_millis(50);
+
+fn stall_error(lost: u64) -> io::Error {
+    io::Error::other(format!(
+        "output stalled: the reader stopped reading; {lost} bytes of the report were not written"
+    ))
 }
 
 /// Prefix and suffix of tracekit's temporary files: `.NAME.tracekit-PID.tmp`.
@@ -384,6 +566,9 @@ impl Sink {
 
     pub fn write(&mut self, s: &str) -> Result<(), OutputError> {
         let (res, path) = match self {
+            Sink::Stdout if STDOUT_PACED.load(Ordering::Relaxed) => {
+                (STDOUT.put(s.as_bytes(), PENDING_CAP), Path::new("<stdout>"))
+            }
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
                 (
@@ -420,14 +605,67 @@ impl Sink {
         })
     }
 
-    /// Makes the output complete: for a replacement, fsync and rename over the destination;
-    /// for a device or FIFO, what its reader has not taken gets [`DRAIN_GRACE`], and an error
-    /// says how much never arrived.
+    /// A tracing run's stdout goes through a writer thread (see the module docs): called by
+    /// the run, before its first write; a no-op for other sinks.
+    pub fn pace_stdout(&self) {
+        if matches!(self, Sink::Stdout) {
+            STDOUT_PACED.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The end of a tracing run, before its programs detach: completes what needs no reader
+    /// (a replacement is renamed over its destination) and hands a device, FIFO or stdout
+    /// what it takes at once; never waits. [`finish`](Sink::finish) follows, after the detach.
+    pub fn end_run(&mut self) -> Result<(), OutputError> {
+        match self {
+            Sink::Replace { .. } => self.finish_within(DRAIN_GRACE),
+            Sink::Direct {
+                dest,
+                file,
+                pace: Some(pace),
+            } => pace.flush(file.as_raw_fd()).map_err(|e| io_error(dest, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// After [`end_run`](Sink::end_run): whether a reader has not taken everything (or some
+    /// was dropped), so the programs should detach before [`finish`](Sink::finish) waits for
+    /// it. stdout's writer gets [`STALL_CHECK`] to write the last window. A write error is
+    /// `false`: `finish` reports it.
+    pub fn stalled(&mut self) -> bool {
+        match self {
+            Sink::Direct {
+                file,
+                pace: Some(pace),
+                ..
+            } => {
+                pace.flush(file.as_raw_fd()).is_ok() && (!pace.pending.is_empty() || pace.lost > 0)
+            }
+            Sink::Stdout if STDOUT_PACED.load(Ordering::Relaxed) => {
+                matches!(STDOUT.close_within(STALL_CHECK, false), Ok(n) if n > 0)
+            }
+            _ => false,
+        }
+    }
+
+    /// Makes the output complete: for a replacement, fsync and rename over the destination
+    /// (once: after [`end_run`](Sink::end_run) nothing is left to do); for a device, FIFO or
+    /// a tracing run's stdout, what its reader has not taken gets [`DRAIN_GRACE`] (stdout's:
+    /// until the reader takes nothing for that long), and an error says how much never
+    /// arrived.
     pub fn finish(&mut self) -> Result<(), OutputError> {
         self.finish_within(DRAIN_GRACE)
     }
 
     fn finish_within(&mut self, grace: Duration) -> Result<(), OutputError> {
+        if matches!(self, Sink::Stdout) && STDOUT_PACED.load(Ordering::Relaxed) {
+            let path = Path::new("<stdout>");
+            return match STDOUT.close_within(grace, true) {
+                Ok(0) => Ok(()),
+                Ok(lost) => Err(io_error(path, stall_error(lost))),
+                Err(e) => Err(io_error(path, e)),
+            };
+        }
         if let Sink::Direct {
             dest,
             file,
@@ -438,26 +676,15 @@ impl Sink {
                 if lost == 0 {
                     return Ok(());
                 }
-                Err(io::Error::other(format!(
-                    "output stalled: the reader stopped reading; {lost} bytes of the report were not written"
-                )))
+                Err(stall_error(lost))
             });
-            return res.map_err(|e| {
-                if e.kind() == io::ErrorKind::BrokenPipe {
-                    OutputError::BrokenPipe { path: dest.clone() }
-                } else {
-                    OutputError::Io {
-                        path: dest.clone(),
-                        source: e,
-                    }
-                }
-            });
+            return res.map_err(|e| io_error(dest, e));
         }
         if let Sink::Replace {
             tmp,
             dest,
             file,
-            done,
+            done: done @ false,
         } = self
         {
             let io = |path: &Path| {
@@ -481,6 +708,20 @@ impl Sink {
             *done = true;
         }
         Ok(())
+    }
+}
+
+/// A write error on `path`: the reader going away is [`OutputError::BrokenPipe`].
+fn io_error(path: &Path, e: io::Error) -> OutputError {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        OutputError::BrokenPipe {
+            path: path.to_path_buf(),
+        }
+    } else {
+        OutputError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }
     }
 }
 

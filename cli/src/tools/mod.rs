@@ -347,9 +347,23 @@ pub fn run_collector_with(
     let mut collectors = vec![open(&ctx)?];
     tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
-    engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
+    let stop = engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
+    let slow = collectors.iter().map(|c| c.slow_links()).sum();
+    // Asked even when the reader went away: stdout's writer thread is joined there.
+    let stalled = emit.stalled();
+    if stop != engine::Stop::ReaderGone && stalled {
+        // The reader stopped reading: it may hold tracekit a while longer, never the programs.
+        // They are closed here and now (the maps were read with the last window), so they are
+        // gone from the kernel before the output's grace starts and the stall is reported.
+        drop(collectors);
+        tracing::debug!("{tool}: detached; the output stalled, giving its reader a grace");
+        return emit.settle();
+    }
+    if stop != engine::Stop::ReaderGone {
+        emit.settle()?;
+    }
     drop(emit);
-    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    engine::detach_in_background(slow);
     Ok(())
 }
 
