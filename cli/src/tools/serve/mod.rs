@@ -38,8 +38,7 @@ pub const INFO: ToolInfo = ToolInfo::command(
 
 const EXAMPLES: &str = "  tracekit serve --duration 24h                      # 127.0.0.1:9435/metrics, every low-cost collector
   tracekit serve --listen 127.0.0.1:0 --tools fsync-lat,io-lat --interval 15s --duration 1h
-  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line
-  tracekit serve --listen 0.0.0.0:9435 --web-config /etc/tracekit/web.yml   # basic auth, as node_exporter's --web.config.file";
+  tracekit serve --listen 127.0.0.1:0 --max-series 10 --max-keys 4096 --duration 3s   # port in the meta line";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, "root, or the union of the collectors' capabilities (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH; CAP_SYS_ADMIN to mount tracefs); collectors that cannot run are listed in tracekit_collector_up and serve goes on."))]
