@@ -727,6 +727,14 @@ fn io_error(path: &Path, e: io::Error) -> OutputError {
 
 impl Drop for Sink {
     fn drop(&mut self) {
+        if matches!(self, Sink::Stdout) && STDOUT_PACED.load(Ordering::Relaxed) {
+            // A run that ends in an error: what it wrote before still reaches a reader that
+            // reads.
+            // After `stalled` or `finish` (the queue closed), the grace was had already.
+            if !STDOUT.lock().closed {
+                let _ = STDOUT.close_within(DRAIN_GRACE, true);
+            }
+        }
         if let Sink::Replace {
             tmp, done: false, ..
         } = self

@@ -347,7 +347,16 @@ pub fn run_collector_with(
     let mut collectors = vec![open(&ctx)?];
     tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
-    let stop = engine::run(&mut collectors, &ctx.opts, emit.as_mut())?;
+    let stop = match engine::run(&mut collectors, &ctx.opts, emit.as_mut()) {
+        Ok(stop) => stop,
+        Err(e) => {
+            // The programs go first; then what the run wrote before the error gets its grace
+            // to reach the reader (the sink's drop), as at the end of a run.
+            drop(collectors);
+            drop(emit);
+            return Err(e);
+        }
+    };
     let slow = collectors.iter().map(|c| c.slow_links()).sum();
     // Asked even when the reader went away: stdout's writer thread is joined there.
     let stalled = emit.stalled();
