@@ -519,7 +519,7 @@ impl Collector for Ctxsw {
         let iv = self.s.drain(&cap)?;
         let threads = self.s.scope.threads;
         let sys = self.system(&iv.rows, &iv.stats, secs);
-        let names = Names::of(&iv.rows);
+        let names = Names::of_window(&iv);
         let pre = ByA::of(&iv.preemptors);
         let mut rows: Vec<CtxswRow> = iv
             .rows
@@ -571,7 +571,7 @@ impl Collector for Ctxsw {
                 "RQ_*: waits after a wakeup are the kernel's run_delay here (no wakeup hook), which misses most of a wait after a wakeup that preempts.".into(),
             );
         }
-        out.stats = Some(sched::stats(iv.stats, switches));
+        out.stats = Some(sched::stats(&iv, switches));
         Ok(out)
     }
 }

@@ -447,7 +447,7 @@ impl Collector for RunqLat {
         );
         let iv = self.s.drain(&cap)?;
         let threads = self.s.scope.threads;
-        let names = Names::of(&iv.rows);
+        let names = Names::of_window(&iv);
         let culprits = ByA::of(&iv.culprits);
         let mut rows: Vec<RunqRow> = iv
             .rows
@@ -506,7 +506,7 @@ impl Collector for RunqLat {
                 "No wakeup hook on this kernel: WAKE waits are the kernel's run_delay.".into(),
             );
         }
-        out.stats = Some(sched::stats(iv.stats, waits));
+        out.stats = Some(sched::stats(&iv, waits));
         Ok(out)
     }
 }

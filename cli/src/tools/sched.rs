@@ -321,6 +321,8 @@ pub struct Interval {
     pub ids: Vec<u32>,
     /// Tasks summed into the `[other]` row by the row cap (see [`Cap`]), not by the kernel.
     pub folded: usize,
+    /// The kernel's names of those tasks, for the peers that name them (most have exited).
+    pub folded_names: Vec<(u32, Vec<u8>)>,
     pub preemptors: Vec<Pair>,
     pub culprits: Vec<Pair>,
     pub wakers: Vec<Pair>,
@@ -510,6 +512,7 @@ impl SchedSession {
         ids.sort_unstable();
         let mut other = drained.other;
         let mut folded = 0;
+        let mut folded_names = Vec::new();
         // A fork storm leaves tens of thousands of short-lived tasks in one window: ranking the
         // raw aggregates first spares reading /proc for, and copying, the ones never shown.
         if !self.fold.on() && drained.rows.len() > cap.rows {
@@ -518,13 +521,14 @@ impl SchedSession {
                 .rows
                 .sort_unstable_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.id.cmp(&b.0.id)));
             let mut kept = 0;
-            drained.rows.retain(|(_, v)| {
+            drained.rows.retain(|(k, v)| {
                 if kept < cap.rows || (cap.keep)(v) {
                     kept += 1;
                     true
                 } else {
                     other.add(v);
                     folded += 1;
+                    folded_names.push((k.id, sanitize::comm_bytes(&v.comm).to_vec()));
                     false
                 }
             });
@@ -561,6 +565,7 @@ impl SchedSession {
             rows,
             ids,
             folded,
+            folded_names,
             preemptors: drain_pairs(&mut self.preemptors, self.gen)?,
             culprits: drain_pairs(&mut self.culprits, self.gen)?,
             wakers: drain_pairs(&mut self.wakers, self.gen)?,
@@ -620,6 +625,13 @@ impl Names {
                 .map(|r| (r.id, r.comm.clone()))
                 .collect(),
         }
+    }
+
+    /// The names of a window's tasks: its rows' and those the row cap summed in `[other]`.
+    pub fn of_window(iv: &Interval) -> Names {
+        let mut n = Names::of(&iv.rows);
+        n.rows.extend(iv.folded_names.iter().cloned());
+        n
     }
 
     /// The name of task `id` (a tgid, or a tid in per-thread mode).
@@ -720,10 +732,13 @@ pub fn stats_notes(st: &[u64; NSTATS as usize]) -> Vec<String> {
     out
 }
 
-/// The `"type":"stats"` line: the kernel's counters, plus `count` (what the tool counted).
-pub fn stats(st: [u64; NSTATS as usize], count: u64) -> Stats {
+/// The `"type":"stats"` line: the kernel's counters, plus `count` (what the tool counted) and
+/// `folded_rows` (tasks the row cap summed in the `[other]` row).
+pub fn stats(iv: &Interval, count: u64) -> Stats {
+    let st = iv.stats;
     Stats::new(st)
         .with("count", count)
+        .with("folded_rows", iv.folded as u64)
         .with("missed", st[stats::START_MAP_FULL as usize])
         .with("pair_map_full", st[STAT_PAIR_MAP_FULL as usize])
         .with("no_baseline", st[STAT_NO_BASELINE as usize])
