@@ -112,6 +112,52 @@ fn pid_filter_and_intervals() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Issue #31 (defect 11): a share of one thread's time never exceeds 100 %, in any interval. A
+/// one-thread loop in `sync()` nearly all the time, each call long (another process keeps
+/// 64 MiB dirty), so calls straddle interval starts: such a call counts in the interval it
+/// ends in only from that interval's start (`in_window_ns`), while its histogram keeps the
+/// whole latency. Before, the whole call counted, and intervals read over 100 %.
+#[test]
+fn interval_share_of_one_thread_is_at_most_the_whole() {
+    require_root();
+    let dir = scratch("fsync-straddle");
+    let file = dir.join("data");
+    let (w, lines) = trace_workload(
+        &["fsync-lat", "--json", "--interval", "250ms"],
+        &["fsync-busy", file.to_str().unwrap(), "3", "64"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let pid = w["pid"].as_u64().unwrap() as u32;
+    let rows: Vec<_> = rows_for(&lines, "fsync-lat", pid)
+        .into_iter()
+        .filter(|r| r["syscall"] == "sync")
+        .collect();
+    let calls: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(calls >= 4, "{calls} syncs in 3 s: {rows:?}");
+    let mut over_whole_calls = 0;
+    for r in &rows {
+        let ppm = r["time_ppm"].as_u64().unwrap();
+        eprintln!(
+            "interval: {} calls, {ppm} ppm of the interval, {} ns inside it of {} ns of latency",
+            r["count"], r["in_window_ns"], r["total_ns"]
+        );
+        // 0.5 % for the window's clock (read beside the flip, not inside it).
+        assert!(
+            ppm <= 1_005_000,
+            "one thread in fsync {ppm} ppm of an interval: {r}"
+        );
+        let inside = r["in_window_ns"].as_u64().expect("in_window_ns");
+        let total = r["total_ns"].as_u64().unwrap();
+        assert!(inside <= total, "{r}");
+        over_whole_calls += u64::from(inside < total);
+    }
+    // The loop syncs back to back, so calls straddle interval starts: the clipping is seen.
+    assert!(
+        over_whole_calls > 0,
+        "no call straddled an interval: {rows:?}"
+    );
+}
+
 /// `fsync-lat --json --by-file EXTRA…` around `workload`: the workload's report and the file
 /// rows of its process.
 fn file_rows(extra: &[&str], workload: &[&str]) -> (serde_json::Value, Vec<serde_json::Value>) {
@@ -464,9 +510,45 @@ pub fn workload(args: &[String]) -> Option<i32> {
         ["fsync-reuse", dir, n] => fsync_reuse(dir, n.parse().ok()?),
         ["fsync-deleted", path, n, ms] => fsync_deleted(path, n.parse().ok()?, ms.parse().ok()?),
         ["fsync-wal", dir, n] => fsync_wal(dir, n.parse().ok()?),
+        ["fsync-busy", path, secs, mib] => fsync_busy(path, secs.parse().ok()?, mib.parse().ok()?),
         _ => return None,
     }
     Some(0)
+}
+
+/// For SECS seconds one thread calls `sync()` back to back while a child process dirties
+/// PATH in MIB MiB writes (never syncing it): nearly all of the thread's time is in `sync`,
+/// each call long (it waits for the child's dirty pages).
+fn fsync_busy(path: &str, secs: u64, mib: usize) {
+    use std::io::{Seek, Write};
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    // SAFETY: fork of a single-threaded workload; the child only writes its file and _exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let mut f = open_trunc(path);
+        let chunk = vec![7u8; mib << 20];
+        while std::time::Instant::now() < end {
+            // Rewriting the same range keeps the file at MIB MiB: bounded disk use.
+            let _ = f.seek(std::io::SeekFrom::Start(0));
+            let _ = f.write_all(&chunk);
+        }
+        // SAFETY: end of the child.
+        unsafe { libc::_exit(0) };
+    }
+    let mut n = 0;
+    while std::time::Instant::now() < end {
+        // SAFETY: a plain syscall.
+        unsafe { libc::sync() };
+        n += 1;
+    }
+    let mut st = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(child, &mut st, 0) };
+    let _ = std::fs::remove_file(path);
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "syncs": n})
+    );
 }
 
 /// Opens DIR/A, fsyncs, closes; then N times opens DIR/B, fsyncs, closes: the same fd number

@@ -76,6 +76,10 @@ pub struct FsyncVal {
     pub _pad: u32,
     /// Calls that returned an error (`ret < 0`, e.g. EIO after a failed writeback).
     pub errors: u64,
+    /// The calls' time inside this generation: a call that began before the generation did
+    /// counts from its start (`Control::since_ns`), so one thread's share of a window never
+    /// exceeds it. The histogram keeps each call's whole latency.
+    pub in_window_ns: u64,
     pub hist: LatHist,
 }
 
@@ -109,7 +113,7 @@ mod tests {
         assert_eq!(size_of::<FsyncKey>(), 32);
         assert_eq!(size_of::<FileOffsets>(), 48);
         assert_eq!(size_of::<FsyncStart>(), 32);
-        assert_eq!(size_of::<FsyncVal>(), 32 + size_of::<LatHist>());
+        assert_eq!(size_of::<FsyncVal>(), 40 + size_of::<LatHist>());
         assert_eq!(size_of::<FileEvent>(), 32 + NAME_LEN);
     }
 }

@@ -36,6 +36,11 @@ pub const NAMES: [&str; NSTATS as usize] = [
 pub struct Control {
     pub gen: u32,
     pub _pad: u32,
+    /// When the generation `gen` began (`CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`),
+    /// written with it in one map update; 0 for the first (it began at the attach). A program
+    /// clips an interval that began before it, so a window's share of time counts only the
+    /// part of a call inside the window.
+    pub since_ns: u64,
 }
 
 crate::impl_pod!(Control);

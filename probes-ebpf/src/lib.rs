@@ -210,6 +210,15 @@ pub fn generation() -> u32 {
     }
 }
 
+/// When the current generation began (`Control::since_ns`; 0 for the first).
+#[inline(always)]
+pub fn generation_since() -> u64 {
+    match CONTROL.get(0) {
+        Some(c) => c.since_ns,
+        None => 0,
+    }
+}
+
 /// Adds `v` to `*p` atomically.
 ///
 /// # Safety

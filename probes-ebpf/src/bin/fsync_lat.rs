@@ -34,7 +34,8 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, btf_load_u64, generation, get_or_insert, hist_record, ro, stat,
+    allowed, atomic_add, btf_load_u64, generation, generation_since, get_or_insert, hist_record,
+    ro, stat,
 };
 
 #[no_mangle]
@@ -326,6 +327,8 @@ fn on_exit(ret: i64) {
         if ret < 0 {
             atomic_add(&raw mut (*val).errors, 1);
         }
+        let inside = now.saturating_sub(start.ts_ns.max(generation_since()));
+        atomic_add(&raw mut (*val).in_window_ns, inside);
         hist_record(&raw mut (*val).hist, delta);
     }
 }

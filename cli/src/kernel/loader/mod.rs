@@ -416,6 +416,7 @@ impl Session {
             Control {
                 gen: old ^ 1,
                 _pad: 0,
+                since_ns: crate::host::proc::mono_ns(),
             },
             0,
         )

@@ -129,6 +129,7 @@ const ZERO: FsyncVal = FsyncVal {
     tgid: 0,
     _pad: 0,
     errors: 0,
+    in_window_ns: 0,
     hist: LatHist::ZERO,
 };
 
@@ -435,17 +436,21 @@ impl Collector for FsyncLat {
         let threads = self.scope.threads;
 
         // Rows per (id, syscall), merging files; files per (id, device, inode).
-        type Acc = (u32, [u8; 16], u64, LatHist);
+        type Acc = (u32, [u8; 16], Counted, LatHist);
         let mut per_call: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
         let mut per_file: BTreeMap<FileKey, (u32, [u8; 16], LatHist)> = BTreeMap::new();
         for (k, v) in &drained.rows {
             // Per process (or thread), or per container's representative with --by container.
             let tgid = self.fold.rep(v.tgid);
             let id = if self.fold.on() { tgid } else { k.id };
-            let e = per_call
-                .entry((id, k.nr))
-                .or_insert((tgid, v.comm, 0, LatHist::ZERO));
-            e.2 += v.errors;
+            let e = per_call.entry((id, k.nr)).or_insert((
+                tgid,
+                v.comm,
+                Counted::default(),
+                LatHist::ZERO,
+            ));
+            e.2.errors += v.errors;
+            e.2.in_window_ns += v.in_window_ns;
             e.3.merge(&v.hist);
             if k.ino != 0 {
                 per_file
@@ -456,7 +461,7 @@ impl Collector for FsyncLat {
             }
         }
         let mut rows: Vec<SummaryRow> = Vec::with_capacity(per_call.len() + 1);
-        for ((id, nr), (tgid, comm, errors, h)) in per_call {
+        for ((id, nr), (tgid, comm, counted, h)) in per_call {
             let name = self
                 .names
                 .get(&nr)
@@ -464,7 +469,7 @@ impl Collector for FsyncLat {
                 .unwrap_or_else(|| format!("syscall_{nr}"));
             let comm = row_comm(id, tgid, threads, &comm);
             let title = self.titles.of(tgid);
-            let mut r = self.summary_row(id, tgid, comm, title, name, errors, &h, secs);
+            let mut r = self.summary_row(id, tgid, comm, title, name, counted, &h, secs);
             self.fold.relabel(&mut r.who);
             rows.push(r);
         }
@@ -476,7 +481,10 @@ impl Collector for FsyncLat {
                 b"[other]".to_vec(),
                 Title::default(),
                 "all".into(),
-                o.errors,
+                Counted {
+                    errors: o.errors,
+                    in_window_ns: o.in_window_ns,
+                },
                 &o.hist,
                 secs,
             ));
@@ -565,7 +573,9 @@ impl FsyncLat {
         }
         let mut out = Vec::new();
         for (pid, rs) in per_pid {
-            let total: u64 = rs.iter().map(|r| r.total_ns).sum();
+            // The time inside the window (a call begun before it counts from its start): one
+            // thread's share never exceeds the whole.
+            let total: u64 = rs.iter().map(|r| r.in_window_ns).sum();
             let count: u64 = rs.iter().map(|r| r.count).sum();
             let ns_per_s = (total as f64 / secs) as u64;
             if ns_per_s < MIN_FSYNC_NS_PER_S {
@@ -619,6 +629,7 @@ impl FsyncLat {
                 next: Some(next),
             }
             .evidence("total_ns", total)
+            .evidence("latency_total_ns", rs.iter().map(|r| r.total_ns).sum::<u64>())
             .evidence("calls", count)
             .evidence("p50_ns", top.p50_ns)
             .evidence("p99_ns", top.p99_ns)

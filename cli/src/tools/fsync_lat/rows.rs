@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// What the kernel counts beside a key's histogram, summed over the keys of one row.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Counted {
+    pub(super) errors: u64,
+    pub(super) in_window_ns: u64,
+}
+
 /// One process (or thread) and syscall in one window.
 #[derive(Serialize)]
 pub(super) struct SummaryRow {
@@ -19,7 +26,11 @@ pub(super) struct SummaryRow {
     pub(super) max_ns: u64,
     pub(super) stddev_ns: u64,
     pub(super) cv_pct: u64,
+    /// The calls' latencies summed (a call begun in an earlier window counts whole).
     pub(super) total_ns: u64,
+    /// The calls' time inside this window (a call begun before it counts from the window's
+    /// start): what `time_ppm` and the findings' shares are of.
+    pub(super) in_window_ns: u64,
     /// Share of the window spent in these calls, parts per million (summed over threads).
     pub(super) time_ppm: u64,
     /// The kernel's key: tid with `--threads`, else the process; 0 for `[other]`.
@@ -46,7 +57,7 @@ impl SummaryRow {
         self.stddev_ns = s.stddev_ns;
         self.cv_pct = (s.cv * 100.0).round() as u64;
         self.total_ns = s.total_ns;
-        self.time_ppm = (s.total_ns as f64 / secs / 1e3).round() as u64;
+        self.time_ppm = (self.in_window_ns as f64 / secs / 1e3).round() as u64;
         self.cv = s.cv;
     }
 }
@@ -128,7 +139,7 @@ impl FsyncLat {
         comm: Vec<u8>,
         title: Title,
         syscall: String,
-        errors: u64,
+        counted: Counted,
         h: &LatHist,
         secs: f64,
     ) -> SummaryRow {
@@ -136,7 +147,7 @@ impl FsyncLat {
             who: Id::new(id, tgid, self.scope.threads, comm, title),
             syscall,
             count: 0,
-            errors,
+            errors: counted.errors,
             rate_per_s: 0.0,
             mean_ns: 0,
             p50_ns: 0,
@@ -147,6 +158,7 @@ impl FsyncLat {
             stddev_ns: 0,
             cv_pct: 0,
             total_ns: 0,
+            in_window_ns: counted.in_window_ns,
             time_ppm: 0,
             id,
             cv: 0.0,
