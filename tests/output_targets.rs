@@ -332,6 +332,22 @@ impl StalledFifo {
     }
 }
 
+impl StalledFifo {
+    /// Fills the FIFO's page before tracekit starts, so its first write would block: a report
+    /// written once at the end (triage) may fit in a page, and must stall all the same.
+    fn fill(&self) {
+        use std::os::{fd::AsRawFd, unix::fs::OpenOptionsExt};
+        let w = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.path)
+            .unwrap();
+        let junk = [b'x'; 4096];
+        // SAFETY: writes from a live buffer to our fd, until the FIFO is full (EAGAIN).
+        while unsafe { libc::write(w.as_raw_fd(), junk.as_ptr().cast(), junk.len()) } > 0 {}
+    }
+}
+
 impl Drop for StalledFifo {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
@@ -379,15 +395,34 @@ fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
 /// detached its programs while it still waits for the reader: the kernel no longer has them
 /// loaded at some moment before the process exits.
 fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<Duration>) {
+    let fsync = ["fsync-lat", "--json", "--interval", "50ms"];
+    stalled_run_of(&fsync, 20, tag, to_stdout, args, sigterm_after);
+}
+
+/// [`stalled_run`] of any command (`cmd`, then `args`), which must end within `limit` seconds;
+/// a FIFO is full before it starts. The programs watched are all it ever held.
+fn stalled_run_of(
+    command: &[&str],
+    limit: u64,
+    tag: &str,
+    to_stdout: bool,
+    args: &[&str],
+    sigterm_after: Option<Duration>,
+) {
     require_root();
+    let what = command[0];
+    let filled = what != "fsync-lat";
     let mut cmd = Command::new(tracekit_bin());
-    ends_with_the_test(&mut cmd).args(["fsync-lat", "--json", "--interval", "50ms"]);
+    ends_with_the_test(&mut cmd).args(command);
     let target = if to_stdout {
         let (rd, wr) = full_pipe();
         cmd.stdout(std::process::Stdio::from(wr));
         Stalled::Stdout { _reader: rd }
     } else {
         let fifo = StalledFifo::new(tag);
+        if filled {
+            fifo.fill();
+        }
         cmd.arg("--output")
             .arg(&fifo.path)
             .stdout(std::process::Stdio::null());
@@ -401,13 +436,13 @@ fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<
     drop(cmd);
     let pid = child.id();
     let start = std::time::Instant::now();
-    let deadline = start + Duration::from_secs(20);
+    let deadline = start + Duration::from_secs(limit);
     let mut ids = Vec::new();
     while ids.is_empty() && std::time::Instant::now() < deadline {
         ids = held_program_ids(pid);
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!ids.is_empty(), "tracekit attached nothing within 20 s");
+    assert!(!ids.is_empty(), "{what} attached nothing within {limit} s");
     if let Some(after) = sigterm_after {
         std::thread::sleep(after);
         // SAFETY: plain syscall on our own, not yet reaped, child.
@@ -420,6 +455,12 @@ fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
+        // A command of many collectors attaches them one after another.
+        for i in held_program_ids(pid) {
+            if !ids.contains(&i) {
+                ids.push(i);
+            }
+        }
         if !ids.iter().any(|i| loaded.contains(i)) {
             gone_while_alive = true;
         }
@@ -428,7 +469,7 @@ fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "tracekit writing to a stalled {} did not exit within 20 s (holding {} programs)",
+                "{what} writing to a stalled {} did not exit within {limit} s (holding {} programs)",
                 if to_stdout { "stdout" } else { "FIFO" },
                 still.len()
             );
@@ -440,7 +481,12 @@ fn stalled_run(tag: &str, to_stdout: bool, args: &[&str], sigterm_after: Option<
         err.contains("stalled") && err.contains("bytes"),
         "no word of the stall on stderr ({status}): {err}"
     );
-    assert!(!status.success(), "lost output must not exit 0: {err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("stalled")).count(),
+        1,
+        "the stall is said once: {err}"
+    );
+    assert_eq!(status.code(), Some(1), "lost output exits 1: {err}");
     let left = wait_unloaded(&ids);
     assert!(left.is_empty(), "programs {left:?} still loaded: {err}");
     assert!(
@@ -482,5 +528,62 @@ fn stalled_stdout_ends_on_sigterm() {
         true,
         &["--duration", "60s"],
         Some(Duration::from_secs(1)),
+    );
+}
+
+/// `tracekit triage --duration 3s | (a reader that never reads)`: its report, written once at
+/// the end, sat in write() with every collector's programs attached; now the run ends, detached,
+/// and says the output stalled.
+#[test]
+fn stalled_triage_stdout_ends_at_duration() {
+    stalled_run_of(
+        &["triage"],
+        60,
+        "out-stall-triage-stdout",
+        true,
+        &["--duration", "3s"],
+        None,
+    );
+}
+
+/// `tracekit triage --json --duration 3s --output FIFO`, its reader holding the FIFO open
+/// (full) and never reading: the programs go before the output's grace.
+#[test]
+fn stalled_triage_fifo_ends_at_duration() {
+    stalled_run_of(
+        &["triage", "--json"],
+        60,
+        "out-stall-triage-fifo",
+        false,
+        &["--duration", "3s"],
+        None,
+    );
+}
+
+/// `tracekit record --output FIFO` (a FIFO is written through, not replaced), its reader
+/// holding it open and never reading: ends at --duration, detached.
+#[test]
+fn stalled_record_fifo_ends_at_duration() {
+    stalled_run_of(
+        &["record", "--interval", "1s"],
+        60,
+        "out-stall-record-fifo",
+        false,
+        &["--duration", "3s"],
+        None,
+    );
+}
+
+/// `tracekit serve | (a log reader that never reads)`: its meta line sat in write() before
+/// the first window, deaf to SIGTERM; now SIGTERM ends it, detached, and the stall is said.
+#[test]
+fn stalled_serve_stdout_ends_on_sigterm() {
+    stalled_run_of(
+        &["serve", "--listen", "127.0.0.1:0"],
+        60,
+        "out-stall-serve-stdout",
+        true,
+        &[],
+        Some(Duration::from_secs(3)),
     );
 }

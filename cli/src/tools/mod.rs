@@ -242,12 +242,48 @@ pub fn open_many(names: &[String], scope: Scope, opts: &RunOpts) -> Result<Opene
 /// Runs the collectors a command opened with [`open_many`] through `emit` until the duration,
 /// a signal or the reader ends it, then detaches them fast; returns why it stopped.
 pub fn run_many(
-    collectors: &mut [Box<dyn Collector>],
+    tool: &str,
+    collectors: &mut Vec<Box<dyn Collector>>,
     opts: &RunOpts,
     emit: &mut dyn engine::Emitter,
 ) -> Result<engine::Stop> {
-    let stop = engine::run(collectors, opts, emit)?;
+    let run = engine::run(collectors, opts, emit);
+    let stop = end_run(tool, collectors, run, emit)?;
     engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    Ok(stop)
+}
+
+/// The end of every run, after [`engine::run`] returned `run`: a reader that stopped reading
+/// (or an error mid-way) may hold tracekit a while longer, never the programs. Then
+/// `collectors` are closed here and now (the maps were read with the last window), so they are
+/// gone from the kernel before the output's grace ([`engine::Emitter::settle`]) starts and the
+/// stall is reported; `collectors` is left empty. Otherwise they are left for
+/// [`engine::detach_in_background`], once the output is complete.
+pub fn end_run(
+    tool: &str,
+    collectors: &mut Vec<Box<dyn Collector>>,
+    run: Result<engine::Stop>,
+    emit: &mut dyn engine::Emitter,
+) -> Result<engine::Stop> {
+    let stop = match run {
+        Ok(stop) => stop,
+        Err(e) => {
+            // What the run wrote before the error gets its grace after this, when the caller
+            // drops the emitter (the sink's drop), as at the end of a run.
+            collectors.clear();
+            return Err(e);
+        }
+    };
+    // Asked even when the reader went away: stdout's writer thread is joined there.
+    let stalled = emit.stalled();
+    if stop == engine::Stop::ReaderGone {
+        return Ok(stop);
+    }
+    if stalled {
+        collectors.clear();
+        tracing::debug!("{tool}: detached; the output stalled, giving its reader a grace");
+    }
+    emit.settle()?;
     Ok(stop)
 }
 
@@ -347,30 +383,9 @@ pub fn run_collector_with(
     let mut collectors = vec![open(&ctx)?];
     tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
-    let stop = match engine::run(&mut collectors, &ctx.opts, emit.as_mut()) {
-        Ok(stop) => stop,
-        Err(e) => {
-            // The programs go first; then what the run wrote before the error gets its grace
-            // to reach the reader (the sink's drop), as at the end of a run.
-            drop(collectors);
-            drop(emit);
-            return Err(e);
-        }
-    };
+    let run = engine::run(&mut collectors, &ctx.opts, emit.as_mut());
+    end_run(tool, &mut collectors, run, emit.as_mut())?;
     let slow = collectors.iter().map(|c| c.slow_links()).sum();
-    // Asked even when the reader went away: stdout's writer thread is joined there.
-    let stalled = emit.stalled();
-    if stop != engine::Stop::ReaderGone && stalled {
-        // The reader stopped reading: it may hold tracekit a while longer, never the programs.
-        // They are closed here and now (the maps were read with the last window), so they are
-        // gone from the kernel before the output's grace starts and the stall is reported.
-        drop(collectors);
-        tracing::debug!("{tool}: detached; the output stalled, giving its reader a grace");
-        return emit.settle();
-    }
-    if stop != engine::Stop::ReaderGone {
-        emit.settle()?;
-    }
     drop(emit);
     engine::detach_in_background(slow);
     Ok(())

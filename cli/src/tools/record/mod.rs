@@ -122,7 +122,7 @@ pub fn run(args: Args) -> Result<()> {
         intervals: 0,
         rows: 0,
     };
-    let stop = tools::run_many(&mut opened.collectors, &opts, &mut emit)?;
+    let stop = tools::run_many(INFO.name, &mut opened.collectors, &opts, &mut emit)?;
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
@@ -348,12 +348,23 @@ impl Emitter for Recorder {
 
     fn finish(&mut self) -> Result<()> {
         if self.placed.is_none() {
-            return Ok(self.sink.finish()?);
+            // A device or FIFO gets what its reader takes at once; its grace is `settle`'s,
+            // after the programs are detached.
+            return Ok(self.sink.end_run()?);
         }
         // In place already: made durable, and checked to still be there.
         if let Some(file) = self.file() {
             file.sync_all().map_err(|e| self.lost(e))?;
         }
         self.place()
+    }
+
+    fn stalled(&mut self) -> bool {
+        self.sink.stalled()
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        // A replacement was completed already (placed, or by `end_run`): nothing is left.
+        Ok(self.sink.finish()?)
     }
 }

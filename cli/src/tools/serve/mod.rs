@@ -146,6 +146,9 @@ pub fn run(args: Args) -> Result<()> {
         scrape_seconds: 0.0,
         listen: listen.to_string(),
     };
+    // The meta and log lines go through a queue: a log reader that stalls holds tracekit
+    // for the output's grace at the end, never the event loop in write().
+    sink.pace_stdout();
     let mut emit = Serve {
         listener: Some(listener),
         auth,
@@ -153,7 +156,8 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         interval: args.interval,
     };
-    engine::run(&mut opened.collectors, &opts, &mut emit)?;
+    let run = engine::run(&mut opened.collectors, &opts, &mut emit);
+    tools::end_run(INFO.name, &mut opened.collectors, run, &mut emit)?;
     // The listener closes now, not with the detaching child's descriptors.
     drop(emit);
     let slow = opened.collectors.iter().map(|c| c.slow_links()).sum();
@@ -271,6 +275,14 @@ impl Emitter for Serve {
     }
 
     fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.end_run()?)
+    }
+
+    fn stalled(&mut self) -> bool {
+        self.sink.stalled()
+    }
+
+    fn settle(&mut self) -> Result<()> {
         Ok(self.sink.finish()?)
     }
 }

@@ -85,6 +85,9 @@ pub fn run(args: Args) -> Result<()> {
         .output
         .as_ref()
         .is_some_and(|p| p.extension().is_some_and(|x| x == "md"));
+    // The report is written as the run ends, from a queue: a reader that never reads holds
+    // tracekit for the output's grace, never in write() with the programs attached.
+    sink.pace_stdout();
     let mut emit = Triage {
         sink,
         json: args.json,
@@ -92,7 +95,7 @@ pub fn run(args: Args) -> Result<()> {
         ran: opened.ran,
         cannot: opened.cannot,
     };
-    tools::run_many(&mut opened.collectors, &opts, &mut emit)?;
+    tools::run_many(INFO.name, &mut opened.collectors, &opts, &mut emit)?;
     Ok(())
 }
 
@@ -357,6 +360,14 @@ impl Emitter for Triage {
     }
 
     fn finish(&mut self) -> Result<()> {
+        Ok(self.sink.end_run()?)
+    }
+
+    fn stalled(&mut self) -> bool {
+        self.sink.stalled()
+    }
+
+    fn settle(&mut self) -> Result<()> {
         Ok(self.sink.finish()?)
     }
 
