@@ -257,7 +257,7 @@ fn kernel_symbols() -> bool {
 /// The VM check of `profile --off-cpu`: the workload thread sleeps 10 ms 100 times (1 s in all,
 /// nominally); tracekit's blocked time for it (under the nanosleep path where kernel symbols are
 /// readable, else the whole process's) is within 10 % of what its own schedstat says it spent
-/// neither running nor runnable, with 95 to 100 blocks, and its largest stack waits in the
+/// neither running nor runnable, with 95 to 103 blocks, and its largest stack waits in the
 /// nanosleep path. A kernel where off-CPU cannot run is doctor's and the tool's to say (the
 /// check runs only where doctor says it can).
 pub fn vm_check() -> Result<String, String> {
@@ -291,7 +291,10 @@ pub fn vm_check() -> Result<String, String> {
         own as f64 / 1e9,
         off * 100.0
     );
-    if !(95..=100).contains(&blocks) || off > 0.10 {
+    // Up to 103 blocks: under TCG a guest once showed 101 blocks for the 100 sleeps (1.059 s
+    // blocked against schedstat's 1.049 s, 1.0 % apart), a sleep cut in two by a wakeup that
+    // did not end it; counting a block twice would show ~200.
+    if !(95..=103).contains(&blocks) || off > 0.10 {
         return Err(what);
     }
     if named {
