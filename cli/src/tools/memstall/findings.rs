@@ -302,7 +302,7 @@ impl Evidence<'_> {
         let setting = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         Some(match (r.kind, r.kthread) {
             (KIND_COMPACTION, _) => return self.compaction(r),
-            (KIND_RECLAIM, _) if r.count > 0 => self.finding(Cause::Reclaim, r, format!(
+            (KIND_RECLAIM, _) if r.count > 0 && felt(r.max_ns, r.total_ns, r.alive_ns.min(self.window_ns()).max(1)) => self.finding(Cause::Reclaim, r, format!(
                 "direct reclaim stalled {who} {}, reclaiming {} pages; /proc/vmstat {}, {} (global reclaim only: reclaim at a cgroup's limit is not in these).",
                 self.timing(r, r.count),
                 r.reclaimed_pages,
@@ -468,3 +468,34 @@ pub fn findings(e: &Evidence) -> (Vec<Finding>, Vec<String>) {
 
 #[cfg(test)]
 mod tests;
+
+/// A direct-reclaim stall worth a finding is one its process felt: a single stall of
+/// [`FELT_STALL_NS`] or more (a request that waited that long), or stalls adding up to
+/// [`FELT_SHARE_PPM`] of the time it was alive. A process whose THP fault reclaimed once for
+/// 53 µs in an 8 s window got a finding before and was named beside the real victim.
+fn felt(max_ns: u64, total_ns: u64, alive_ns: u64) -> bool {
+    max_ns >= FELT_STALL_NS
+        || total_ns.saturating_mul(1_000_000) / alive_ns.max(1) >= FELT_SHARE_PPM
+}
+
+/// 1 ms: the pause a request notices.
+const FELT_STALL_NS: u64 = 1_000_000;
+/// 0.5 % of the time alive.
+const FELT_SHARE_PPM: u64 = 5_000;
+
+#[cfg(test)]
+mod felt_tests {
+    use super::*;
+
+    #[test]
+    fn tiny_reclaim_is_not_felt_long_or_frequent_is() {
+        // The innocent of the THP triage test: once, 53.3 µs in 8 s.
+        assert!(!felt(53_300, 53_300, 8_000_000_000));
+        // One 2 ms stall: felt by whatever request waited on it.
+        assert!(felt(2_000_000, 2_000_000, 8_000_000_000));
+        // Many short stalls adding up to 1 % of the time.
+        assert!(felt(200_000, 80_000_000, 8_000_000_000));
+        // dd: 143 stalls, 13.2 ms of its 468 ms alive (2.8 %).
+        assert!(felt(1_990_000, 13_200_000, 468_000_000));
+    }
+}
