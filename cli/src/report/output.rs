@@ -780,6 +780,22 @@ fn remove_stale_temps(dir: &Path, name: &str) {
 mod tests {
     use super::*;
 
+    /// A FIFO at `f`.
+    fn mkfifo(f: &Path) {
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain syscall with a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    /// The FIFO `f` opened for reading (non-blocking, so no writer is needed yet).
+    fn idle_reader(f: &Path) -> File {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(f)
+            .unwrap()
+    }
+
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("tk-out-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -915,9 +931,7 @@ mod tests {
     fn fifo_without_reader_is_refused_at_once() {
         let d = tmpdir("fifo");
         let f = d.join("fifo");
-        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: plain syscall with a valid path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        mkfifo(&f);
         let e = Sink::open(Some(&f), false).err().unwrap();
         assert!(e.to_string().contains("no reader"), "{e}");
         assert!(fs::symlink_metadata(&f).unwrap().file_type().is_fifo());
@@ -929,15 +943,9 @@ mod tests {
     fn stalled_fifo_reader_never_blocks_the_writer() {
         let d = tmpdir("stall");
         let f = d.join("fifo");
-        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: plain syscall with a valid path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        mkfifo(&f);
         // The reader: open, never read.
-        let reader = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&f)
-            .unwrap();
+        let reader = idle_reader(&f);
         let mut s = Sink::open(Some(&f), false).unwrap();
         let line = format!("{}\n", "x".repeat(1023));
         let n = 2 * PENDING_CAP / line.len();
@@ -979,14 +987,8 @@ mod tests {
     fn slow_fifo_reader_gets_everything() {
         let d = tmpdir("slow");
         let f = d.join("fifo");
-        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: plain syscall with a valid path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let reader = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&f)
-            .unwrap();
+        mkfifo(&f);
+        let reader = idle_reader(&f);
         let mut s = Sink::open(Some(&f), false).unwrap();
         let mut want = String::new();
         for i in 0..20_000 {
