@@ -547,3 +547,86 @@ fn record_into_a_removed_directory_fails_naming_the_file() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Issue #32: `serve`, `compare` and `record` know a row's numbers only by its tool's
+/// declaration (`report::schema::Rows`), so a number a tool emits but does not declare is
+/// silently neither compared nor exported. Every collector records at once beside an fsync
+/// loop on the disk and a pipe ping-pong; every number of every row must be declared, and so
+/// must every distribution.
+#[test]
+fn every_number_a_tool_records_is_declared() {
+    require_root();
+    let dir = scratch("record-declared");
+    let out = dir.join("all.tkr");
+    let tools: Vec<&str> = tracekit::tools::TOOLS
+        .iter()
+        .filter(|t| !t.hidden)
+        .map(|t| t.name)
+        .collect();
+    let tk = Tracer::spawn(&[
+        "record",
+        "--tools",
+        &tools.join(","),
+        "--duration",
+        "60s",
+        "--interval",
+        "1s",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains('\n')) {
+        assert!(Instant::now() < deadline, "no header in {}", out.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let file = dir.join("f");
+    let pp = std::thread::spawn(|| run_workload(&["pingpong", "20000"]));
+    // Datagrams to a loopback port nobody listens on: receive work and NO_SOCKET drops.
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..2_000 {
+        let _ = udp.send_to(&[0u8; 64], ("127.0.0.1", port));
+    }
+    run_workload(&["fsync-paced", file.to_str().unwrap(), "2500", "64"]);
+    pp.join().unwrap();
+    tk.signal(libc::SIGINT);
+    let (status, _, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut undeclared = std::collections::BTreeSet::new();
+    for l in lines(&out).iter().filter(|l| l["type"] == "row") {
+        let (tool, kind) = (l["tool"].as_str().unwrap(), l["kind"].as_str().unwrap());
+        seen.insert(format!("{tool} {kind}"));
+        let Some(rows) = tracekit::tools::rows_of(tool, kind) else {
+            undeclared.insert(format!("{tool} {kind}: the kind"));
+            continue;
+        };
+        for (k, v) in l["row"].as_object().unwrap() {
+            if v.is_number() && rows.field(k).is_none() {
+                undeclared.insert(format!("{tool} {kind}: {k}"));
+            }
+        }
+        for d in l["dists"].as_object().into_iter().flat_map(|m| m.keys()) {
+            if rows.dist(d).is_none() {
+                undeclared.insert(format!("{tool} {kind}: distribution {d}"));
+            }
+        }
+    }
+    assert!(undeclared.is_empty(), "undeclared: {undeclared:#?}");
+    for want in [
+        "fsync-lat summary",
+        "ctxsw summary",
+        "runq-lat summary",
+        "runq-lat aggressor",
+        "io-lat summary",
+        "io-lat device",
+        "net-rx cpu",
+        "net-rx drop",
+        "profile process",
+    ] {
+        assert!(seen.contains(want), "no {want} rows recorded: {seen:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -28,7 +28,9 @@ pub fn tracekit_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACEKIT_BIN") {
         return PathBuf::from(p);
     }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/tracekit");
+    // The tests are the root package: the repository is CARGO_MANIFEST_DIR itself, where
+    // `cargo xtask build` leaves `target/release/tracekit`.
+    let p = repo_target().join("release/tracekit");
     assert!(
         p.exists(),
         "{} missing: run `cargo xtask test`, which builds it",
@@ -75,11 +77,20 @@ pub fn output_ok(cmd: &mut Command, what: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// The repository's `target/` (or `CARGO_TARGET_DIR`): where the builds and the scratch
+/// directories live, inside the work tree.
+pub fn repo_target() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
+    }
+}
+
 /// A scratch directory on the work tree's filesystem (real disk, unlike tmpfs where fsync is
 /// free).
 pub fn scratch(tag: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-scratch")
+    let d = repo_target()
+        .join("test-scratch")
         .join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -9,61 +9,54 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-/// What kind of culprit a finding is about (the `cause` key of triage's JSON).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Cause {
-    Fsync,
-    CtxswStorm,
-    RunqDelay,
-    ThpCompaction,
-    ThpCollapse,
-    ThpFault,
-    Reclaim,
-    MemcgLimit,
-    OomKill,
-    IoQueue,
-    IoLatency,
-    IoScheduler,
-    NetDrops,
-    NetBacklog,
-    SoftirqImbalance,
-    NumaMisplaced,
-    NumaMigration,
-    CpuSteal,
-    ConntrackFull,
-    Pressure,
-    CpuHot,
-    /// Threads blocked off the CPU on a lock or another wait (`profile --off-cpu`).
-    OffCpu,
+/// What kind of culprit a finding is about (the `cause` key of triage's JSON). Each tool
+/// declares the causes it concludes as constants beside its findings and lists them in its
+/// [`ToolInfo`](crate::tools::ToolInfo); [`crate::tools::causes`] is the one list (the README's
+/// table of causes is generated from it).
+#[derive(Clone, Copy, Debug)]
+pub struct Cause {
+    /// The JSON name (`thp-compaction`): kebab-case, unique across tools.
+    pub name: &'static str,
+    /// What it means, in one sentence (the README's table).
+    pub means: &'static str,
 }
 
 impl Cause {
+    pub const fn new(name: &'static str, means: &'static str) -> Cause {
+        Cause { name, means }
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Fsync => "fsync",
-            Cause::CtxswStorm => "ctxsw-storm",
-            Cause::RunqDelay => "runq-delay",
-            Cause::ThpCompaction => "thp-compaction",
-            Cause::ThpCollapse => "thp-collapse",
-            Cause::ThpFault => "thp-fault",
-            Cause::Reclaim => "reclaim",
-            Cause::MemcgLimit => "memcg-limit",
-            Cause::OomKill => "oom-kill",
-            Cause::IoQueue => "io-queue",
-            Cause::IoLatency => "io-latency",
-            Cause::IoScheduler => "io-scheduler",
-            Cause::NetDrops => "net-drops",
-            Cause::NetBacklog => "net-backlog",
-            Cause::SoftirqImbalance => "softirq-imbalance",
-            Cause::NumaMisplaced => "numa-misplaced",
-            Cause::NumaMigration => "numa-migration",
-            Cause::CpuSteal => "cpu-steal",
-            Cause::ConntrackFull => "conntrack-full",
-            Cause::Pressure => "pressure",
-            Cause::CpuHot => "cpu-hot",
-            Cause::OffCpu => "off-cpu",
-        }
+        self.name
+    }
+}
+
+// A cause is its name: two tools naming one cause (memstall's and the node check's
+// `memcg-limit`) mean the same thing.
+impl PartialEq for Cause {
+    fn eq(&self, o: &Cause) -> bool {
+        self.name == o.name
+    }
+}
+impl Eq for Cause {}
+impl PartialOrd for Cause {
+    fn partial_cmp(&self, o: &Cause) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Cause {
+    fn cmp(&self, o: &Cause) -> std::cmp::Ordering {
+        self.name.cmp(o.name)
+    }
+}
+impl std::hash::Hash for Cause {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name.hash(h)
+    }
+}
+impl Serialize for Cause {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name)
     }
 }
 
@@ -212,6 +205,21 @@ impl Num {
     }
 }
 
+/// The name of an evidence number. A key another part of tracekit reads (triage folding
+/// runq-lat's waits into ctxsw's storm) is a constant beside the tool that writes it, so a
+/// rename is one edit the compiler follows; keys only people read may stay literals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ev(pub &'static str);
+
+impl From<&'static str> for Ev {
+    fn from(s: &'static str) -> Ev {
+        Ev(s)
+    }
+}
+
+/// The window the finding's numbers cover, in ns: every tool's findings carry it.
+pub const WINDOW_NS: Ev = Ev("window_ns");
+
 /// One verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finding {
@@ -258,13 +266,14 @@ impl Finding {
         }
     }
 
-    pub fn evidence(mut self, name: &'static str, v: impl Into<Num>) -> Finding {
-        self.evidence.push((name, v.into()));
+    pub fn evidence(mut self, name: impl Into<Ev>, v: impl Into<Num>) -> Finding {
+        self.evidence.push((name.into().0, v.into()));
         self
     }
 
     /// The evidence number called `name`, as a float, when the finding has it.
-    pub fn ev(&self, name: &str) -> Option<f64> {
+    pub fn ev(&self, name: impl Into<Ev>) -> Option<f64> {
+        let name = name.into().0;
         self.evidence
             .iter()
             .find(|(n, _)| *n == name)
@@ -366,6 +375,10 @@ pub fn rank(findings: &mut [Finding]) {
 mod tests {
     use super::*;
 
+    const FSYNC: Cause = Cause::new("fsync", "t");
+    const NET_DROPS: Cause = Cause::new("net-drops", "t");
+    const RUNQ_DELAY: Cause = Cause::new("runq-delay", "t");
+
     fn f(cause: Cause, score: Score, pid: u32) -> Finding {
         Finding {
             tool: "t",
@@ -383,10 +396,10 @@ mod tests {
     #[test]
     fn ranks_time_before_rates_then_by_size() {
         let mut v = vec![
-            f(Cause::NetDrops, Score::RatePerS(1e6), 1),
-            f(Cause::Fsync, Score::NsPerS(10_000_000), 2),
-            f(Cause::RunqDelay, Score::NsPerS(900_000_000), 3),
-            f(Cause::NetDrops, Score::RatePerS(5.0), 4),
+            f(NET_DROPS, Score::RatePerS(1e6), 1),
+            f(FSYNC, Score::NsPerS(10_000_000), 2),
+            f(RUNQ_DELAY, Score::NsPerS(900_000_000), 3),
+            f(NET_DROPS, Score::RatePerS(5.0), 4),
         ];
         rank(&mut v);
         let pids: Vec<u32> = v.iter().map(|x| x.subject.pid.unwrap()).collect();
@@ -395,7 +408,7 @@ mod tests {
 
     #[test]
     fn json_keys_are_flat_integers_and_named() {
-        let mut x = f(Cause::RunqDelay, Score::NsPerS(123), 7)
+        let mut x = f(RUNQ_DELAY, Score::NsPerS(123), 7)
             .evidence("waits", 5u64)
             .evidence("share_ppm", 250_000u64)
             .evidence("ratio", 0.5);
@@ -412,14 +425,14 @@ mod tests {
         assert_eq!(j["evidence"]["ratio"], 0.5);
         assert_eq!(j["next"], "tracekit runq-lat --pid 7");
         assert_eq!(j["subject"]["kind"], "process");
-        let r = f(Cause::NetDrops, Score::RatePerS(2.5), 1).json();
+        let r = f(NET_DROPS, Score::RatePerS(2.5), 1).json();
         assert_eq!(r["rate_per_s"], 2.5);
         assert!(r.get("score_ns_per_s").is_none());
     }
 
     #[test]
     fn text_has_fix_and_next_indented() {
-        let mut x = f(Cause::Fsync, Score::NsPerS(1), 1);
+        let mut x = f(FSYNC, Score::NsPerS(1), 1);
         x.summary = "postgres waited".into();
         x.advice = "batch commits".into();
         x.next = Some("tracekit fsync-lat --by-file".into());

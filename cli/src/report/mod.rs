@@ -7,4 +7,5 @@ pub mod output;
 pub mod render;
 pub mod rows;
 pub mod sanitize;
+pub mod schema;
 pub mod who;

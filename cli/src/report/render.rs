@@ -377,6 +377,8 @@ pub fn json(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PLAIN: crate::report::schema::Rows = crate::report::schema::Rows::plain("summary");
     use serde_json::json;
     use std::path::Path;
 
@@ -450,6 +452,7 @@ mod tests {
             notes: vec!["skipped: none".into()],
             sections: vec![Section {
                 kind: "summary",
+                schema: &PLAIN,
                 table: t,
                 json: vec![json!({"pid": 42, "comm": "postgres\u{1b}", "p99_ns": 1830000})],
                 hidden: 0,
@@ -483,6 +486,7 @@ mod tests {
             notes: vec!["no sync-family calls seen".into()],
             sections: vec![Section {
                 kind: "summary",
+                schema: &PLAIN,
                 table: Table::new(&[("PID", Align::Right), ("COMM", Align::Left)]),
                 json: vec![],
                 hidden: 0,

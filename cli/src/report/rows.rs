@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::report::{
     render::{Align, SortCol, Table},
+    schema::Rows,
     who,
 };
 
@@ -87,10 +88,12 @@ impl<R> Column<R> {
 }
 
 /// Rows of one kind, rendered: the text table (first `limit` rows) and every row as JSON.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Section {
-    /// The JSON `"type"` of these rows (`summary`, `device`, `cpu`, …).
+    /// The JSON `"type"` of these rows (`summary`, `device`, `cpu`, …): `schema.kind`.
     pub kind: &'static str,
+    /// What the rows' numbers are, as the tool declared them.
+    pub schema: &'static Rows,
     pub table: Table,
     pub json: Vec<Value>,
     /// Rows left out of the text table by the limit (JSON has them all).
@@ -102,9 +105,10 @@ pub struct Section {
 }
 
 impl Section {
-    /// Renders `rows` (already in display order) with `columns`; `limit` 0 shows every row.
+    /// Renders `rows` (already in display order), declared by `schema`, with `columns`;
+    /// `limit` 0 shows every row.
     pub fn build<R: Serialize>(
-        kind: &'static str,
+        schema: &'static Rows,
         rows: &[R],
         columns: &[Column<R>],
         ctx: &Ctx,
@@ -135,7 +139,8 @@ impl Section {
             .collect();
         add_container_column(&mut table, &json[..shown]);
         Section {
-            kind,
+            kind: schema.kind,
+            schema,
             table,
             json,
             hidden: rows.len() - shown,
@@ -143,13 +148,22 @@ impl Section {
         }
     }
 
-    /// Attaches each row's distributions (`rows` as given to [`Section::build`]).
+    /// Attaches each row's distributions (`rows` as given to [`Section::build`]), each named
+    /// as the schema declares it.
     pub fn with_dists<R>(
         mut self,
         rows: &[R],
         dists: impl Fn(&R) -> Vec<(&'static str, LatHist)>,
     ) -> Section {
         self.dists = rows.iter().map(dists).collect();
+        debug_assert!(
+            self.dists
+                .iter()
+                .flatten()
+                .all(|(n, _)| self.schema.dist(n).is_some()),
+            "{}: a distribution its schema does not declare",
+            self.kind
+        );
         self
     }
 
@@ -198,6 +212,8 @@ fn add_container_column(table: &mut Table, shown: &[Value]) {
 mod tests {
     use super::*;
 
+    const TEST_ROWS: Rows = Rows::plain("summary");
+
     #[test]
     fn id_column_and_rows_shown() {
         let cols: &[Column<u32>] = &[
@@ -236,7 +252,7 @@ mod tests {
             namespace: None,
         };
         let ctx = Ctx { secs: 1.0 };
-        let t = Section::build("summary", &[host(1)], cols, &ctx, 0).table;
+        let t = Section::build(&TEST_ROWS, &[host(1)], cols, &ctx, 0).table;
         assert_eq!(t.render(), "PID  COMM  N\n  1  sh    1\n");
         let rows = [
             C {
@@ -251,7 +267,7 @@ mod tests {
             },
             host(1),
         ];
-        let t = Section::build("summary", &rows, cols, &ctx, 0).table;
+        let t = Section::build(&TEST_ROWS, &rows, cols, &ctx, 0).table;
         assert_eq!(
             t.render(),
             "PID  COMM  CONTAINER            N\n  2  sh    pg-main              1\n  3  sh    shop/web-7d9f/nginx  1\n  1  sh    -                    1\n"
@@ -291,7 +307,7 @@ mod tests {
                 count: 1,
             },
         ];
-        let s = Section::build("summary", &rows, COLS, &Ctx { secs: 2.0 }, 2);
+        let s = Section::build(&TEST_ROWS, &rows, COLS, &Ctx { secs: 2.0 }, 2);
         assert_eq!(s.hidden, 1);
         assert_eq!(s.json.len(), 3);
         assert_eq!(s.json[2]["pid"], 333);
@@ -306,11 +322,11 @@ mod tests {
             COLS[1],
             COLS[2].sort('r', |r, c| r.count as f64 / c.secs),
         ];
-        let t = Section::build("summary", &rows, &sortable, &Ctx { secs: 2.0 }, 2).table;
+        let t = Section::build(&TEST_ROWS, &rows, &sortable, &Ctx { secs: 2.0 }, 2).table;
         assert_eq!(t.sort.len(), 1);
         assert_eq!((t.sort[0].column, t.sort[0].hotkey), (2, 'r'));
         assert_eq!(t.sort[0].keys, [5.0, 2.5]);
-        let all = Section::build("summary", &rows, COLS, &Ctx { secs: 1.0 }, 0);
+        let all = Section::build(&TEST_ROWS, &rows, COLS, &Ctx { secs: 1.0 }, 0);
         assert_eq!(all.hidden, 0);
         assert_eq!(all.table.rows.len(), 3);
     }

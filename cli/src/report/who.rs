@@ -17,6 +17,17 @@ use crate::{
     report::sanitize,
 };
 
+/// The numbers an [`Id`] (or an [`Owner`]) puts in a row: ids, never measures; every row
+/// declaration that flattens one lists this group.
+pub const ID_FIELDS: &[crate::report::schema::Field] = {
+    use crate::report::schema::Field;
+    &[
+        Field::key("pid"),
+        Field::key("tid"),
+        Field::key("processes"),
+    ]
+};
+
 /// Who a row is about (flatten it into the row: `#[serde(flatten)] pub who: Id`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Id {

@@ -13,6 +13,8 @@ pub const INFO: ToolInfo = ToolInfo {
     triage: false,
     hidden: true,
     needs_btf: false,
+    rows: &[],
+    causes: &[],
 };
 
 const OBJECT: Object = crate::object!("floor");

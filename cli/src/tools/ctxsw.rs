@@ -9,6 +9,10 @@
 
 use std::{io::IsTerminal, time::Duration};
 
+use crate::report::{
+    schema::{Direction::*, Dist, Field, Rows},
+    who::ID_FIELDS,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -39,7 +43,22 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
     needs_btf: true,
+    rows: &[&SUMMARY_ROWS, &WAKER_ROWS],
+    causes: &[CTXSW_STORM],
 };
+
+/// Evidence of a storm finding that triage reads.
+pub mod ev {
+    use crate::report::findings::Ev;
+    /// Voluntary switches per second: how many handoffs the storm's waits are compared with.
+    pub const VOLUNTARY_PER_S: Ev = Ev("voluntary_per_s");
+}
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const CTXSW_STORM: Cause = Cause::new(
+    "ctxsw-storm",
+    "A process switches context so often (tens of thousands of times a second) that the switching is its cost.",
+);
 
 const EXAMPLES: &str = "  tracekit ctxsw --duration 10s                     # who switches, voluntary or not, and who preempts whom
   tracekit ctxsw --duration 1m --top 20              # live view of the top 20 (per interval without a terminal)
@@ -172,6 +191,43 @@ fn opt_ns(count: u64, ns: u64) -> String {
     }
 }
 
+const CTXSW_SUMMARY: &[Field] = &[
+    Field::count("voluntary", Neutral).export(
+        "tracekit_ctxsw_voluntary",
+        "Voluntary context switches (the task blocked).",
+    ),
+    Field::count("involuntary", LowerIsBetter).export(
+        "tracekit_ctxsw_involuntary",
+        "Involuntary context switches (preempted while runnable).",
+    ),
+    Field::count("migrations", Neutral).export(
+        "tracekit_ctxsw_migrations",
+        "Moves of a task to another CPU.",
+    ),
+    Field::stat("switches_per_s"),
+    Field::stat("voluntary_per_s"),
+    Field::stat("involuntary_per_s"),
+    Field::stat("migrations_per_s"),
+    Field::count("runq_count", Neutral),
+    Field::count("runq_total_ns", LowerIsBetter),
+    Field::stat("runq_p50_ns"),
+    Field::stat("runq_p99_ns"),
+    Field::count("kernel_run_delay_ns", LowerIsBetter),
+    Field::count("own_wakeups", Neutral),
+];
+
+/// The summary rows: per process (or thread).
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &[],
+    fields: &[ID_FIELDS, CTXSW_SUMMARY],
+    dists: &[Dist::exported(
+        "wake_wait",
+        "tracekit_ctxsw_wake_wait_seconds",
+        "Time from wakeup to running.",
+    )],
+};
+
 const COLUMNS: &[Column<CtxswRow>] = &[
     Column::right("PID", |r: &CtxswRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
@@ -284,6 +340,23 @@ struct WakerRow {
     #[serde(skip)]
     wakee_text: String,
 }
+
+const CTXSW_WAKER: &[Field] = &[
+    Field::key("pid"),
+    Field::key("tid"),
+    Field::key("wakee_pid"),
+    Field::key("wakee_tid"),
+    Field::count("wakeups", Neutral),
+    Field::stat("wakeups_per_s"),
+];
+
+/// `--threads` rows: who wakes whom.
+pub const WAKER_ROWS: Rows = Rows {
+    kind: "waker",
+    labels: &[],
+    fields: &[CTXSW_WAKER],
+    dists: &[],
+};
 
 const WAKERS: &[Column<WakerRow>] = &[
     Column::left("WAKER", |r, _| r.waker_text.clone()),
@@ -471,7 +544,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         };
         let mut f = Finding {
             tool: INFO.name,
-            cause: Cause::CtxswStorm,
+            cause: CTXSW_STORM,
             subject,
             culprit: culprit.map(|(cp, _)| {
                 Subject::process(
@@ -490,14 +563,14 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             )),
         }
         .evidence("switches_per_s", per_s(sw, secs))
-        .evidence("voluntary_per_s", per_s(vol, secs))
+        .evidence(ev::VOLUNTARY_PER_S, per_s(vol, secs))
         .evidence("involuntary_per_s", per_s(invol, secs))
         .evidence("own_wakeup_ppm", (own_share * 1e6).round() as u64)
         .evidence("own_preemptions", own_pre);
         if let Some((_, n)) = culprit {
             f = f.evidence("culprit_preemptions", n);
         }
-        out.push(f.evidence("window_ns", (secs * 1e9) as u64));
+        out.push(f.evidence(crate::report::findings::WINDOW_NS, (secs * 1e9) as u64));
     }
     rank(&mut out);
     out
@@ -555,13 +628,13 @@ impl Collector for Ctxsw {
         let cols = id_columns(COLUMNS, threads);
         let ctx = Ctx { secs };
         out.sections.push(
-            Section::build("summary", &rows, &cols, &ctx, self.max_rows)
+            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows)
                 .with_dists(&rows, |r| vec![("wake_wait", r.waits)]),
         );
         if threads {
             let wakers = self.wakers(&iv, &names, secs);
             out.sections.push(
-                Section::build("waker", &wakers, WAKERS, &ctx, self.max_rows)
+                Section::build(&WAKER_ROWS, &wakers, WAKERS, &ctx, self.max_rows)
                     .caption("Who wakes whom (sched_waking), most wakeups first:"),
             );
         }
@@ -611,7 +684,7 @@ mod tests {
         let f = findings(&rows, 2.0, &[]);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].subject.pid, Some(10));
-        assert_eq!(f[0].cause, Cause::CtxswStorm);
+        assert_eq!(f[0].cause, CTXSW_STORM);
         assert!(
             f[0].summary.contains("between its own threads"),
             "{}",
@@ -644,7 +717,7 @@ mod tests {
     #[test]
     fn columns_sort_by_rates() {
         let rows = vec![row(1, 10, 0, 0), row(2, 0, 40, 0)];
-        let s = Section::build("summary", &rows, COLUMNS, &Ctx { secs: 2.0 }, 0);
+        let s = Section::build(&SUMMARY_ROWS, &rows, COLUMNS, &Ctx { secs: 2.0 }, 0);
         let keys: Vec<char> = s.table.sort.iter().map(|c| c.hotkey).collect();
         assert_eq!(keys, ['t', 'v', 'i', 'm', 'd']);
         assert_eq!(s.table.sort[0].keys, [5.0, 20.0]);

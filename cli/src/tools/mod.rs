@@ -11,7 +11,7 @@ use crate::{
     host::proc,
     kernel::hooks::{Env, Hook, Symbols},
     options::Common,
-    report::output::Sink,
+    report::{findings::Cause, output::Sink, schema::Rows},
 };
 
 pub mod bench_floor;
@@ -48,6 +48,11 @@ pub struct ToolInfo {
     /// Needs the kernel's BTF whatever the attach mode (struct offsets it reads, such as
     /// `task_struct`'s): on a kernel without BTF, doctor says it cannot run.
     pub needs_btf: bool,
+    /// Every kind of row it emits, declared ([`Rows`]): what `serve` exports, `compare`
+    /// compares and `record` checks.
+    pub rows: &'static [&'static Rows],
+    /// The causes its findings conclude.
+    pub causes: &'static [Cause],
 }
 
 impl ToolInfo {
@@ -60,7 +65,20 @@ impl ToolInfo {
             triage: false,
             hidden: false,
             needs_btf: false,
+            rows: &[],
+            causes: &[],
         }
+    }
+
+    /// A command whose findings conclude `causes` of its own (triage's node checks).
+    pub const fn with_causes(mut self, causes: &'static [Cause]) -> ToolInfo {
+        self.causes = causes;
+        self
+    }
+
+    /// The declaration of its rows of `kind`.
+    pub fn rows_of(&self, kind: &str) -> Option<&'static Rows> {
+        self.rows.iter().copied().find(|r| r.kind == kind)
     }
 }
 
@@ -330,6 +348,85 @@ pub fn readme_table() -> String {
     s
 }
 
+/// The README's list of what each tool loads into the kernel, generated from the hook tables
+/// (`kernel:begin`/`kernel:end` markers; stale when a hook, mode or program changes).
+pub fn readme_kernel_table() -> String {
+    let mut s = String::from(
+        "| tool | hook | attach modes, cheapest first (program) | |\n|---|---|---|---|\n",
+    );
+    for t in TOOLS.iter().chain(MODES).filter(|t| !t.hidden) {
+        let name = if MODES.iter().any(|m| std::ptr::eq(m, t)) {
+            format!("`{}` `--off-cpu`", t.name)
+        } else {
+            format!("`{}`", t.name)
+        };
+        for (i, h) in t.hooks.iter().enumerate() {
+            let modes: Vec<String> = h
+                .programs
+                .iter()
+                .map(|(m, p)| format!("{} (`{p}`)", m.as_str()))
+                .collect();
+            s.push_str(&format!(
+                "| {} | `{}` | {} | {} |\n",
+                if i == 0 { name.as_str() } else { "" },
+                h.event,
+                modes.join(", "),
+                if h.optional { "optional" } else { "" }
+            ));
+        }
+    }
+    s
+}
+
+/// The README's table of the causes findings name (`cause` in JSON), generated from the tools'
+/// declarations (`causes:begin`/`causes:end`).
+pub fn readme_causes_table() -> String {
+    let mut s = String::from("| cause | concluded by | what it means |\n|---|---|---|\n");
+    for c in causes() {
+        let by: Vec<String> = TOOLS
+            .iter()
+            .chain(MODES)
+            .chain(COMMANDS)
+            .filter(|t| t.causes.contains(&c))
+            .map(|t| format!("`{}`", t.name))
+            .collect();
+        s.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            c.name,
+            by.join(", "),
+            c.means
+        ));
+    }
+    s
+}
+
+/// The declaration of `tool`'s rows of `kind` (a tool's modes included); `None` for a tool
+/// or kind this build does not know (a recording from another version).
+pub fn rows_of(tool: &str, kind: &str) -> Option<&'static Rows> {
+    TOOLS
+        .iter()
+        .chain(MODES)
+        .filter(|t| t.name == tool)
+        .find_map(|t| t.rows_of(kind))
+}
+
+/// Every cause the tools and commands conclude, each once, in registry order: the `cause`
+/// values a `--json` reader can meet.
+pub fn causes() -> Vec<Cause> {
+    let mut out: Vec<Cause> = Vec::new();
+    for c in TOOLS
+        .iter()
+        .chain(MODES)
+        .chain(COMMANDS)
+        .flat_map(|t| t.causes)
+    {
+        if !out.contains(c) {
+            out.push(*c);
+        }
+    }
+    out
+}
+
 /// Tools whose rows `--by container` folds (`report::rows::by_container`).
 pub const BY_CONTAINER: &[&str] = &["fsync-lat", "ctxsw", "runq-lat", "memstall", "io-lat"];
 
@@ -440,23 +537,109 @@ mod tests {
         assert!(default_args::<fsync_lat::Args>().is_ok());
     }
 
+    /// The README's generated blocks (`<!-- NAME:begin -->` … `<!-- NAME:end -->`) are what the
+    /// registry says; `UPDATE_README=1 cargo test -p tracekit readme` rewrites them.
     #[test]
-    fn readme_tool_table_is_current() {
+    fn readme_generated_blocks_are_current() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-        let readme = std::fs::read_to_string(&path).unwrap();
-        let (begin, end) = ("<!-- tools:begin -->\n", "<!-- tools:end -->");
-        let a = readme.find(begin).expect("README has a tools:begin marker") + begin.len();
-        let b = readme.find(end).expect("README has a tools:end marker");
-        let want = readme_table();
-        if std::env::var_os("UPDATE_README").is_some() {
-            let new = format!("{}{want}{}", &readme[..a], &readme[b..]);
-            std::fs::write(&path, new).unwrap();
-            return;
+        let mut readme = std::fs::read_to_string(&path).unwrap();
+        let update = std::env::var_os("UPDATE_README").is_some();
+        for (name, want) in [
+            ("tools", readme_table()),
+            ("kernel", readme_kernel_table()),
+            ("causes", readme_causes_table()),
+        ] {
+            let (begin, end) = (
+                format!("<!-- {name}:begin -->\n"),
+                format!("<!-- {name}:end -->"),
+            );
+            let a = readme
+                .find(&begin)
+                .unwrap_or_else(|| panic!("README has no {begin}"))
+                + begin.len();
+            let b = readme
+                .find(&end)
+                .unwrap_or_else(|| panic!("README has no {end}"));
+            if update {
+                readme = format!("{}{want}{}", &readme[..a], &readme[b..]);
+                continue;
+            }
+            assert_eq!(
+                &readme[a..b],
+                want,
+                "README's {name} block is stale: run UPDATE_README=1 cargo test -p tracekit readme"
+            );
         }
-        assert_eq!(
-            &readme[a..b],
-            want,
-            "README's tool table is stale: run UPDATE_README=1 cargo test -p tracekit readme"
-        );
+        if update {
+            std::fs::write(&path, readme).unwrap();
+        }
+    }
+
+    /// Issue #32: every cause is declared once, by name, with a meaning; the tools that
+    /// conclude findings declare their causes.
+    #[test]
+    fn causes_are_declared_once_with_a_meaning() {
+        let all = causes();
+        let mut names: Vec<&str> = all.iter().map(|c| c.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        for c in &all {
+            assert!(
+                !c.means.is_empty() && c.name.chars().all(|x| x.is_ascii_lowercase() || x == '-'),
+                "{c:?}"
+            );
+        }
+        for t in TOOLS.iter().filter(|t| !t.hidden) {
+            assert!(!t.causes.is_empty(), "{} declares no cause", t.name);
+        }
+    }
+
+    /// Issue #32: every row kind is declared once per tool, its fields once each, and every
+    /// exported metric is a count (counters only grow) with a unique name.
+    #[test]
+    fn row_declarations_are_consistent() {
+        let mut metrics = Vec::new();
+        for t in TOOLS.iter().chain(MODES) {
+            let mut kinds: Vec<&str> = t.rows.iter().map(|r| r.kind).collect();
+            kinds.sort();
+            kinds.dedup();
+            assert_eq!(
+                kinds.len(),
+                t.rows.len(),
+                "{}: a row kind declared twice",
+                t.name
+            );
+            for r in t.rows {
+                let mut keys: Vec<&str> = r.all_fields().map(|f| f.key).collect();
+                let n = keys.len();
+                keys.sort();
+                keys.dedup();
+                assert_eq!(
+                    keys.len(),
+                    n,
+                    "{} {}: a field declared twice",
+                    t.name,
+                    r.kind
+                );
+                for f in r.all_fields() {
+                    if let Some(e) = f.export {
+                        assert_eq!(
+                            f.role,
+                            crate::report::schema::Role::Count,
+                            "{} {}",
+                            t.name,
+                            f.key
+                        );
+                        metrics.push(e.name);
+                    }
+                }
+                metrics.extend(r.dists.iter().filter_map(|d| d.export).map(|e| e.0));
+            }
+        }
+        metrics.sort();
+        let n = metrics.len();
+        metrics.dedup();
+        assert_eq!(metrics.len(), n, "a metric name declared twice");
     }
 }

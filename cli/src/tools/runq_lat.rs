@@ -8,8 +8,13 @@
 //! `run_delay` total is reported beside them (`kernel_run_delay_ns`), agreeing with
 //! `/proc/<pid>/schedstat`. Kernel side: `probes-ebpf/src/bin/sched.rs`.
 
+use crate::report::findings::WINDOW_NS;
 use std::collections::BTreeMap;
 
+use crate::report::{
+    schema::{Direction::*, Dist, Field, Rows},
+    who::ID_FIELDS,
+};
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::{
@@ -37,7 +42,31 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // task_struct's tgid and sched_info.run_delay are read at BTF offsets.
     needs_btf: true,
+    rows: &[&SUMMARY_ROWS, &AGGRESSOR_ROWS],
+    causes: &[RUNQ_DELAY],
 };
+
+/// Evidence of a run-queue finding that triage reads (it folds a storm's own waits into
+/// ctxsw's storm finding).
+pub mod ev {
+    use crate::report::findings::Ev;
+    /// Waits after wakeups, and their total, p50 (every `wake_` key moves with a fold).
+    pub const WAKE_WAITS: Ev = Ev("wake_waits");
+    pub const WAKE_WAIT_TOTAL_NS: Ev = Ev("wake_wait_total_ns");
+    pub const WAKE_P50_NS: Ev = Ev("wake_p50_ns");
+    pub const WAKE_P99_NS: Ev = Ev("wake_p99_ns");
+    pub const WAKE_MAX_NS: Ev = Ev("wake_max_ns");
+    /// The prefix of every key about waits after wakeups.
+    pub const WAKE_PREFIX: &str = "wake_";
+    /// The part of the waits the named culprit held the CPU.
+    pub const CULPRIT_DELAY_NS: Ev = Ev("culprit_delay_ns");
+}
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const RUNQ_DELAY: Cause = Cause::new(
+    "runq-delay",
+    "A process waits runnable for a CPU that other tasks hold.",
+);
 
 const EXAMPLES: &str =
     "  tracekit runq-lat --duration 10s                  # who waits for a CPU, how long, and behind whom
@@ -131,6 +160,55 @@ struct RunqRow {
     hists: (probes_common::hist::LatHist, probes_common::hist::LatHist),
 }
 
+const RUNQ_SUMMARY: &[Field] = &[
+    Field::stat("mean_ns"),
+    Field::count("count", Neutral).export("tracekit_runq_waits", "Waits on a run queue."),
+    Field::count("total_ns", LowerIsBetter),
+    Field::stat("p50_ns"),
+    Field::stat("p90_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("p999_ns"),
+    Field::stat("max_ns"),
+    Field::count("wake_count", Neutral),
+    Field::count("wake_total_ns", LowerIsBetter),
+    Field::stat("wake_p50_ns"),
+    Field::stat("wake_p90_ns"),
+    Field::stat("wake_p99_ns"),
+    Field::stat("wake_p999_ns"),
+    Field::stat("wake_max_ns"),
+    Field::count("preempt_count", LowerIsBetter),
+    Field::count("preempt_total_ns", LowerIsBetter),
+    Field::stat("preempt_p50_ns"),
+    Field::stat("preempt_p90_ns"),
+    Field::stat("preempt_p99_ns"),
+    Field::stat("preempt_p999_ns"),
+    Field::stat("preempt_max_ns"),
+    Field::count("kernel_run_delay_ns", LowerIsBetter).export(
+        "tracekit_runq_delay_seconds",
+        "Time spent runnable but waiting for a CPU (schedstat).",
+    ),
+    Field::count("wake_unmeasured", Neutral),
+];
+
+/// The summary rows: per process (or thread).
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &[],
+    fields: &[ID_FIELDS, RUNQ_SUMMARY],
+    dists: &[
+        Dist::exported(
+            "wake",
+            "tracekit_runq_wake_latency_seconds",
+            "Run-queue wait after a wakeup.",
+        ),
+        Dist::exported(
+            "preempt",
+            "tracekit_runq_preempt_latency_seconds",
+            "Run-queue wait after a preemption.",
+        ),
+    ],
+};
+
 const COLUMNS: &[Column<RunqRow>] = &[
     Column::right("PID", |r: &RunqRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
@@ -166,6 +244,20 @@ struct Aggressor {
     #[serde(skip)]
     text: String,
 }
+
+const RUNQ_AGGRESSOR: &[Field] = &[
+    Field::count("delay_caused_ns", LowerIsBetter),
+    Field::count("waits", LowerIsBetter),
+    Field::count("victims", Neutral),
+];
+
+/// Who held the CPUs others waited for.
+pub const AGGRESSOR_ROWS: Rows = Rows {
+    kind: "aggressor",
+    labels: &[],
+    fields: &[ID_FIELDS, RUNQ_AGGRESSOR],
+    dists: &[],
+};
 
 const AGGRESSORS: &[Column<Aggressor>] = &[
     Column::left("HELD_THE_CPU", |r, _| r.text.clone()),
@@ -254,14 +346,14 @@ const MIN_WAKE_NS_PER_S: u64 = 50_000_000;
 /// the storm's finding.
 pub fn waits_are_handoffs(f: &Finding) -> bool {
     let (Some(waits), Some(wait_ns), Some(window_ns)) = (
-        f.ev("wake_waits"),
-        f.ev("wake_wait_total_ns"),
-        f.ev("window_ns"),
+        f.ev(ev::WAKE_WAITS),
+        f.ev(ev::WAKE_WAIT_TOTAL_NS),
+        f.ev(WINDOW_NS),
     ) else {
         return false;
     };
     waits * 1e9 / window_ns.max(1.0) >= super::ctxsw::STORM_PER_S
-        && f.ev("culprit_delay_ns").unwrap_or(0.0) * 2.0 < wait_ns
+        && f.ev(ev::CULPRIT_DELAY_NS).unwrap_or(0.0) * 2.0 < wait_ns
 }
 
 /// The findings of a window: processes that waited after their wakeups (the latency-sensitive
@@ -366,7 +458,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         };
         let mut f = Finding {
             tool: INFO.name,
-            cause: Cause::RunqDelay,
+            cause: RUNQ_DELAY,
             subject: a.subject.clone(),
             culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
             score: Score::NsPerS(ns_per_s),
@@ -377,18 +469,18 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
                 "tracekit runq-lat --pid {pid} --threads --duration 10s"
             )),
         }
-        .evidence("wake_waits", a.wake_n)
-        .evidence("wake_wait_total_ns", a.wake_ns)
-        .evidence("wake_p50_ns", a.p50)
-        .evidence("wake_p99_ns", a.p99)
-        .evidence("wake_max_ns", a.max)
+        .evidence(ev::WAKE_WAITS, a.wake_n)
+        .evidence(ev::WAKE_WAIT_TOTAL_NS, a.wake_ns)
+        .evidence(ev::WAKE_P50_NS, a.p50)
+        .evidence(ev::WAKE_P99_NS, a.p99)
+        .evidence(ev::WAKE_MAX_NS, a.max)
         .evidence("kernel_run_delay_ns", a.kernel_ns);
         if let Some((_, (_, ns, n))) = culprit {
             f = f
-                .evidence("culprit_delay_ns", *ns)
+                .evidence(ev::CULPRIT_DELAY_NS, *ns)
                 .evidence("culprit_waits", *n);
         }
-        f = f.evidence("window_ns", (secs * 1e9) as u64);
+        f = f.evidence(WINDOW_NS, (secs * 1e9) as u64);
         if waits_are_handoffs(&f) {
             f.advice = "it is woken more than 10,000 times/s and each wakeup waits its turn: batch the handoffs that wake it (larger queue items, fewer wakeups per item) before changing priorities".into();
             f.next = Some(format!(
@@ -405,7 +497,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         out.push(
             Finding {
                 tool: INFO.name,
-                cause: Cause::RunqDelay,
+                cause: RUNQ_DELAY,
                 subject: a.subject.clone(),
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),
@@ -422,7 +514,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             }
             .evidence("preempt_wait_total_ns", a.preempt_ns)
             .evidence("kernel_run_delay_ns", a.kernel_ns)
-            .evidence("window_ns", (secs * 1e9) as u64),
+            .evidence(WINDOW_NS, (secs * 1e9) as u64),
         );
     }
     rank(&mut out);
@@ -486,13 +578,13 @@ impl Collector for RunqLat {
         let ctx = Ctx { secs };
         let cols = id_columns(COLUMNS, threads);
         out.sections.push(
-            Section::build("summary", &rows, &cols, &ctx, self.max_rows)
+            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows)
                 .with_dists(&rows, |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)]),
         );
         drop(culprits);
         let aggr = aggressors(&iv.culprits, &iv.ids, &names, threads);
         out.sections.push(
-            Section::build("aggressor", &aggr, AGGRESSORS, &ctx, 10).caption(format!(
+            Section::build(&AGGRESSOR_ROWS, &aggr, AGGRESSORS, &ctx, 10).caption(format!(
                 "Who held the CPU while woken tasks waited (waits of {} or more):",
                 fmt_ns(sched::CULPRIT_MIN_NS)
             )),
@@ -652,7 +744,7 @@ mod tests {
     #[test]
     fn json_keeps_the_prefixed_keys() {
         let r = row(5, &[1_000, 3_000], &[7_000], vec![peer(8, 1, 3_000)]);
-        let s = Section::build("summary", &[r], COLUMNS, &Ctx { secs: 1.0 }, 0);
+        let s = Section::build(&SUMMARY_ROWS, &[r], COLUMNS, &Ctx { secs: 1.0 }, 0);
         let j = &s.json[0];
         assert_eq!(j["count"], 3);
         assert_eq!(j["wake_count"], 2);

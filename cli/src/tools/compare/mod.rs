@@ -205,12 +205,8 @@ pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2
         };
         let (bo, ao) = (side_out(kind, &bs), side_out(kind, &as_));
         let mut c = Change {
-            unit: if matches!(kind, Kind::Latency(_)) || metric.contains("_ns") {
-                "ns"
-            } else {
-                ""
-            },
-            direction: model::direction(&metric),
+            unit: bs.unit,
+            direction: bs.direction,
             subject,
             metric,
             before: bo,
@@ -670,7 +666,7 @@ mod tests {
         for i in 0..n {
             for l in [
                 json!({"type": "interval", "i": i, "secs": 1.0}),
-                json!({"type": "row", "i": i, "tool": "t", "kind": "k", "row": {"comm": format!("p{i}"), "count": 1, "bytes": 2}}),
+                json!({"type": "row", "i": i, "tool": "io-lat", "kind": "summary", "row": {"comm": format!("p{i}"), "count": 1, "bytes": 2}}),
                 json!({"type": "node", "i": i}),
             ] {
                 s.push_str(&l.to_string());

@@ -8,19 +8,22 @@
 //! container, reason, …) and its `cpu`/`node` numbers are part of its identity; ids (`pid`,
 //! `tid`, `fd`, inode) are not.
 //!
-//! Metrics. Each row histogram (`Section.dists`) gives a latency metric; each additive number
-//! of a row (counts, totals, shares in ppm) a counter metric, per second unless it is a level
-//! (`_ppm`, `_kib`, `_pages`). Percentiles, means and ratios in rows are not additive across
-//! merged processes and come from the histograms instead. The node series are node metrics.
+//! Metrics, as each tool declares its rows ([`schema::Rows`]): each row histogram
+//! (`Section.dists`) gives a latency metric (p50 and p99, lower is better); each number
+//! declared a count a counter metric per second, each level one as it is, with the direction
+//! the declaration gives. Statistics (percentiles, means, rates) are not additive across merged
+//! processes and come from the histograms instead; ids are neither measures nor identity. A
+//! number no declaration names is not compared. The node series are node metrics, declared in
+//! [`record::NODE_SERIES`](crate::tools::record::NODE_SERIES).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use probes_common::hist::LatHist;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::tools::record::format::{Recording, Row};
 
-/// Row fields never part of a subject's identity, nor metrics.
+/// Text fields never part of a subject's identity (numbers are declared: [`Role::Key`]).
 const IDS: &[&str] = &[
     "pid",
     "tid",
@@ -37,54 +40,18 @@ const IDS: &[&str] = &[
     "file_state",
 ];
 
-/// Numeric fields that identify a subject (a CPU, a NUMA node, a device number).
-const NUMERIC_IDS: &[&str] = &["cpu", "node", "major", "minor"];
-
 /// Characters of a title kept in a subject's name.
 const TITLE_CHARS: usize = 40;
 
-/// Which way is better for a metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    LowerIsBetter,
-    HigherIsBetter,
-    Neutral,
-}
+pub use crate::report::schema::Direction;
+use crate::report::schema::{NodeSeries, Role, Rows};
 
-/// Lower is better for latency and for anything counting lost time, drops or errors.
-pub fn direction(metric: &str) -> Direction {
-    const LOWER: &[&str] = &[
-        "latency",
-        "drop",
-        "err",
-        "miss",
-        "stall",
-        "fail",
-        "oom",
-        "steal",
-        "iowait",
-        "psi_",
-        "wait",
-        "total_ns",
-        "time_ppm",
-        "preempt",
-        "involuntary",
-        "reclaim",
-        "compact",
-        "lost",
-        "squeeze",
-        "procs_running",
-        "queue",
-        "remote",
-    ];
-    if metric == "cpu_idle_pct" {
-        Direction::HigherIsBetter
-    } else if LOWER.iter().any(|w| metric.contains(w)) {
-        Direction::LowerIsBetter
-    } else {
-        Direction::Neutral
-    }
+/// How `compare` judges a recorded node series: as `record` declares it.
+fn node_direction(key: &str) -> Direction {
+    crate::tools::record::NODE_SERIES
+        .iter()
+        .find(|n| n.matches(key))
+        .map_or(Direction::Neutral, |n: &NodeSeries| n.direction)
 }
 
 /// What a metric's samples are.
@@ -106,6 +73,10 @@ pub struct Side {
     /// Latency metrics: the whole run's histogram (boxed: 2.4 KiB that counter and node
     /// series do not carry).
     pub hist: Option<Box<LatHist>>,
+    /// Which way is better, as declared.
+    pub direction: Direction,
+    /// `ns` for latencies and fields in nanoseconds.
+    pub unit: &'static str,
 }
 
 /// (subject, metric) → a side, for one recording.
@@ -150,6 +121,7 @@ pub fn series_cap(intervals: usize) -> usize {
 
 /// A row's identity without its title, and its title.
 fn identity(r: &Row) -> (String, Option<String>) {
+    let rows = crate::tools::rows_of(&r.tool, &r.kind);
     let mut parts: Vec<String> = Vec::new();
     let mut comm = None;
     for (k, v) in &r.fields {
@@ -160,7 +132,13 @@ fn identity(r: &Row) -> (String, Option<String>) {
             Value::String(s) if k == "comm" => comm = Some(s.clone()),
             Value::String(s) => parts.push(format!("{k}={s}")),
             Value::Bool(b) => parts.push(format!("{k}={b}")),
-            Value::Number(n) if NUMERIC_IDS.contains(&k.as_str()) => parts.push(format!("{k}={n}")),
+            Value::Number(n)
+                if rows
+                    .and_then(|d| d.field(k))
+                    .is_some_and(|f| f.role == Role::Id) =>
+            {
+                parts.push(format!("{k}={n}"))
+            }
             _ => {}
         }
     }
@@ -205,35 +183,28 @@ pub fn ambiguous(recs: &[&Recording]) -> BTreeSet<String> {
     out
 }
 
-/// Whether a row field is an additive metric, and its metric name (`count/s`, `time_ppm`).
-fn counter_name(k: &str, v: &Value) -> Option<String> {
+/// The compared metric a row field is, as its declaration says: its name (`count/s`,
+/// `time_ppm`), direction and unit; `None` for statistics, ids and undeclared numbers.
+fn counter_name(
+    rows: Option<&Rows>,
+    k: &str,
+    v: &Value,
+) -> Option<(String, Direction, &'static str)> {
     let n = v.as_f64()?;
-    if !n.is_finite() || IDS.contains(&k) || NUMERIC_IDS.contains(&k) {
+    if !n.is_finite() {
         return None;
     }
-    let non_additive = (k.ends_with("_ns") && k != "total_ns")
-        || k.ends_with("_pct")
-        || k.contains("cv")
-        || k.contains("mean")
-        || k.contains("avg")
-        || k.contains("ratio")
-        || k.starts_with("max")
-        || k.starts_with("min")
-        || k == "rate_per_s"
-        || k.ends_with("_per_s");
-    if non_additive {
-        return None;
-    }
-    let level = k.ends_with("_ppm") || k.ends_with("_kib") || k.ends_with("_pages");
-    Some(if level {
-        k.to_string()
-    } else {
-        format!("{k}/s")
-    })
+    let f = rows?.field(k)?;
+    let unit = if k.ends_with("_ns") { "ns" } else { "" };
+    Some((f.compared_as()?, f.direction, unit))
 }
 
-/// One subject's rows of one interval, merged: counters summed, histograms by metric.
-type Merged = (Map<String, Value>, BTreeMap<String, LatHist>);
+/// One subject's rows of one interval, merged: counters summed (with each one's direction and
+/// unit), histograms by metric.
+type Merged = (
+    BTreeMap<String, (f64, Direction, &'static str)>,
+    BTreeMap<String, LatHist>,
+);
 
 /// Every (subject, metric) series of one recording, at most [`series_cap`] of them, and how
 /// many more there were (dropped). `split`: subjects told apart by title.
@@ -276,16 +247,17 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> (Series, usize) {
                 key = format!("{key} ({cut}{more})");
             }
             let e = merged.entry(key).or_default();
+            let rows = crate::tools::rows_of(&r.tool, &r.kind);
             for (k, v) in &r.fields {
-                if let Some(name) = counter_name(k, v) {
+                if let Some((name, direction, unit)) = counter_name(rows, k, v) {
                     let add = v.as_f64().unwrap_or(0.0);
                     let per_s = if name.ends_with("/s") {
                         add / iv.secs
                     } else {
                         add
                     };
-                    let cur = e.0.get(&name).and_then(Value::as_f64).unwrap_or(0.0);
-                    e.0.insert(name, (cur + per_s).into());
+                    let cur = e.0.entry(name).or_insert((0.0, direction, unit));
+                    cur.0 += per_s;
                 }
             }
             for (name, h) in &r.dists {
@@ -293,14 +265,15 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> (Series, usize) {
             }
         }
         for (subject, (counters, hists)) in merged {
-            for (name, v) in counters {
+            for (name, (v, direction, unit)) in counters {
                 let key = (subject.clone(), name);
                 let Some(side) = side(&mut out, &mut dropped, cap, key, Kind::Counter) else {
                     continue;
                 };
+                (side.direction, side.unit) = (direction, unit);
                 // Counters are 0 in the intervals where the subject did not appear.
                 side.samples.resize(i, 0.0);
-                side.samples.push(v.as_f64().unwrap_or(0.0));
+                side.samples.push(v);
             }
             for (name, h) in hists {
                 if h.count == 0 {
@@ -313,6 +286,7 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> (Series, usize) {
                     let Some(side) = side(&mut out, &mut dropped, cap, key, kind) else {
                         continue;
                     };
+                    (side.direction, side.unit) = (Direction::LowerIsBetter, "ns");
                     side.samples.push(value as f64);
                     side.hist
                         .get_or_insert_with(|| Box::new(LatHist::ZERO))
@@ -323,6 +297,7 @@ pub fn series(rec: &Recording, split: &BTreeSet<String>) -> (Series, usize) {
         for (k, v) in &iv.node {
             let key = ("node".to_string(), k.clone());
             if let Some(side) = side(&mut out, &mut dropped, cap, key, Kind::Node) {
+                side.direction = node_direction(k);
                 side.samples.push(*v);
             }
         }
@@ -441,11 +416,59 @@ mod tests {
         );
     }
 
+    /// Directions come from the declarations: a key name means nothing by itself (ctxsw's
+    /// `migrations` held "ratio" and was never compared; `wakee_pid` and `cgroup_id` were
+    /// compared as counters per second).
     #[test]
-    fn directions() {
-        assert_eq!(direction("p99 fsync latency"), Direction::LowerIsBetter);
-        assert_eq!(direction("drops/s"), Direction::LowerIsBetter);
-        assert_eq!(direction("cpu_idle_pct"), Direction::HigherIsBetter);
-        assert_eq!(direction("count/s"), Direction::Neutral);
+    fn directions_and_roles_are_the_declarations() {
+        let a = rec(vec![vec![
+            Row {
+                kind: "drop".into(),
+                ..row(
+                    "net-rx",
+                    json!({"reason": "NO_SOCKET", "count": 4, "port": 5140, "rate_per_s": 2.0}),
+                )
+            },
+            row(
+                "ctxsw",
+                json!({"pid": 1, "comm": "pp", "migrations": 6, "involuntary": 2, "voluntary_per_s": 3.0}),
+            ),
+            row(
+                "memstall",
+                json!({"pid": 1, "comm": "pp", "kind": "compaction", "cgroup_id": 77, "time_ppm": 10}),
+            ),
+            row(
+                "fsync-lat",
+                json!({"pid": 1, "comm": "pp", "undeclared": 5}),
+            ),
+        ]]);
+        let (s, _) = series(&a, &ambiguous(&[&a]));
+        let get = |subject: &str, metric: &str| {
+            s.get(&(subject.to_string(), metric.to_string()))
+                .map(|(_, side)| side.direction)
+        };
+        let drop = "[net-rx drop reason=NO_SOCKET]";
+        assert_eq!(
+            get(drop, "count/s"),
+            Some(Direction::LowerIsBetter),
+            "{s:#?}"
+        );
+        assert_eq!(get(drop, "port/s"), None);
+        assert_eq!(get(drop, "rate_per_s/s"), None);
+        assert_eq!(
+            get("pp [ctxsw summary]", "migrations/s"),
+            Some(Direction::Neutral)
+        );
+        assert_eq!(
+            get("pp [ctxsw summary]", "involuntary/s"),
+            Some(Direction::LowerIsBetter)
+        );
+        let m = "pp [memstall summary kind=compaction]";
+        assert_eq!(get(m, "time_ppm"), Some(Direction::LowerIsBetter));
+        assert_eq!(get(m, "cgroup_id/s"), None);
+        assert!(!s.keys().any(|(_, m)| m.starts_with("undeclared")));
+        assert_eq!(node_direction("cpu_idle_pct"), Direction::HigherIsBetter);
+        assert_eq!(node_direction("psi_io_some_pct"), Direction::LowerIsBetter);
+        assert_eq!(node_direction("cpu_user_pct"), Direction::Neutral);
     }
 }

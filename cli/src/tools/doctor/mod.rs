@@ -42,6 +42,10 @@ pub const INFO: ToolInfo = ToolInfo::command(
     "What every tool will do on this kernel, and why: each hook's attach mode and program (and why cheaper modes were rejected), the fields it reads at which offsets, whether each tool can run; and the node's facts (privileges, BTF, tracefs, cgroups, NUMA, THP, I/O schedulers, conntrack).",
 );
 
+/// doctor's tables: facts, no measures.
+const HOOK_ROWS: crate::report::schema::Rows = crate::report::schema::Rows::plain("hook");
+const TOOL_ROWS: crate::report::schema::Rows = crate::report::schema::Rows::plain("tool");
+
 const EXAMPLES: &str = "  tracekit doctor                                  # what each tool will do on this kernel, and why
   tracekit doctor --json --output doctor.ndjson    # the same as NDJSON, to compare nodes";
 
@@ -329,7 +333,7 @@ impl Report {
                 } else {
                     HOOK_COLUMNS
                 };
-                Section::build("hook", &t.hooks, cols, &ctx, 0).caption(format!(
+                Section::build(&HOOK_ROWS, &t.hooks, cols, &ctx, 0).caption(format!(
                     "{}: {} ({})",
                     t.tool.name,
                     t.tool.verdict(),
@@ -338,7 +342,7 @@ impl Report {
             })
             .collect();
         let rows: Vec<ToolRow> = self.tools.iter().map(|t| t.tool.clone()).collect();
-        sections.push(Section::build("tool", &rows, TOOL_COLUMNS, &ctx, 0));
+        sections.push(Section::build(&TOOL_ROWS, &rows, TOOL_COLUMNS, &ctx, 0));
         let (n, ok) = (self.tools.len(), self.runnable());
         let closing = if self.system.unprivileged() {
             format!(

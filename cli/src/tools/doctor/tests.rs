@@ -204,6 +204,8 @@ const fn fake(name: &'static str, hooks: &'static [Hook]) -> ToolInfo {
         triage: false,
         hidden: false,
         needs_btf: false,
+        rows: &[],
+        causes: &[],
     }
 }
 

@@ -44,7 +44,15 @@ pub const INFO: ToolInfo = ToolInfo {
     triage: true,
     hidden: false,
     needs_btf: false,
+    rows: &[&SUMMARY_ROWS, &FILE_ROWS],
+    causes: &[FSYNC],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const FSYNC: Cause = Cause::new(
+    "fsync",
+    "A process loses time waiting in fsync, fdatasync or another call of the sync family.",
+);
 
 const OBJECT: Object = crate::object!("fsync_lat");
 
@@ -524,7 +532,7 @@ impl Collector for FsyncLat {
         out.findings = self.findings(&rows, secs);
         out.sections.push(
             Section::build(
-                "summary",
+                &SUMMARY_ROWS,
                 &rows,
                 &id_columns(SUMMARY, threads),
                 &ctx,
@@ -536,7 +544,7 @@ impl Collector for FsyncLat {
             let files = self.file_rows(per_file);
             let no_access = files.iter().any(|f| f.file_raw == b"[no access]");
             out.sections.push(
-                Section::build("file", &files, &id_columns(FILES, threads), &ctx, 0).caption(
+                Section::build(&FILE_ROWS, &files, &id_columns(FILES, threads), &ctx, 0).caption(
                     format!(
                         "Top {} files per process by total sync time:",
                         self.top_files
@@ -610,7 +618,7 @@ impl FsyncLat {
             };
             out.push(Finding {
                 tool: INFO.name,
-                cause: Cause::Fsync,
+                cause: FSYNC,
                 subject,
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),

@@ -1,6 +1,10 @@
 //! fsync-lat's rows: per process and syscall, and per file (`--by-file`), with their text columns.
 
 use super::*;
+use crate::report::{
+    schema::{Direction::*, Dist, Field, Rows},
+    who::ID_FIELDS,
+};
 
 /// What the kernel counts beside a key's histogram, summed over the keys of one row.
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,6 +93,38 @@ pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
     }),
 ];
 
+const FSYNC_SUMMARY: &[Field] = &[
+    Field::count("count", Neutral).export("tracekit_fsync_calls", "Sync-family calls completed."),
+    Field::count("errors", LowerIsBetter).export(
+        "tracekit_fsync_errors",
+        "Sync-family calls that returned an error.",
+    ),
+    Field::stat("rate_per_s"),
+    Field::stat("mean_ns"),
+    Field::stat("p50_ns"),
+    Field::stat("p90_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("p999_ns"),
+    Field::stat("max_ns"),
+    Field::stat("stddev_ns"),
+    Field::stat("cv_pct"),
+    Field::count("total_ns", LowerIsBetter),
+    Field::count("in_window_ns", LowerIsBetter),
+    Field::level("time_ppm", LowerIsBetter),
+];
+
+/// The summary rows: per process (or thread) and syscall.
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &["syscall"],
+    fields: &[ID_FIELDS, FSYNC_SUMMARY],
+    dists: &[Dist::exported(
+        "fsync",
+        "tracekit_fsync_latency_seconds",
+        "Latency of sync-family calls.",
+    )],
+};
+
 /// One file of a process in one window (`--by-file`).
 #[derive(Serialize)]
 pub(super) struct FileRow {
@@ -116,6 +152,25 @@ pub(super) struct FileRow {
     #[serde(skip)]
     pub(super) file_raw: Vec<u8>,
 }
+
+const FSYNC_FILE: &[Field] = &[
+    Field::key("fd"),
+    Field::key("inode"),
+    Field::key("inode_generation"),
+    Field::count("count", Neutral),
+    Field::stat("p50_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("max_ns"),
+    Field::count("total_ns", LowerIsBetter),
+];
+
+/// `--by-file` rows: per process (or thread) and file.
+pub const FILE_ROWS: Rows = Rows {
+    kind: "file",
+    labels: &[],
+    fields: &[ID_FIELDS, FSYNC_FILE],
+    dists: &[],
+};
 
 pub(super) const FILES: &[Column<FileRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),

@@ -8,7 +8,7 @@ use probes_common::hist::LatHist;
 
 use super::rows::{DeviceRow, SummaryRow};
 use crate::report::{
-    findings::{rank, Cause, Finding, Score, Subject},
+    findings::{rank, Finding, Score, Subject},
     hist,
     render::fmt_ns,
     who::{bracket, Title},
@@ -153,7 +153,7 @@ fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> 
     Some(
         Finding {
             tool: super::INFO.name,
-            cause: Cause::IoScheduler,
+            cause: super::IO_SCHEDULER,
             subject: Subject::named("device", d.dev.clone()),
             culprit: culprit(top, d.count),
             score: score(o.sync_queue_ns, o.count, secs),
@@ -202,7 +202,7 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
     Some(
         Finding {
             tool: super::INFO.name,
-            cause: Cause::IoQueue,
+            cause: super::IO_QUEUE,
             subject: Subject::named("device", d.dev.clone()),
             culprit: culprit(top, d.count),
             score: score(d.sync_time_ns, d.count, secs),
@@ -238,7 +238,7 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
     Some(
         Finding {
             tool: super::INFO.name,
-            cause: Cause::IoLatency,
+            cause: crate::tools::io_lat::IO_LATENCY,
             subject: subject(t),
             culprit: None,
             score: score(t.sync_ns, t.count, secs),
@@ -390,7 +390,7 @@ mod tests {
         let f = find(&rows, std::slice::from_ref(&dev), 10.0);
         assert_eq!(f.len(), 1, "{f:?}");
         let t = &f[0];
-        assert_eq!(t.cause, Cause::IoLatency);
+        assert_eq!(t.cause, crate::tools::io_lat::IO_LATENCY);
         assert_eq!(t.subject.kind, "process");
         assert_eq!(t.subject.pid, Some(812));
         assert_eq!(t.subject.name.as_deref(), Some("fio"));

@@ -19,6 +19,7 @@ mod open;
 mod rows;
 mod slots;
 
+use crate::report::findings::Cause;
 use std::{
     collections::BTreeMap,
     os::fd::{AsRawFd, OwnedFd, RawFd},
@@ -54,7 +55,23 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // The classic fallback (keyed by dev+sector) needs no struct offsets: runs without BTF.
     needs_btf: false,
+    rows: &[&rows::SUMMARY_ROWS, &rows::DEVICE_ROWS],
+    causes: &[IO_QUEUE, IO_LATENCY, IO_SCHEDULER],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const IO_QUEUE: Cause = Cause::new(
+    "io-queue",
+    "Block requests wait longer in the queue (scheduler, depth) than in the device.",
+);
+pub const IO_LATENCY: Cause = Cause::new(
+    "io-latency",
+    "A device is slow to complete the requests a process waits for.",
+);
+pub const IO_SCHEDULER: Cause = Cause::new(
+    "io-scheduler",
+    "A device's I/O scheduler or queue depth does not suit the device.",
+);
 
 const OBJECT: Object = crate::object!("io_lat");
 
@@ -420,11 +437,19 @@ impl Collector for IoLat {
         }
         out.findings = findings::find(&summary, &devices, secs);
         out.sections.push(
-            Section::build("summary", &summary, rows::SUMMARY, &ctx, self.max_rows)
-                .with_dists(&summary, |r| vec![("device", r.device_hist)]),
+            Section::build(
+                &rows::SUMMARY_ROWS,
+                &summary,
+                rows::SUMMARY,
+                &ctx,
+                self.max_rows,
+            )
+            .with_dists(&summary, |r| vec![("device", r.device_hist)]),
         );
-        out.sections
-            .push(Section::build("device", &devices, rows::DEVICES, &ctx, 0).caption("Devices:"));
+        out.sections.push(
+            Section::build(&rows::DEVICE_ROWS, &devices, rows::DEVICES, &ctx, 0)
+                .caption("Devices:"),
+        );
         out.footnotes
             .extend(rows::FOOTNOTES.iter().map(|s| s.to_string()));
         out.stats = Some(

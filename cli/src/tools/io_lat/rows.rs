@@ -3,6 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::report::{
+    schema::{Direction::*, Dist, Field, Rows},
+    who::ID_FIELDS,
+};
 use probes_common::{
     hist::LatHist,
     io_lat::{
@@ -262,6 +266,51 @@ fn op_text(r: &SummaryRow) -> String {
     }
 }
 
+const IO_SUMMARY: &[Field] = &[
+    Field::id("major"),
+    Field::id("minor"),
+    Field::key("cgroup_id"),
+    Field::count("count", Neutral).export("tracekit_io_requests", "Block I/O requests completed."),
+    Field::count("iops", Neutral),
+    Field::count("bytes", Neutral).export("tracekit_io_bytes", "Bytes of block I/O completed."),
+    Field::stat("bytes_per_s"),
+    Field::count("direct", Neutral),
+    Field::count("queued", LowerIsBetter),
+    Field::stat("queue_p50_ns"),
+    Field::stat("queue_p90_ns"),
+    Field::stat("queue_p99_ns"),
+    Field::stat("queue_p999_ns"),
+    Field::stat("queue_max_ns"),
+    Field::stat("queue_mean_ns"),
+    Field::count("queue_total_ns", LowerIsBetter),
+    Field::stat("device_p50_ns"),
+    Field::stat("device_p90_ns"),
+    Field::stat("device_p99_ns"),
+    Field::stat("device_p999_ns"),
+    Field::stat("device_max_ns"),
+    Field::stat("device_mean_ns"),
+    Field::count("device_total_ns", LowerIsBetter),
+    Field::stat("p50_ns"),
+    Field::stat("p90_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("p999_ns"),
+    Field::stat("max_ns"),
+    Field::stat("mean_ns"),
+    Field::count("total_ns", LowerIsBetter),
+];
+
+/// The summary rows: per device, issuing process, cgroup and op.
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &["dev", "op"],
+    fields: &[ID_FIELDS, IO_SUMMARY],
+    dists: &[Dist::exported(
+        "device",
+        "tracekit_io_device_latency_seconds",
+        "Block I/O time in the device.",
+    )],
+};
+
 pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::left("DEV", |r, _| r.dev.clone()),
     Column::right("PID", |r, _| r.who.id_text()),
@@ -298,6 +347,77 @@ fn mean_max(mean: Option<f64>, max: Option<u64>) -> String {
         _ => "-".into(),
     }
 }
+
+const IO_DEVICE: &[Field] = &[
+    Field::id("major"),
+    Field::id("minor"),
+    Field::key("nr_requests"),
+    Field::key("nr_hw_queues"),
+    Field::key("hw_queue_depth"),
+    Field::key("read_ahead_kb"),
+    Field::key("wbt_lat_usec"),
+    Field::key("max_sectors_kb"),
+    Field::key("queue_limit"),
+    Field::count("count", Neutral),
+    Field::count("iops", Neutral),
+    Field::count("bytes", Neutral),
+    Field::stat("bytes_per_s"),
+    Field::count("reads", Neutral),
+    Field::count("writes", Neutral),
+    Field::count("discards", Neutral),
+    Field::count("diskstats_reads", Neutral),
+    Field::count("diskstats_writes", Neutral),
+    Field::count("diskstats_discards", Neutral),
+    Field::count("diskstats_flushes", Neutral),
+    Field::count("untracked_reads", Neutral),
+    Field::count("untracked_writes", Neutral),
+    Field::count("unseen_reads", Neutral),
+    Field::count("unseen_writes", Neutral),
+    Field::stat("util_pct"),
+    Field::count("aqu_sz", Neutral),
+    Field::count("sync_time_ns", LowerIsBetter),
+    Field::stat("queue_share_pct"),
+    Field::stat("queue_p50_ns"),
+    Field::stat("queue_p90_ns"),
+    Field::stat("queue_p99_ns"),
+    Field::stat("queue_p999_ns"),
+    Field::stat("queue_max_ns"),
+    Field::stat("queue_mean_ns"),
+    Field::count("queue_total_ns", LowerIsBetter),
+    Field::stat("device_p50_ns"),
+    Field::stat("device_p90_ns"),
+    Field::stat("device_p99_ns"),
+    Field::stat("device_p999_ns"),
+    Field::stat("device_max_ns"),
+    Field::stat("device_mean_ns"),
+    Field::count("device_total_ns", LowerIsBetter),
+    Field::stat("p50_ns"),
+    Field::stat("p90_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("p999_ns"),
+    Field::stat("max_ns"),
+    Field::stat("mean_ns"),
+    Field::count("total_ns", LowerIsBetter),
+    Field::count("depth_samples", Neutral),
+    Field::stat("inflight_mean"),
+    Field::stat("inflight_max"),
+    Field::stat("queued_mean"),
+    Field::stat("queued_max"),
+    Field::stat("full_pct"),
+    Field::stat("hw_full_pct"),
+    Field::stat("inflight_at_issue_mean"),
+    Field::stat("inflight_at_issue_max"),
+    Field::stat("queued_at_insert_mean"),
+    Field::stat("queued_at_insert_max"),
+];
+
+/// Per device: the queue, the kernel's own counts, the depth.
+pub const DEVICE_ROWS: Rows = Rows {
+    kind: "device",
+    labels: &[],
+    fields: &[IO_DEVICE],
+    dists: &[],
+};
 
 pub const DEVICES: &[Column<DeviceRow>] = &[
     Column::left("DEV", |r, _| r.dev.clone()),

@@ -189,7 +189,7 @@ impl Evidence<'_> {
         let vmt = |k: &str| self.vm.cite(k);
         let setting = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         if r.kthread {
-            let f = self.background(Cause::ThpCompaction, r, r.zones.max(r.count), format!(
+            let f = self.background(super::THP_COMPACTION, r, r.zones.max(r.count), format!(
                 "{who} compacted in the background: {}. No application waited on it; /proc/vmstat compact_stall counts the direct (waited-for) compactions: {}.",
                 self.timing(r, r.count),
                 vmt("compact_stall")
@@ -207,7 +207,7 @@ impl Evidence<'_> {
             if r.count == 0 {
                 return None;
             }
-            let f = self.finding(Cause::ThpCompaction, r, format!(
+            let f = self.finding(super::THP_COMPACTION, r, format!(
                 "compaction ran in {who}: {} zone compaction(s), {}, for no allocation: it was requested explicitly (a write to /proc/sys/vm/compact_memory) or is proactive compaction, not an allocation stall; /proc/vmstat {}.",
                 r.zones.max(r.count),
                 self.share(r),
@@ -234,7 +234,7 @@ impl Evidence<'_> {
         } else {
             "zone compactions (per zone: this kernel has no per-allocation event)"
         };
-        let f = self.finding(Cause::ThpCompaction, r, format!(
+        let f = self.finding(super::THP_COMPACTION, r, format!(
             "THP defrag={defrag}: direct compaction stalled {who} {} ({unit}, {} zones); /proc/vmstat {}, {}, {}, {}, {}.",
             self.timing(r, direct),
             r.zones,
@@ -279,7 +279,7 @@ impl Evidence<'_> {
             Some(c) => format!("in memory cgroup {c} hit its limit"),
             None => "in a memory cgroup that could not be named hit its limit".to_string(),
         };
-        let mut f = self.finding(Cause::MemcgLimit, r, format!(
+        let mut f = self.finding(super::MEMCG_LIMIT, r, format!(
             "{who} {place}: memcg reclaim {}, reclaiming {} pages{counters}.",
             self.timing(r, r.count),
             r.reclaimed_pages
@@ -302,7 +302,7 @@ impl Evidence<'_> {
         let setting = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         Some(match (r.kind, r.kthread) {
             (KIND_COMPACTION, _) => return self.compaction(r),
-            (KIND_RECLAIM, _) if r.count > 0 && felt(r.max_ns, r.total_ns, r.alive_ns.min(self.window_ns()).max(1)) => self.finding(Cause::Reclaim, r, format!(
+            (KIND_RECLAIM, _) if r.count > 0 && felt(r.max_ns, r.total_ns, r.alive_ns.min(self.window_ns()).max(1)) => self.finding(super::RECLAIM, r, format!(
                 "direct reclaim stalled {who} {}, reclaiming {} pages; /proc/vmstat {}, {} (global reclaim only: reclaim at a cgroup's limit is not in these).",
                 self.timing(r, r.count),
                 r.reclaimed_pages,
@@ -313,7 +313,7 @@ impl Evidence<'_> {
             .evidence("allocstall", self.vm("allocstall"))
             .evidence("pgscan_direct", self.vm("pgscan_direct")),
             (KIND_MEMCG_RECLAIM, _) if r.count > 0 => self.memcg(r),
-            (KIND_THP_COLLAPSE, true) if r.collapses > 0 => self.background(Cause::ThpCollapse, r, r.collapses, format!(
+            (KIND_THP_COLLAPSE, true) if r.collapses > 0 => self.background(super::THP_COLLAPSE, r, r.collapses, format!(
                 "{who} collapsed {} of {} huge-page attempts ({} PMD scans) in {} in the background (khugepaged/defrag={}, scan_sleep_millisecs={}, pages_to_scan={}); /proc/vmstat {}, {}. No application waits on it; lower pages_to_scan if its CPU use matters.",
                 r.collapsed,
                 r.collapses,
@@ -331,7 +331,7 @@ impl Evidence<'_> {
                 } else {
                     String::new()
                 };
-                self.finding(Cause::ThpCollapse, r, format!(
+                self.finding(super::THP_COLLAPSE, r, format!(
                     "{who} collapsed {} of {} huge-page attempts itself (MADV_COLLAPSE){timed}; /proc/vmstat {}.",
                     r.collapsed,
                     r.collapses,
@@ -340,7 +340,7 @@ impl Evidence<'_> {
                 .evidence("collapsed", r.collapsed)
                 .evidence("collapses", r.collapses)
             }
-            (KIND_THP_FAULT, false) if r.count > 0 => self.finding(Cause::ThpFault, r, format!(
+            (KIND_THP_FAULT, false) if r.count > 0 => self.finding(super::THP_FAULT, r, format!(
                 "{who} waited in THP faults {} — whole 2 MiB faults: allocating the huge page (its direct compaction and reclaim included), zeroing 2 MiB and mapping it; {} fell back to small pages; /proc/vmstat {}, {}.",
                 self.timing(r, r.count),
                 r.fallbacks,
@@ -393,7 +393,7 @@ impl Evidence<'_> {
             };
             let mut f = Finding {
                 tool: INFO.name,
-                cause: Cause::OomKill,
+                cause: super::OOM_KILL,
                 subject: match cg {
                     Some(c) => Subject::named("cgroup", c),
                     None => Subject::process(v[0].pid, v[0].comm.clone()),

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::report::schema::{Direction::*, Field, Rows};
 use probes_common::memstall::{MsCgroup, MsOom, CG_LEVELS};
 use serde::Serialize;
 
@@ -229,6 +230,21 @@ pub struct CgroupRow {
     pub path: Vec<u8>,
 }
 
+const MEMSTALL_CGROUP: &[Field] = &[
+    Field::count("failcnt", LowerIsBetter),
+    Field::count("failcnt_delta", LowerIsBetter),
+    Field::count("reclaiming", LowerIsBetter),
+    Field::count("oom_kills", LowerIsBetter),
+];
+
+/// Memory cgroups that reclaimed or hit their limit.
+pub const CGROUP_ROWS: Rows = Rows {
+    kind: "cgroup",
+    labels: &[],
+    fields: &[MEMSTALL_CGROUP],
+    dists: &[],
+};
+
 pub const CGROUP_COLUMNS: &[Column<CgroupRow>] = &[
     Column::left("CGROUP", |r, _| sanitize::text(&r.path)),
     Column::right("FAILCNT", |r, _| counter(r.failcnt, r.failcnt_delta)),
@@ -296,6 +312,20 @@ pub struct OomRow {
     #[serde(skip)]
     pub killer_raw: Vec<u8>,
 }
+
+const MEMSTALL_OOM: &[Field] = &[
+    Field::key("pid"),
+    Field::key("cgroup_id"),
+    Field::key("killer_pid"),
+];
+
+/// OOM kills.
+pub const OOM_ROWS: Rows = Rows {
+    kind: "oom_kill",
+    labels: &[],
+    fields: &[MEMSTALL_OOM],
+    dists: &[],
+};
 
 pub const OOM_COLUMNS: &[Column<OomRow>] = &[
     Column::right("PID", |r, _| r.pid.to_string()),

@@ -21,6 +21,7 @@
 //! The rare events prefer BTF tracepoints (their links detach at once; a classic tracepoint's
 //! close waits for an RCU grace period).
 
+use crate::report::findings::Cause;
 use std::os::fd::{AsRawFd, RawFd};
 
 use aya::maps::{HashMap, MapData, RingBuf};
@@ -46,7 +47,32 @@ pub const INFO: ToolInfo = ToolInfo {
     // where there is one; without it memstall runs on classic tracepoints, reads v1 cgroups from
     // /proc while each process lives and says so.
     needs_btf: false,
+    rows: &[&report::SUMMARY_ROWS, &memcg::CGROUP_ROWS, &memcg::OOM_ROWS],
+    causes: &[THP_COMPACTION, THP_COLLAPSE, THP_FAULT, RECLAIM, MEMCG_LIMIT, OOM_KILL],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const THP_COMPACTION: Cause = Cause::new(
+    "thp-compaction",
+    "A process stalls in direct compaction, the kernel building a huge page (or another high-order block) in its time.",
+);
+pub const THP_COLLAPSE: Cause = Cause::new(
+    "thp-collapse",
+    "khugepaged or MADV_COLLAPSE collapses a process's pages into huge pages, stalling it or burning CPU.",
+);
+pub const THP_FAULT: Cause = Cause::new(
+    "thp-fault",
+    "A process's page faults allocate and clear huge pages in its own time.",
+);
+pub const RECLAIM: Cause = Cause::new(
+    "reclaim",
+    "A process stalls in direct reclaim: the node is short of free memory.",
+);
+pub const MEMCG_LIMIT: Cause = Cause::new(
+    "memcg-limit",
+    "A memory cgroup is at its limit: its processes reclaim on every allocation over it.",
+);
+pub const OOM_KILL: Cause = Cause::new("oom-kill", "The OOM killer ended a process.");
 
 const OBJECT: Object = crate::object!("memstall");
 

@@ -4,6 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::report::{
+    schema::{Direction::*, Dist, Field, Rows},
+    who::ID_FIELDS,
+};
 use probes_common::{
     hist::LatHist,
     memstall::{
@@ -125,6 +129,46 @@ fn timed_cell(r: &Row, v: Option<u64>) -> String {
         _ => "-".into(),
     }
 }
+
+const MEMSTALL_SUMMARY: &[Field] = &[
+    Field::key("cgroup_id"),
+    Field::count("count", LowerIsBetter).export(
+        "tracekit_memstall_stalls",
+        "Memory stalls (direct compaction, reclaim, memcg reclaim, THP collapse).",
+    ),
+    Field::count("total_ns", LowerIsBetter),
+    Field::stat("stall_ns_per_s"),
+    Field::stat("mean_ns"),
+    Field::stat("p50_ns"),
+    Field::stat("p90_ns"),
+    Field::stat("p99_ns"),
+    Field::stat("max_ns"),
+    Field::stat("min_ns"),
+    Field::count("alive_ns", Neutral),
+    Field::level("time_ppm", LowerIsBetter),
+    Field::count("anon_huge_kb", Neutral),
+    Field::count("direct_stalls", LowerIsBetter),
+    Field::count("zones", Neutral),
+    Field::level("reclaimed_pages", LowerIsBetter),
+    Field::count("collapses", Neutral),
+    Field::count("collapsed", Neutral),
+    Field::count("scans", Neutral),
+    Field::count("isolates", Neutral),
+    Field::count("madvise_calls", Neutral),
+    Field::count("fallbacks", Neutral),
+];
+
+/// The summary rows: per process (or thread) and kind of stall.
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &["kind"],
+    fields: &[ID_FIELDS, MEMSTALL_SUMMARY],
+    dists: &[Dist::exported(
+        "stall",
+        "tracekit_memstall_latency_seconds",
+        "Duration of memory stalls.",
+    )],
+};
 
 const COLUMNS: &[Column<Row>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
@@ -585,7 +629,7 @@ impl Memstall {
             }
             let cols = id_columns(COLUMNS, self.scope.threads);
             out.sections.push(
-                Section::build("summary", rs, &cols, &ctx, self.max_rows)
+                Section::build(&SUMMARY_ROWS, rs, &cols, &ctx, self.max_rows)
                     .caption(caption)
                     .with_dists(rs, |r| {
                         if r.timed {
@@ -597,12 +641,14 @@ impl Memstall {
             );
         }
         out.sections.push(
-            Section::build("cgroup", &cgroups, CGROUP_COLUMNS, &ctx, 0).caption(
+            Section::build(&super::memcg::CGROUP_ROWS, &cgroups, CGROUP_COLUMNS, &ctx, 0).caption(
                 "Memory cgroups (counters cumulative; (+growth) over the window, or since the run began for a cgroup first seen in it):",
             ),
         );
-        out.sections
-            .push(Section::build("oom_kill", &ooms, OOM_COLUMNS, &ctx, 0).caption("OOM kills:"));
+        out.sections.push(
+            Section::build(&super::memcg::OOM_ROWS, &ooms, OOM_COLUMNS, &ctx, 0)
+                .caption("OOM kills:"),
+        );
         out.footnotes.push(LEGEND.into());
         out.extra_json.push(json!({
             "type": "context",

@@ -3,6 +3,7 @@
 
 use std::{collections::BTreeMap, ffi::OsString};
 
+use crate::report::schema::{Direction::*, Field, Rows};
 use serde::Serialize;
 
 use super::rows::*;
@@ -65,6 +66,24 @@ fn irqs_text(r: &DeviceRow) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+const NET_DEVICE: &[Field] = &[
+    Field::count("rx_packets", Neutral),
+    Field::count("rx_bytes", Neutral),
+    Field::count("rx_dropped", LowerIsBetter),
+    Field::count("rx_missed_errors", LowerIsBetter),
+    Field::count("rx_fifo_errors", LowerIsBetter),
+    Field::count("rx_over_errors", LowerIsBetter),
+    Field::count("rx_errors", LowerIsBetter),
+];
+
+/// Devices that received or dropped packets.
+pub const DEVICE_ROWS: Rows = Rows {
+    kind: "device",
+    labels: &[],
+    fields: &[NET_DEVICE],
+    dists: &[],
+};
 
 pub const DEVICES: &[Column<DeviceRow>] = &[
     Column::left("DEV", |r, _| dev_text(&r.dev, &r.dev_bytes)),
@@ -158,6 +177,23 @@ pub struct ConntrackRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub insert_failed: Option<u64>,
 }
+
+const NET_CONNTRACK: &[Field] = &[
+    Field::level("count", Neutral),
+    Field::stat("max"),
+    Field::stat("fill_pct"),
+    Field::count("drop", LowerIsBetter),
+    Field::count("early_drop", LowerIsBetter),
+    Field::count("insert_failed", LowerIsBetter),
+];
+
+/// The conntrack table.
+pub const CONNTRACK_ROWS: Rows = Rows {
+    kind: "conntrack",
+    labels: &[],
+    fields: &[NET_CONNTRACK],
+    dists: &[],
+};
 
 pub const CONNTRACK: &[Column<ConntrackRow>] = &[
     Column::left("CONNTRACK", |r, _| match (r.loaded, r.count, r.max) {

@@ -116,7 +116,7 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
             .unwrap_or_else(|| Subject::named("socket", format!("{}/{}", s.proto, s.port)));
         let rmem_max = sysctl("net.core.rmem_max").unwrap_or_else(|| "?".into());
         let mut f = finding(
-            Cause::NetDrops,
+            super::NET_DROPS,
             subject,
             Score::RatePerS(s.rate_per_s),
             format!(
@@ -169,7 +169,7 @@ fn closed_ports(e: &Evidence, out: &mut Vec<Finding>) {
             "packets dropped"
         };
         let f = finding(
-            Cause::NetDrops,
+            super::NET_DROPS,
             Subject::named("socket", format!("{proto}/{port}")),
             Score::RatePerS(rate),
             format!(
@@ -201,7 +201,7 @@ fn backlog(e: &Evidence, out: &mut Vec<Finding>) {
     let rate = total as f64 / e.secs;
     let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
     let f = finding(
-        Cause::NetBacklog,
+        super::NET_BACKLOG,
         Subject::named("cpu", format!("CPU {}", top.cpu)),
         Score::RatePerS(rate),
         format!(
@@ -253,7 +253,7 @@ fn imbalance(e: &Evidence, out: &mut Vec<Finding>) {
         why.push_str(&format!("; RPS off on {}", shown(&d.dev)));
     }
     let f = finding(
-        Cause::SoftirqImbalance,
+        super::SOFTIRQ_IMBALANCE,
         Subject::named("cpu", format!("CPU {}", top.cpu)),
         Score::NsPerS(per_s),
         format!(
@@ -301,7 +301,7 @@ fn rings(e: &Evidence, out: &mut Vec<Finding>) {
             None => String::new(),
         };
         let f = finding(
-            Cause::NetDrops,
+            super::NET_DROPS,
             Subject::named("device", shown(&d.dev)),
             Score::RatePerS(rate),
             format!(
@@ -342,7 +342,7 @@ fn conntrack(e: &Evidence, out: &mut Vec<Finding>) {
     }
     let rate = lost as f64 / e.secs;
     let f = finding(
-        Cause::ConntrackFull,
+        super::CONNTRACK_FULL,
         Subject::named("system", "conntrack"),
         Score::RatePerS(rate),
         format!(
@@ -400,7 +400,7 @@ fn other_reasons(e: &Evidence, out: &mut Vec<Finding>) {
             place.push(format!("on {}", shown(&top.dev)));
         }
         let f = finding(
-            Cause::NetDrops,
+            super::NET_DROPS,
             Subject::named("system", reason.to_string()),
             Score::RatePerS(rate),
             format!(

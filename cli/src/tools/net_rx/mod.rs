@@ -15,6 +15,7 @@
 //! kernel's counters. Kernels without the `rx_sk` argument (before 6.12) find the socket of a
 //! socket-level drop from the packet's destination port.
 
+use crate::report::findings::Cause;
 use aya::maps::{MapData, PerCpuArray};
 use probes_common::net_rx::{
     CpuVal, DropKey, DropVal, SkbOffsets, SockKey, SockVal, NET_RX_SOFTIRQ, STAT_CONSUMED,
@@ -61,7 +62,27 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // sk_buff, sock, socket, file and inode members at BTF offsets, in every attach mode.
     needs_btf: true,
+    rows: &[&rows::DROP_ROWS, &rows::SOCKET_ROWS, &rows::CPU_ROWS, &devices::DEVICE_ROWS, &devices::CONNTRACK_ROWS],
+    causes: &[NET_DROPS, NET_BACKLOG, SOFTIRQ_IMBALANCE, CONNTRACK_FULL],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const NET_DROPS: Cause = Cause::new(
+    "net-drops",
+    "Received packets are dropped, by the kernel's reason and place.",
+);
+pub const NET_BACKLOG: Cause = Cause::new(
+    "net-backlog",
+    "A CPU's receive backlog overflows (net.core.netdev_max_backlog).",
+);
+pub const SOFTIRQ_IMBALANCE: Cause = Cause::new(
+    "softirq-imbalance",
+    "One CPU does the receive work (NET_RX softirq) for all of the node.",
+);
+pub const CONNTRACK_FULL: Cause = Cause::new(
+    "conntrack-full",
+    "The conntrack table is full: new connections are dropped.",
+);
 
 const OBJECT: Object = crate::object!("net_rx");
 
@@ -534,23 +555,23 @@ impl Collector for NetRx {
         });
         let ctx = Ctx { secs };
         out.sections.push(
-            Section::build("drop", &drops, rows::DROPS, &ctx, self.max_rows)
+            Section::build(&rows::DROP_ROWS, &drops, rows::DROPS, &ctx, self.max_rows)
                 .caption("Drops by reason and place:"),
         );
         out.sections.push(
-            Section::build("socket", &socks, rows::SOCKETS, &ctx, 0)
+            Section::build(&rows::SOCKET_ROWS, &socks, rows::SOCKETS, &ctx, 0)
                 .caption("Receiving processes with socket-level drops:"),
         );
         out.sections.push(
-            Section::build("cpu", &cpus, rows::CPUS, &ctx, 0)
+            Section::build(&rows::CPU_ROWS, &cpus, rows::CPUS, &ctx, 0)
                 .caption("Receive work per CPU (NET_RX softirq, NAPI, softnet_stat):"),
         );
         out.sections.push(
-            Section::build("device", &devices, rows::DEVICES, &ctx, 0)
+            Section::build(&devices::DEVICE_ROWS, &devices, rows::DEVICES, &ctx, 0)
                 .caption("Devices that received or dropped packets:"),
         );
         out.sections.push(Section::build(
-            "conntrack",
+            &devices::CONNTRACK_ROWS,
             std::slice::from_ref(&conntrack),
             rows::CONNTRACK,
             &ctx,

@@ -9,6 +9,7 @@ use std::{
     os::unix::ffi::OsStrExt,
 };
 
+use crate::report::schema::{Direction::*, Field, Rows};
 use probes_common::net_rx::{CpuVal, DropKey, DropVal, SockKey, SockVal};
 use serde::Serialize;
 
@@ -87,6 +88,28 @@ pub(super) fn opt<T: ToString>(v: &Option<T>) -> String {
 pub(super) fn rate(r: f64) -> String {
     format!("{r:.1}")
 }
+
+const NET_DROP: &[Field] = &[
+    Field::key("reason_code"),
+    Field::count("count", LowerIsBetter).export(
+        "tracekit_net_rx_drops",
+        "Received packets dropped, by reason.",
+    ),
+    Field::stat("rate_per_s"),
+    Field::count("bytes", LowerIsBetter),
+    Field::key("l3proto"),
+    Field::key("port"),
+    Field::key("ifindex"),
+    Field::key("pid"),
+];
+
+/// Drops by reason and place.
+pub const DROP_ROWS: Rows = Rows {
+    kind: "drop",
+    labels: &["reason", "proto"],
+    fields: &[NET_DROP],
+    dists: &[],
+};
 
 pub const DROPS: &[Column<DropRow>] = &[
     Column::left("REASON", |r, _| r.reason.clone()),
@@ -258,6 +281,28 @@ pub(super) fn bytes_text(b: u64) -> String {
     }
 }
 
+const NET_SOCKET: &[Field] = &[
+    Field::key("pid"),
+    Field::key("port"),
+    Field::key("ino"),
+    Field::count("count", LowerIsBetter),
+    Field::stat("rate_per_s"),
+    Field::key("rcvbuf"),
+    Field::stat("rmem_mean"),
+    Field::stat("rmem_max"),
+    Field::count("full", Neutral),
+    Field::count("rx_queue", LowerIsBetter),
+    Field::count("sk_drops", LowerIsBetter),
+];
+
+/// Receiving sockets with drops, and their owners.
+pub const SOCKET_ROWS: Rows = Rows {
+    kind: "socket",
+    labels: &[],
+    fields: &[NET_SOCKET],
+    dists: &[],
+};
+
 pub const SOCKETS: &[Column<SockRow>] = &[
     Column::right("PID", |r, _| opt(&r.owner.pid)),
     Column::left("COMM", |r, _| r.owner.comm_text()),
@@ -406,6 +451,34 @@ pub struct CpuRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumed: Option<u64>,
 }
+
+const NET_CPU: &[Field] = &[
+    Field::id("cpu"),
+    Field::count("softirq_ns", Neutral),
+    Field::count("softirq_count", Neutral),
+    Field::stat("softirq_max_ns_since_start"),
+    Field::stat("softirq_pct"),
+    Field::stat("share_pct"),
+    Field::count("polls", Neutral),
+    Field::count("poll_work", Neutral),
+    Field::count("squeezed", LowerIsBetter),
+    Field::count("processed", Neutral),
+    Field::count("backlog_drops", LowerIsBetter),
+    Field::count("time_squeeze", LowerIsBetter),
+    Field::count("received_rps", Neutral),
+    Field::count("flow_limit", Neutral),
+    Field::count("drops", LowerIsBetter),
+    Field::count("kfree", Neutral),
+    Field::count("consumed", Neutral),
+];
+
+/// Receive work per CPU.
+pub const CPU_ROWS: Rows = Rows {
+    kind: "cpu",
+    labels: &[],
+    fields: &[NET_CPU],
+    dists: &[],
+};
 
 pub const CPUS: &[Column<CpuRow>] = &[
     Column::right("CPU", |r, _| r.cpu.to_string()),

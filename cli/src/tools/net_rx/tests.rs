@@ -133,7 +133,7 @@ mod verdicts {
         // 1.8 s of NET_RX in a 2 s window on CPU 1: 900 ms/s, 98 % of all NET_RX time.
         let cpus = cpus_busy_on_1(1_800_000_000, 2.0);
         let f = judge(&cpus, &[eth0_on_cpu1()], &ConntrackRow::default(), 2.0, 2);
-        let i = &only(&f, Cause::SoftirqImbalance, "CPU 1");
+        let i = &only(&f, super::SOFTIRQ_IMBALANCE, "CPU 1");
         assert_eq!(i.subject.kind, "cpu");
         assert_eq!(i.score, Score::NsPerS(900_000_000));
         assert_eq!(
@@ -155,7 +155,7 @@ mod verdicts {
         let none = |cpus: &[CpuRow], ncpus| {
             of(
                 &judge(cpus, &eth0, &ConntrackRow::default(), 2.0, ncpus),
-                Cause::SoftirqImbalance,
+                super::SOFTIRQ_IMBALANCE,
             )
         };
         // One CPU: nothing to balance over.
@@ -177,7 +177,7 @@ mod verdicts {
         };
         let cpus = cpus_busy_on_1(1_800_000_000, 2.0);
         let f = judge(&cpus, &[lo], &ConntrackRow::default(), 2.0, 2);
-        let i = &of(&f, Cause::SoftirqImbalance)[0];
+        let i = &of(&f, super::SOFTIRQ_IMBALANCE)[0];
         assert!(!i.summary.contains("RPS off"), "{}", i.summary);
         assert!(i.advice.starts_with("loopback traffic"), "{}", i.advice);
     }
@@ -197,7 +197,7 @@ mod verdicts {
             },
         ];
         let f = judge(&cpus, &[], &ConntrackRow::default(), 10.0, 2);
-        let b = &only(&f, Cause::NetBacklog, "CPU 1");
+        let b = &only(&f, super::NET_BACKLOG, "CPU 1");
         assert_eq!(b.score, Score::RatePerS(150.0));
         let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
         assert_eq!(
@@ -213,7 +213,7 @@ mod verdicts {
         let calm = [CpuRow::default(), CpuRow::default()];
         assert!(of(
             &judge(&calm, &[], &ConntrackRow::default(), 10.0, 2),
-            Cause::NetBacklog
+            super::NET_BACKLOG
         )
         .is_empty());
     }
@@ -248,7 +248,7 @@ mod verdicts {
             ..Default::default()
         };
         let f = judge(&[], &[small, full, veth], &ConntrackRow::default(), 8.0, 2);
-        let r = of(&f, Cause::NetDrops);
+        let r = of(&f, super::NET_DROPS);
         assert_eq!(r.len(), 2, "{f:?}");
         let eth0 = r
             .iter()
@@ -293,7 +293,7 @@ mod verdicts {
             insert_failed: Some(5),
         };
         let f = judge(&[], &[], &table, 10.0, 2);
-        let c = &only(&f, Cause::ConntrackFull, "conntrack");
+        let c = &only(&f, super::CONNTRACK_FULL, "conntrack");
         assert_eq!(c.subject.kind, "system");
         assert_eq!(c.score, Score::RatePerS(150.5));
         assert_eq!(
@@ -315,14 +315,14 @@ mod verdicts {
             ..table.clone()
         };
         assert_eq!(
-            of(&judge(&[], &[], &nearly, 10.0, 2), Cause::ConntrackFull).len(),
+            of(&judge(&[], &[], &nearly, 10.0, 2), super::CONNTRACK_FULL).len(),
             1
         );
         let half = ConntrackRow {
             fill_pct: Some(50.0),
             ..nearly
         };
-        assert!(of(&judge(&[], &[], &half, 10.0, 2), Cause::ConntrackFull).is_empty());
+        assert!(of(&judge(&[], &[], &half, 10.0, 2), super::CONNTRACK_FULL).is_empty());
         assert!(judge(&[], &[], &ConntrackRow::default(), 10.0, 2).is_empty());
     }
 }

@@ -13,6 +13,7 @@
 //! On a single-node host there is nothing to misplace: the tool says so in one line and loads
 //! nothing.
 
+use crate::report::findings::Cause;
 use std::{collections::BTreeMap, time::Instant};
 
 use aya::maps::Array;
@@ -47,7 +48,19 @@ pub const INFO: ToolInfo = ToolInfo {
     triage: true,
     hidden: false,
     needs_btf: true,
+    rows: &[&report::SUMMARY_ROWS, &report::NODE_ROWS],
+    causes: &[NUMA_MISPLACED, NUMA_MIGRATION],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const NUMA_MISPLACED: Cause = Cause::new(
+    "numa-misplaced",
+    "A process runs on one NUMA node while its memory sits on another.",
+);
+pub const NUMA_MIGRATION: Cause = Cause::new(
+    "numa-migration",
+    "NUMA balancing migrates a process's pages or moves its tasks between nodes.",
+);
 
 const OBJECT: Object = crate::object!("numa");
 
@@ -496,10 +509,16 @@ impl Collector for Numa {
         }
         let ctx = Ctx { secs };
         let cols = id_columns(report::SUMMARY, threads);
-        out.sections
-            .push(Section::build("summary", &rows, &cols, &ctx, self.max_rows));
-        out.sections
-            .push(Section::build("node", &nodes, report::NODES, &ctx, 0).caption("Nodes:"));
+        out.sections.push(Section::build(
+            &report::SUMMARY_ROWS,
+            &rows,
+            &cols,
+            &ctx,
+            self.max_rows,
+        ));
+        out.sections.push(
+            Section::build(&report::NODE_ROWS, &nodes, report::NODES, &ctx, 0).caption("Nodes:"),
+        );
         out.footnotes.push(format!(
             "CPU%/NODE, MEM%/NODE: shares by node {}; REMOTE%: CPU time away from the node holding most of the memory (numa_maps read for the {} busiest processes).",
             nodes.iter().map(|n| n.node.to_string()).collect::<Vec<_>>().join("/"),

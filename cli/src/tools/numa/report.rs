@@ -1,12 +1,16 @@
 //! `numa`'s rows, text columns and findings: pure functions of one window's numbers, tested on
 //! fixtures below.
 
+use crate::report::{
+    schema::{Direction::*, Field, Rows},
+    who::ID_FIELDS,
+};
 use serde::Serialize;
 
 use crate::{
     host::numa::{Allowed, Placement, TaskNuma},
     report::{
-        findings::{Cause, Finding, Score, Subject},
+        findings::{Finding, Score, Subject},
         render::fmt_ns,
         rows::Column,
         sanitize,
@@ -161,6 +165,39 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), |x| x.to_string())
 }
 
+const NUMA_SUMMARY: &[Field] = &[
+    Field::count("cpu_ns", Neutral),
+    Field::key("mem_node"),
+    Field::level("remote_cpu_share_ppm", LowerIsBetter),
+    Field::count("hint_faults", Neutral).export(
+        "tracekit_numa_hint_faults",
+        "NUMA hinting faults (the kernel sampling where a task's memory is).",
+    ),
+    Field::count("hint_faults_local", Neutral).export(
+        "tracekit_numa_hint_faults_local",
+        "NUMA hinting faults on memory of the task's own node.",
+    ),
+    Field::count("hint_pages_migrated", Neutral),
+    Field::count("pages_migrated", Neutral).export(
+        "tracekit_numa_pages_migrated",
+        "Pages NUMA balancing migrated.",
+    ),
+    Field::count("pages_migrate_failed", LowerIsBetter),
+    Field::count("task_moves", Neutral),
+    Field::count("task_swaps", Neutral),
+    Field::count("task_sticks", Neutral),
+    Field::key("preferred_node"),
+    Field::count("pages_migrated_life", Neutral),
+];
+
+/// The summary rows: per process (or thread), where it ran and where its memory is.
+pub const SUMMARY_ROWS: Rows = Rows {
+    kind: "summary",
+    labels: &[],
+    fields: &[ID_FIELDS, NUMA_SUMMARY],
+    dists: &[],
+};
+
 pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
     Column::left("COMM", |r, _| r.who.title.beside(&r.who.comm_raw)),
@@ -210,6 +247,28 @@ pub struct NodeRow {
     pub local_node: u64,
     pub other_node: u64,
 }
+
+const NUMA_NODE: &[Field] = &[
+    Field::id("node"),
+    Field::level("mem_total_kib", Neutral),
+    Field::level("mem_free_kib", Neutral),
+    Field::count("cpu_ns", Neutral),
+    Field::count("pages_migrated_in", Neutral),
+    Field::count("numa_hit", Neutral),
+    Field::count("numa_miss", LowerIsBetter),
+    Field::count("numa_foreign", Neutral),
+    Field::count("interleave_hit", Neutral),
+    Field::count("local_node", Neutral),
+    Field::count("other_node", Neutral),
+];
+
+/// Per NUMA node.
+pub const NODE_ROWS: Rows = Rows {
+    kind: "node",
+    labels: &[],
+    fields: &[NUMA_NODE],
+    dists: &[],
+};
 
 pub const NODES: &[Column<NodeRow>] = &[
     Column::right("NODE", |r, _| r.node.to_string()),
@@ -318,7 +377,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
     };
     let mut f = Finding {
         tool: INFO.name,
-        cause: Cause::NumaMisplaced,
+        cause: crate::tools::numa::NUMA_MISPLACED,
         subject: subject(r),
         culprit: None,
         score: Score::NsPerS(ns_per_s),
@@ -376,7 +435,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let pingpong = moved > 0;
     let mut f = Finding {
         tool: INFO.name,
-        cause: Cause::NumaMigration,
+        cause: crate::tools::numa::NUMA_MIGRATION,
         subject: subject(r),
         culprit: None,
         score: Score::RatePerS(rate),
@@ -489,7 +548,7 @@ mod tests {
         assert_eq!(r.mempolicy.as_deref(), Some("default"));
         let f = findings(std::slice::from_ref(&r), &ctx(Some(0)));
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].cause, Cause::NumaMisplaced);
+        assert_eq!(f[0].cause, crate::tools::numa::NUMA_MISPLACED);
         assert_eq!(f[0].score, Score::NsPerS(950_000_000));
         assert!(
             f[0].summary.contains("95 % of its CPU time"),
@@ -550,7 +609,7 @@ mod tests {
         r.hint_faults_local = Some(2500);
         let f = findings(&[r.clone()], &ctx(Some(1)));
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].cause, Cause::NumaMigration);
+        assert_eq!(f[0].cause, crate::tools::numa::NUMA_MIGRATION);
         assert_eq!(f[0].score, Score::RatePerS(4096.0));
         assert!(f[0].summary.contains("32.0M"), "{}", f[0].summary);
         assert!(f[0].summary.contains("25 % local"), "{}", f[0].summary);

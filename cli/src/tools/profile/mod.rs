@@ -18,6 +18,7 @@
 //! or `--comm` narrows the scope and frame pointers otherwise. The stack map is not reset
 //! between `--interval` windows.
 
+use crate::report::findings::Cause;
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
@@ -52,7 +53,16 @@ pub const INFO: ToolInfo = ToolInfo {
     triage: false,
     hidden: false,
     needs_btf: false,
+    rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
+    causes: &[CPU_HOT],
 };
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const CPU_HOT: Cause = Cause::new("cpu-hot", "A process spends its CPU in a few functions.");
+pub const OFF_CPU_WAIT: Cause = Cause::new(
+    "off-cpu",
+    "Threads block off the CPU on a lock or another wait.",
+);
 
 /// `profile --off-cpu`, for doctor: its own hooks (sched_switch, sched_waking), and the BTF it
 /// needs for `task_struct.pid` whatever the attach mode.
@@ -63,6 +73,8 @@ pub const OFF_CPU: ToolInfo = ToolInfo {
     triage: false,
     hidden: false,
     needs_btf: true,
+    rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
+    causes: &[OFF_CPU_WAIT],
 };
 
 const OBJECT: Object = crate::object!("profile");
@@ -495,7 +507,7 @@ impl Collector for Profile {
         out.findings = findings(INFO.name, &found, self.freq, secs);
         out.sections.push(
             Section::build(
-                "process",
+                &rows::PROCESS_ROWS,
                 &procs,
                 &id_columns(PROCS, threads),
                 &ctx,
@@ -504,15 +516,20 @@ impl Collector for Profile {
             .caption("CPU by process (%CPU: of one CPU; %ALL: of all CPUs):"),
         );
         out.sections.push(
-            Section::build("function", &by_self, &id_columns(FUNCS, threads), &ctx, 0).caption(
-                format!(
-                    "Top {} functions per process by self samples (the function was running):",
-                    self.top
-                ),
-            ),
+            Section::build(
+                &rows::FUNCTION_ROWS,
+                &by_self,
+                &id_columns(FUNCS, threads),
+                &ctx,
+                0,
+            )
+            .caption(format!(
+                "Top {} functions per process by self samples (the function was running):",
+                self.top
+            )),
         );
         out.sections.push(
-            Section::build("function_total", &by_total, &id_columns(FUNCS, threads), &ctx, 0)
+            Section::build(&rows::FUNCTION_TOTAL_ROWS, &by_total, &id_columns(FUNCS, threads), &ctx, 0)
                 .caption(format!("Top {} functions per process by total samples (on the stack: the function or its callees):", self.top)),
         );
         out.footnotes.push("SELF%/TOTAL%: of the process's samples; %ALL: self samples as a share of all CPUs' time.".into());

@@ -270,7 +270,7 @@ impl Collector for OffCpu {
         out.findings = off_findings(super::INFO.name, &found, &by_ns, &by_blocks, secs);
         out.sections.push(
             Section::build(
-                "process",
+                &super::rows::PROCESS_ROWS,
                 &procs,
                 &id_columns(OFF_PROCS, threads),
                 &ctx,
@@ -279,14 +279,14 @@ impl Collector for OffCpu {
             .caption("Blocked time by process (%WALL: of one thread's wall time; over 100 with several threads blocked at once):"),
         );
         out.sections.push(
-            Section::build("function_total", &fns, &id_columns(OFF_FUNCS, threads), &ctx, 0)
+            Section::build(&super::rows::FUNCTION_TOTAL_ROWS, &fns, &id_columns(OFF_FUNCS, threads), &ctx, 0)
                 .caption(format!(
                     "Top {} functions per process by blocked time (on the stack when the thread blocked; the scheduler's and the system-call entry's frames left out):",
                     self.top
                 )),
         );
         out.sections.push(
-            Section::build("stack", &stacks, &id_columns(OFF_STACKS, threads), &ctx, 0)
+            Section::build(&super::rows::STACK_ROWS, &stacks, &id_columns(OFF_STACKS, threads), &ctx, 0)
                 .caption(format!(
                     "Top {} blocking stacks per process (WAIT: the kernel function it waited in; innermost first):",
                     self.top

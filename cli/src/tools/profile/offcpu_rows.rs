@@ -251,28 +251,28 @@ struct WaitClass {
 
 const CLASSES: &[WaitClass] = &[
     WaitClass {
-        cause: Cause::Fsync,
+        cause: crate::tools::fsync_lat::FSYNC,
         name: "fsync",
         functions: &["do_fsync", "vfs_fsync_range", "file_write_and_wait_range", "__x64_sys_fsync", "__x64_sys_fdatasync", "__x64_sys_sync_file_range", "__x64_sys_msync", "__x64_sys_syncfs", "jbd2_log_wait_commit", "jbd2_complete_transaction"],
         advice: "batch writes per fsync (group commit), move the file to faster storage, or fsync off the request path",
         next: "tracekit fsync-lat --pid {pid}",
     },
     WaitClass {
-        cause: Cause::Reclaim,
+        cause: crate::tools::memstall::RECLAIM,
         name: "memory reclaim",
         functions: &["try_to_free_pages", "try_to_free_mem_cgroup_pages", "mem_cgroup_handle_over_high", "__alloc_pages_slowpath", "throttle_direct_reclaim", "balance_dirty_pages"],
         advice: "give the process (or its cgroup) more memory headroom, or cut its page cache churn",
         next: "tracekit memstall --pid {pid}",
     },
     WaitClass {
-        cause: Cause::IoLatency,
+        cause: crate::tools::io_lat::IO_LATENCY,
         name: "block I/O",
         functions: &["io_schedule", "io_schedule_timeout", "blk_mq_get_tag", "folio_wait_bit_common", "wait_on_page_bit_common", "bit_wait_io"],
         advice: "read less from disk (a larger cache, an index), or move the data to faster storage",
         next: "tracekit io-lat --pid {pid}",
     },
     WaitClass {
-        cause: Cause::OffCpu,
+        cause: super::OFF_CPU_WAIT,
         name: "a lock",
         functions: &["futex_wait", "futex_wait_queue", "futex_wait_queue_me", "__mutex_lock", "mutex_lock", "rwsem_down_read_slowpath", "rwsem_down_write_slowpath", "percpu_rwsem_wait"],
         advice: "find the holder (the same flame graph on-CPU shows what runs under the lock), shorten the critical section or shard the lock",

@@ -4,9 +4,11 @@ use serde::Serialize;
 
 use super::stacks::{label, top, ProcAgg};
 use crate::report::{
-    findings::{Cause, Finding, Score},
+    findings::{Finding, Score},
     rows::Column,
     sanitize,
+    schema::{Direction::*, Field, Rows},
+    who::ID_FIELDS,
     who::{Id, Title},
 };
 
@@ -21,6 +23,62 @@ pub struct ProcRow {
     /// Share of all CPUs' time, parts per million.
     pub all_ppm: u64,
 }
+
+const PROFILE_PROCESS: &[Field] = &[
+    Field::count("samples", Neutral),
+    Field::level("cpu_ppm", Neutral),
+    Field::level("all_ppm", Neutral),
+    Field::count("blocked_ns", LowerIsBetter),
+    Field::count("blocks", Neutral),
+    Field::level("wall_ppm", Neutral),
+];
+
+const PROFILE_FUNCTION: &[Field] = &[
+    Field::count("self_samples", Neutral),
+    Field::count("total_samples", Neutral),
+    Field::level("self_ppm", Neutral),
+    Field::level("total_ppm", Neutral),
+    Field::level("self_all_ppm", Neutral),
+    Field::count("total_ns", LowerIsBetter),
+    Field::count("blocks", Neutral),
+];
+
+const PROFILE_STACK: &[Field] = &[
+    Field::count("blocked_ns", LowerIsBetter),
+    Field::count("blocks", Neutral),
+];
+
+/// Per process (or thread): CPU samples, or with `--off-cpu` blocked time.
+pub const PROCESS_ROWS: Rows = Rows {
+    kind: "process",
+    labels: &[],
+    fields: &[ID_FIELDS, PROFILE_PROCESS],
+    dists: &[],
+};
+
+/// Top functions by self samples.
+pub const FUNCTION_ROWS: Rows = Rows {
+    kind: "function",
+    labels: &[],
+    fields: &[ID_FIELDS, PROFILE_FUNCTION],
+    dists: &[],
+};
+
+/// Top functions by total samples, or with `--off-cpu` by blocked time.
+pub const FUNCTION_TOTAL_ROWS: Rows = Rows {
+    kind: "function_total",
+    labels: &[],
+    fields: &[ID_FIELDS, PROFILE_FUNCTION],
+    dists: &[],
+};
+
+/// `--off-cpu`: the blocking stacks.
+pub const STACK_ROWS: Rows = Rows {
+    kind: "stack",
+    labels: &[],
+    fields: &[ID_FIELDS, PROFILE_STACK],
+    dists: &[],
+};
 
 pub const PROCS: &[Column<ProcRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
@@ -186,7 +244,7 @@ pub fn findings(
         out.push(
             Finding {
                 tool,
-                cause: Cause::CpuHot,
+                cause: super::CPU_HOT,
                 subject: subject.clone(),
                 culprit: None,
                 score: Score::NsPerS(ns_per_s),

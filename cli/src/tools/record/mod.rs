@@ -3,6 +3,7 @@
 //! row and its full histograms, plus the node's own series (`sar -u`, `sar -w`, `sar -q`, PSI)
 //! and, once, the node settings that explain a difference. `tracekit compare` reads two.
 
+use crate::report::schema::{Direction, NodeSeries};
 use std::{path::PathBuf, time::Duration};
 
 use serde_json::{json, Map, Value};
@@ -150,6 +151,24 @@ struct Recorder {
     intervals: u64,
     rows: u64,
 }
+
+/// The `node` line's series and which way is better for each (compare's verdicts).
+pub const NODE_SERIES: &[NodeSeries] = {
+    use Direction::*;
+    const fn n(key: &'static str, direction: Direction) -> NodeSeries {
+        NodeSeries { key, direction }
+    }
+    &[
+        n("cpu_user_pct", Neutral),
+        n("cpu_system_pct", Neutral),
+        n("cpu_iowait_pct", LowerIsBetter),
+        n("cpu_steal_pct", LowerIsBetter),
+        n("cpu_idle_pct", HigherIsBetter),
+        n("ctxsw_per_s", Neutral),
+        n("procs_running", LowerIsBetter),
+        n("psi_*", LowerIsBetter),
+    ]
+};
 
 impl Recorder {
     /// The `node` line: CPU split (`sar -u`), context switches (`sar -w`), runnable tasks

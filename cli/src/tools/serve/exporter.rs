@@ -17,7 +17,7 @@ use prometheus_client::{
 
 use super::{
     http::Pages,
-    metrics::{Family, Total, Totals, SPECS},
+    metrics::{Family, Total, Totals},
 };
 use crate::{engine::Output, kernel::proginfo};
 
@@ -172,15 +172,13 @@ impl Collector for Shared {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let st = self.lock();
         // The metrics of every running collector (declared even before their first sample).
-        let mut fi = 0;
-        for s in SPECS {
-            let n = s.counters.len() + s.hists.len();
-            if st.ran.contains(&s.tool) {
-                for f in &st.totals.families[fi..fi + n] {
-                    encode_family(&mut enc, f)?;
-                }
-            }
-            fi += n;
+        for f in st
+            .totals
+            .families
+            .iter()
+            .filter(|f| st.ran.contains(&f.tool))
+        {
+            encode_family(&mut enc, f)?;
         }
         family(
             &mut enc,

@@ -1,5 +1,6 @@
-//! What `serve` exports: which row keys of which tool become which metric ([`SPECS`], the one
-//! table), the totals kept per series across windows, and the top-N folding that bounds them.
+//! What `serve` exports: every counter and histogram the tools declare beside their rows
+//! ([`schema::Rows`](crate::report::schema::Rows): a field's or distribution's `export`), the
+//! totals kept per series across windows, and the top-N folding that bounds them.
 //!
 //! Each window's rows are deltas (the run is windowed, so every collector drains and resets its
 //! maps); `serve` adds them to totals kept here, so counters only grow. A metric keeps at most
@@ -12,179 +13,56 @@
 //!
 //! Series budget: a histogram label set is 52 samples (49 bounds, `+Inf`, `_sum`, `_count`), a
 //! counter's one. With the default `--max-series 20` and every default collector, a node
-//! exports at most 21 × (6 × 52 + 11) ≈ 6,800 samples plus a few dozen of tracekit's own.
+//! exports at most 21 × (6 × 52 + 14) ≈ 6,900 samples plus a few dozen of tracekit's own.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
 use super::buckets::Buckets;
-use crate::report::render::Output;
+use crate::{
+    report::{
+        render::Output,
+        schema::{Dist, Field, Rows},
+    },
+    tools::ToolInfo,
+};
 
-/// A counter taken from a row's JSON key.
-pub struct CounterSpec {
-    pub key: &'static str,
-    /// Metric name without `_total` (the encoder appends it).
-    pub name: &'static str,
-    pub help: &'static str,
-    /// The key holds nanoseconds, exported as seconds.
-    pub ns: bool,
+/// One tool's rows of one kind that export anything, and where their families start in
+/// [`Totals::families`]: its exported fields, then its exported distributions.
+#[derive(Debug)]
+struct Exported {
+    tool: &'static str,
+    rows: &'static Rows,
+    base: usize,
+    counters: Vec<&'static Field>,
+    hists: Vec<&'static Dist>,
 }
 
-/// How one tool's rows of one section kind become metrics.
-pub struct Spec {
-    pub tool: &'static str,
-    pub section: &'static str,
-    /// Row keys that become labels, besides `comm` and the container keys.
-    pub labels: &'static [&'static str],
-    pub counters: &'static [CounterSpec],
-    /// `(distribution in Section::dists, metric name, help)`: histograms in seconds.
-    pub hists: &'static [(&'static str, &'static str, &'static str)],
-}
-
-const fn c(key: &'static str, name: &'static str, help: &'static str) -> CounterSpec {
-    CounterSpec {
-        key,
-        name,
-        help,
-        ns: false,
+/// Every exported row kind of `tools`, in registry order.
+fn exported(tools: &[ToolInfo]) -> Vec<Exported> {
+    let mut out = Vec::new();
+    let mut base = 0;
+    for t in tools {
+        for rows in t.rows {
+            let counters: Vec<&Field> = rows.all_fields().filter(|f| f.export.is_some()).collect();
+            let hists: Vec<&Dist> = rows.dists.iter().filter(|d| d.export.is_some()).collect();
+            if counters.is_empty() && hists.is_empty() {
+                continue;
+            }
+            let n = counters.len() + hists.len();
+            out.push(Exported {
+                tool: t.name,
+                rows,
+                base,
+                counters,
+                hists,
+            });
+            base += n;
+        }
     }
+    out
 }
-
-const fn ns(key: &'static str, name: &'static str, help: &'static str) -> CounterSpec {
-    CounterSpec {
-        key,
-        name,
-        help,
-        ns: true,
-    }
-}
-
-/// Every exported metric of the collectors, in one place.
-pub const SPECS: &[Spec] = &[
-    Spec {
-        tool: "fsync-lat",
-        section: "summary",
-        labels: &["syscall"],
-        counters: &[
-            c(
-                "count",
-                "tracekit_fsync_calls",
-                "Sync-family calls completed.",
-            ),
-            c(
-                "errors",
-                "tracekit_fsync_errors",
-                "Sync-family calls that returned an error.",
-            ),
-        ],
-        hists: &[(
-            "fsync",
-            "tracekit_fsync_latency_seconds",
-            "Latency of sync-family calls.",
-        )],
-    },
-    Spec {
-        tool: "ctxsw",
-        section: "summary",
-        labels: &[],
-        counters: &[
-            c(
-                "voluntary",
-                "tracekit_ctxsw_voluntary",
-                "Voluntary context switches (the task blocked).",
-            ),
-            c(
-                "involuntary",
-                "tracekit_ctxsw_involuntary",
-                "Involuntary context switches (preempted while runnable).",
-            ),
-            c(
-                "migrations",
-                "tracekit_ctxsw_migrations",
-                "Moves of a task to another CPU.",
-            ),
-        ],
-        hists: &[(
-            "wake_wait",
-            "tracekit_ctxsw_wake_wait_seconds",
-            "Time from wakeup to running.",
-        )],
-    },
-    Spec {
-        tool: "runq-lat",
-        section: "summary",
-        labels: &[],
-        counters: &[
-            c("count", "tracekit_runq_waits", "Waits on a run queue."),
-            ns(
-                "kernel_run_delay_ns",
-                "tracekit_runq_delay_seconds",
-                "Time spent runnable but waiting for a CPU (schedstat).",
-            ),
-        ],
-        hists: &[
-            (
-                "wake",
-                "tracekit_runq_wake_latency_seconds",
-                "Run-queue wait after a wakeup.",
-            ),
-            (
-                "preempt",
-                "tracekit_runq_preempt_latency_seconds",
-                "Run-queue wait after a preemption.",
-            ),
-        ],
-    },
-    Spec {
-        tool: "memstall",
-        section: "summary",
-        labels: &["kind"],
-        counters: &[c(
-            "count",
-            "tracekit_memstall_stalls",
-            "Memory stalls (direct compaction, reclaim, memcg reclaim, THP collapse).",
-        )],
-        hists: &[(
-            "stall",
-            "tracekit_memstall_latency_seconds",
-            "Duration of memory stalls.",
-        )],
-    },
-    Spec {
-        tool: "io-lat",
-        section: "summary",
-        labels: &["dev", "op"],
-        counters: &[
-            c(
-                "count",
-                "tracekit_io_requests",
-                "Block I/O requests completed.",
-            ),
-            c(
-                "bytes",
-                "tracekit_io_bytes",
-                "Bytes of block I/O completed.",
-            ),
-        ],
-        hists: &[(
-            "device",
-            "tracekit_io_device_latency_seconds",
-            "Block I/O time in the device.",
-        )],
-    },
-    Spec {
-        tool: "net-rx",
-        section: "drop",
-        labels: &["reason", "proto"],
-        counters: &[c(
-            "count",
-            "tracekit_net_rx_drops",
-            "Received packets dropped, by reason.",
-        )],
-        hists: &[],
-    },
-];
 
 /// Row keys that become labels when a row has them (set by container attribution).
 const CONTAINER_LABELS: &[&str] = &["container", "pod", "namespace"];
@@ -232,6 +110,8 @@ pub struct Series {
 /// One metric: its series, the overflow series, and how many were folded.
 #[derive(Debug)]
 pub struct Family {
+    /// The collector that declares it.
+    pub tool: &'static str,
     pub name: &'static str,
     pub help: &'static str,
     pub hist: bool,
@@ -245,32 +125,33 @@ pub struct Family {
 #[derive(Debug)]
 pub struct Totals {
     pub families: Vec<Family>,
+    exported: Vec<Exported>,
     max_series: usize,
     pid_labels: bool,
     windows: u64,
 }
 
-/// Where a spec's metrics start in [`Totals::families`].
-fn family_index(spec: usize) -> usize {
-    SPECS[..spec]
-        .iter()
-        .map(|s| s.counters.len() + s.hists.len())
-        .sum()
-}
-
 impl Totals {
+    /// Totals of every metric the registry's collectors declare.
     pub fn new(max_series: usize, pid_labels: bool) -> Totals {
+        Totals::of(crate::tools::TOOLS, max_series, pid_labels)
+    }
+
+    /// Totals of every metric `tools` declare.
+    pub fn of(tools: &[ToolInfo], max_series: usize, pid_labels: bool) -> Totals {
+        let exported = exported(tools);
         let mut families = Vec::new();
-        for s in SPECS {
-            for c in s.counters {
-                families.push(Family::new(c.name, c.help, false, c.ns));
+        for e in &exported {
+            for c in e.counters.iter().filter_map(|f| f.export) {
+                families.push(Family::new(e.tool, c.name, c.help, false, c.ns));
             }
-            for (_, name, help) in s.hists {
-                families.push(Family::new(name, help, true, false));
+            for (name, help) in e.hists.iter().filter_map(|d| d.export) {
+                families.push(Family::new(e.tool, name, help, true, false));
             }
         }
         Totals {
             families,
+            exported,
             max_series: max_series.max(1),
             pid_labels,
             windows: 0,
@@ -278,7 +159,7 @@ impl Totals {
     }
 
     /// The labels of one row.
-    fn labels(&self, spec: &Spec, row: &Value) -> Labels {
+    fn labels(&self, rows: &Rows, row: &Value) -> Labels {
         let mut l: Labels = Vec::new();
         let text = |v: &Value| match v {
             Value::String(s) => Some(s.clone()),
@@ -288,7 +169,7 @@ impl Totals {
         for k in ["comm"]
             .iter()
             .chain(CONTAINER_LABELS)
-            .chain(spec.labels)
+            .chain(rows.labels)
             .chain(if self.pid_labels { &["pid"][..] } else { &[] })
         {
             if let Some(v) = row.get(*k).and_then(text).filter(|v| !v.is_empty()) {
@@ -305,17 +186,17 @@ impl Totals {
             self.families.iter().map(|_| HashMap::new()).collect();
         for (tool, out) in tools.iter().zip(outs) {
             for sec in &out.sections {
-                let Some(si) = SPECS
+                let Some(e) = self
+                    .exported
                     .iter()
-                    .position(|s| s.tool == *tool && s.section == sec.kind)
+                    .find(|e| e.tool == *tool && e.rows.kind == sec.kind)
                 else {
                     continue;
                 };
-                let spec = &SPECS[si];
-                let base = family_index(si);
+                let base = e.base;
                 for (ri, row) in sec.json.iter().enumerate() {
-                    let labels = self.labels(spec, row);
-                    for (ci, c) in spec.counters.iter().enumerate() {
+                    let labels = self.labels(e.rows, row);
+                    for (ci, c) in e.counters.iter().enumerate() {
                         let v = row.get(c.key).and_then(Value::as_u64).unwrap_or(0);
                         if v > 0 {
                             deltas[base + ci]
@@ -324,13 +205,13 @@ impl Totals {
                                 .add(&Total::Counter(v));
                         }
                     }
-                    for (hi, (dist, _, _)) in spec.hists.iter().enumerate() {
+                    for (hi, dist) in e.hists.iter().enumerate() {
                         for (d, h) in sec.dists_of(ri) {
-                            if d == dist && h.count > 0 {
-                                let e = deltas[base + spec.counters.len() + hi]
+                            if *d == dist.name && h.count > 0 {
+                                let slot = deltas[base + e.counters.len() + hi]
                                     .entry(labels.clone())
                                     .or_insert_with(|| Total::Hist(Box::default()));
-                                if let Total::Hist(b) = e {
+                                if let Total::Hist(b) = slot {
                                     b.add_hist(h);
                                 }
                             }
@@ -348,8 +229,15 @@ impl Totals {
 }
 
 impl Family {
-    fn new(name: &'static str, help: &'static str, hist: bool, ns: bool) -> Family {
+    fn new(
+        tool: &'static str,
+        name: &'static str,
+        help: &'static str,
+        hist: bool,
+        ns: bool,
+    ) -> Family {
         Family {
+            tool,
             name,
             help,
             hist,
@@ -460,10 +348,12 @@ mod tests {
     }
 
     const COLS: &[Column<Row>] = &[Column::right("PID", |r, _| r.pid.to_string())];
+    // Ingest finds fsync-lat's declaration in the registry by tool and kind.
+    const ROWS: crate::report::schema::Rows = crate::report::schema::Rows::plain("summary");
 
     fn out(rows: &[Row]) -> Output {
         Output {
-            sections: vec![Section::build("summary", rows, COLS, &Ctx { secs: 1.0 }, 0)
+            sections: vec![Section::build(&ROWS, rows, COLS, &Ctx { secs: 1.0 }, 0)
                 .with_dists(rows, |r| vec![("fsync", r.hist)])],
             ..Default::default()
         }
@@ -588,6 +478,23 @@ mod tests {
             (3, 2, 0)
         );
         assert!(f.other.is_none());
+    }
+
+    /// Issue #32: `numa` ran under serve and exported nothing, because serve kept its own
+    /// table of every tool's metrics and it had no line for numa.
+    #[test]
+    fn every_collector_serve_runs_exports_a_metric() {
+        for t in crate::tools::TOOLS.iter().filter(|t| t.triage && !t.hidden) {
+            assert!(
+                t.rows.iter().any(|r| r.exports()),
+                "{} runs under serve but declares no exported metric",
+                t.name
+            );
+        }
+        let t = Totals::new(1, false);
+        for name in ["tracekit_numa_pages_migrated", "tracekit_fsync_calls"] {
+            assert!(t.families.iter().any(|f| f.name == name), "{name}");
+        }
     }
 
     #[test]

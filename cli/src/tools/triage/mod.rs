@@ -22,9 +22,25 @@ use crate::{
 
 pub mod node;
 
+use crate::{
+    report::findings::WINDOW_NS,
+    tools::{ctxsw, runq_lat as runq},
+};
+
 pub const INFO: ToolInfo = ToolInfo::command(
     "triage",
     "Run it first on a sick node: every collector that can run here, at once, for 15 s, plus the node's own counters (CPU steal, pressure, memory cgroups at their limit, swap, conntrack, backlog drops); prints the findings ranked by harm, each with who, why, the evidence, the fix and the next command. `--output report.md` for an incident channel.",
+)
+.with_causes(&[CPU_STEAL, PRESSURE]);
+
+// The causes this tool concludes (listed in INFO; see report::findings::Cause).
+pub const CPU_STEAL: Cause = Cause::new(
+    "cpu-steal",
+    "The hypervisor takes CPU time from the node (/proc/stat steal).",
+);
+pub const PRESSURE: Cause = Cause::new(
+    "pressure",
+    "Tasks stall on CPU, memory or I/O (/proc/pressure) without a collector naming a process.",
 );
 
 const EXAMPLES: &str = "  tracekit triage                                   # 15 s, ranked findings
@@ -136,40 +152,42 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
     let mut folded = Vec::new();
     for i in 0..f.len() {
         let w = &f[i];
-        let (Cause::RunqDelay, Some(pid), Some(waits), Some(wait_ns), Score::NsPerS(score)) = (
-            w.cause,
+        if w.cause != runq::RUNQ_DELAY {
+            continue;
+        }
+        let (Some(pid), Some(waits), Some(wait_ns), Score::NsPerS(score)) = (
             w.subject.pid,
-            w.ev("wake_waits"),
-            w.ev("wake_wait_total_ns"),
+            w.ev(runq::ev::WAKE_WAITS),
+            w.ev(runq::ev::WAKE_WAIT_TOTAL_NS),
             w.score,
         ) else {
             continue;
         };
-        if !tools::runq_lat::waits_are_handoffs(w) {
+        if !runq::waits_are_handoffs(w) {
             continue;
         }
         let Some(s) = f.iter().position(|x| {
-            x.cause == Cause::CtxswStorm
+            x.cause == ctxsw::CTXSW_STORM
                 && x.subject.pid == Some(pid)
                 && matches!(x.score, Score::RatePerS(_))
-                && match (x.ev("voluntary_per_s"), x.ev("window_ns")) {
+                && match (x.ev(ctxsw::ev::VOLUNTARY_PER_S), x.ev(WINDOW_NS)) {
                     (Some(v), Some(win)) => waits * 2.0 >= v * win / 1e9,
                     _ => false,
                 }
         }) else {
             continue;
         };
-        let share = w.ev("window_ns").map_or(0.0, |win| wait_ns * 100.0 / win);
+        let share = w.ev(WINDOW_NS).map_or(0.0, |win| wait_ns * 100.0 / win);
         let add = format!(
             " After its wakeups it waited {} for a CPU ({share:.1} % of the time, {} waits, p50 {}): the cost of switching this often.",
             fmt_ns(wait_ns as u64),
             waits as u64,
-            fmt_ns(w.ev("wake_p50_ns").unwrap_or(0.0) as u64),
+            fmt_ns(w.ev(runq::ev::WAKE_P50_NS).unwrap_or(0.0) as u64),
         );
         let evidence: Vec<_> = w
             .evidence
             .iter()
-            .filter(|(n, _)| n.starts_with("wake_"))
+            .filter(|(n, _)| n.starts_with(runq::ev::WAKE_PREFIX))
             .cloned()
             .collect();
         let storm = &mut f[s];
@@ -385,30 +403,30 @@ mod tests {
     fn storm(pid: u32, vol_per_s: f64) -> Finding {
         Finding::new(
             "ctxsw",
-            Cause::CtxswStorm,
+            ctxsw::CTXSW_STORM,
             Subject::process(pid, "pp"),
             Score::RatePerS(vol_per_s * 1.5),
             "pp switched.".into(),
         )
-        .evidence("voluntary_per_s", vol_per_s)
-        .evidence("window_ns", 6_000_000_000u64)
+        .evidence(ctxsw::ev::VOLUNTARY_PER_S, vol_per_s)
+        .evidence(WINDOW_NS, 6_000_000_000u64)
     }
 
     fn waited(pid: u32, waits: u64, wait_ns: u64, culprit_ns: u64) -> Finding {
         let mut f = Finding::new(
             "runq-lat",
-            Cause::RunqDelay,
+            runq::RUNQ_DELAY,
             Subject::process(pid, "pp"),
             Score::NsPerS(wait_ns / 6),
             "pp waited.".into(),
         )
-        .evidence("wake_waits", waits)
-        .evidence("wake_wait_total_ns", wait_ns)
-        .evidence("wake_p50_ns", 2_177u64)
-        .evidence("window_ns", 6_000_000_000u64);
+        .evidence(runq::ev::WAKE_WAITS, waits)
+        .evidence(runq::ev::WAKE_WAIT_TOTAL_NS, wait_ns)
+        .evidence(runq::ev::WAKE_P50_NS, 2_177u64)
+        .evidence(WINDOW_NS, 6_000_000_000u64);
         if culprit_ns > 0 {
             f.culprit = Some(Subject::process(9, "hog"));
-            f = f.evidence("culprit_delay_ns", culprit_ns);
+            f = f.evidence(runq::ev::CULPRIT_DELAY_NS, culprit_ns);
         }
         f
     }
@@ -425,10 +443,10 @@ mod tests {
         fold_storm_waits(&mut f);
         rank(&mut f);
         assert_eq!(f.len(), 2, "{f:#?}");
-        assert_eq!(f[0].cause, Cause::CtxswStorm);
+        assert_eq!(f[0].cause, ctxsw::CTXSW_STORM);
         assert_eq!(f[0].subject.pid, Some(7));
         assert_eq!(f[0].score, Score::NsPerS(1_144_204_474 / 6));
-        assert_eq!(f[0].ev("wake_waits"), Some(98_998.0));
+        assert_eq!(f[0].ev(runq::ev::WAKE_WAITS), Some(98_998.0));
         assert!(
             f[0].summary.contains("waited 1.14s for a CPU (19.1 %"),
             "{}",
@@ -461,10 +479,10 @@ mod tests {
         ] {
             fold_storm_waits(&mut f);
             assert_eq!(f.len(), 2, "{why}");
-            assert!(f.iter().any(|x| x.cause == Cause::RunqDelay), "{why}");
+            assert!(f.iter().any(|x| x.cause == runq::RUNQ_DELAY), "{why}");
             assert!(
                 f.iter()
-                    .all(|x| x.cause != Cause::CtxswStorm || matches!(x.score, Score::RatePerS(_))),
+                    .all(|x| x.cause != ctxsw::CTXSW_STORM || matches!(x.score, Score::RatePerS(_))),
                 "{why}"
             );
         }
@@ -480,12 +498,12 @@ mod tests {
         let who = subject.text();
         let f = Finding::new(
             "fsync-lat",
-            Cause::Fsync,
+            crate::tools::fsync_lat::FSYNC,
             subject,
             Score::NsPerS(500_000_000),
             format!("{who} spent 2s of 4s in fsync (50.0 % of the time)."),
         )
-        .evidence("window_ns", 4_000_000_000u64);
+        .evidence(WINDOW_NS, 4_000_000_000u64);
         let f = Finding {
             advice: "batch *them*".into(),
             next: Some("tracekit fsync-lat --comm 'ev|l`x`'".into()),

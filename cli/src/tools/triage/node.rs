@@ -135,7 +135,7 @@ impl Collector for Node {
                     .map(|(i, s)| format!("CPU {i} {:.1} %", *s as f64 / 10_000.0))
                     .collect();
                 let mut x = finding(
-                    Cause::CpuSteal,
+                    super::CPU_STEAL,
                     Subject::named("system", "the node"),
                     Score::NsPerS(mean * 1_000),
                     format!(
@@ -172,7 +172,7 @@ impl Collector for Node {
                 };
                 f.push(
                     finding(
-                        Cause::Pressure,
+                        super::PRESSURE,
                         Subject::named("system", format!("{res} pressure")),
                         // A symptom, node-wide: ranked after the findings that name who lost
                         // time, as the share of the window in percent.
@@ -199,7 +199,7 @@ impl Collector for Node {
             if rate >= SWAP_PAGES_PER_S {
                 f.push(
                     finding(
-                        Cause::Reclaim,
+                        crate::tools::memstall::RECLAIM,
                         Subject::named("system", "the node"),
                         Score::RatePerS(rate),
                         format!(
@@ -228,9 +228,9 @@ impl Collector for Node {
                 continue;
             }
             let cause = if ooms > 0 {
-                Cause::OomKill
+                crate::tools::memstall::OOM_KILL
             } else {
-                Cause::MemcgLimit
+                crate::tools::memstall::MEMCG_LIMIT
             };
             let limit = now
                 .limit_bytes
@@ -270,7 +270,7 @@ impl Collector for Node {
             if fill >= CONNTRACK_FILL_PCT || drop + failed + early > 0 {
                 f.push(
                     finding(
-                        Cause::ConntrackFull,
+                        crate::tools::net_rx::CONNTRACK_FULL,
                         Subject::named("system", "conntrack table"),
                         Score::RatePerS((drop + failed + early) as f64 / secs),
                         format!(
@@ -306,7 +306,7 @@ impl Collector for Node {
                 .collect();
             f.push(
                 finding(
-                    Cause::NetBacklog,
+                    crate::tools::net_rx::NET_BACKLOG,
                     Subject::named("system", "receive backlog"),
                     Score::RatePerS(total as f64 / secs),
                     format!(

@@ -67,7 +67,7 @@ fn defrag_always_names_the_process_and_the_fix() {
     assert_eq!(out.len(), 1, "{out:?}");
     assert!(notes.is_empty(), "{notes:?}");
     let f = &out[0];
-    assert_eq!(f.cause, Cause::ThpCompaction);
+    assert_eq!(f.cause, crate::tools::memstall::THP_COMPACTION);
     assert_eq!(f.score, Score::NsPerS(190_000_000));
     assert!(
         f.summary.starts_with("THP defrag=always: direct compaction stalled postgres (pid 42) 23 times, 1.90 s in 10 s (19.0 % of the time; p99 180ms"),
@@ -251,7 +251,7 @@ fn oom_kills_per_cgroup_with_counters() {
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(out.len(), 1);
     let f = &out[0];
-    assert_eq!(f.cause, Cause::OomKill);
+    assert_eq!(f.cause, crate::tools::memstall::OOM_KILL);
     assert_eq!(f.subject.kind, "cgroup");
     assert!(
         f.summary.starts_with(
@@ -271,7 +271,7 @@ fn thp_faults_say_what_the_time_covers() {
     let mut r = row("db", 5, KIND_THP_FAULT, 32, 4_400_000_000);
     r.fallbacks = 2;
     let (out, _) = run(22.0, &s, &v, &[r]);
-    assert_eq!(out[0].cause, Cause::ThpFault);
+    assert_eq!(out[0].cause, crate::tools::memstall::THP_FAULT);
     has(&out[0].summary, "whole 2 MiB faults");
     has(&out[0].summary, "zeroing 2 MiB");
     has(&out[0].summary, "2 fell back");
