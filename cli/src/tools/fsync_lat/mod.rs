@@ -529,7 +529,7 @@ impl Collector for FsyncLat {
                 "! CV > 1: the latency is skewed, so the mean misleads; trust P50 and P99.".into(),
             );
         }
-        out.findings = self.findings(&rows, secs);
+        out.findings = self.findings(&rows, &busiest_files(&per_file), secs);
         out.sections.push(
             Section::build(
                 &SUMMARY_ROWS,
@@ -568,9 +568,29 @@ impl Collector for FsyncLat {
     }
 }
 
+/// Each row id's file with the most sync time in the window (ties: the first in key order).
+fn busiest_files(
+    per_file: &BTreeMap<FileKey, (u32, [u8; 16], LatHist)>,
+) -> BTreeMap<u32, FileKey> {
+    let mut best: BTreeMap<u32, (FileKey, u64)> = BTreeMap::new();
+    for (k, (_, _, h)) in per_file {
+        let e = best.entry(k.0).or_insert((*k, h.sum));
+        if h.sum > e.1 {
+            *e = (*k, h.sum);
+        }
+    }
+    best.into_iter().map(|(id, (k, _))| (id, k)).collect()
+}
+
 impl FsyncLat {
-    /// One finding per process that lost a share of the window worth acting on, most first.
-    fn findings(&self, rows: &[SummaryRow], secs: f64) -> Vec<Finding> {
+    /// One finding per process that lost a share of the window worth acting on, most first;
+    /// `busiest`: each row id's file with the most sync time (`--by-file`).
+    fn findings(
+        &self,
+        rows: &[SummaryRow],
+        busiest: &BTreeMap<u32, FileKey>,
+        secs: f64,
+    ) -> Vec<Finding> {
         let me = std::process::id();
         let mut per_pid: BTreeMap<u32, Vec<&SummaryRow>> = BTreeMap::new();
         for r in rows
@@ -597,12 +617,10 @@ impl FsyncLat {
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
             let subject = top.who.subject();
             let who = subject.text();
-            let file = self
-                .paths
-                .iter()
-                .filter(|((id, _, _, _), _)| *id == top.id)
-                .map(|(_, n)| sanitize::text(&n.path))
-                .next();
+            let file = busiest
+                .get(&top.id)
+                .and_then(|k| self.paths.get(k))
+                .map(|n| sanitize::text(&n.path));
             let on = file.map(|f| format!(" on {f}")).unwrap_or_default();
             let rate_s = count as f64 / secs;
             let (advice, next) = if top.p50_ns < 2_000_000 && rate_s >= 50.0 {
@@ -654,6 +672,28 @@ const MIN_FSYNC_NS_PER_S: u64 = 20_000_000;
 
 #[cfg(test)]
 mod tests {
+    /// Issue #32: the finding said "on {file}" of the first file in the process's map, not
+    /// the one it spent its sync time on (a WAL fsynced 50 times beside a config file synced
+    /// once was reported as the config file).
+    #[test]
+    fn the_finding_names_the_file_with_the_most_sync_time() {
+        let mut per_file = BTreeMap::new();
+        let hist = |calls: u64, ns: u64| {
+            let mut h = LatHist::ZERO;
+            for _ in 0..calls {
+                h.record(ns);
+            }
+            h
+        };
+        // Key order puts the config file (inode 10) first.
+        per_file.insert((7, 1, 10, 0), (7, [0u8; 16], hist(1, 1_000)));
+        per_file.insert((7, 1, 99, 0), (7, [0u8; 16], hist(50, 2_000_000)));
+        per_file.insert((8, 1, 5, 0), (8, [0u8; 16], hist(2, 10)));
+        let b = super::busiest_files(&per_file);
+        assert_eq!(b[&7], (7, 1, 99, 0));
+        assert_eq!(b[&8], (8, 1, 5, 0));
+    }
+
     use super::*;
 
     /// The first generation counts from the attach, later ones from the flip before: a window
