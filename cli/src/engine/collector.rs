@@ -34,18 +34,25 @@ pub trait Collector {
     fn poll_interval(&self) -> Option<std::time::Duration> {
         None
     }
-    /// Ends the window in the kernel: the programs switch to the other generation. The engine
+    /// Ends the window in the kernel: the programs switch to the other generation (the
+    /// session's; a collector with more to do at the window's edge overrides it). The engine
     /// flips every collector, waits once for programs still writing the old generation, then
-    /// collects each.
-    fn flip(&mut self) -> Result<()>;
+    /// collects each, draining [`Session::drained`].
+    fn flip(&mut self) -> Result<()> {
+        if let Some(s) = self.session() {
+            s.flip_generation()?;
+        }
+        Ok(())
+    }
     /// Everything recorded in `window`.
     fn collect(&mut self, window: &Window) -> Result<Output>;
     /// Links whose detach is slow (see [`super::detach_in_background`]).
-    fn slow_links(&self) -> usize {
-        0
+    fn slow_links(&mut self) -> usize {
+        self.session().map_or(0, |s| s.slow_links())
     }
-    /// The loaded object, for what the engine does to every collector alike (refreshing the
-    /// `--pid --children` filter).
+    /// The loaded object, for what the engine does to every collector alike (flipping,
+    /// refreshing the `--pid --children` filter, counting slow links). A collector with a
+    /// session returns it; one without (the node checks) keeps this default.
     fn session(&mut self) -> Option<&mut Session> {
         None
     }

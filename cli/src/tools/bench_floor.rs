@@ -206,8 +206,8 @@ impl Collector for Floor {
         Ok(())
     }
 
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {

@@ -577,7 +577,17 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
 }
 
 impl Collector for Ctxsw {
-    sched::collector_common!(INFO, "context switches");
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn meta(&self) -> crate::engine::Meta {
+        self.s.meta(INFO.name, "context switches")
+    }
+
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.s.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let secs = w.secs();

@@ -103,32 +103,6 @@ impl OpenCtx {
     }
 }
 
-/// The [`Collector`](crate::engine::Collector) methods of a collector whose loaded object is
-/// the [`Session`](crate::kernel::loader::Session) at field path `$f` (`session`,
-/// `s.session`): the links still being set up, and the session for the engine's per-collector
-/// work (`--pid N --children` refreshing the FILTER_PIDS map).
-macro_rules! session_methods {
-    ($($f:ident).+) => {
-        fn slow_links(&self) -> usize {
-            self.$($f).+.slow_links()
-        }
-
-        fn session(&mut self) -> Option<&mut $crate::kernel::loader::Session> {
-            Some(&mut self.$($f).+)
-        }
-    };
-    // The usual `flip`: the session's next generation, kept in `self.$g`.
-    ($($f:ident).+; flips $g:ident) => {
-        $crate::tools::session_methods!($($f).+);
-
-        fn flip(&mut self) -> $crate::error::Result<()> {
-            self.$g = self.$($f).+.flip_generation()?;
-            Ok(())
-        }
-    };
-}
-pub(crate) use session_methods;
-
 macro_rules! registry {
     (
         tools { $($(#[$tdoc:meta])* $tvariant:ident => $tmodule:ident),* $(,)? }
@@ -267,7 +241,7 @@ pub fn run_many(
 ) -> Result<engine::Stop> {
     let run = engine::run(collectors, opts, emit);
     let stop = end_run(tool, collectors, run, emit)?;
-    engine::detach_in_background(collectors.iter().map(|c| c.slow_links()).sum());
+    engine::detach_in_background(collectors.iter_mut().map(|c| c.slow_links()).sum());
     Ok(stop)
 }
 
@@ -482,7 +456,7 @@ pub fn run_collector_with(
     let mut emit = emitter(sink, &ctx.opts);
     let run = engine::run(&mut collectors, &ctx.opts, emit.as_mut());
     end_run(tool, &mut collectors, run, emit.as_mut())?;
-    let slow = collectors.iter().map(|c| c.slow_links()).sum();
+    let slow = collectors.iter_mut().map(|c| c.slow_links()).sum();
     drop(emit);
     engine::detach_in_background(slow);
     Ok(())

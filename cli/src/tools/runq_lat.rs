@@ -522,7 +522,17 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
 }
 
 impl Collector for RunqLat {
-    sched::collector_common!(INFO, "run-queue latency");
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn meta(&self) -> crate::engine::Meta {
+        self.s.meta(INFO.name, "run-queue latency")
+    }
+
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.s.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let secs = w.secs();

@@ -280,27 +280,6 @@ impl Who {
     }
 }
 
-/// The [`Collector`](crate::engine::Collector) methods both tools share (their `collect`
-/// differs): in an `impl Collector for T` whose `s` is the [`SchedSession`].
-macro_rules! collector_common {
-    ($info:expr, $what:literal) => {
-        fn name(&self) -> &'static str {
-            $info.name
-        }
-
-        fn meta(&self) -> $crate::engine::Meta {
-            self.s.meta($info.name, $what)
-        }
-
-        fn flip(&mut self) -> $crate::error::Result<()> {
-            self.s.flip()
-        }
-
-        $crate::tools::session_methods!(s.session);
-    };
-}
-pub(crate) use collector_common;
-
 /// Two tasks and what passed between them in one window (see `PairKey`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pair {
@@ -341,7 +320,6 @@ pub struct SchedSession {
     pub notes: Vec<String>,
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
     pub wall_clock: bool,
-    gen: u32,
     titles: Titles,
     /// `--by container`: rows fold per container.
     pub fold: Folding,
@@ -430,7 +408,6 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         scope: scope.clone(),
         notes,
         wall_clock,
-        gen: 0,
         titles: Titles::default(),
         fold: Folding::new(scope.by_container),
     })
@@ -477,12 +454,6 @@ fn row(
 }
 
 impl SchedSession {
-    /// Ends the window in the kernel (the engine waits for programs still writing it).
-    pub fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
-        Ok(())
-    }
-
     /// A window's notes after the tool's own: what the skipped hooks cost, what the programs
     /// could not record ([`stats_notes`]), and `nothing` (`no context switches seen`) for a
     /// window without rows.
@@ -507,7 +478,7 @@ impl SchedSession {
     /// accepts; the others are summed into the `[other]` row, so every total stays exact.
     pub fn drain(&mut self, cap: &Cap) -> Result<Interval> {
         let threads = self.scope.threads;
-        let mut drained = self.agg.drain(self.gen)?;
+        let mut drained = self.agg.drain(self.session.drained())?;
         let mut ids: Vec<u32> = drained.rows.iter().map(|(k, _)| k.id).collect();
         ids.sort_unstable();
         let mut other = drained.other;
@@ -566,9 +537,9 @@ impl SchedSession {
             ids,
             folded,
             folded_names,
-            preemptors: drain_pairs(&mut self.preemptors, self.gen)?,
-            culprits: drain_pairs(&mut self.culprits, self.gen)?,
-            wakers: drain_pairs(&mut self.wakers, self.gen)?,
+            preemptors: drain_pairs(&mut self.preemptors, self.session.drained())?,
+            culprits: drain_pairs(&mut self.culprits, self.session.drained())?,
+            wakers: drain_pairs(&mut self.wakers, self.session.drained())?,
             stats: self.session.stats_delta()?,
         })
     }

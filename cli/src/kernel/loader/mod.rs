@@ -4,7 +4,7 @@
 //! Nothing is pinned: every program, link and map lives on a file descriptor of this process,
 //! so the kernel frees them on any exit, SIGKILL included.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path};
 
 use aya::{
     maps::{Array, HashMap, Map, PerCpuArray},
@@ -191,6 +191,8 @@ pub struct Session {
     /// built once (see `btf::Btf::tp_btf_stub`).
     tp_stub: Option<aya::Btf>,
     fn_stub: Option<aya::Btf>,
+    /// The generation the last flip left (what the window's collection drains).
+    drained: u32,
 }
 
 /// The error for an object without map `map`.
@@ -322,6 +324,7 @@ impl Session {
             stats_prev: [0; NSTATS as usize],
             tp_stub,
             fn_stub: None,
+            drained: 0,
         };
         match follow {
             Some(Ok(_)) => {
@@ -405,8 +408,9 @@ impl Session {
     }
 
     /// Starts a new interval: the kernel switches to the other generation, and the one returned
-    /// is quiescent once programs that read the old value have finished (they run for
-    /// microseconds; we wait 2 ms).
+    /// (also [`Session::drained`]) is quiescent once programs that read the old value have
+    /// finished. The engine waits for that once for every collector of the run
+    /// (`engine::FLIP_SETTLE`), not here.
     pub fn flip_generation(&mut self) -> Result<u32, LoadError> {
         let old = self.generation()?;
         let mut m: Array<_, Control> =
@@ -421,8 +425,13 @@ impl Session {
             0,
         )
         .map_err(map_err("CONTROL"))?;
-        std::thread::sleep(Duration::from_millis(2));
+        self.drained = old;
         Ok(old)
+    }
+
+    /// The generation the last [`Session::flip_generation`] left: the window to drain.
+    pub fn drained(&self) -> u32 {
+        self.drained
     }
 
     /// Runs the kernel skipped, summed over the attached programs (`recursion_misses` of each

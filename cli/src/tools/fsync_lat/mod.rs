@@ -214,7 +214,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         by_file: args.by_file,
         top_files: args.top_files,
         max_rows: args.rows,
-        gen: 0,
         counting,
         titles: Titles::default(),
         fold: Folding::new(scope.by_container),
@@ -343,8 +342,6 @@ struct FsyncLat {
     by_file: bool,
     top_files: usize,
     max_rows: usize,
-    /// The generation just flipped away from (the one to drain).
-    gen: u32,
     /// The time that generation was counting: the denominator of every share and rate.
     counting: Counting,
     titles: Titles,
@@ -426,19 +423,21 @@ impl Collector for FsyncLat {
         Ok(())
     }
 
-    crate::tools::session_methods!(session);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn flip(&mut self) -> Result<()> {
         // Before the flip: calls ending from here on count in the next generation (the flip
         // writes the generation within microseconds, then waits for programs in flight).
         let at = std::time::Instant::now();
-        self.gen = self.session.flip_generation()?;
+        self.session.flip_generation()?;
         self.counting.flip(at);
         Ok(())
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.hist.drain(self.gen).context("reading FSYNC_HIST")?;
+        let drained = self.hist.drain(self.session.drained()).context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
         let secs = self.counting.secs();
         let threads = self.scope.threads;

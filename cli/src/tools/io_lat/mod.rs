@@ -220,8 +220,6 @@ struct IoLat {
     /// `--by container`.
     fold: crate::report::who::Folding,
     max_rows: usize,
-    /// The generation just flipped away from (the one to drain).
-    gen: u32,
     misses_prev: u64,
     anom_prev: [u64; NANOM as usize],
 }
@@ -338,19 +336,11 @@ impl Collector for IoLat {
         Ok(())
     }
 
-    fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
-        Ok(())
-    }
-
-    fn slow_links(&self) -> usize {
-        self.session.slow_links()
-    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.agg.drain(self.gen).context("reading IO_AGG")?;
-        let mut devs = self.devs.drain(self.gen).context("reading IO_DEV_VALS")?;
-        self.slots.drain_depth(self.gen, &mut devs.rows)?;
+        let drained = self.agg.drain(self.session.drained()).context("reading IO_AGG")?;
+        let mut devs = self.devs.drain(self.session.drained()).context("reading IO_DEV_VALS")?;
+        self.slots.drain_depth(self.session.drained(), &mut devs.rows)?;
         let st = self.session.stats_delta()?;
         if st[probes_common::stats::START_MAP_FULL as usize] > 0
             && self.mode != AttachMode::Tracepoint

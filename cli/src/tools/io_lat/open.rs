@@ -304,7 +304,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         scope: scope.clone(),
         fold: crate::report::who::Folding::new(scope.by_container),
         max_rows: args.rows,
-        gen: 0,
         misses_prev: 0,
         anom_prev: [0; NANOM as usize],
     }))

@@ -286,7 +286,6 @@ pub struct Memstall {
     vm_prev: Vmstat,
     scope: Scope,
     max_rows: usize,
-    gen: u32,
     /// Monotonic ns at the start of the current window and at the last flip.
     win_start_ns: u64,
     flip_ns: u64,
@@ -351,7 +350,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         vm_start,
         scope: ctx.scope.clone(),
         max_rows: args.rows,
-        gen: 0,
         win_start_ns: now,
         flip_ns: now,
         madv_collapse: s.madv_collapse,
@@ -432,12 +430,14 @@ impl Collector for Memstall {
     }
 
     fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
+        self.session.flip_generation()?;
         self.flip_ns = crate::host::proc::mono_ns();
         Ok(())
     }
 
-    crate::tools::session_methods!(session);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let out = self.report(w)?;

@@ -309,7 +309,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         cpu_hooks,
         scope: scope.clone(),
         max_rows: args.rows,
-        gen: 0,
         misses_prev: 0,
         session,
     };
@@ -336,8 +335,6 @@ struct NetRx {
     cpu_hooks: CpuHooks,
     scope: Scope,
     max_rows: usize,
-    /// The generation just flipped away from (the one to drain).
-    gen: u32,
     misses_prev: u64,
 }
 
@@ -462,18 +459,16 @@ impl Collector for NetRx {
             .with("rx_sk_used", self.has_rx_sk)
     }
 
-    fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
-        Ok(())
-    }
 
     // No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
     // `--pid`), but the engine's per-collector work gets the session like any other.
-    crate::tools::session_methods!(session);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.drops.drain(self.gen).context("reading NR_DROPS")?;
-        let socks = self.socks.drain(self.gen).context("reading NR_SOCKS")?;
+        let drained = self.drops.drain(self.session.drained()).context("reading NR_DROPS")?;
+        let socks = self.socks.drain(self.session.drained()).context("reading NR_SOCKS")?;
         let cpu = self.cpu_delta()?;
         let st = self.session.stats_delta()?;
         let misses = proginfo::session_counters(&self.session).recursion_misses;

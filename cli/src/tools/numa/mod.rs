@@ -212,7 +212,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         hint_hook,
         maps_top: args.maps,
         max_rows: args.rows,
-        gen: 0,
         vmstat,
         numastat,
         edge: None,
@@ -234,8 +233,6 @@ struct Numa {
     hint_hook: Option<AttachMode>,
     maps_top: usize,
     max_rows: usize,
-    /// The generation just flipped away from (the one to drain).
-    gen: u32,
     /// /proc/vmstat and per-node numastat at the start of the window being collected.
     vmstat: Option<Vmstat>,
     numastat: NodeStats,
@@ -403,16 +400,18 @@ impl Collector for Numa {
     }
 
     fn flip(&mut self) -> Result<()> {
-        self.gen = self.session.flip_generation()?;
+        self.session.flip_generation()?;
         self.edge = Some((Vmstat::read().ok(), node_stats(&self.topo)));
         Ok(())
     }
 
-    crate::tools::session_methods!(session);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.agg.drain(self.gen).context("reading NUMA_AGG")?;
-        let by_pair = self.pairs.drain(self.gen).context("reading NUMA_PAIRS")?;
+        let drained = self.agg.drain(self.session.drained()).context("reading NUMA_AGG")?;
+        let by_pair = self.pairs.drain(self.session.drained()).context("reading NUMA_PAIRS")?;
         let moves = pairs::node_pairs(&by_pair.rows, PAIR_MOVE);
         let swaps = pairs::node_pairs(&by_pair.rows, PAIR_SWAP);
         let (vm_now, node_edge) = self

@@ -234,7 +234,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         pmu: crate::host::pmu::hardware_pmu(),
         rows: args.rows,
         top: args.top,
-        gen: 0,
         fallback,
     }))
 }
@@ -307,7 +306,6 @@ struct Profile {
     pmu: Option<&'static str>,
     rows: usize,
     top: usize,
-    gen: u32,
 }
 
 impl Profile {
@@ -386,12 +384,14 @@ impl Collector for Profile {
         Ok(())
     }
 
-    crate::tools::session_methods!(session; flips gen);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let mut drained = self
             .counts
-            .drain(self.gen)
+            .drain(self.session.drained())
             .context("reading PROFILE_COUNTS")?;
         let mut unwound = None;
         let mut not_unwound = Vec::new();

@@ -110,7 +110,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         has_state,
         rows: args.rows,
         top: args.top,
-        gen: 0,
     }))
 }
 
@@ -133,7 +132,6 @@ struct OffCpu {
     has_state: bool,
     rows: usize,
     top: usize,
-    gen: u32,
 }
 
 impl Collector for OffCpu {
@@ -169,12 +167,14 @@ impl Collector for OffCpu {
         Ok(())
     }
 
-    crate::tools::session_methods!(session; flips gen);
+    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
+        Some(&mut self.session)
+    }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self
             .counts
-            .drain(self.gen)
+            .drain(self.session.drained())
             .context("reading OFFCPU_COUNTS")?;
         let st = self.session.stats_delta()?;
         let secs = w.secs();

@@ -160,7 +160,7 @@ pub fn run(args: Args) -> Result<()> {
     tools::end_run(INFO.name, &mut opened.collectors, run, &mut emit)?;
     // The listener closes now, not with the detaching child's descriptors.
     drop(emit);
-    let slow = opened.collectors.iter().map(|c| c.slow_links()).sum();
+    let slow = opened.collectors.iter_mut().map(|c| c.slow_links()).sum();
     engine::detach_in_background(slow);
     Ok(())
 }
