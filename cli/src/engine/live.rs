@@ -34,7 +34,7 @@ use tokio::io::{unix::AsyncFd, Interest};
 use super::{collector::Meta, emit::Emitter, scope::RunOpts, Window};
 use crate::{
     error::{Error, Result},
-    report::render::{Output, Table},
+    report::{render::Output, table::Table},
 };
 
 /// What the view shows of one collector: the last window's title, notes, first table and
@@ -414,7 +414,7 @@ impl Emitter for Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::render::{Align, SortCol};
+    use crate::report::table::{Align, SortCol};
 
     #[test]
     fn keys_from_terminal_bytes() {

@@ -99,18 +99,6 @@ impl Subject {
         }
     }
 
-    /// Adds the process title, when it says more than the name does.
-    pub fn with_title(mut self, t: &crate::report::who::Title) -> Subject {
-        self.cmdline = t.cmdline.clone().filter(|c| Some(c) != self.name.as_ref());
-        self
-    }
-
-    /// Names the container the subject runs in (its label: `pg-main`, `shop/web/nginx`).
-    pub fn with_container(mut self, c: Option<&crate::host::container::Container>) -> Subject {
-        self.container = c.map(|c| c.label());
-        self
-    }
-
     pub fn with_cgroup(mut self, cgroup: Option<String>) -> Subject {
         self.cgroup = cgroup;
         self
@@ -121,7 +109,7 @@ impl Subject {
         let title = self
             .cmdline
             .as_deref()
-            .map(|t| crate::report::who::bracket(t.as_bytes()))
+            .map(|t| crate::report::sanitize::bracket(t.as_bytes()))
             .unwrap_or_default();
         let name = format!("{}{title}", self.name.as_deref().unwrap_or("?"));
         let name = name.as_str();

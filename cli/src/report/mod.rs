@@ -8,4 +8,5 @@ pub mod render;
 pub mod rows;
 pub mod sanitize;
 pub mod schema;
+pub mod table;
 pub mod who;

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::report::{
-    render::{Align, SortCol, Table},
     schema::Rows,
+    table::{Align, SortCol, Table},
     who,
 };
 

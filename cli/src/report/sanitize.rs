@@ -135,6 +135,21 @@ pub fn comm_bytes(comm: &[u8]) -> &[u8] {
     &comm[..end]
 }
 
+/// Characters of a title shown in a text table; JSON keeps the whole title (up to
+/// [`crate::host::proc::TITLE_MAX`] bytes).
+pub const TEXT_WIDTH: usize = 28;
+
+/// ` [title]`, escaped for a terminal and cut to [`TEXT_WIDTH`] characters.
+pub fn bracket(title: &[u8]) -> String {
+    let t = text(title);
+    let cut: String = t.chars().take(TEXT_WIDTH).collect();
+    if cut.len() < t.len() {
+        format!(" [{cut}…]")
+    } else {
+        format!(" [{t}]")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -277,9 +277,7 @@ pub fn container_cell(row: &serde_json::Value) -> Option<String> {
     Some(sanitize::text(label.as_bytes()))
 }
 
-/// Characters of a title shown in a text table; JSON keeps the whole title (up to
-/// [`proc::TITLE_MAX`] bytes).
-pub const TEXT_WIDTH: usize = 28;
+pub use super::sanitize::{bracket, TEXT_WIDTH};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Title {
@@ -328,17 +326,6 @@ impl Title {
     }
 }
 
-/// ` [title]`, escaped for a terminal and cut to [`TEXT_WIDTH`] characters.
-pub fn bracket(title: &[u8]) -> String {
-    let t = sanitize::text(title);
-    let cut: String = t.chars().take(TEXT_WIDTH).collect();
-    if cut.len() < t.len() {
-        format!(" [{cut}…]")
-    } else {
-        format!(" [{t}]")
-    }
-}
-
 /// Titles of the processes a collector reports, read fresh while each lives and remembered for
 /// a while after it exits, so a process that ran and died inside the window keeps its title.
 #[derive(Default)]
@@ -382,6 +369,22 @@ impl Titles {
         self.window += 1;
         let w = self.window;
         self.seen.retain(|_, (_, at)| w - *at <= KEEP_WINDOWS);
+    }
+}
+
+/// What a row's identity adds to a finding's subject (here, not in `findings`, which knows
+/// nothing of rows: findings sit below who).
+impl crate::report::findings::Subject {
+    /// Adds the process title, when it says more than the name does.
+    pub fn with_title(mut self, t: &Title) -> Self {
+        self.cmdline = t.cmdline.clone().filter(|c| Some(c) != self.name.as_ref());
+        self
+    }
+
+    /// Names the container the subject runs in (its label: `pg-main`, `shop/web/nginx`).
+    pub fn with_container(mut self, c: Option<&crate::host::container::Container>) -> Self {
+        self.container = c.map(|c| c.label());
+        self
     }
 }
 

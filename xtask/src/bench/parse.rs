@@ -167,6 +167,12 @@ pub fn parse_perf_record_samples(line: &str) -> Option<u64> {
     rest[open + 1..].split_whitespace().next()?.parse().ok()
 }
 
+/// utime + stime of a rusage, in ms (the workload's and the tracer's CPU time).
+pub(super) fn rusage_ms(ru: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

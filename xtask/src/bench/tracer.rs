@@ -95,12 +95,6 @@ fn run_dir() -> Result<std::path::PathBuf> {
     Ok(d)
 }
 
-/// utime + stime of a rusage, in ms.
-pub(super) fn rusage_ms(ru: &libc::rusage) -> f64 {
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn start(t: &Tracer) -> Result<Running> {
     if let Ready::NotHere(why) = &t.ready {
         bail!("{why}");
@@ -242,7 +236,7 @@ fn stop(mut r: Running) -> Result<(Vec<String>, f64)> {
     while let Ok(l) = r.lines.recv_timeout(Duration::from_millis(300)) {
         lines.push(l);
     }
-    Ok((lines, rusage_ms(&ru)))
+    Ok((lines, super::parse::rusage_ms(&ru)))
 }
 
 pub(super) fn measure(

@@ -303,7 +303,7 @@ fn children_cpu_ms() -> f64 {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid who and a valid pointer.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    super::tracer::rusage_ms(&ru)
+    super::parse::rusage_ms(&ru)
 }
 
 /// Half the datagrams to a closed port, half to a full receiver; ns per datagram sent.

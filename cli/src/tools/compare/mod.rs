@@ -404,7 +404,7 @@ pub fn text(args: &Args, cmp: &Comparison) -> String {
     for (i, c) in ch.iter().take(shown).enumerate() {
         s.push_str(&format!("{:>3}. {}\n", i + 1, c.sentence()));
     }
-    use crate::report::render::{Align, Table};
+    use crate::report::table::{Align, Table};
     let mut t = Table::new(&[
         ("#", Align::Right),
         ("BEFORE MEDIAN", Align::Right),
