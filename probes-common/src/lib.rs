@@ -9,6 +9,7 @@
 pub mod fsync;
 pub mod hist;
 pub mod io_lat;
+pub mod irq_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;

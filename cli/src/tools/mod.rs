@@ -20,6 +20,7 @@ pub mod ctxsw;
 pub mod doctor;
 pub mod fsync_lat;
 pub mod io_lat;
+pub mod irq_lat;
 pub mod memstall;
 pub mod net_rx;
 pub mod numa;
@@ -159,6 +160,8 @@ registry! {
         IoLat => io_lat,
         /// Who loses received packets and why, and which CPU drowns in NET_RX softirq.
         NetRx => net_rx,
+        /// Hard-IRQ and softirq time per CPU and IRQ or vector: all receive work on one CPU, interrupt storms.
+        IrqLat => irq_lat,
         /// Processes running on one NUMA node while their memory sits on another.
         Numa => numa,
         /// Where the CPU goes per process: top functions by self and total samples, folded stacks and an SVG flame graph, without perf.
