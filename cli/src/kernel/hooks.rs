@@ -119,6 +119,64 @@ impl Hook {
     }
 }
 
+/// The program of attach mode `$mode` for a hook whose programs are named after `$base`: the
+/// one naming scheme of every tool's programs (`tk_x` for tp_btf, fentry, fexit and perf
+/// events; `tk_x_raw` for raw_tp, `tk_x_tp` for a classic tracepoint, `tk_x_kp` for a kprobe,
+/// `tk_x_krp` for a kretprobe). No hook has two modes of the bare name.
+#[macro_export]
+macro_rules! hook_program {
+    (TpBtf, $base:literal) => {
+        ($crate::kernel::hooks::AttachMode::TpBtf, $base)
+    };
+    (RawTp, $base:literal) => {
+        (
+            $crate::kernel::hooks::AttachMode::RawTp,
+            concat!($base, "_raw"),
+        )
+    };
+    (Tracepoint, $base:literal) => {
+        (
+            $crate::kernel::hooks::AttachMode::Tracepoint,
+            concat!($base, "_tp"),
+        )
+    };
+    (Fentry, $base:literal) => {
+        ($crate::kernel::hooks::AttachMode::Fentry, $base)
+    };
+    (Fexit, $base:literal) => {
+        ($crate::kernel::hooks::AttachMode::Fexit, $base)
+    };
+    (Kprobe, $base:literal) => {
+        (
+            $crate::kernel::hooks::AttachMode::Kprobe,
+            concat!($base, "_kp"),
+        )
+    };
+    (Kretprobe, $base:literal) => {
+        (
+            $crate::kernel::hooks::AttachMode::Kretprobe,
+            concat!($base, "_krp"),
+        )
+    };
+    (PerfEvent, $base:literal) => {
+        ($crate::kernel::hooks::AttachMode::PerfEvent, $base)
+    };
+}
+
+/// A [`Hook`] on `$event` with one program per listed mode, cheapest first, named by
+/// [`hook_program!`]; any other field of `Hook` follows:
+/// `hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: true)`.
+#[macro_export]
+macro_rules! hook {
+    ($event:expr, $base:literal, [$($mode:ident),+ $(,)?] $(, $field:ident: $value:expr)* $(,)?) => {
+        $crate::kernel::hooks::Hook {
+            programs: &[$($crate::hook_program!($mode, $base)),+],
+            $($field: $value,)*
+            ..$crate::kernel::hooks::Hook::event($event)
+        }
+    };
+}
+
 /// Kernel-wide facts that decide attach modes. Probes run on first use and are cached, so a
 /// tool whose hooks are all classic tracepoints never loads a probe program.
 pub struct Env {

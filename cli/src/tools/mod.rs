@@ -332,11 +332,7 @@ pub fn readme_kernel_table() -> String {
         "| tool | hook | attach modes, cheapest first (program) | |\n|---|---|---|---|\n",
     );
     for t in TOOLS.iter().chain(MODES).filter(|t| !t.hidden) {
-        let name = if MODES.iter().any(|m| std::ptr::eq(m, t)) {
-            format!("`{}` `--off-cpu`", t.name)
-        } else {
-            format!("`{}`", t.name)
-        };
+        let name = format!("`{}`", t.name);
         for (i, h) in t.hooks.iter().enumerate() {
             let modes: Vec<String> = h
                 .programs

@@ -35,34 +35,14 @@ use crate::{
 
 const OBJECT: Object = crate::object!("sched");
 
-/// A tracepoint (`sched:sched_switch`) run by the tp_btf program `$prog` where the kernel
-/// allows it, else by the raw_tp program `${prog}_raw` (the scheduler tools' hooks, numa's and
-/// net-rx's).
-macro_rules! btf_hook {
-    ($event:literal, $prog:literal, $optional:expr) => {
-        $crate::kernel::hooks::Hook {
-            programs: &[
-                ($crate::kernel::hooks::AttachMode::TpBtf, $prog),
-                (
-                    $crate::kernel::hooks::AttachMode::RawTp,
-                    concat!($prog, "_raw"),
-                ),
-            ],
-            optional: $optional,
-            ..$crate::kernel::hooks::Hook::event($event)
-        }
-    };
-}
-pub(crate) use btf_hook;
-
 /// The hooks of both tools, in attach order: the free and exec hooks and the wakeup hooks
 /// before `sched_switch`, so no task is seen switching before its cleanup and its wakeups are.
 pub const HOOKS: &[Hook] = &[
-    btf_hook!("sched:sched_process_free", "tk_sched_free", true),
-    btf_hook!("sched:sched_process_exec", "tk_sched_exec", true),
-    btf_hook!("sched:sched_waking", "tk_sched_waking", true),
-    btf_hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", true),
-    btf_hook!("sched:sched_switch", "tk_sched_switch", false),
+    crate::hook!("sched:sched_process_free", "tk_sched_free", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_process_exec", "tk_sched_exec", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_waking", "tk_sched_waking", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: false),
 ];
 
 /// The privileges of both tools (`--help`).

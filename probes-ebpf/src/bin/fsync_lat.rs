@@ -1,8 +1,8 @@
 //! `fsync-lat` kernel programs: latency of the sync-family syscalls per process and syscall.
 //!
 //! Two ways to hook the same calls, the first preferred:
-//! - BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints (`tk_fsync_sys_enter`,
-//!   `tk_fsync_sys_exit`). They see every syscall and return after comparing its number with the
+//! - BTF tracepoints on the raw `sys_enter` / `sys_exit` tracepoints (`tk_fsync_enter`,
+//!   `tk_fsync_exit`). They see every syscall and return after comparing its number with the
 //!   six of the family (the classic per-syscall events below cost every syscall a comparable
 //!   bitmap test in `perf_syscall_enter`, see docs/benchmarks.md). Why not the classic events:
 //!   closing each classic-tracepoint perf event waits for an RCU grace period under the global
@@ -12,7 +12,7 @@
 //!   at exit, the syscall number (`orig_ax`) from `struct pt_regs` at offsets taken from the
 //!   kernel's BTF; `ret` (argument 1 of `sys_exit`).
 //! - Classic tracepoints `syscalls:sys_enter_{fsync,fdatasync,sync_file_range,msync,syncfs,
-//!   sync}` and the matching `sys_exit_*` (`tk_fsync_enter`, `tk_fsync_exit`), on kernels without
+//!   sync}` and the matching `sys_exit_*` (`tk_fsync_enter_tp`, `tk_fsync_exit_tp`), on kernels without
 //!   BTF. One enter and one exit program serve all six events and tell them apart by
 //!   `__syscall_nr`; fields at offsets from each event's `format` file: `__syscall_nr` (int),
 //!   the first argument (8-byte slot: `fd` for all but msync and sync), `ret` (long).
@@ -238,7 +238,7 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_fsync_enter(ctx: TracePointContext) -> u32 {
+    pub fn tk_fsync_enter_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offsets come from the event's format file; read_at bounds-checks via the helper.
         let nr = match unsafe { ctx.read_at::<i32>(ro(&FS_NR_OFF) as usize) } {
             Ok(nr) => nr as u32,
@@ -255,7 +255,7 @@ probes_ebpf::passing! {
 /// `sys_enter(struct pt_regs *regs, long id)`: every syscall passes here; all but the family
 /// return after the comparison.
 #[btf_tracepoint(function = "sys_enter")]
-pub fn tk_fsync_sys_enter(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_fsync_enter(ctx: BtfTracePointContext) -> i32 {
     let id: i64 = ctx.arg(1);
     if !in_family(id) {
         return 0;
@@ -334,7 +334,7 @@ fn on_exit(ret: i64) {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_fsync_exit(ctx: TracePointContext) -> u32 {
+    pub fn tk_fsync_exit_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offset from the exit event's format file.
         let ret = unsafe { ctx.read_at::<i64>(ro(&FS_RET_OFF) as usize) }.unwrap_or(0);
         on_exit(ret);
@@ -345,9 +345,9 @@ probes_ebpf::passing! {
 /// `sys_exit(struct pt_regs *regs, long ret)`: the syscall number is the one kept in `regs` for
 /// the exit path; all but the family return after the comparison, before any map lookup.
 #[btf_tracepoint(function = "sys_exit")]
-pub fn tk_fsync_sys_exit(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_fsync_exit(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: as in tk_fsync_sys_enter.
+    // SAFETY: as in tk_fsync_enter.
     let nr = unsafe { btf_load_u64(regs, ro(&FS_REGS_NR_OFF)) } as i64;
     if !in_family(nr) {
         return 0;

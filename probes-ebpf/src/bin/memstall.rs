@@ -437,38 +437,38 @@ fn reclaim_end_tp(ctx: &TracePointContext, kind: u32) -> u32 {
 }
 
 both!(
+    tk_ms_reclaim_begin_tp,
     tk_ms_reclaim_begin,
-    tk_ms_reclaim_begin_b,
     "mm_vmscan_direct_reclaim_begin",
     begin(KIND_RECLAIM)
 );
 both!(
+    tk_ms_memcg_begin_tp,
     tk_ms_memcg_begin,
-    tk_ms_memcg_begin_b,
     "mm_vmscan_memcg_reclaim_begin",
     begin(KIND_MEMCG_RECLAIM)
 );
 
 probes_ebpf::passing! {
-    pub fn tk_ms_reclaim_end(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_reclaim_end_tp(ctx: TracePointContext) -> u32 {
         reclaim_end_tp(&ctx, KIND_RECLAIM)
     }
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_memcg_end(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_memcg_end_tp(ctx: TracePointContext) -> u32 {
         reclaim_end_tp(&ctx, KIND_MEMCG_RECLAIM)
     }
 }
 
 /// `mm_vmscan_*_reclaim_end(unsigned long nr_reclaimed)`.
 #[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
-pub fn tk_ms_reclaim_end_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_reclaim_end(ctx: BtfTracePointContext) -> i32 {
     reclaim_end(KIND_RECLAIM, ctx.arg(0)) as i32
 }
 
 #[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
-pub fn tk_ms_memcg_end_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_memcg_end(ctx: BtfTracePointContext) -> i32 {
     reclaim_end(KIND_MEMCG_RECLAIM, ctx.arg(0)) as i32
 }
 
@@ -499,7 +499,7 @@ fn madv_exit(ret: i64) {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_madv_enter(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_madv_enter_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offset from sys_enter_madvise's format file (an 8-byte argument slot).
         let behavior = unsafe { ctx.read_at::<u64>(ro(&MS_MADV_BEHAVIOR_OFF) as usize) }.unwrap_or(0);
         madv_enter(behavior);
@@ -508,7 +508,7 @@ probes_ebpf::passing! {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_madv_exit(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_madv_exit_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offset from sys_exit_madvise's format file.
         let ret = unsafe { ctx.read_at::<i64>(ro(&MS_MADV_RET_OFF) as usize) }.unwrap_or(0);
         madv_exit(ret);
@@ -519,7 +519,7 @@ probes_ebpf::passing! {
 /// Fallback without tracefs: `sys_enter(struct pt_regs *regs, long id)`; every syscall but
 /// madvise returns after the comparison.
 #[btf_tracepoint(function = "sys_enter")]
-pub fn tk_ms_madv_enter_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_madv_enter(ctx: BtfTracePointContext) -> i32 {
     let id: u64 = ctx.arg(1);
     if id != ro(&MS_NR_MADVISE) {
         return 0;
@@ -533,7 +533,7 @@ pub fn tk_ms_madv_enter_b(ctx: BtfTracePointContext) -> i32 {
 
 /// Fallback without tracefs: `sys_exit(struct pt_regs *regs, long ret)`.
 #[btf_tracepoint(function = "sys_exit")]
-pub fn tk_ms_madv_exit_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_madv_exit(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
     // SAFETY: as above.
     if unsafe { btf_load_u64(regs, ro(&MS_REGS_NR_OFF)) } != ro(&MS_NR_MADVISE) {
@@ -578,20 +578,20 @@ fn thp_count(what: Thp, status: i32) -> u32 {
 }
 
 both!(
+    tk_ms_thp_scan_tp,
     tk_ms_thp_scan,
-    tk_ms_thp_scan_b,
     "mm_khugepaged_scan_pmd",
     thp_count(Thp::Scan, -1)
 );
 both!(
+    tk_ms_thp_isolate_tp,
     tk_ms_thp_isolate,
-    tk_ms_thp_isolate_b,
     "mm_collapse_huge_page_isolate",
     thp_count(Thp::Isolate, -1)
 );
 
 probes_ebpf::passing! {
-    pub fn tk_ms_thp_collapse(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_thp_collapse_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: the status offset comes from the format file; read_at goes through the helper.
         let status = unsafe { ctx.read_at::<i32>(ro(&MS_COLLAPSE_STATUS_OFF) as usize) }.unwrap_or(-1);
         thp_count(Thp::Collapse, status)
@@ -599,7 +599,7 @@ probes_ebpf::passing! {
 }
 
 #[btf_tracepoint(function = "mm_collapse_huge_page")]
-pub fn tk_ms_thp_collapse_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_thp_collapse(ctx: BtfTracePointContext) -> i32 {
     thp_count(Thp::Collapse, arg_i32(&ctx, ro(&MS_COLLAPSE_STATUS_ARG))) as i32
 }
 
@@ -640,14 +640,14 @@ pub fn tk_ms_fault_exit(ctx: FExitContext) -> u32 {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_fault_kp(_ctx: ProbeContext) -> u32 {
+    pub fn tk_ms_fault_entry_kp(_ctx: ProbeContext) -> u32 {
         begin(KIND_THP_FAULT);
         0
     }
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_fault_krp(ctx: RetProbeContext) -> u32 {
+    pub fn tk_ms_fault_exit_krp(ctx: RetProbeContext) -> u32 {
         let ret: u64 = ctx.ret();
         fault_exit(ret & 0xffff_ffff);
         0

@@ -66,20 +66,29 @@ const FAMILY: [(&str, i64); 6] = [
     ("sync", libc::SYS_sync),
 ];
 
-const ENTER: &[(AttachMode, &str)] = &[
-    (AttachMode::Tracepoint, "tk_fsync_enter"),
-    (AttachMode::TpBtf, "tk_fsync_sys_enter"),
-];
-const EXIT: &[(AttachMode, &str)] = &[
-    (AttachMode::Tracepoint, "tk_fsync_exit"),
-    (AttachMode::TpBtf, "tk_fsync_sys_exit"),
-];
-
+/// The enter and exit hooks of each sync-family syscall: one program pair for all of them
+/// (`tk_fsync_enter`, `tk_fsync_exit`, in the one naming scheme of `kernel::hooks::hook!`).
 macro_rules! sync_hooks {
     ($($name:literal),*) => {
         &[$(
-            Hook { event: concat!("syscalls:sys_enter_", $name), raw: Some("sys_enter"), fields: &["__syscall_nr"], programs: ENTER, optional: true, group: "sync" },
-            Hook { event: concat!("syscalls:sys_exit_", $name), raw: Some("sys_exit"), fields: &["ret"], programs: EXIT, optional: true, group: "sync" },
+            crate::hook!(
+                concat!("syscalls:sys_enter_", $name),
+                "tk_fsync_enter",
+                [Tracepoint, TpBtf],
+                raw: Some("sys_enter"),
+                fields: &["__syscall_nr"],
+                optional: true,
+                group: "sync",
+            ),
+            crate::hook!(
+                concat!("syscalls:sys_exit_", $name),
+                "tk_fsync_exit",
+                [Tracepoint, TpBtf],
+                raw: Some("sys_exit"),
+                fields: &["ret"],
+                optional: true,
+                group: "sync",
+            ),
         )*]
     };
 }
@@ -437,7 +446,10 @@ impl Collector for FsyncLat {
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.hist.drain(self.session.drained()).context("reading FSYNC_HIST")?;
+        let drained = self
+            .hist
+            .drain(self.session.drained())
+            .context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
         let secs = self.counting.secs();
         let threads = self.scope.threads;
@@ -568,9 +580,7 @@ impl Collector for FsyncLat {
 }
 
 /// Each row id's file with the most sync time in the window (ties: the first in key order).
-fn busiest_files(
-    per_file: &BTreeMap<FileKey, (u32, [u8; 16], LatHist)>,
-) -> BTreeMap<u32, FileKey> {
+fn busiest_files(per_file: &BTreeMap<FileKey, (u32, [u8; 16], LatHist)>) -> BTreeMap<u32, FileKey> {
     let mut best: BTreeMap<u32, (FileKey, u64)> = BTreeMap::new();
     for (k, (_, _, h)) in per_file {
         let e = best.entry(k.0).or_insert((*k, h.sum));

@@ -78,52 +78,55 @@ const OBJECT: Object = crate::object!("io_lat");
 /// The event's programs, cheapest mode first. `raw` is the event's own name on purpose: it makes
 /// the attach policy (and so `doctor`) accept raw_tp only where the kernel's BTF knows the
 /// tracepoint, because the raw_tp programs, like tp_btf, need struct offsets from BTF.
-macro_rules! block_hook {
-    ($name:literal, $prog:literal, $fields:expr, $optional:expr) => {
-        Hook {
-            event: concat!("block:", $name),
-            raw: Some($name),
-            fields: $fields,
-            programs: &[
-                (AttachMode::TpBtf, $prog),
-                (AttachMode::RawTp, concat!($prog, "_raw")),
-                (AttachMode::Tracepoint, concat!($prog, "_tp")),
-            ],
-            optional: $optional,
-            group: "block_rq",
-        }
-    };
-}
-
 /// One group: every hook attaches in one mode (the in-flight map is keyed by request address
 /// or by (dev, sector)). Completion first, then requeue and merge, then issue and insert, so a
 /// request seen starting is seen ending. Without insert there is no queue time; without
 /// requeue and merge the depth counters may drift (each is counted as an anomaly).
 pub const HOOKS: &[Hook] = &[
-    block_hook!(
-        "block_rq_complete",
+    crate::hook!(
+        concat!("block:", "block_rq_complete"),
         "tk_io_complete",
-        &["dev", "sector", "error", "nr_sector", "rwbs"],
-        false
+        [TpBtf, RawTp, Tracepoint],
+        raw: Some("block_rq_complete"),
+        fields: &["dev", "sector", "error", "nr_sector", "rwbs"],
+        optional: false,
+        group: "block_rq",
     ),
-    block_hook!(
-        "block_rq_requeue",
+    crate::hook!(
+        concat!("block:", "block_rq_requeue"),
         "tk_io_requeue",
-        &["dev", "sector"],
-        true
+        [TpBtf, RawTp, Tracepoint],
+        raw: Some("block_rq_requeue"),
+        fields: &["dev", "sector"],
+        optional: true,
+        group: "block_rq",
     ),
-    block_hook!("block_rq_merge", "tk_io_merge", &["dev", "sector"], true),
-    block_hook!(
-        "block_rq_issue",
+    crate::hook!(
+        concat!("block:", "block_rq_merge"),
+        "tk_io_merge",
+        [TpBtf, RawTp, Tracepoint],
+        raw: Some("block_rq_merge"),
+        fields: &["dev", "sector"],
+        optional: true,
+        group: "block_rq",
+    ),
+    crate::hook!(
+        concat!("block:", "block_rq_issue"),
         "tk_io_issue",
-        &["dev", "sector", "bytes", "rwbs"],
-        false
+        [TpBtf, RawTp, Tracepoint],
+        raw: Some("block_rq_issue"),
+        fields: &["dev", "sector", "bytes", "rwbs"],
+        optional: false,
+        group: "block_rq",
     ),
-    block_hook!(
-        "block_rq_insert",
+    crate::hook!(
+        concat!("block:", "block_rq_insert"),
         "tk_io_insert",
-        &["dev", "sector", "bytes", "rwbs"],
-        true
+        [TpBtf, RawTp, Tracepoint],
+        raw: Some("block_rq_insert"),
+        fields: &["dev", "sector", "bytes", "rwbs"],
+        optional: true,
+        group: "block_rq",
     ),
 ];
 
@@ -336,11 +339,17 @@ impl Collector for IoLat {
         Ok(())
     }
 
-
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.agg.drain(self.session.drained()).context("reading IO_AGG")?;
-        let mut devs = self.devs.drain(self.session.drained()).context("reading IO_DEV_VALS")?;
-        self.slots.drain_depth(self.session.drained(), &mut devs.rows)?;
+        let drained = self
+            .agg
+            .drain(self.session.drained())
+            .context("reading IO_AGG")?;
+        let mut devs = self
+            .devs
+            .drain(self.session.drained())
+            .context("reading IO_DEV_VALS")?;
+        self.slots
+            .drain_depth(self.session.drained(), &mut devs.rows)?;
         let st = self.session.stats_delta()?;
         if st[probes_common::stats::START_MAP_FULL as usize] > 0
             && self.mode != AttachMode::Tracepoint

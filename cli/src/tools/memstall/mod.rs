@@ -79,160 +79,153 @@ const OBJECT: Object = crate::object!("memstall");
 /// The groups that trace stalls (the tool needs at least one).
 pub const GROUPS: &[&str] = &["compaction", "reclaim", "memcg_reclaim", "thp_collapse"];
 
-macro_rules! hook {
-    ($group:literal, $event:literal, $fields:expr, $btf:literal, $tp:literal) => {
-        Hook {
-            event: $event,
-            raw: None,
-            fields: $fields,
-            programs: &[(AttachMode::TpBtf, $btf), (AttachMode::Tracepoint, $tp)],
-            optional: true,
-            group: $group,
-        }
-    };
-}
-
 /// Every hook is optional: the tool traces whichever groups the kernel has and names the rest.
 pub const HOOKS: &[Hook] = &[
-    hook!(
-        "compaction",
+    crate::hook!(
         "compaction:mm_compaction_try_to_compact_pages",
-        &[],
-        "tk_ms_compact_try_b",
-        "tk_ms_compact_try"
+        "tk_ms_compact_try",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "compaction",
     ),
-    hook!(
-        "compaction",
+    crate::hook!(
         "compaction:mm_compaction_deferred",
-        &[],
-        "tk_ms_compact_deferred_b",
-        "tk_ms_compact_deferred"
+        "tk_ms_compact_deferred",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "compaction",
     ),
-    hook!(
-        "compaction",
+    crate::hook!(
         "compaction:mm_compaction_defer_reset",
-        &[],
-        "tk_ms_compact_reset_b",
-        "tk_ms_compact_reset"
+        "tk_ms_compact_reset",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "compaction",
     ),
-    hook!(
-        "compaction",
+    crate::hook!(
         "compaction:mm_compaction_begin",
-        &[],
-        "tk_ms_compact_begin_b",
-        "tk_ms_compact_begin"
+        "tk_ms_compact_begin",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "compaction",
     ),
-    hook!(
-        "compaction",
+    crate::hook!(
         "compaction:mm_compaction_end",
-        &["status"],
-        "tk_ms_compact_end_b",
-        "tk_ms_compact_end"
+        "tk_ms_compact_end",
+        [TpBtf, Tracepoint],
+        fields: &["status"],
+        optional: true,
+        group: "compaction",
     ),
-    hook!(
-        "reclaim",
+    crate::hook!(
         "vmscan:mm_vmscan_direct_reclaim_begin",
-        &[],
-        "tk_ms_reclaim_begin_b",
-        "tk_ms_reclaim_begin"
+        "tk_ms_reclaim_begin",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "reclaim",
     ),
-    hook!(
-        "reclaim",
+    crate::hook!(
         "vmscan:mm_vmscan_direct_reclaim_end",
-        &["nr_reclaimed"],
-        "tk_ms_reclaim_end_b",
-        "tk_ms_reclaim_end"
+        "tk_ms_reclaim_end",
+        [TpBtf, Tracepoint],
+        fields: &["nr_reclaimed"],
+        optional: true,
+        group: "reclaim",
     ),
-    hook!(
-        "memcg_reclaim",
+    crate::hook!(
         "vmscan:mm_vmscan_memcg_reclaim_begin",
-        &[],
-        "tk_ms_memcg_begin_b",
-        "tk_ms_memcg_begin"
+        "tk_ms_memcg_begin",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "memcg_reclaim",
     ),
-    hook!(
-        "memcg_reclaim",
+    crate::hook!(
         "vmscan:mm_vmscan_memcg_reclaim_end",
-        &["nr_reclaimed"],
-        "tk_ms_memcg_end_b",
-        "tk_ms_memcg_end"
+        "tk_ms_memcg_end",
+        [TpBtf, Tracepoint],
+        fields: &["nr_reclaimed"],
+        optional: true,
+        group: "memcg_reclaim",
     ),
-    hook!(
-        "thp_collapse",
+    crate::hook!(
         "huge_memory:mm_khugepaged_scan_pmd",
-        &[],
-        "tk_ms_thp_scan_b",
-        "tk_ms_thp_scan"
+        "tk_ms_thp_scan",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "thp_collapse",
     ),
-    hook!(
-        "thp_collapse",
+    crate::hook!(
         "huge_memory:mm_collapse_huge_page_isolate",
-        &[],
-        "tk_ms_thp_isolate_b",
-        "tk_ms_thp_isolate"
+        "tk_ms_thp_isolate",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "thp_collapse",
     ),
-    hook!(
-        "thp_collapse",
+    crate::hook!(
         "huge_memory:mm_collapse_huge_page",
-        &["status"],
-        "tk_ms_thp_collapse_b",
-        "tk_ms_thp_collapse"
+        "tk_ms_thp_collapse",
+        [TpBtf, Tracepoint],
+        fields: &["status"],
+        optional: true,
+        group: "thp_collapse",
     ),
-    Hook {
-        event: "syscalls:sys_enter_madvise",
+    crate::hook!(
+        "syscalls:sys_enter_madvise",
+        "tk_ms_madv_enter",
+        [Tracepoint, TpBtf],
         raw: Some("sys_enter"),
         fields: &["behavior"],
-        programs: &[
-            (AttachMode::Tracepoint, "tk_ms_madv_enter"),
-            (AttachMode::TpBtf, "tk_ms_madv_enter_b"),
-        ],
         optional: true,
         group: "madvise_collapse_time",
-    },
-    Hook {
-        event: "syscalls:sys_exit_madvise",
+    ),
+    crate::hook!(
+        "syscalls:sys_exit_madvise",
+        "tk_ms_madv_exit",
+        [Tracepoint, TpBtf],
         raw: Some("sys_exit"),
         fields: &["ret"],
-        programs: &[
-            (AttachMode::Tracepoint, "tk_ms_madv_exit"),
-            (AttachMode::TpBtf, "tk_ms_madv_exit_b"),
-        ],
         optional: true,
         group: "madvise_collapse_time",
-    },
-    hook!(
-        "oom",
+    ),
+    crate::hook!(
         "oom:mark_victim",
-        &["pid"],
-        "tk_ms_oom_b",
-        "tk_ms_oom"
-    ),
-    hook!(
-        "lifetime",
-        "sched:sched_process_exit",
-        &[],
-        "tk_ms_exit_b",
-        "tk_ms_exit"
-    ),
-    Hook {
-        programs: &[
-            (AttachMode::Fentry, "tk_ms_fault_entry"),
-            (AttachMode::Kprobe, "tk_ms_fault_kp"),
-        ],
+        "tk_ms_oom",
+        [TpBtf, Tracepoint],
+        fields: &["pid"],
         optional: true,
-        ..Hook::event("do_huge_pmd_anonymous_page")
-    },
+        group: "oom",
+    ),
+    crate::hook!(
+        "sched:sched_process_exit",
+        "tk_ms_exit",
+        [TpBtf, Tracepoint],
+        fields: &[],
+        optional: true,
+        group: "lifetime",
+    ),
+    crate::hook!(
+        "do_huge_pmd_anonymous_page",
+        "tk_ms_fault_entry",
+        [Fentry, Kprobe],
+        optional: true,
+    ),
     // The return of the same function, named as perf names a kretprobe (`func%return`) so
     // doctor and `attach_policy` tell the two hooks apart; `raw` is where it attaches.
-    Hook {
+    crate::hook!(
+        "do_huge_pmd_anonymous_page%return",
+        "tk_ms_fault_exit",
+        [Fexit, Kretprobe],
         raw: Some("do_huge_pmd_anonymous_page"),
-        programs: &[
-            (AttachMode::Fexit, "tk_ms_fault_exit"),
-            (AttachMode::Kretprobe, "tk_ms_fault_krp"),
-        ],
         optional: true,
-        ..Hook::event("do_huge_pmd_anonymous_page%return")
-    },
+    ),
 ];
 
 const EXAMPLES: &str = "  tracekit memstall --duration 10s                    # who stalls in compaction, reclaim, THP collapse

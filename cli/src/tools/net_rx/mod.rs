@@ -39,7 +39,7 @@ use crate::{
         render::fmt_ns,
         rows::{Ctx, Section},
     },
-    tools::{self, sched::btf_hook, OpenCtx, ToolInfo},
+    tools::{self, OpenCtx, ToolInfo},
 };
 
 mod devices;
@@ -86,30 +86,31 @@ pub const CONNTRACK_FULL: Cause = Cause::new(
 
 const OBJECT: Object = crate::object!("net_rx");
 
-const DROP: &[(AttachMode, &str)] = &[
-    (AttachMode::TpBtf, "tk_nr_drop"),
-    (AttachMode::RawTp, "tk_nr_drop_raw"),
-    (AttachMode::Tracepoint, "tk_nr_drop_tp"),
-];
-
 /// Every hook, cheapest mode first. Only the drop hook is required; `consume_skb` is attached
 /// only with `--consume` (it fires for every packet delivered).
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        programs: DROP,
+    crate::hook!(
+        "skb:kfree_skb",
+        "tk_nr_drop",
+        [TpBtf, RawTp, Tracepoint],
         fields: &["skbaddr", "location"],
-        ..Hook::event("skb:kfree_skb")
-    },
-    Hook {
+    ),
+    crate::hook!(
+        "irq:softirq_entry",
+        "tk_nr_softirq_entry",
+        [TpBtf, RawTp],
+        optional: true,
         group: "softirq",
-        ..btf_hook!("irq:softirq_entry", "tk_nr_softirq_entry", true)
-    },
-    Hook {
+    ),
+    crate::hook!(
+        "irq:softirq_exit",
+        "tk_nr_softirq_exit",
+        [TpBtf, RawTp],
+        optional: true,
         group: "softirq",
-        ..btf_hook!("irq:softirq_exit", "tk_nr_softirq_exit", true)
-    },
-    btf_hook!("napi:napi_poll", "tk_nr_napi", true),
-    btf_hook!("skb:consume_skb", "tk_nr_consume", true),
+    ),
+    crate::hook!("napi:napi_poll", "tk_nr_napi", [TpBtf, RawTp], optional: true),
+    crate::hook!("skb:consume_skb", "tk_nr_consume", [TpBtf, RawTp], optional: true),
 ];
 
 const EXAMPLES: &str = "  tracekit net-rx --duration 10s                   # who drops what, which CPU does the receive work
@@ -197,9 +198,9 @@ fn hooks_for(args: &Args) -> Vec<Hook> {
         .map(|h| match (&args.attach, h.event) {
             (Some(m), "skb:kfree_skb") => Hook {
                 programs: match m.as_str() {
-                    "tp_btf" => &DROP[..1],
-                    "raw_tp" => &DROP[1..2],
-                    _ => &DROP[2..],
+                    "tp_btf" => &h.programs[..1],
+                    "raw_tp" => &h.programs[1..2],
+                    _ => &h.programs[2..],
                 },
                 ..*h
             },
@@ -459,7 +460,6 @@ impl Collector for NetRx {
             .with("rx_sk_used", self.has_rx_sk)
     }
 
-
     // No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
     // `--pid`), but the engine's per-collector work gets the session like any other.
     fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
@@ -467,8 +467,14 @@ impl Collector for NetRx {
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.drops.drain(self.session.drained()).context("reading NR_DROPS")?;
-        let socks = self.socks.drain(self.session.drained()).context("reading NR_SOCKS")?;
+        let drained = self
+            .drops
+            .drain(self.session.drained())
+            .context("reading NR_DROPS")?;
+        let socks = self
+            .socks
+            .drain(self.session.drained())
+            .context("reading NR_SOCKS")?;
         let cpu = self.cpu_delta()?;
         let st = self.session.stats_delta()?;
         let misses = proginfo::session_counters(&self.session).recursion_misses;

@@ -30,7 +30,7 @@ use crate::{
         vmstat::Vmstat,
     },
     report::who::{Id, Title},
-    tools::{doctor::node::cpu_ranges, prelude::*, sched::btf_hook},
+    tools::{doctor::node::cpu_ranges, prelude::*},
 };
 
 mod one_node;
@@ -69,21 +69,12 @@ const FAULT_FN: &str = "task_numa_fault";
 /// `sched_switch` is required; the NUMA balancing events and the hinting-fault hook are
 /// optional (the report says what was skipped).
 pub const HOOKS: &[Hook] = &[
-    btf_hook!("sched:sched_switch", "tk_numa_switch", false),
-    btf_hook!("sched:sched_move_numa", "tk_numa_move", true),
-    btf_hook!("sched:sched_swap_numa", "tk_numa_swap", true),
-    btf_hook!("sched:sched_stick_numa", "tk_numa_stick", true),
-    btf_hook!("migrate:mm_migrate_pages", "tk_numa_migrate", true),
-    Hook {
-        optional: true,
-        ..Hook::on(
-            FAULT_FN,
-            &[
-                (AttachMode::Fentry, "tk_numa_fault"),
-                (AttachMode::Kprobe, "tk_numa_fault_kp"),
-            ],
-        )
-    },
+    crate::hook!("sched:sched_switch", "tk_numa_switch", [TpBtf, RawTp], optional: false),
+    crate::hook!("sched:sched_move_numa", "tk_numa_move", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_swap_numa", "tk_numa_swap", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_stick_numa", "tk_numa_stick", [TpBtf, RawTp], optional: true),
+    crate::hook!("migrate:mm_migrate_pages", "tk_numa_migrate", [TpBtf, RawTp], optional: true),
+    crate::hook!(FAULT_FN, "tk_numa_fault", [Fentry, Kprobe], optional: true),
 ];
 
 const EXAMPLES: &str = "  tracekit numa --duration 10s                      # who runs away from its memory, and what balancing does
@@ -410,8 +401,14 @@ impl Collector for Numa {
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.agg.drain(self.session.drained()).context("reading NUMA_AGG")?;
-        let by_pair = self.pairs.drain(self.session.drained()).context("reading NUMA_PAIRS")?;
+        let drained = self
+            .agg
+            .drain(self.session.drained())
+            .context("reading NUMA_AGG")?;
+        let by_pair = self
+            .pairs
+            .drain(self.session.drained())
+            .context("reading NUMA_PAIRS")?;
         let moves = pairs::node_pairs(&by_pair.rows, PAIR_MOVE);
         let swaps = pairs::node_pairs(&by_pair.rows, PAIR_SWAP);
         let (vm_now, node_edge) = self

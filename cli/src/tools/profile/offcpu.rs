@@ -33,21 +33,13 @@ const OBJECT: Object = crate::object!("offcpu");
 /// The wakeup hook first, so no block is seen before its wakeups are; each tp_btf where the
 /// kernel allows it, else raw_tp.
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_offcpu_waking"),
-            (AttachMode::RawTp, "tk_offcpu_waking_raw"),
-        ],
+    crate::hook!(
+        "sched:sched_waking",
+        "tk_offcpu_waking",
+        [TpBtf, RawTp],
         optional: true,
-        ..Hook::event("sched:sched_waking")
-    },
-    Hook {
-        programs: &[
-            (AttachMode::TpBtf, "tk_offcpu_switch"),
-            (AttachMode::RawTp, "tk_offcpu_switch_raw"),
-        ],
-        ..Hook::event("sched:sched_switch")
-    },
+    ),
+    crate::hook!("sched:sched_switch", "tk_offcpu_switch", [TpBtf, RawTp]),
 ];
 
 /// `--min-block`: a duration (humantime), 0 to keep every block, at most an hour.

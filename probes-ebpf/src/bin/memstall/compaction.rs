@@ -177,32 +177,32 @@ fn compact_end(status: i32) -> u32 {
 }
 
 both!(
+    tk_ms_compact_try_tp,
     tk_ms_compact_try,
-    tk_ms_compact_try_b,
     "mm_compaction_try_to_compact_pages",
     compact_try()
 );
 both!(
+    tk_ms_compact_deferred_tp,
     tk_ms_compact_deferred,
-    tk_ms_compact_deferred_b,
     "mm_compaction_deferred",
     compact_proof()
 );
 both!(
+    tk_ms_compact_reset_tp,
     tk_ms_compact_reset,
-    tk_ms_compact_reset_b,
     "mm_compaction_defer_reset",
     compact_proof()
 );
 both!(
+    tk_ms_compact_begin_tp,
     tk_ms_compact_begin,
-    tk_ms_compact_begin_b,
     "mm_compaction_begin",
     compact_begin()
 );
 
 probes_ebpf::passing! {
-    pub fn tk_ms_compact_end(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_compact_end_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offset from mm_compaction_end's format file; read_at goes through the helper.
         let status = unsafe { ctx.read_at::<i32>(ro(&MS_COMPACT_STATUS_OFF) as usize) }.unwrap_or(-1);
         compact_end(status)
@@ -210,6 +210,6 @@ probes_ebpf::passing! {
 }
 
 #[btf_tracepoint(function = "mm_compaction_end")]
-pub fn tk_ms_compact_end_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_compact_end(ctx: BtfTracePointContext) -> i32 {
     compact_end(arg_i32(&ctx, ro(&MS_COMPACT_STATUS_ARG))) as i32
 }

@@ -67,7 +67,7 @@ fn oom_emit(task: u64, pid: u32) {
 }
 
 probes_ebpf::passing! {
-    pub fn tk_ms_oom(ctx: TracePointContext) -> u32 {
+    pub fn tk_ms_oom_tp(ctx: TracePointContext) -> u32 {
         // SAFETY: offset from mark_victim's format file.
         let pid = unsafe { ctx.read_at::<i32>(ro(&MS_OOM_PID_OFF) as usize) }.unwrap_or(0);
         oom_emit(0, pid as u32);
@@ -76,7 +76,7 @@ probes_ebpf::passing! {
 }
 
 #[btf_tracepoint(function = "mark_victim")]
-pub fn tk_ms_oom_b(ctx: BtfTracePointContext) -> i32 {
+pub fn tk_ms_oom(ctx: BtfTracePointContext) -> i32 {
     let a0: u64 = ctx.arg(0);
     if ro(&MS_OOM_TASK_ARG) != 0 {
         oom_emit(a0, 0);
@@ -99,4 +99,4 @@ fn task_exit() {
     let _ = MS_ATTEMPT.remove(tid);
 }
 
-both!(tk_ms_exit, tk_ms_exit_b, "sched_process_exit", task_exit());
+both!(tk_ms_exit_tp, tk_ms_exit, "sched_process_exit", task_exit());
