@@ -142,6 +142,24 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             "tracepoint:skb:kfree_skb { @drops[args->reason] = count(); } tracepoint:irq:softirq_entry /args->vec == 3/ { @s[cpu] = nsecs; } tracepoint:irq:softirq_exit /args->vec == 3 && @s[cpu]/ { @softirq_ns[cpu] = sum(nsecs - @s[cpu]); delete(@s[cpu]); } tracepoint:napi:napi_poll { @polls[cpu] = count(); if (args->work >= args->budget) { @squeezed[cpu] = count(); } }",
         ),
     ];
+    // IRQ and softirq time: irq-lat (a histogram per CPU and IRQ or vector, every softirq and
+    // hard IRQ) beside libbpf-tools softirqs and hardirqs with -d (a log2 histogram per vector
+    // or IRQ name, all CPUs together). On the loopback flood every datagram is a NET_RX run, on
+    // the TCP stream most of the work is NET_RX too; hard IRQs are the machine's own.
+    let irq = vec![
+        tk_tool(tk, "tracekit irq-lat", "irq-lat", tkj("irq-lat", &[])),
+        Tracer {
+            name: "libbpf-tools softirqs -d".into(),
+            argv: s(&["stdbuf", "-oL", "softirqs", "-d"]),
+            ready: Ready::Line("Tracing"),
+        },
+        Tracer {
+            name: "libbpf-tools hardirqs -d".into(),
+            argv: s(&["stdbuf", "-oL", "hardirqs", "-d"]),
+            ready: Ready::Line("Tracing"),
+        },
+    ];
+    let net: Vec<Tracer> = net.into_iter().chain(irq).collect();
 
     // Block I/O latency: io-lat beside libbpf-tools biolatency and bpftrace. `biolatency -D`
     // (per disk, issue → complete: two hooks) is what issue 12 names; `-Q -D` adds the insert

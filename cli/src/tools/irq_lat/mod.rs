@@ -75,13 +75,9 @@ const SOFT_EXIT: &[(AttachMode, &str)] = &[
 ];
 
 /// Every hook, cheapest mode first; an entry and its exit attach in one mode (their group).
+/// Exits attach before entries: a run whose entry was seen always has its exit seen too (a run
+/// entered between an entry's attach and its exit's would count as unfinished).
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        programs: HARD_ENTRY,
-        fields: &["irq"],
-        group: "hardirq",
-        ..Hook::event("irq:irq_handler_entry")
-    },
     Hook {
         programs: HARD_EXIT,
         fields: &["irq", "ret"],
@@ -89,16 +85,22 @@ pub const HOOKS: &[Hook] = &[
         ..Hook::event("irq:irq_handler_exit")
     },
     Hook {
-        programs: SOFT_ENTRY,
-        fields: &["vec"],
-        group: "softirq",
-        ..Hook::event("irq:softirq_entry")
+        programs: HARD_ENTRY,
+        fields: &["irq"],
+        group: "hardirq",
+        ..Hook::event("irq:irq_handler_entry")
     },
     Hook {
         programs: SOFT_EXIT,
         fields: &["vec"],
         group: "softirq",
         ..Hook::event("irq:softirq_exit")
+    },
+    Hook {
+        programs: SOFT_ENTRY,
+        fields: &["vec"],
+        group: "softirq",
+        ..Hook::event("irq:softirq_entry")
     },
 ];
 
