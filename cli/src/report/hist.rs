@@ -23,6 +23,81 @@ pub struct LatStats {
     pub cv: f64,
 }
 
+/// One statistic of [`LatStats`] as a row key: the key's suffix after the row's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    Count,
+    TotalNs,
+    MeanNs,
+    P50Ns,
+    P90Ns,
+    P99Ns,
+    P999Ns,
+    MaxNs,
+    StddevNs,
+}
+
+impl Stat {
+    pub fn key(self) -> &'static str {
+        match self {
+            Stat::Count => "count",
+            Stat::TotalNs => "total_ns",
+            Stat::MeanNs => "mean_ns",
+            Stat::P50Ns => "p50_ns",
+            Stat::P90Ns => "p90_ns",
+            Stat::P99Ns => "p99_ns",
+            Stat::P999Ns => "p999_ns",
+            Stat::MaxNs => "max_ns",
+            Stat::StddevNs => "stddev_ns",
+        }
+    }
+
+    pub fn of(self, s: &LatStats) -> u64 {
+        match self {
+            Stat::Count => s.count,
+            Stat::TotalNs => s.total_ns,
+            Stat::MeanNs => s.mean_ns,
+            Stat::P50Ns => s.p50_ns,
+            Stat::P90Ns => s.p90_ns,
+            Stat::P99Ns => s.p99_ns,
+            Stat::P999Ns => s.p999_ns,
+            Stat::MaxNs => s.max_ns,
+            Stat::StddevNs => s.stddev_ns,
+        }
+    }
+}
+
+/// A row's latency statistics, flattened into its JSON under a key prefix (`wake_p99_ns`,
+/// `queue_total_ns`): the one serialiser of every row's latency figures. `keys` says which
+/// statistics the row carries (a tool keeps its key set as it was documented).
+#[derive(Clone, Debug)]
+pub struct Keyed {
+    pub prefix: &'static str,
+    pub s: LatStats,
+    pub keys: &'static [Stat],
+}
+
+impl Keyed {
+    pub fn new(prefix: &'static str, s: LatStats, keys: &'static [Stat]) -> Keyed {
+        Keyed { prefix, s, keys }
+    }
+
+    pub fn of(prefix: &'static str, h: &LatHist, keys: &'static [Stat]) -> Keyed {
+        Keyed::new(prefix, stats(h), keys)
+    }
+}
+
+impl serde::Serialize for Keyed {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(Some(self.keys.len()))?;
+        for k in self.keys {
+            m.serialize_entry(&format!("{}{}", self.prefix, k.key()), &k.of(&self.s))?;
+        }
+        m.end()
+    }
+}
+
 /// An hdrhistogram from a kernel histogram.
 pub fn to_hdr(h: &LatHist) -> Histogram<u64> {
     let mut hdr = Histogram::<u64>::new(3).expect("3 significant digits is valid");

@@ -15,7 +15,7 @@ use crate::report::{
     schema::{Direction::*, Dist, Field, Rows},
     who::ID_FIELDS,
 };
-use serde::{ser::SerializeMap, Serialize, Serializer};
+use serde::Serialize;
 
 use crate::{
     engine::{Collector, Output, Window},
@@ -23,7 +23,7 @@ use crate::{
     options::Common,
     report::{
         findings::{rank, Cause, Finding, Score, Subject},
-        hist::{self, LatStats},
+        hist::{self, Keyed, Stat},
         render::fmt_ns,
         rows::{id_columns, shown, Column, Ctx, Section},
     },
@@ -108,27 +108,16 @@ struct RunqLat {
     max_rows: usize,
 }
 
-/// Latency figures under a key prefix (`wake_p99_ns`), flattened into a row's JSON.
-struct Prefixed(&'static str, LatStats);
-
-impl Serialize for Prefixed {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let l = &self.1;
-        let mut m = s.serialize_map(Some(7))?;
-        for (k, v) in [
-            ("count", l.count),
-            ("total_ns", l.total_ns),
-            ("p50_ns", l.p50_ns),
-            ("p90_ns", l.p90_ns),
-            ("p99_ns", l.p99_ns),
-            ("p999_ns", l.p999_ns),
-            ("max_ns", l.max_ns),
-        ] {
-            m.serialize_entry(&format!("{}{k}", self.0), &v)?;
-        }
-        m.end()
-    }
-}
+/// The statistics of each of a row's three latency groups (`wake_p99_ns`, …).
+const RUNQ_STATS: &[Stat] = &[
+    Stat::Count,
+    Stat::TotalNs,
+    Stat::P50Ns,
+    Stat::P90Ns,
+    Stat::P99Ns,
+    Stat::P999Ns,
+    Stat::MaxNs,
+];
 
 /// One process (or thread) in one window.
 #[derive(Serialize)]
@@ -137,11 +126,11 @@ struct RunqRow {
     who: Who,
     mean_ns: u64,
     #[serde(flatten)]
-    all: Prefixed,
+    all: Keyed,
     #[serde(flatten)]
-    wake: Prefixed,
+    wake: Keyed,
     #[serde(flatten)]
-    preempt: Prefixed,
+    preempt: Keyed,
     /// The kernel's own run-queue delay over the window (`/proc/<pid>/schedstat`'s second
     /// field): misses most of a wait after a wakeup that preempts.
     kernel_run_delay_ns: u64,
@@ -212,22 +201,22 @@ pub const SUMMARY_ROWS: Rows = Rows {
 const COLUMNS: &[Column<RunqRow>] = &[
     Column::right("PID", |r: &RunqRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
-    Column::right("WAITS", |r, _| r.all.1.count.to_string()),
-    Column::right("P50", |r, _| fmt_ns(r.all.1.p50_ns)),
-    Column::right("P90", |r, _| fmt_ns(r.all.1.p90_ns)),
-    Column::right("P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.p99_ns))
-        .sort('9', |r, _| r.all.1.p99_ns as f64),
-    Column::right("P99.9", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.p999_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.all.1.max_ns)),
-    Column::right("TOTAL", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.1.total_ns))
-        .sort('t', |r, _| r.all.1.total_ns as f64),
+    Column::right("WAITS", |r, _| r.all.s.count.to_string()),
+    Column::right("P50", |r, _| fmt_ns(r.all.s.p50_ns)),
+    Column::right("P90", |r, _| fmt_ns(r.all.s.p90_ns)),
+    Column::right("P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.s.p99_ns))
+        .sort('9', |r, _| r.all.s.p99_ns as f64),
+    Column::right("P99.9", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.s.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.all.s.max_ns)),
+    Column::right("TOTAL", |r: &RunqRow, _: &Ctx| fmt_ns(r.all.s.total_ns))
+        .sort('t', |r, _| r.all.s.total_ns as f64),
     Column::right("%TIME", |r: &RunqRow, c: &Ctx| {
-        format!("{:.1}", r.all.1.total_ns as f64 / 1e7 / c.secs)
+        format!("{:.1}", r.all.s.total_ns as f64 / 1e7 / c.secs)
     }),
-    Column::right("WAKE_P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.wake.1.p99_ns))
-        .sort('w', |r, _| r.wake.1.p99_ns as f64),
-    Column::right("PREEMPT_N", |r, _| r.preempt.1.count.to_string()),
-    Column::right("PREEMPT_P99", |r, _| fmt_ns(r.preempt.1.p99_ns)),
+    Column::right("WAKE_P99", |r: &RunqRow, _: &Ctx| fmt_ns(r.wake.s.p99_ns))
+        .sort('w', |r, _| r.wake.s.p99_ns as f64),
+    Column::right("PREEMPT_N", |r, _| r.preempt.s.count.to_string()),
+    Column::right("PREEMPT_P99", |r, _| fmt_ns(r.preempt.s.p99_ns)),
     Column::right("RUN_DELAY", |r, _| fmt_ns(r.kernel_run_delay_ns)),
     Column::left("WAITED_BEHIND", |r, _| r.behind_text.clone()),
 ];
@@ -316,9 +305,9 @@ impl RunqLat {
         RunqRow {
             who,
             mean_ns: all.mean_ns,
-            all: Prefixed("", all),
-            wake: Prefixed("wake_", hist::stats(&r.v.wake)),
-            preempt: Prefixed("preempt_", hist::stats(&r.v.preempt)),
+            all: Keyed::new("", all, RUNQ_STATS),
+            wake: Keyed::new("wake_", hist::stats(&r.v.wake), RUNQ_STATS),
+            preempt: Keyed::new("preempt_", hist::stats(&r.v.preempt), RUNQ_STATS),
             kernel_run_delay_ns: r.v.run_delay_ns,
             wake_unmeasured: r.v.wake_unmeasured,
             waited_behind,
@@ -389,14 +378,14 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
             kernel_ns: 0,
             behind: BTreeMap::new(),
         });
-        let w = &r.wake.1;
+        let w = &r.wake.s;
         if w.total_ns >= a.wake_ns {
             (a.p50, a.p99) = (w.p50_ns, w.p99_ns);
         }
         a.wake_ns += w.total_ns;
         a.wake_n += w.count;
         a.max = a.max.max(w.max_ns);
-        a.preempt_ns += r.preempt.1.total_ns;
+        a.preempt_ns += r.preempt.s.total_ns;
         a.kernel_ns += r.kernel_run_delay_ns;
         for p in r.waited_behind.iter().filter(|p| p.who.pid != me) {
             let e = a
@@ -555,17 +544,17 @@ impl Collector for RunqLat {
             .rows
             .iter()
             .map(|r| self.row(r, &names, &culprits))
-            .filter(|r| r.all.1.count > 0)
+            .filter(|r| r.all.s.count > 0)
             .collect();
         rows.sort_by(|a, b| {
             b.all
-                .1
+                .s
                 .total_ns
-                .cmp(&a.all.1.total_ns)
+                .cmp(&a.all.s.total_ns)
                 .then(a.id.cmp(&b.id))
         });
-        let waits: u64 = rows.iter().map(|r| r.all.1.count).sum();
-        let total: u64 = rows.iter().map(|r| r.all.1.total_ns).sum();
+        let waits: u64 = rows.iter().map(|r| r.all.s.count).sum();
+        let total: u64 = rows.iter().map(|r| r.all.s.total_ns).sum();
         let mut out = Output {
             title: format!(
                 "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
@@ -627,9 +616,9 @@ mod tests {
         RunqRow {
             who: Who::named(pid, None, format!("p{pid}").into_bytes()),
             mean_ns: 0,
-            all: Prefixed("", hist::stats(&all)),
-            wake: Prefixed("wake_", hist::stats(&w)),
-            preempt: Prefixed("preempt_", hist::stats(&p)),
+            all: Keyed::new("", hist::stats(&all), RUNQ_STATS),
+            wake: Keyed::new("wake_", hist::stats(&w), RUNQ_STATS),
+            preempt: Keyed::new("preempt_", hist::stats(&p), RUNQ_STATS),
             kernel_run_delay_ns: 0,
             wake_unmeasured: 0,
             waited_behind: behind,

@@ -2,6 +2,7 @@
 //! announced, resolved while the fd is open, and what became of it.
 
 use super::*;
+use crate::report::hist::Keyed;
 
 impl FsyncLat {
     /// Names the file the kernel announced, if not named yet: what the fd points to now, if it
@@ -72,11 +73,7 @@ impl FsyncLat {
                     file_state: name.state,
                     file: f,
                     file_bytes: fb,
-                    count: s.count,
-                    p50_ns: s.p50_ns,
-                    p99_ns: s.p99_ns,
-                    max_ns: s.max_ns,
-                    total_ns: s.total_ns,
+                    lat: Keyed::new("", s, FILE_STATS),
                     file_raw: name.path,
                 });
             }

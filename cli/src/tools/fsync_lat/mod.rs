@@ -508,9 +508,15 @@ impl Collector for FsyncLat {
                 secs,
             ));
         }
-        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
+        rows.sort_by(|a, b| {
+            b.lat
+                .s
+                .total_ns
+                .cmp(&a.lat.s.total_ns)
+                .then(a.id.cmp(&b.id))
+        });
 
-        let calls: u64 = rows.iter().map(|r| r.count).sum();
+        let calls: u64 = rows.iter().map(|r| r.lat.s.count).sum();
         let mut out = Output::default();
         let missed = out.note_missed(&st, "call", "");
         out.title = format!(
@@ -613,14 +619,14 @@ impl FsyncLat {
             // The time inside the window (a call begun before it counts from its start): one
             // thread's share never exceeds the whole.
             let total: u64 = rs.iter().map(|r| r.in_window_ns).sum();
-            let count: u64 = rs.iter().map(|r| r.count).sum();
+            let count: u64 = rs.iter().map(|r| r.lat.s.count).sum();
             let ns_per_s = (total as f64 / secs) as u64;
             if ns_per_s < MIN_FSYNC_NS_PER_S {
                 continue;
             }
             let top = rs
                 .iter()
-                .max_by_key(|r| r.total_ns)
+                .max_by_key(|r| r.lat.s.total_ns)
                 .copied()
                 .unwrap_or(rs[0]);
             let syscalls: Vec<&str> = rs.iter().map(|r| r.syscall.as_str()).collect();
@@ -632,7 +638,7 @@ impl FsyncLat {
                 .map(|n| sanitize::text(&n.path));
             let on = file.map(|f| format!(" on {f}")).unwrap_or_default();
             let rate_s = count as f64 / secs;
-            let (advice, next) = if top.p50_ns < 2_000_000 && rate_s >= 50.0 {
+            let (advice, next) = if top.lat.s.p50_ns < 2_000_000 && rate_s >= 50.0 {
                 (
                     "many short syncs: batch them (group commit, e.g. PostgreSQL commit_delay or synchronous_commit=off for data that may be lost, fewer fsync calls in the application), or give the file a device with a power-safe write cache",
                     format!("tracekit fsync-lat --pid {pid} --by-file --duration 30s"),
@@ -655,20 +661,20 @@ impl FsyncLat {
                     fmt_ns((secs * 1e9) as u64),
                     syscalls.join("/"),
                     total as f64 / secs / 1e7,
-                    fmt_ns(top.p50_ns),
-                    fmt_ns(top.p99_ns),
-                    fmt_ns(top.max_ns),
+                    fmt_ns(top.lat.s.p50_ns),
+                    fmt_ns(top.lat.s.p99_ns),
+                    fmt_ns(top.lat.s.max_ns),
                 ),
                 evidence: vec![],
                 advice: advice.into(),
                 next: Some(next),
             }
             .evidence("total_ns", total)
-            .evidence("latency_total_ns", rs.iter().map(|r| r.total_ns).sum::<u64>())
+            .evidence("latency_total_ns", rs.iter().map(|r| r.lat.s.total_ns).sum::<u64>())
             .evidence("calls", count)
-            .evidence("p50_ns", top.p50_ns)
-            .evidence("p99_ns", top.p99_ns)
-            .evidence("max_ns", top.max_ns)
+            .evidence("p50_ns", top.lat.s.p50_ns)
+            .evidence("p99_ns", top.lat.s.p99_ns)
+            .evidence("max_ns", top.lat.s.max_ns)
             .evidence("window_ns", (secs * 1e9) as u64));
         }
         crate::report::findings::rank(&mut out);

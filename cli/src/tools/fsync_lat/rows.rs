@@ -1,6 +1,7 @@
 //! fsync-lat's rows: per process and syscall, and per file (`--by-file`), with their text columns.
 
 use super::*;
+use crate::report::hist::{Keyed, Stat};
 use crate::report::{
     schema::{Direction::*, Dist, Field, Rows},
     who::ID_FIELDS,
@@ -19,19 +20,13 @@ pub(super) struct SummaryRow {
     #[serde(flatten)]
     pub(super) who: Id,
     pub(super) syscall: String,
-    pub(super) count: u64,
+    /// `count`, `mean_ns`, `p50_ns` … `max_ns`, `stddev_ns`, and `total_ns`: the calls'
+    /// latencies summed (a call begun in an earlier window counts whole).
+    #[serde(flatten)]
+    pub(super) lat: Keyed,
     pub(super) errors: u64,
     pub(super) rate_per_s: f64,
-    pub(super) mean_ns: u64,
-    pub(super) p50_ns: u64,
-    pub(super) p90_ns: u64,
-    pub(super) p99_ns: u64,
-    pub(super) p999_ns: u64,
-    pub(super) max_ns: u64,
-    pub(super) stddev_ns: u64,
     pub(super) cv_pct: u64,
-    /// The calls' latencies summed (a call begun in an earlier window counts whole).
-    pub(super) total_ns: u64,
     /// The calls' time inside this window (a call begun before it counts from the window's
     /// start): what `time_ppm` and the findings' shares are of.
     pub(super) in_window_ns: u64,
@@ -46,23 +41,37 @@ pub(super) struct SummaryRow {
     pub(super) hist: LatHist,
 }
 
+/// The statistics of a summary row.
+pub(super) const SUMMARY_STATS: &[Stat] = &[
+    Stat::Count,
+    Stat::MeanNs,
+    Stat::P50Ns,
+    Stat::P90Ns,
+    Stat::P99Ns,
+    Stat::P999Ns,
+    Stat::MaxNs,
+    Stat::StddevNs,
+    Stat::TotalNs,
+];
+
+/// The statistics of a `--by-file` row.
+pub(super) const FILE_STATS: &[Stat] = &[
+    Stat::Count,
+    Stat::P50Ns,
+    Stat::P99Ns,
+    Stat::MaxNs,
+    Stat::TotalNs,
+];
+
 impl SummaryRow {
     /// Sets every statistic from `hist` over a window of `secs`.
     fn set_stats(&mut self, secs: f64) {
         let s: LatStats = hist::stats(&self.hist);
-        self.count = s.count;
         self.rate_per_s = rate(s.count, secs);
-        self.mean_ns = s.mean_ns;
-        self.p50_ns = s.p50_ns;
-        self.p90_ns = s.p90_ns;
-        self.p99_ns = s.p99_ns;
-        self.p999_ns = s.p999_ns;
-        self.max_ns = s.max_ns;
-        self.stddev_ns = s.stddev_ns;
         self.cv_pct = (s.cv * 100.0).round() as u64;
-        self.total_ns = s.total_ns;
-        self.time_ppm = (self.in_window_ns as f64 / secs / 1e3).round() as u64;
         self.cv = s.cv;
+        self.lat = Keyed::new("", s, SUMMARY_STATS);
+        self.time_ppm = (self.in_window_ns as f64 / secs / 1e3).round() as u64;
     }
 }
 
@@ -70,16 +79,18 @@ pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
     Column::left("COMM", |r, _| r.who.comm_text()),
     Column::left("SYSCALL", |r, _| r.syscall.clone()),
-    Column::right("COUNT", |r, _| r.count.to_string()),
-    Column::right("RATE/s", |r, c| format!("{:.1}", r.count as f64 / c.secs)),
+    Column::right("COUNT", |r, _| r.lat.s.count.to_string()),
+    Column::right("RATE/s", |r, c| {
+        format!("{:.1}", r.lat.s.count as f64 / c.secs)
+    }),
     Column::right("ERR", |r, _| r.errors.to_string()),
-    Column::right("MEAN", |r, _| fmt_ns(r.mean_ns)),
-    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
-    Column::right("P90", |r, _| fmt_ns(r.p90_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
-    Column::right("P99.9", |r, _| fmt_ns(r.p999_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
-    Column::right("STDDEV", |r, _| fmt_ns(r.stddev_ns)),
+    Column::right("MEAN", |r, _| fmt_ns(r.lat.s.mean_ns)),
+    Column::right("P50", |r, _| fmt_ns(r.lat.s.p50_ns)),
+    Column::right("P90", |r, _| fmt_ns(r.lat.s.p90_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.lat.s.p99_ns)),
+    Column::right("P99.9", |r, _| fmt_ns(r.lat.s.p999_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.lat.s.max_ns)),
+    Column::right("STDDEV", |r, _| fmt_ns(r.lat.s.stddev_ns)),
     Column::right("CV", |r, _| {
         if r.cv > 1.0 {
             format!("{:.2}!", r.cv)
@@ -87,7 +98,7 @@ pub(super) const SUMMARY: &[Column<SummaryRow>] = &[
             format!("{:.2}", r.cv)
         }
     }),
-    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::right("TOTAL", |r, _| fmt_ns(r.lat.s.total_ns)),
     Column::right("%TIME", |r, _| {
         format!("{:.1}", r.time_ppm as f64 / 10_000.0)
     }),
@@ -144,11 +155,9 @@ pub(super) struct FileRow {
     pub(super) file: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) file_bytes: Option<Vec<u8>>,
-    pub(super) count: u64,
-    pub(super) p50_ns: u64,
-    pub(super) p99_ns: u64,
-    pub(super) max_ns: u64,
-    pub(super) total_ns: u64,
+    /// `count`, `p50_ns`, `p99_ns`, `max_ns`, `total_ns`.
+    #[serde(flatten)]
+    pub(super) lat: Keyed,
     #[serde(skip)]
     pub(super) file_raw: Vec<u8>,
 }
@@ -175,11 +184,11 @@ pub const FILE_ROWS: Rows = Rows {
 pub(super) const FILES: &[Column<FileRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
     Column::left("COMM", |r, _| r.who.comm_text()),
-    Column::right("COUNT", |r, _| r.count.to_string()),
-    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
-    Column::right("TOTAL", |r, _| fmt_ns(r.total_ns)),
+    Column::right("COUNT", |r, _| r.lat.s.count.to_string()),
+    Column::right("P50", |r, _| fmt_ns(r.lat.s.p50_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.lat.s.p99_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.lat.s.max_ns)),
+    Column::right("TOTAL", |r, _| fmt_ns(r.lat.s.total_ns)),
     Column::left("FILE", |r, _| {
         format!("{} (fd {})", sanitize::text(&r.file_raw), r.fd)
     }),
@@ -201,18 +210,10 @@ impl FsyncLat {
         let mut r = SummaryRow {
             who: Id::new(id, tgid, self.scope.threads, comm, title),
             syscall,
-            count: 0,
+            lat: Keyed::new("", LatStats::default(), SUMMARY_STATS),
             errors: counted.errors,
             rate_per_s: 0.0,
-            mean_ns: 0,
-            p50_ns: 0,
-            p90_ns: 0,
-            p99_ns: 0,
-            p999_ns: 0,
-            max_ns: 0,
-            stddev_ns: 0,
             cv_pct: 0,
-            total_ns: 0,
             in_window_ns: counted.in_window_ns,
             time_ppm: 0,
             id,

@@ -14,7 +14,7 @@ use probes_common::{
         NSIZES, OP_SYNC,
     },
 };
-use serde::{ser::SerializeMap, Serialize, Serializer};
+use serde::Serialize;
 
 use super::{
     depth::{limits_of, round2, Depth, DepthRow},
@@ -27,7 +27,7 @@ use crate::{
         facts::FactsCache,
     },
     report::{
-        hist::{self, LatStats},
+        hist::{Keyed, Stat},
         render::fmt_ns,
         rows::Column,
         sanitize,
@@ -35,20 +35,20 @@ use crate::{
     },
 };
 
-/// A latency distribution's JSON keys under a prefix (`queue_p50_ns`, …; none for the total).
-pub struct Lat {
-    prefix: &'static str,
-    pub s: LatStats,
-}
+/// The statistics of each of a row's latency groups (`queue_p50_ns`, …; no prefix for the
+/// whole request).
+const LAT_STATS: &[Stat] = &[
+    Stat::P50Ns,
+    Stat::P90Ns,
+    Stat::P99Ns,
+    Stat::P999Ns,
+    Stat::MaxNs,
+    Stat::MeanNs,
+    Stat::TotalNs,
+];
 
-impl Lat {
-    pub(super) fn of(prefix: &'static str, h: &LatHist) -> Lat {
-        Lat {
-            prefix,
-            s: hist::stats(h),
-        }
-    }
-}
+/// One latency group of a row.
+pub type Lat = Keyed;
 
 /// A row's latencies: queue (insert → issue), device (issue → complete), the whole request.
 #[derive(Serialize)]
@@ -64,29 +64,10 @@ pub struct Lats {
 impl Lats {
     pub(super) fn of(queue: &LatHist, device: &LatHist, total: &LatHist) -> Lats {
         Lats {
-            queue: Lat::of("queue_", queue),
-            device: Lat::of("device_", device),
-            total: Lat::of("", total),
+            queue: Keyed::of("queue_", queue, LAT_STATS),
+            device: Keyed::of("device_", device, LAT_STATS),
+            total: Keyed::of("", total, LAT_STATS),
         }
-    }
-}
-
-impl Serialize for Lat {
-    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        let s = &self.s;
-        let mut m = ser.serialize_map(Some(7))?;
-        for (k, v) in [
-            ("p50_ns", s.p50_ns),
-            ("p90_ns", s.p90_ns),
-            ("p99_ns", s.p99_ns),
-            ("p999_ns", s.p999_ns),
-            ("max_ns", s.max_ns),
-            ("mean_ns", s.mean_ns),
-            ("total_ns", s.total_ns),
-        ] {
-            m.serialize_entry(&format!("{}{k}", self.prefix), &v)?;
-        }
-        m.end()
     }
 }
 
@@ -724,10 +705,10 @@ mod tests {
     fn latency_keys_carry_their_prefix() {
         let mut h = LatHist::ZERO;
         h.record(1000);
-        let v = serde_json::to_value(Lat::of("queue_", &h)).unwrap();
+        let v = serde_json::to_value(Keyed::of("queue_", &h, LAT_STATS)).unwrap();
         assert_eq!(v["queue_p50_ns"], 1000);
         assert_eq!(v["queue_total_ns"], 1000);
-        let v = serde_json::to_value(Lat::of("", &h)).unwrap();
+        let v = serde_json::to_value(Keyed::of("", &h, LAT_STATS)).unwrap();
         assert_eq!(v["max_ns"], 1000);
     }
 }
