@@ -366,7 +366,10 @@ impl Memstall {
 
     /// Everything recorded in the window that just ended.
     pub(super) fn report(&mut self, w: &Window) -> Result<Output> {
-        let drained = self.hist.drain(self.session.drained()).context("reading MS_HIST")?;
+        let drained = self
+            .hist
+            .drain(self.session.drained())
+            .context("reading MS_HIST")?;
         let st = self.session.stats_delta()?;
         let vm_now = Vmstat::read().unwrap_or_default();
         let vm = vm_now.since(&self.vm_prev).select(VM_KEYS);
