@@ -247,16 +247,9 @@ fn op_text(r: &SummaryRow) -> String {
     }
 }
 
-const IO_SUMMARY: &[Field] = &[
-    Field::id("major"),
-    Field::id("minor"),
-    Field::key("cgroup_id"),
-    Field::count("count", Neutral).export("tracekit_io_requests", "Block I/O requests completed."),
-    Field::count("iops", Neutral),
-    Field::count("bytes", Neutral).export("tracekit_io_bytes", "Bytes of block I/O completed."),
-    Field::stat("bytes_per_s"),
-    Field::count("direct", Neutral),
-    Field::count("queued", LowerIsBetter),
+/// The numbers of a row's [`Lats`]: queue, device and whole-request latencies (totals are
+/// time waited; the statistics come from the distributions).
+const LAT_FIELDS: &[Field] = &[
     Field::stat("queue_p50_ns"),
     Field::stat("queue_p90_ns"),
     Field::stat("queue_p99_ns"),
@@ -280,11 +273,23 @@ const IO_SUMMARY: &[Field] = &[
     Field::count("total_ns", LowerIsBetter),
 ];
 
+const IO_SUMMARY: &[Field] = &[
+    Field::id("major"),
+    Field::id("minor"),
+    Field::key("cgroup_id"),
+    Field::count("count", Neutral).export("tracekit_io_requests", "Block I/O requests completed."),
+    Field::count("iops", Neutral),
+    Field::count("bytes", Neutral).export("tracekit_io_bytes", "Bytes of block I/O completed."),
+    Field::stat("bytes_per_s"),
+    Field::count("direct", Neutral),
+    Field::count("queued", LowerIsBetter),
+];
+
 /// The summary rows: per device, issuing process, cgroup and op.
 pub const SUMMARY_ROWS: Rows = Rows {
     kind: "summary",
     labels: &["dev", "op"],
-    fields: &[ID_FIELDS, IO_SUMMARY],
+    fields: &[ID_FIELDS, IO_SUMMARY, LAT_FIELDS],
     dists: &[Dist::exported(
         "device",
         "tracekit_io_device_latency_seconds",
@@ -355,30 +360,9 @@ const IO_DEVICE: &[Field] = &[
     Field::count("unseen_reads", Neutral),
     Field::count("unseen_writes", Neutral),
     Field::stat("util_pct"),
-    Field::count("aqu_sz", Neutral),
+    Field::stat("aqu_sz"),
     Field::count("sync_time_ns", LowerIsBetter),
     Field::stat("queue_share_pct"),
-    Field::stat("queue_p50_ns"),
-    Field::stat("queue_p90_ns"),
-    Field::stat("queue_p99_ns"),
-    Field::stat("queue_p999_ns"),
-    Field::stat("queue_max_ns"),
-    Field::stat("queue_mean_ns"),
-    Field::count("queue_total_ns", LowerIsBetter),
-    Field::stat("device_p50_ns"),
-    Field::stat("device_p90_ns"),
-    Field::stat("device_p99_ns"),
-    Field::stat("device_p999_ns"),
-    Field::stat("device_max_ns"),
-    Field::stat("device_mean_ns"),
-    Field::count("device_total_ns", LowerIsBetter),
-    Field::stat("p50_ns"),
-    Field::stat("p90_ns"),
-    Field::stat("p99_ns"),
-    Field::stat("p999_ns"),
-    Field::stat("max_ns"),
-    Field::stat("mean_ns"),
-    Field::count("total_ns", LowerIsBetter),
     Field::count("depth_samples", Neutral),
     Field::stat("inflight_mean"),
     Field::stat("inflight_max"),
@@ -396,7 +380,7 @@ const IO_DEVICE: &[Field] = &[
 pub const DEVICE_ROWS: Rows = Rows {
     kind: "device",
     labels: &[],
-    fields: &[IO_DEVICE],
+    fields: &[IO_DEVICE, LAT_FIELDS],
     dists: &[],
 };
 
