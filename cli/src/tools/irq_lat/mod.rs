@@ -53,55 +53,14 @@ pub const IRQ_STORM: Cause = Cause::new(
 
 const OBJECT: Object = crate::object!("irq_lat");
 
-const HARD_ENTRY: &[(AttachMode, &str)] = &[
-    (AttachMode::TpBtf, "tk_irq_hard_entry"),
-    (AttachMode::RawTp, "tk_irq_hard_entry_raw"),
-    (AttachMode::Tracepoint, "tk_irq_hard_entry_tp"),
-];
-const HARD_EXIT: &[(AttachMode, &str)] = &[
-    (AttachMode::TpBtf, "tk_irq_hard_exit"),
-    (AttachMode::RawTp, "tk_irq_hard_exit_raw"),
-    (AttachMode::Tracepoint, "tk_irq_hard_exit_tp"),
-];
-const SOFT_ENTRY: &[(AttachMode, &str)] = &[
-    (AttachMode::TpBtf, "tk_irq_soft_entry"),
-    (AttachMode::RawTp, "tk_irq_soft_entry_raw"),
-    (AttachMode::Tracepoint, "tk_irq_soft_entry_tp"),
-];
-const SOFT_EXIT: &[(AttachMode, &str)] = &[
-    (AttachMode::TpBtf, "tk_irq_soft_exit"),
-    (AttachMode::RawTp, "tk_irq_soft_exit_raw"),
-    (AttachMode::Tracepoint, "tk_irq_soft_exit_tp"),
-];
-
 /// Every hook, cheapest mode first; an entry and its exit attach in one mode (their group).
 /// Exits attach before entries: a run whose entry was seen always has its exit seen too (a run
 /// entered between an entry's attach and its exit's would count as unfinished).
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        programs: HARD_EXIT,
-        fields: &["irq", "ret"],
-        group: "hardirq",
-        ..Hook::event("irq:irq_handler_exit")
-    },
-    Hook {
-        programs: HARD_ENTRY,
-        fields: &["irq"],
-        group: "hardirq",
-        ..Hook::event("irq:irq_handler_entry")
-    },
-    Hook {
-        programs: SOFT_EXIT,
-        fields: &["vec"],
-        group: "softirq",
-        ..Hook::event("irq:softirq_exit")
-    },
-    Hook {
-        programs: SOFT_ENTRY,
-        fields: &["vec"],
-        group: "softirq",
-        ..Hook::event("irq:softirq_entry")
-    },
+    crate::hook!("irq:irq_handler_exit", "tk_irq_hard_exit", [TpBtf, RawTp, Tracepoint], fields: &["irq", "ret"], group: "hardirq"),
+    crate::hook!("irq:irq_handler_entry", "tk_irq_hard_entry", [TpBtf, RawTp, Tracepoint], fields: &["irq"], group: "hardirq"),
+    crate::hook!("irq:softirq_exit", "tk_irq_soft_exit", [TpBtf, RawTp, Tracepoint], fields: &["vec"], group: "softirq"),
+    crate::hook!("irq:softirq_entry", "tk_irq_soft_entry", [TpBtf, RawTp, Tracepoint], fields: &["vec"], group: "softirq"),
 ];
 
 /// The kernel's softirq vectors in `enum` order (`softirq_to_name`, unchanged since 2.6.37;
