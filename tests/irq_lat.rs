@@ -172,6 +172,10 @@ pub fn workload(args: &[String]) -> Option<i32> {
     Some(0)
 }
 
+/// Runs per (softirq vector name, CPU) and per (IRQ, CPU).
+type SoftCounts = BTreeMap<(String, u32), u64>;
+type HardCounts = BTreeMap<(u32, u32), u64>;
+
 /// What tracekit timed and what it says it lost, from its JSON lines.
 struct Seen {
     soft: BTreeMap<(String, u32), u64>,
@@ -221,7 +225,7 @@ fn seen(lines: &[Value]) -> Seen {
 }
 
 /// The workload's inner deltas as maps.
-fn inner(w: &Value) -> (BTreeMap<(String, u32), u64>, BTreeMap<(u32, u32), u64>) {
+fn inner(w: &Value) -> (SoftCounts, HardCounts) {
     let arr = |k: &str| w[k].as_array().cloned().unwrap_or_default();
     let soft = arr("soft")
         .iter()
@@ -335,12 +339,7 @@ fn check_bracket(
 const SETTLE: Duration = Duration::from_millis(200);
 
 /// One traced run of the workload: tracekit's lines, the workload's report, and the outer deltas.
-type Run = (
-    Vec<Value>,
-    Value,
-    BTreeMap<(String, u32), u64>,
-    BTreeMap<(u32, u32), u64>,
-);
+type Run = (Vec<Value>, Value, SoftCounts, HardCounts);
 
 fn traced_run(args: &[&str], n: &str, reads: &str) -> Run {
     let dir = scratch("irq-lat");
