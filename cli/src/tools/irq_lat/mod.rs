@@ -236,13 +236,16 @@ impl Collector for IrqLat {
     }
 
     fn meta(&self) -> Meta {
-        Meta::of(
+        let mut m = Meta::of(
             INFO.name,
             "hard-IRQ handlers and softirqs",
             &self.scope,
             &self.session,
         )
-        .with("cpus", self.ncpu)
+        .with("cpus", self.ncpu);
+        // Interrupts run on behalf of no process: the scope is the CPUs, not "all processes".
+        m.scope = format!("the node's {} CPUs", self.ncpu);
+        m
     }
 
     fn session(&mut self) -> Option<&mut Session> {
