@@ -12,6 +12,15 @@ use crate::report::{
     who,
 };
 
+/// What [`Section::build`] needs of a row besides its JSON and its columns: the container it
+/// runs in (the CONTAINER column), for rows that name a process. Rows that do not keep the
+/// default.
+pub trait Row: Serialize {
+    fn container(&self) -> Option<&who::InContainer> {
+        None
+    }
+}
+
 /// What a cell may need besides its row.
 #[derive(Clone, Copy, Debug)]
 pub struct Ctx {
@@ -107,7 +116,7 @@ pub struct Section {
 impl Section {
     /// Renders `rows` (already in display order), declared by `schema`, with `columns`;
     /// `limit` 0 shows every row.
-    pub fn build<R: Serialize>(
+    pub fn build<R: Row>(
         schema: &'static Rows,
         rows: &[R],
         columns: &[Column<R>],
@@ -137,7 +146,11 @@ impl Section {
             .iter()
             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
             .collect();
-        add_container_column(&mut table, &json[..shown]);
+        let cells: Vec<Option<String>> = rows[..shown]
+            .iter()
+            .map(|r| r.container().and_then(who::InContainer::cell))
+            .collect();
+        add_container_column(&mut table, cells);
         Section {
             kind: schema.kind,
             schema,
@@ -184,8 +197,7 @@ impl Section {
 
 /// Adds the CONTAINER column (after COMM, else after the first column) when any row shown runs
 /// in a container (rows flatten a [`who::Id`]); a host without containers keeps its tables.
-fn add_container_column(table: &mut Table, shown: &[Value]) {
-    let cells: Vec<Option<String>> = shown.iter().map(who::container_cell).collect();
+fn add_container_column(table: &mut Table, cells: Vec<Option<String>>) {
     if cells.iter().all(Option::is_none) || table.columns.iter().any(|c| c.0 == "CONTAINER") {
         return;
     }
@@ -232,13 +244,21 @@ mod tests {
         struct C {
             pid: u32,
             comm: &'static str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            container: Option<&'static str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            pod: Option<&'static str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            namespace: Option<&'static str>,
+            #[serde(flatten)]
+            container: who::InContainer,
         }
+        impl Row for C {
+            fn container(&self) -> Option<&who::InContainer> {
+                Some(&self.container)
+            }
+        }
+        let inc = |c: Option<&str>, pod: Option<&str>, ns: Option<&str>| {
+            let mut i = who::InContainer::default();
+            i.container = c.map(String::from);
+            i.pod = pod.map(String::from);
+            i.namespace = ns.map(String::from);
+            i
+        };
         let cols: &[Column<C>] = &[
             Column::right("PID", |r, _| r.pid.to_string()),
             Column::left("COMM", |r, _| r.comm.to_string()),
@@ -247,22 +267,18 @@ mod tests {
         let host = |pid| C {
             pid,
             comm: "sh",
-            container: None,
-            pod: None,
-            namespace: None,
+            container: inc(None, None, None),
         };
         let ctx = Ctx { secs: 1.0 };
         let t = Section::build(&TEST_ROWS, &[host(1)], cols, &ctx, 0).table;
         assert_eq!(t.render(), "PID  COMM  N\n  1  sh    1\n");
         let rows = [
             C {
-                container: Some("pg-main"),
+                container: inc(Some("pg-main"), None, None),
                 ..host(2)
             },
             C {
-                container: Some("nginx"),
-                pod: Some("web-7d9f"),
-                namespace: Some("shop"),
+                container: inc(Some("nginx"), Some("web-7d9f"), Some("shop")),
                 ..host(3)
             },
             host(1),
@@ -281,6 +297,8 @@ mod tests {
         comm: String,
         count: u64,
     }
+
+    impl Row for R {}
 
     const COLS: &[Column<R>] = &[
         Column::right("PID", |r, _| r.pid.to_string()),

@@ -244,6 +244,20 @@ pub struct InContainer {
 }
 
 impl InContainer {
+    /// The CONTAINER cell: `namespace/pod/name`, `pod/name` or the name, escaped for text;
+    /// `None` on the host.
+    pub fn cell(&self) -> Option<String> {
+        let name = self.container.as_deref()?;
+        let label = match (self.namespace.as_deref(), self.pod.as_deref()) {
+            (Some(ns), Some(pod)) => format!("{ns}/{pod}/{name}"),
+            (None, Some(pod)) => format!("{pod}/{name}"),
+            _ => name.to_string(),
+        };
+        Some(sanitize::text(label.as_bytes()))
+    }
+}
+
+impl InContainer {
     pub fn of(c: Option<Arc<Container>>) -> InContainer {
         match c {
             None => InContainer::default(),
@@ -262,19 +276,6 @@ impl InContainer {
     pub fn get(&self) -> Option<&Container> {
         self.found.as_deref()
     }
-}
-
-/// The CONTAINER cell of a JSON row: `pg-main`, `shop/web-7d9f/nginx` (namespace/pod/container),
-/// empty on the host. [`crate::report::rows::Section::build`] adds the column from it.
-pub fn container_cell(row: &serde_json::Value) -> Option<String> {
-    let name = row.get("container")?.as_str()?;
-    let s = |k: &str| row.get(k).and_then(|v| v.as_str());
-    let label = match (s("namespace"), s("pod")) {
-        (Some(ns), Some(pod)) => format!("{ns}/{pod}/{name}"),
-        (None, Some(pod)) => format!("{pod}/{name}"),
-        _ => name.to_string(),
-    };
-    Some(sanitize::text(label.as_bytes()))
 }
 
 pub use super::sanitize::{bracket, TEXT_WIDTH};

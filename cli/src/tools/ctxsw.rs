@@ -179,6 +179,12 @@ struct CtxswRow {
     waits: probes_common::hist::LatHist,
 }
 
+impl crate::report::rows::Row for CtxswRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.id.container)
+    }
+}
+
 fn rate(c: &Ctx, n: u64) -> f64 {
     n as f64 / c.secs.max(1e-9)
 }
@@ -340,6 +346,8 @@ struct WakerRow {
     #[serde(skip)]
     wakee_text: String,
 }
+
+impl crate::report::rows::Row for WakerRow {}
 
 const CTXSW_WAKER: &[Field] = &[
     Field::key("pid"),

@@ -149,6 +149,12 @@ struct RunqRow {
     hists: (probes_common::hist::LatHist, probes_common::hist::LatHist),
 }
 
+impl crate::report::rows::Row for RunqRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.id.container)
+    }
+}
+
 const RUNQ_SUMMARY: &[Field] = &[
     Field::stat("mean_ns"),
     Field::count("count", Neutral).export("tracekit_runq_waits", "Waits on a run queue."),
@@ -232,6 +238,12 @@ struct Aggressor {
     victims: u64,
     #[serde(skip)]
     text: String,
+}
+
+impl crate::report::rows::Row for Aggressor {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.id.container)
+    }
 }
 
 const RUNQ_AGGRESSOR: &[Field] = &[

@@ -104,6 +104,8 @@ pub struct HookRow {
     pub format_error: Option<String>,
 }
 
+impl crate::report::rows::Row for HookRow {}
+
 impl HookRow {
     fn new(tool: &'static str, hook: &Hook, c: &Choice, f: &Facts) -> HookRow {
         let (mut found, mut missing, mut layout) = (Vec::new(), Vec::new(), BTreeMap::new());
@@ -211,6 +213,8 @@ pub struct ToolRow {
     pub hooks: usize,
     pub usable: usize,
 }
+
+impl crate::report::rows::Row for ToolRow {}
 
 impl ToolRow {
     fn verdict(&self) -> &'static str {

@@ -41,6 +41,12 @@ pub(super) struct SummaryRow {
     pub(super) hist: LatHist,
 }
 
+impl crate::report::rows::Row for SummaryRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 /// The statistics of a summary row.
 pub(super) const SUMMARY_STATS: &[Stat] = &[
     Stat::Count,
@@ -160,6 +166,12 @@ pub(super) struct FileRow {
     pub(super) lat: Keyed,
     #[serde(skip)]
     pub(super) file_raw: Vec<u8>,
+}
+
+impl crate::report::rows::Row for FileRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
 }
 
 const FSYNC_FILE: &[Field] = &[

@@ -119,6 +119,12 @@ pub struct SummaryRow {
     pub device_hist: LatHist,
 }
 
+impl crate::report::rows::Row for SummaryRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 impl SummaryRow {
     pub fn error_count(&self) -> u64 {
         self.errors.values().sum()
@@ -185,6 +191,8 @@ pub struct DeviceRow {
     #[serde(skip)]
     pub by_op: BTreeMap<String, OpLat>,
 }
+
+impl crate::report::rows::Row for DeviceRow {}
 
 /// One op's requests on one device.
 #[derive(Clone, Debug)]

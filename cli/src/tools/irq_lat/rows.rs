@@ -44,6 +44,8 @@ pub struct IrqRow {
     pub hist: LatHist,
 }
 
+impl crate::report::rows::Row for IrqRow {}
+
 impl IrqRow {
     pub fn new(
         cpu: Option<u32>,
@@ -176,6 +178,8 @@ pub struct CpuRow {
     pub top: String,
     pub top_ns: u64,
 }
+
+impl crate::report::rows::Row for CpuRow {}
 
 const CPU_FIELDS: &[Field] = &[
     Field::id("cpu"),

@@ -230,6 +230,8 @@ pub struct CgroupRow {
     pub path: Vec<u8>,
 }
 
+impl crate::report::rows::Row for CgroupRow {}
+
 const MEMSTALL_CGROUP: &[Field] = &[
     Field::count("failcnt", LowerIsBetter),
     Field::count("failcnt_delta", LowerIsBetter),
@@ -312,6 +314,8 @@ pub struct OomRow {
     #[serde(skip)]
     pub killer_raw: Vec<u8>,
 }
+
+impl crate::report::rows::Row for OomRow {}
 
 const MEMSTALL_OOM: &[Field] = &[
     Field::key("pid"),

@@ -123,6 +123,12 @@ pub struct Row {
     detail: String,
 }
 
+impl crate::report::rows::Row for Row {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 fn timed_cell(r: &Row, v: Option<u64>) -> String {
     match v {
         Some(v) if r.timed => fmt_ns(v),

@@ -46,6 +46,8 @@ pub struct DeviceRow {
     pub irqs: Vec<DevIrq>,
 }
 
+impl crate::report::rows::Row for DeviceRow {}
+
 impl DeviceRow {
     /// Drops the NIC or its driver counted: ring full, FIFO overrun, missed.
     pub fn ring_drops(&self) -> u64 {
@@ -177,6 +179,8 @@ pub struct ConntrackRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub insert_failed: Option<u64>,
 }
+
+impl crate::report::rows::Row for ConntrackRow {}
 
 const NET_CONNTRACK: &[Field] = &[
     Field::level("count", Neutral),

@@ -61,6 +61,12 @@ pub struct DropRow {
     pub finding: Option<String>,
 }
 
+impl crate::report::rows::Row for DropRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.owner.container)
+    }
+}
+
 fn dest(r: &DropRow) -> String {
     match (r.daddr.contains(':'), r.port) {
         (_, 0) => r.daddr.clone(),
@@ -273,6 +279,12 @@ pub struct SockRow {
     inodes: Vec<u64>,
 }
 
+impl crate::report::rows::Row for SockRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.owner.container)
+    }
+}
+
 pub(super) fn bytes_text(b: u64) -> String {
     match b {
         0..10_240 => format!("{b}B"),
@@ -451,6 +463,8 @@ pub struct CpuRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumed: Option<u64>,
 }
+
+impl crate::report::rows::Row for CpuRow {}
 
 const NET_CPU: &[Field] = &[
     Field::id("cpu"),

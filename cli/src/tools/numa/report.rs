@@ -67,6 +67,12 @@ pub struct SummaryRow {
     pub id: u32,
 }
 
+impl crate::report::rows::Row for SummaryRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 /// What was read from /proc for one process at the end of a window.
 #[derive(Clone, Debug, Default)]
 pub struct ProcNuma {
@@ -247,6 +253,8 @@ pub struct NodeRow {
     pub local_node: u64,
     pub other_node: u64,
 }
+
+impl crate::report::rows::Row for NodeRow {}
 
 const NUMA_NODE: &[Field] = &[
     Field::id("node"),

@@ -29,6 +29,12 @@ pub struct OffProcRow {
     pub wall_ppm: u64,
 }
 
+impl crate::report::rows::Row for OffProcRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 pub const OFF_PROCS: &[Column<OffProcRow>] = &[
     Column::right("PID", |r, _| r.who.id_text()),
     Column::left("COMM", |r, _| r.who.comm_text()),
@@ -67,6 +73,12 @@ pub struct OffFnRow {
     pub total_ppm: u64,
     #[serde(skip)]
     pub label: String,
+}
+
+impl crate::report::rows::Row for OffFnRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
 }
 
 pub const OFF_FUNCS: &[Column<OffFnRow>] = &[
@@ -139,6 +151,12 @@ pub struct OffStackRow {
     pub caller: Option<String>,
     /// Every frame, innermost first (`function (module)`).
     pub frames: Vec<String>,
+}
+
+impl crate::report::rows::Row for OffStackRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
 }
 
 /// Frames shown in the text table's STACK cell.

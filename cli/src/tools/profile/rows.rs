@@ -24,6 +24,12 @@ pub struct ProcRow {
     pub all_ppm: u64,
 }
 
+impl crate::report::rows::Row for ProcRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
+}
+
 const PROFILE_PROCESS: &[Field] = &[
     Field::count("samples", Neutral),
     Field::level("cpu_ppm", Neutral),
@@ -105,6 +111,12 @@ pub struct FnRow {
     pub self_all_ppm: u64,
     #[serde(skip)]
     pub label: String,
+}
+
+impl crate::report::rows::Row for FnRow {
+    fn container(&self) -> Option<&crate::report::who::InContainer> {
+        Some(&self.who.container)
+    }
 }
 
 pub const FUNCS: &[Column<FnRow>] = &[

@@ -331,6 +331,8 @@ mod tests {
         hist: LatHist,
     }
 
+    impl crate::report::rows::Row for Row {}
+
     fn row(pid: u32, comm: &str, count: u64, container: Option<&str>) -> Row {
         let mut hist = LatHist::ZERO;
         for i in 0..count {
