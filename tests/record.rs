@@ -77,6 +77,15 @@ fn record(out: &Path, file: &Path, kib: u32) -> Value {
     w
 }
 
+/// Tests that record run one at a time: a recording is system-wide, so one test's workloads
+/// (every collector beside a ping-pong, an fsync loop and a UDP flood) land in another's
+/// recording and load the CPUs its comparison judges.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn lines(p: &Path) -> Vec<Value> {
     std::fs::read_to_string(p)
         .unwrap()
@@ -124,6 +133,7 @@ fn json_of(s: &str) -> Vec<Value> {
 #[test]
 fn compare_finds_slower_fsyncs_and_not_noise() {
     require_root();
+    let _g = serial();
     let dir = scratch("record");
     let disk = dir.join("data");
     let shm = PathBuf::from(format!("/dev/shm/tk-record-{}", std::process::id()));
@@ -442,6 +452,7 @@ fn compare_memory_is_bounded_on_hostile_recordings() {
 #[test]
 fn force_keeps_the_old_recording_until_a_new_one_exists() {
     require_root();
+    let _g = serial();
     let dir = scratch("record-force");
     let out = dir.join("old.tkr");
     let old = b"{\"format\":\"tracekit-record\",\"version\":1,\"type\":\"header\"}\nthe old run\n";
@@ -494,6 +505,7 @@ fn force_keeps_the_old_recording_until_a_new_one_exists() {
 #[test]
 fn record_into_a_removed_directory_fails_naming_the_file() {
     require_root();
+    let _g = serial();
     let dir = scratch("record-rmdir");
     for first_interval in [true, false] {
         let sub = dir.join(format!("gone-{first_interval}"));
@@ -556,6 +568,7 @@ fn record_into_a_removed_directory_fails_naming_the_file() {
 #[test]
 fn every_number_a_tool_records_is_declared() {
     require_root();
+    let _g = serial();
     let dir = scratch("record-declared");
     let out = dir.join("all.tkr");
     let tools: Vec<&str> = tracekit::tools::TOOLS

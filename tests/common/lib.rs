@@ -101,6 +101,8 @@ pub struct Tracer {
     pub child: Child,
     lines: mpsc::Receiver<String>,
     pub seen: Vec<String>,
+    /// The arguments it was started with, for a failure's message.
+    what: String,
 }
 
 impl Tracer {
@@ -116,7 +118,9 @@ impl Tracer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn tracekit");
-        Tracer::from_child(child)
+        let mut t = Tracer::from_child(child);
+        t.what = format!("{args:?} {env:?}");
+        t
     }
 
     /// Wraps a tracekit started with piped stdout and stderr.
@@ -134,6 +138,7 @@ impl Tracer {
             child,
             lines: rx,
             seen: Vec::new(),
+            what: String::new(),
         }
     }
 
@@ -186,7 +191,15 @@ impl Tracer {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("tracekit did not exit within {timeout:?}");
+                let _ = self.child.wait();
+                let mut stderr = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+                }
+                panic!(
+                    "tracekit {} did not exit within {timeout:?}; its stderr: {stderr}",
+                    self.what
+                );
             }
             thread::sleep(Duration::from_millis(10));
         };
