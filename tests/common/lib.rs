@@ -190,6 +190,22 @@ impl Tracer {
                 break s;
             }
             if Instant::now() > deadline {
+                // Where each of its threads waits, before it is killed: what a hang needs.
+                let pid = self.child.id();
+                let mut stacks = String::new();
+                if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+                    for t in tasks.flatten() {
+                        let d = t.path();
+                        let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
+                        stacks.push_str(&format!(
+                            "\n[{}] {} wchan={} {}",
+                            t.file_name().to_string_lossy(),
+                            read("comm").trim(),
+                            read("wchan"),
+                            read("stack").replace('\n', " | ")
+                        ));
+                    }
+                }
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 let mut stderr = String::new();
@@ -197,7 +213,7 @@ impl Tracer {
                     let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
                 }
                 panic!(
-                    "tracekit {} did not exit within {timeout:?}; its stderr: {stderr}",
+                    "tracekit {} did not exit within {timeout:?}; its stderr: {stderr}; its threads:{stacks}",
                     self.what
                 );
             }
