@@ -70,7 +70,7 @@ fn counts_case(extra: &[&str], attach: &str, keyed_by: &str) {
         match counts_attempt(extra, attach, keyed_by, 11 + attempt as u64) {
             Ok(()) => return,
             Err(e) => {
-                eprintln!("attempt {}: {e}", attempt + 1);
+                eprintln!("attempt {}: {e}; {}", attempt + 1, tracers_now());
                 failures.push(e);
             }
         }

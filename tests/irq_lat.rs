@@ -327,9 +327,10 @@ fn check_bracket(
     } else {
         let stats: Vec<&Value> = lines.iter().filter(|l| l["type"] == "stats").collect();
         Err(format!(
-            "{}; all: {}; stats {stats:?}",
+            "{}; all: {}; stats {stats:?}; {}",
             errs.join("; "),
-            report.join(", ")
+            report.join(", "),
+            tracers_now()
         ))
     }
 }

@@ -356,6 +356,43 @@ pub fn loaded_program_ids() -> Vec<u32> {
         .collect()
 }
 
+/// Every BPF program loaded now (id, type, name) and every process that may have loaded one
+/// (tracekit, bpftrace, perf, bcc and libbpf tools): printed when a count comes up short, so the
+/// next such failure says whether another tracer ran beside the test at that moment.
+pub fn tracers_now() -> String {
+    let progs: Vec<String> = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| {
+            format!(
+                "{} {:?} {}",
+                p.id(),
+                p.program_type(),
+                p.name_as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let mut procs = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if ["tracekit", "bpftrace", "perf", "bpftool"].contains(&comm)
+            || comm.ends_with("-bpfcc")
+            || comm.starts_with("runqlat")
+            || comm.starts_with("bio")
+        {
+            procs.push(format!("{pid} {comm}"));
+        }
+    }
+    format!(
+        "BPF programs loaded now: [{}]; tracer processes now: [{}]",
+        progs.join(", "),
+        procs.join(", ")
+    )
+}
+
 /// Ids of the BPF programs loaded now whose name starts with `prefix` (`tk_` for all of
 /// tracekit's).
 pub fn program_ids_named(prefix: &str) -> Vec<u32> {

@@ -131,7 +131,7 @@ pub(crate) fn traced_exact(lo: &LoopDev, extra: &[&str], work: impl Fn() -> Valu
             dev["unseen_writes"],
             stats.cloned().unwrap_or_default()
         );
-        eprintln!("{msg}");
+        eprintln!("{msg}; {}", tracers_now());
         seen.push(msg);
     }
     panic!("no exact run in {ATTEMPTS}: {seen:#?}");
