@@ -1,7 +1,8 @@
 //! Root test for container attribution of a cgroup no runtime made: a process in
 //! `/tk-unknown-<pid>/app1` (made in the v1 memory hierarchy and the v2 one, as this host mounts
 //! them) is shown with that path as its container (runtime `cgroup`) by fsync-lat and ctxsw,
-//! `--by container` folds it, and `--container PATH` keeps only it. Unit tests on fixture paths
+//! `--by container` folds it, and `--container PATH` keeps only it; the cgroup tracekit itself
+//! runs in (of no runtime's layout) is the host's. Unit tests on fixture paths
 //! (which layouts stay the host) are in `cli/src/host/container.rs`.
 
 use std::{path::PathBuf, process::Command, time::Duration};
@@ -185,6 +186,14 @@ fn an_unknown_cgroup_layout_is_named_by_its_path() {
     // The host's own processes stay the host: pid 1 (the root cgroup) has no container.
     let host_rows = c.iter().filter(|x| x["pid"] == 1);
     for x in host_rows {
+        assert!(x.get("container").is_none(), "{x}");
+    }
+    // So do the processes that share tracekit's own cgroup of an unknown layout (a sandbox's
+    // or a login session's: this test and tracekit, its child): the host, not a container.
+    let me = std::process::id();
+    let own: Vec<&&Value> = c.iter().filter(|x| x["pid"] == me).collect();
+    assert!(!own.is_empty(), "ctxsw: no row for the test itself ({me})");
+    for x in own {
         assert!(x.get("container").is_none(), "{x}");
     }
     let _ = std::fs::remove_dir_all(dir);

@@ -374,6 +374,8 @@ struct Cache {
     by_path: HashMap<String, Option<Arc<Container>>>,
     by_pid: HashMap<u32, Option<Arc<Container>>>,
     root: Option<StateRoot>,
+    /// tracekit's own cgroup where its layout is unknown (`Some(None)`: none, or a runtime's).
+    own: Option<Option<String>>,
 }
 
 /// Entries each cache keeps at most (a node rarely runs more containers; a churning one
@@ -424,7 +426,21 @@ pub fn of_pid(pid: u32) -> Option<Arc<Container>> {
     let Some(text) = text else {
         return cache.by_pid.get(&pid).cloned().flatten();
     };
+    let own = cache
+        .own
+        .get_or_insert_with(|| {
+            super::cgroup::proc_cgroup(std::process::id())
+                .and_then(|t| pick(&t))
+                .filter(|(m, _)| m.runtime == Runtime::Cgroup)
+                .map(|(_, path)| path)
+        })
+        .clone();
     let found = pick(&text).and_then(|(m, path)| {
+        // An unknown layout's cgroup that holds tracekit itself holds the host's processes
+        // (a sandbox or login session's memory cgroup), not a container.
+        if m.runtime == Runtime::Cgroup && own.as_deref() == Some(path.as_str()) {
+            return None;
+        }
         if let Some(c) = cache.by_path.get(&path) {
             return c.clone();
         }
