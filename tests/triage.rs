@@ -242,6 +242,92 @@ fn starved_sleeper_ranks_first_with_the_hog_as_culprit() {
     );
 }
 
+/// The hogs' pids from `spin`'s report.
+fn hog_pids(hogs: Child) -> Vec<u64> {
+    let w: Value = serde_json::from_slice(&hogs.wait_with_output().unwrap().stdout).unwrap();
+    w["procs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect())
+        .unwrap_or_default()
+}
+
+/// The field report's case: a 1 ms sleeper pinned beside two CPU hogs at the default nice
+/// level, with two innocent busy processes. It loses only a few percent of its time, but its
+/// wakeups wait milliseconds behind a hog: it ranks first, a hog as culprit, and no hog is a
+/// victim (the hogs are the saturation finding's culprits). Its own clock is printed beside.
+#[test]
+fn sleeper_beside_hogs_at_nice_0_ranks_first_among_innocents() {
+    require_root();
+    let _s = serial();
+    let cpu = (std::thread::available_parallelism().map_or(1, |n| n.get()) - 1).to_string();
+    let _innocents = Innocents::start("triage-nice0", 9_000);
+    let hogs = hogs_at("8000", 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut victim = Value::Null;
+    let (f, _) = triage(6, &[], || {
+        victim = run_workload(&["triage-sleeper", &cpu, "5000"]);
+    });
+    let hog_pids = hog_pids(hogs);
+    eprintln!("sleeper's own clock: {victim}");
+    eprintln!("findings: {:#?}", brief(&f));
+    let first = &f[0];
+    assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
+    let culprit = first["culprit_pid"].as_u64().unwrap_or(0);
+    assert!(
+        hog_pids.contains(&culprit),
+        "culprit {culprit}, hogs {hog_pids:?}: {first}"
+    );
+    // What it felt, in the finding: late waits, and a p99.9 its own clock saw as overshoot.
+    assert!(
+        first["evidence"]["wake_late"].as_u64().unwrap_or(0) > 0,
+        "{first}"
+    );
+    for x in &f {
+        if x["cause"] == "runq-delay" {
+            let pid = x["pid"].as_u64().unwrap_or(0);
+            assert!(!hog_pids.contains(&pid), "a hog as a victim: {x}");
+        }
+    }
+    let sat: Vec<&Value> = f.iter().filter(|x| x["cause"] == "cpu-saturated").collect();
+    assert_eq!(sat.len(), 1, "{:#?}", brief(&f));
+    assert!(
+        hog_pids.contains(&sat[0]["culprit_pid"].as_u64().unwrap_or(0)),
+        "{}",
+        sat[0]
+    );
+}
+
+/// Two CPU hogs alone on one CPU: a busy node, nothing latency-sensitive hurt. One saturation
+/// finding (a hog its culprit, the CPU pressure in it), no victim.
+#[test]
+fn a_merely_busy_node_is_one_saturation_finding_and_no_victim() {
+    require_root();
+    let _s = serial();
+    let hogs = hogs_at("6500", 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let (f, _) = triage(5, &[], || {});
+    let hog_pids = hog_pids(hogs);
+    eprintln!("findings: {:#?}", brief(&f));
+    let sat: Vec<&Value> = f.iter().filter(|x| x["cause"] == "cpu-saturated").collect();
+    assert_eq!(sat.len(), 1, "{:#?}", brief(&f));
+    assert!(
+        hog_pids.contains(&sat[0]["culprit_pid"].as_u64().unwrap_or(0)),
+        "{}",
+        sat[0]
+    );
+    assert!(
+        f.iter().all(|x| x["cause"] != "runq-delay"),
+        "no victim on a merely busy node: {:#?}",
+        brief(&f)
+    );
+    assert!(
+        f.iter().all(|x| x["cause"] != "pressure"),
+        "the CPU pressure is the saturation's, not a finding of its own: {:#?}",
+        brief(&f)
+    );
+}
+
 /// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or
 /// io-latency) on that device, ranked first.
 #[test]
@@ -570,13 +656,22 @@ pub fn workload(args: &[String]) -> Option<i32> {
                 libc::CPU_SET(cpu, &mut set);
                 libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
             }
+            // Its own clock is the ground truth of what it felt: each sleep's overshoot.
             let end = Instant::now() + Duration::from_millis(ms.parse().ok()?);
-            let mut wakeups = 0u64;
+            let mut over: Vec<u64> = Vec::new();
             while Instant::now() < end {
+                let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(1));
-                wakeups += 1;
+                over.push((t.elapsed().as_nanos() as u64).saturating_sub(1_000_000));
             }
-            println!("{}", json!({"pid": std::process::id(), "wakeups": wakeups}));
+            over.sort_unstable();
+            let q = |q: f64| over[((over.len() as f64 * q) as usize).min(over.len() - 1)];
+            println!(
+                "{}",
+                json!({"pid": std::process::id(), "wakeups": over.len(),
+                       "overshoot_p50_ns": q(0.5), "overshoot_p99_ns": q(0.99),
+                       "overshoot_max_ns": over.last().copied().unwrap_or(0)})
+            );
         }
         ["triage-writer", path, ms] => {
             // 64 KiB to the page cache every 10 ms, rewinding at 16 MiB; never synced.

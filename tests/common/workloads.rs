@@ -33,13 +33,19 @@ pub fn trace_workload(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
 /// `tk-workload spin MS` at nice -10 (inherited by its spinners), stdout piped for its report:
 /// CPU hogs whose CPU a woken nice-0 task does not get at once.
 pub fn niced_hogs(ms: &str) -> Child {
+    hogs_at(ms, -10)
+}
+
+/// `tk-workload spin MS` (two spinners on the last CPU) at nice `nice`, stdout piped for its
+/// report (`procs`: the spinners' pids).
+pub fn hogs_at(ms: &str, nice: i32) -> Child {
     use std::os::unix::process::CommandExt;
     let mut hogs = Command::new(workload_bin());
     hogs.args(["spin", ms]).stdout(Stdio::piped());
     // SAFETY: between fork and exec the child only changes its own priority.
     unsafe {
-        hogs.pre_exec(|| {
-            libc::setpriority(libc::PRIO_PROCESS, 0, -10);
+        hogs.pre_exec(move || {
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
             Ok(())
         });
     }

@@ -408,3 +408,40 @@ mod tests {
         assert_eq!(fd_path(me, tid, 987_654), b"[closed]");
     }
 }
+
+/// How a process asked to be scheduled, from `/proc/<pid>/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedClass {
+    /// Nice level, -20..19.
+    pub nice: i64,
+    /// `SCHED_*` policy number (0 normal, 3 batch, 5 idle; 1 and 2 real time).
+    pub policy: u32,
+    /// A kernel thread (`PF_KTHREAD`): no nice level or cgroup weight of a user's to change.
+    pub kthread: bool,
+    /// The CPUs it may run on (`Cpus_allowed_list` in `/proc/<pid>/status`) as a mask of CPUs
+    /// 0–63; `None` when unknown or when it may run on a CPU above 63.
+    pub cpus_allowed: Option<u64>,
+}
+
+/// The scheduling class of process `pid`, `None` once it has exited.
+pub fn sched_class(pid: u32) -> Option<SchedClass> {
+    use procfs::FromRead;
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    let text = read_text_capped(&super::proc_path(&format!("{pid}/stat")), SMALL_FILE).ok()?;
+    let st = procfs::process::Stat::from_read(text.as_bytes()).ok()?;
+    let status = read_text_capped(&super::proc_path(&format!("{pid}/status")), SMALL_FILE);
+    let cpus_allowed = status.ok().and_then(|t| {
+        let list = t
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        super::parse_cpu_list(list.trim())?
+            .into_iter()
+            .try_fold(0u64, |m, c| (c < 64).then(|| m | 1 << c))
+    });
+    Some(SchedClass {
+        nice: st.nice,
+        policy: st.policy.unwrap_or(0),
+        kthread: st.flags & PF_KTHREAD != 0,
+        cpus_allowed,
+    })
+}

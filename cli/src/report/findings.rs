@@ -140,6 +140,14 @@ pub enum Score {
 }
 
 impl Score {
+    /// The time score (0 for a rate).
+    pub fn ns_per_s(&self) -> u64 {
+        match *self {
+            Score::NsPerS(v) => v,
+            Score::RatePerS(_) => 0,
+        }
+    }
+
     /// Ordering key: every time score ranks above every rate score; larger first.
     fn key(&self) -> (u8, f64) {
         match *self {
@@ -229,8 +237,7 @@ pub struct Finding {
     pub next: Option<String>,
 }
 
-/// Below this a stall is not worth a finding: 5 ms per second (0.5 % of the time).
-pub const MIN_NS_PER_S: u64 = 5_000_000;
+pub use super::harm::MIN_NS_PER_S;
 
 impl Finding {
     /// A finding with no culprit, evidence, advice or next command yet (add them after).

@@ -159,7 +159,11 @@ impl Evidence<'_> {
             cause,
             subject: r.subject().with_cgroup(r.cgroup.clone()),
             culprit: None,
-            score: Score::NsPerS((r.total_ns as f64 / self.secs.max(1e-9)) as u64),
+            score: Score::NsPerS(crate::report::harm::per_second_alive(
+                r.total_ns,
+                r.alive_ns,
+                self.window_ns(),
+            )),
             summary,
             evidence: vec![],
             advice,

@@ -125,18 +125,25 @@ struct Triage {
 }
 
 /// A node-check finding that a collector's finding covers (same cause and cgroup) is dropped:
-/// the collector's names the process and the advice is given once.
+/// the collector's names the process and the advice is given once. CPU pressure is covered by
+/// runq-lat's saturation finding, which carries the pressure and names the hogs.
 fn dedupe(f: &mut Vec<Finding>) {
     let covered: Vec<(Cause, Option<String>)> = f
         .iter()
         .filter(|x| x.tool != "triage")
         .map(|x| (x.cause, x.subject.cgroup.clone()))
         .collect();
+    let saturated = covered.iter().any(|(c, _)| *c == runq::CPU_SATURATED);
     f.retain(|x| {
-        x.tool != "triage"
-            || !covered
-                .iter()
-                .any(|(c, g)| *c == x.cause && (g.is_none() || *g == x.subject.cgroup))
+        if x.tool != "triage" {
+            return true;
+        }
+        if saturated && x.cause == PRESSURE && x.subject.name.as_deref() == Some("cpu pressure") {
+            return false;
+        }
+        !covered
+            .iter()
+            .any(|(c, g)| *c == x.cause && (g.is_none() || *g == x.subject.cgroup))
     });
 }
 
@@ -454,6 +461,35 @@ mod tests {
         );
         assert_eq!(f[1].subject.pid, Some(8));
         assert!(matches!(f[1].score, Score::RatePerS(_)));
+    }
+
+    /// CPU pressure is a symptom the saturation finding already states with its hogs: the node
+    /// check's pressure finding goes when runq-lat found the node saturated, and stays when not.
+    #[test]
+    fn cpu_pressure_is_covered_by_the_saturation_finding() {
+        let pressure = || {
+            Finding::new(
+                "triage",
+                PRESSURE,
+                Subject::named("system", "cpu pressure"),
+                Score::RatePerS(45.0),
+                "Some tasks were stalled on cpu 45 % of the window.".into(),
+            )
+        };
+        let sat = Finding::new(
+            "runq-lat",
+            runq::CPU_SATURATED,
+            Subject::named("node", "2 CPUs"),
+            Score::NsPerS(400_000_000),
+            "2 CPUs saturated.".into(),
+        );
+        let mut f = vec![pressure(), sat];
+        dedupe(&mut f);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].cause, runq::CPU_SATURATED);
+        let mut alone = vec![pressure(), waited(7, 10, 1_000, 0)];
+        dedupe(&mut alone);
+        assert_eq!(alone.len(), 2, "{alone:#?}");
     }
 
     /// A process that a hog holds off the CPU for most of its wait, or whose waits are far

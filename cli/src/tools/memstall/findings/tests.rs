@@ -95,8 +95,8 @@ fn share_of_the_time_is_of_the_time_alive() {
     r.alive_ns = 3_000_000_000;
     let (out, _) = run(22.0, &s, &v, &[r]);
     has(&out[0].summary, "(50.0 % of the 3.00 s it was alive;");
-    // The score stays per second of wall time, to rank against every other tool.
-    assert_eq!(out[0].score, Score::NsPerS(68_181_818));
+    // The score is per second of its life (report::harm::per_second_alive): what it felt.
+    assert_eq!(out[0].score, Score::NsPerS(500_000_000));
 }
 
 #[test]

@@ -1,0 +1,379 @@
+//! runq-lat's findings: who felt the waits for a CPU (the harm model is
+//! [`crate::report::harm`]), who held the CPU meanwhile, and the saturation of CPUs by
+//! CPU-bound work.
+
+use std::collections::BTreeMap;
+
+use super::{ev, RunqRow, CPU_SATURATED, INFO, RUNQ_DELAY};
+use crate::report::{
+    findings::{rank, Finding, Score, Subject, WINDOW_NS},
+    render::fmt_ns,
+};
+use crate::{
+    host::proc::SchedClass,
+    report::harm::{self, Tail, MIN_PREEMPT_NS_PER_S, MIN_WAKE_NS_PER_S},
+};
+use probes_common::hist::LatHist;
+
+/// Whether a wake-wait finding's waits are the process's own handoffs: it is woken as often as
+/// a context-switch storm switches, and no other process held the CPU for half of the wait.
+/// Fewer handoffs is then the fix before any priority change, and triage folds the wait into
+/// the storm's finding.
+pub fn waits_are_handoffs(f: &Finding) -> bool {
+    let (Some(waits), Some(wait_ns), Some(window_ns)) = (
+        f.ev(ev::WAKE_WAITS),
+        f.ev(ev::WAKE_WAIT_TOTAL_NS),
+        f.ev(WINDOW_NS),
+    ) else {
+        return false;
+    };
+    waits * 1e9 / window_ns.max(1.0) >= crate::tools::ctxsw::STORM_PER_S
+        && f.ev(ev::CULPRIT_DELAY_NS).unwrap_or(0.0) * 2.0 < wait_ns
+}
+
+/// What the node looked like over the window, for the saturation finding.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct NodeLoad {
+    pub(super) cpus: usize,
+    /// `/proc/pressure/cpu` "some" share of the window, in parts per million.
+    pub(super) cpu_pressure_ppm: Option<u64>,
+    /// The machine is a virtual machine (`hypervisor` in /proc/cpuinfo): the guest does not
+    /// choose its CPUs' idle states.
+    pub(super) virtual_machine: bool,
+}
+
+/// Per process: its waits merged over its rows, and who held the CPU meanwhile.
+struct Acc {
+    subject: Subject,
+    wake: LatHist,
+    preempt_ns: u64,
+    preempt_n: u64,
+    kernel_ns: u64,
+    /// Holder pid → (comm, part of the waits it held the CPU, waits).
+    behind: BTreeMap<u32, (String, u64, u64)>,
+}
+
+/// A victim: the process, its score, and the words that say what it felt.
+struct Victim<'a> {
+    pid: u32,
+    a: &'a Acc,
+    score: u64,
+    tail: Tail,
+    /// Judged by its tail (a latency-sensitive process), not by the share of time it waited.
+    by_tail: bool,
+}
+
+/// A holder of the CPU that a finding can name as its culprit: a process someone could change
+/// (not the idle CPU, not the victim itself, not a kernel thread, not a name we never learned).
+fn changeable(pid: u32, comm: &str, victim: u32, class: &ClassOf) -> bool {
+    pid != 0 && pid != victim && !comm.is_empty() && comm != "[exited]" && !class(pid).kthread
+}
+
+/// How a process is scheduled ([`crate::host::proc::sched_class`] in a run; the default for a
+/// process that has exited).
+pub(super) type ClassOf<'a> = dyn Fn(u32) -> SchedClass + 'a;
+
+/// The findings of a window (the harm model is [`crate::report::harm`]):
+/// - victims: processes that waited after their wakeups, judged by their tail when they are
+///   latency-sensitive (woken often, mostly asleep) and by their total wait otherwise, each
+///   with the tasks that held the CPU meanwhile;
+/// - one saturation finding when CPU-bound processes wait for each other after preemptions,
+///   the hogs as culprits, ranked below every victim of this window.
+///
+/// tracekit itself is never a victim or a culprit, nor is a process that asked to wait (nice 10
+/// or more, SCHED_BATCH, SCHED_IDLE).
+pub(super) fn findings(
+    rows: &[RunqRow],
+    secs: f64,
+    node: NodeLoad,
+    class: &ClassOf,
+) -> Vec<Finding> {
+    let me = std::process::id();
+    let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.id != 0 && r.who.pid != me && r.who.processes.is_none())
+    {
+        let a = per.entry(r.who.pid).or_insert_with(|| Acc {
+            subject: r.who.subject(),
+            wake: LatHist::ZERO,
+            preempt_ns: 0,
+            preempt_n: 0,
+            kernel_ns: 0,
+            behind: BTreeMap::new(),
+        });
+        a.wake.merge(&r.hists.0);
+        a.preempt_ns += r.preempt.s.total_ns;
+        a.preempt_n += r.preempt.s.count;
+        a.kernel_ns += r.kernel_run_delay_ns;
+        for p in r.waited_behind.iter().filter(|p| p.who.pid != me) {
+            let e = a
+                .behind
+                .entry(p.who.pid)
+                .or_insert((p.who.comm.clone(), 0, 0));
+            e.1 += p.delay_ns.unwrap_or(0);
+            e.2 += p.count;
+        }
+    }
+    let mut victims: Vec<Victim> = Vec::new();
+    let mut hogs: Vec<(u32, &Acc)> = Vec::new();
+    for (pid, a) in &per {
+        let c = class(*pid);
+        let sensitive = harm::latency_sensitive(a.wake.count, a.preempt_n, secs);
+        if !sensitive && (a.preempt_ns as f64 / secs) as u64 >= MIN_PREEMPT_NS_PER_S {
+            hogs.push((*pid, a));
+        }
+        if harm::asked_to_wait(c.nice, c.policy) {
+            continue;
+        }
+        // Time spent while the CPU was idle and waking up (its exit from a sleep state, the
+        // IPI) is wakeup latency, not contention: nobody held the CPU. A ping-pong whose every
+        // hop wakes an idle CPU is a context-switch storm, not a starved process.
+        let idle_ns = a.behind.get(&0).map_or(0, |v| v.1);
+        let starved = (a.wake.sum.saturating_sub(idle_ns) as f64 / secs) as u64;
+        let tail = Tail::of(&a.wake);
+        // A latency-sensitive process is told by its tail whenever its late waits are harm
+        // someone who could change caused; the score is then the larger of its excess wait and
+        // (when it is starved as well) its whole wait.
+        let by_tail = sensitive && !c.kthread && harm::tail_is_harm(&tail, secs) && {
+            let by_changeable: u64 = a
+                .behind
+                .iter()
+                .filter(|(p, (comm, _, _))| changeable(**p, comm, *pid, class))
+                .map(|(_, (_, ns, _))| *ns)
+                .sum();
+            by_changeable as u128 * 1_000_000
+                >= tail.excess_ns as u128 * harm::MIN_CULPRIT_SHARE_PPM as u128
+        };
+        let starved = (starved >= MIN_WAKE_NS_PER_S).then_some(starved);
+        let score = match (by_tail, starved) {
+            (true, s) => tail.excess_ns_per_s(secs).max(s.unwrap_or(0)),
+            (false, Some(s)) => s,
+            (false, None) => continue,
+        };
+        victims.push(Victim {
+            pid: *pid,
+            a,
+            score,
+            tail,
+            by_tail,
+        });
+    }
+    let mut out: Vec<Finding> = victims
+        .iter()
+        .map(|v| victim_finding(v, secs, node, class))
+        .collect();
+    if !hogs.is_empty() {
+        let floor = victims.iter().map(|v| v.score).min();
+        out.push(saturation_finding(
+            rows,
+            &hogs,
+            &victims,
+            (secs, node, floor),
+            class,
+        ));
+    }
+    rank(&mut out);
+    out
+}
+
+/// The finding of one victim: what it felt, behind whom, and what to change.
+fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Finding {
+    let (pid, a, t) = (v.pid, v.a, &v.tail);
+    let mut behind: Vec<(u32, &(String, u64, u64))> =
+        a.behind.iter().map(|(p, x)| (*p, x)).collect();
+    behind.sort_by(|x, y| y.1 .1.cmp(&x.1 .1).then(x.0.cmp(&y.0)));
+    let held: Vec<String> = behind
+        .iter()
+        .take(3)
+        .map(|(p, (c, ns, n))| {
+            if *p == 0 {
+                format!("an idle CPU waking up for {} ({n} waits)", fmt_ns(*ns))
+            } else if *p == pid {
+                format!("its own threads for {} ({n} waits)", fmt_ns(*ns))
+            } else if c.is_empty() {
+                format!("pid {p} for {} ({n} waits)", fmt_ns(*ns))
+            } else {
+                format!("{c} (pid {p}) for {} ({n} waits)", fmt_ns(*ns))
+            }
+        })
+        .collect();
+    let culprit = behind
+        .iter()
+        .find(|(p, (c, _, _))| changeable(*p, c, pid, class));
+    let share = a.wake.sum as f64 / secs / 1e7;
+    let mut summary = if v.by_tail {
+        format!(
+            "{}: 1 in {} wakeups waited over {} for a CPU, p99.9 {}, max {} (its median wait is {}): {} of excess wait per second, {:.1} % of its time waiting in all ({} waits)",
+            a.subject.text(),
+            t.one_in(),
+            fmt_ns(t.late_ns),
+            fmt_ns(t.p999_ns),
+            fmt_ns(t.max_ns),
+            fmt_ns(t.typical_ns),
+            fmt_ns(v.score),
+            share,
+            t.waits,
+        )
+    } else {
+        format!(
+            "{} waited {} of {} for a CPU after its wakeups ({share:.1} % of the time): {} waits, p50 {}, p99 {}, max {}",
+            a.subject.text(),
+            fmt_ns(a.wake.sum),
+            fmt_ns((secs * 1e9) as u64),
+            t.waits,
+            fmt_ns(t.typical_ns),
+            fmt_ns(t.p99_ns),
+            fmt_ns(t.max_ns),
+        )
+    };
+    if !held.is_empty() {
+        summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
+    }
+    summary.push('.');
+    let advice = match (behind.first(), culprit) {
+        (Some((0, _)), _) if node.virtual_machine => "its wakeups wait for an idle vCPU to be run again by the hypervisor (a guest does not choose C-states): poll before halting in the guest (the cpuidle-haltpoll driver, guest_halt_poll_ns), or ask for dedicated vCPUs",
+        (Some((0, _)), _) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
+        (_, None) => "the CPU was held by kernel work or by tasks that are gone: see what runs there (tracekit irq-lat for softirq and interrupt time, tracekit profile --cpu) before changing priorities",
+        _ => "give it the CPU first: raise its weight (nice -n -5, cpu.weight) or lower the hogs' (nice 19, SCHED_IDLE, a smaller cpu.weight or cpu.max), or keep the hogs off its CPUs (cpusets, taskset)",
+    };
+    let mut f = Finding {
+        tool: INFO.name,
+        cause: RUNQ_DELAY,
+        subject: a.subject.clone(),
+        culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
+        score: Score::NsPerS(v.score),
+        summary,
+        evidence: vec![],
+        advice: advice.into(),
+        next: Some(format!(
+            "tracekit runq-lat --pid {pid} --threads --duration 10s"
+        )),
+    }
+    .evidence(ev::WAKE_WAITS, a.wake.count)
+    .evidence(ev::WAKE_WAIT_TOTAL_NS, a.wake.sum)
+    .evidence(ev::WAKE_P50_NS, t.typical_ns)
+    .evidence(ev::WAKE_P99_NS, t.p99_ns)
+    .evidence(ev::WAKE_P999_NS, t.p999_ns)
+    .evidence(ev::WAKE_MAX_NS, t.max_ns)
+    .evidence(ev::WAKE_LATE, t.late)
+    .evidence(ev::WAKE_LATE_OVER_NS, t.late_ns)
+    .evidence(ev::WAKE_EXCESS_NS, t.excess_ns)
+    .evidence("kernel_run_delay_ns", a.kernel_ns);
+    if let Some((_, (_, ns, n))) = culprit {
+        f = f
+            .evidence(ev::CULPRIT_DELAY_NS, *ns)
+            .evidence("culprit_waits", *n);
+    }
+    f = f.evidence(WINDOW_NS, (secs * 1e9) as u64);
+    if waits_are_handoffs(&f) {
+        f.advice = "it is woken more than 10,000 times/s and each wakeup waits its turn: batch the handoffs that wake it (larger queue items, fewer wakeups per item) before changing priorities".into();
+        f.next = Some(format!(
+            "tracekit ctxsw --pid {pid} --threads --duration 10s"
+        ));
+    }
+    f
+}
+
+/// The one finding for CPU-bound processes waiting for each other: the node (or the CPUs they
+/// may run on) is saturated. Its score is the largest share a hog waited after preemptions,
+/// kept below `floor` (the smallest victim score of the window): the victims it hurts rank
+/// first, each naming the holder of its CPU.
+fn saturation_finding(
+    rows: &[RunqRow],
+    hogs: &[(u32, &Acc)],
+    victims: &[Victim],
+    (secs, node, floor): (f64, NodeLoad, Option<u64>),
+    class: &ClassOf,
+) -> Finding {
+    let mut hogs: Vec<&(u32, &Acc)> = hogs.iter().collect();
+    hogs.sort_by(|x, y| y.1.preempt_ns.cmp(&x.1.preempt_ns).then(x.0.cmp(&y.0)));
+    let waiting: u64 = rows
+        .iter()
+        .filter(|r| r.id != 0)
+        .map(|r| r.all.s.total_ns)
+        .sum();
+    let avg_waiting = waiting as f64 / (secs * 1e9);
+    let named: Vec<String> = hogs
+        .iter()
+        .take(4)
+        .map(|(_, a)| {
+            format!(
+                "{} waited {:.0} % of the time after preemptions",
+                a.subject.text(),
+                a.preempt_ns as f64 / secs / 1e7
+            )
+        })
+        .collect();
+    let psi = node
+        .cpu_pressure_ppm
+        .map(|p| format!(", CPU pressure {:.0} %", p as f64 / 1e4))
+        .unwrap_or_default();
+    let suffer = if victims.is_empty() {
+        "no latency-sensitive process suffered in this window: the CPU-bound work slows only itself"
+            .to_string()
+    } else {
+        let v: Vec<String> = victims.iter().take(3).map(|v| v.a.subject.text()).collect();
+        format!("the work that suffers is {} (findings above)", v.join(", "))
+    };
+    // Hogs pinned to fewer CPUs than the node has saturate those CPUs, not the node.
+    let mask = hogs
+        .iter()
+        .try_fold(0u64, |m, h| Some(m | class(h.0).cpus_allowed?));
+    let all = if node.cpus >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << node.cpus) - 1
+    };
+    let what = match mask {
+        Some(m) if m != 0 && m & all != all => {
+            let cpus: Vec<String> = (0..64)
+                .filter(|c| m & (1 << c) != 0)
+                .map(|c| c.to_string())
+                .collect();
+            format!(
+                "CPU {} (of {}) saturated by CPU-bound work pinned there",
+                cpus.join(","),
+                node.cpus
+            )
+        }
+        _ => format!("{} CPUs saturated by CPU-bound work", node.cpus),
+    };
+    let summary = format!(
+        "{what}: {avg_waiting:.1} tasks waited for a CPU on average{psi}; {}{}; {suffer}.",
+        named.join(", "),
+        if hogs.len() > 4 {
+            format!(" and {} more", hogs.len() - 4)
+        } else {
+            String::new()
+        },
+    );
+    let top = hogs[0];
+    let mut score = (top.1.preempt_ns as f64 / secs) as u64;
+    if let Some(f) = floor {
+        score = score.min(f.saturating_sub(1));
+    }
+    let mut f = Finding {
+        tool: INFO.name,
+        cause: CPU_SATURATED,
+        subject: Subject::named("node", format!("{} CPUs", node.cpus)),
+        culprit: Some(top.1.subject.clone()),
+        score: Score::NsPerS(score),
+        summary,
+        evidence: vec![],
+        advice: "more runnable CPU-bound threads than CPUs: give latency-sensitive services the CPU first (cpu.weight, nice) and batch work less (nice 19, SCHED_IDLE, cpu.max), cut thread counts, or add CPUs".into(),
+        next: Some(format!(
+            "tracekit runq-lat --pid {} --threads --duration 10s",
+            top.0
+        )),
+    }
+    .evidence("cpus", node.cpus)
+    .evidence("hog_cpus_mask", mask.unwrap_or(0))
+    .evidence("waiting_total_ns", waiting)
+    .evidence("hogs", hogs.len())
+    .evidence("hog_preempt_wait_total_ns", top.1.preempt_ns);
+    if let Some(p) = node.cpu_pressure_ppm {
+        f = f.evidence("cpu_pressure_some_ppm", p);
+    }
+    f.evidence(WINDOW_NS, (secs * 1e9) as u64)
+}
