@@ -328,6 +328,61 @@ fn a_merely_busy_node_is_one_saturation_finding_and_no_victim() {
     );
 }
 
+/// A WAL-like fsync loop on a disk that an O_DIRECT writer floods (queue depth 32, another file
+/// of the same ext4 file system), among innocents: the fsync loop ranks first and names the
+/// flood as its culprit, measured as its share of the disk's request time.
+#[test]
+fn fsync_loop_beside_a_direct_io_flood_names_the_flood() {
+    require_root();
+    let _s = serial();
+    io::ensure_fio();
+    let innocents = Innocents::start("triage-flood-innocents", 14_000);
+    let lo = io::LoopDev::new("triage-flood");
+    let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
+    let (wal, flood) = (m.mnt.join("wal.log"), m.mnt.join("flood"));
+    let (mut report, mut job) = (Value::Null, Value::Null);
+    let (f, _) = triage(8, &[], || {
+        let w = Command::new(workload_bin())
+            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fsync loop");
+        job = io::fio(
+            flood.to_str().unwrap(),
+            &[
+                // A 16 MiB file of the 64 MiB disk: room left for the WAL.
+                "--size=16M",
+                "--rw=randwrite",
+                "--bs=4k",
+                "--ioengine=libaio",
+                "--iodepth=32",
+                "--time_based",
+                "--runtime=6",
+            ],
+        );
+        let out = w.wait_with_output().unwrap();
+        report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+    });
+    eprintln!(
+        "fsync loop: {report}; fio: {} writes, clat p99 {} ns",
+        job["write"]["total_ios"], job["write"]["clat_ns"]["percentile"]["99.000000"]
+    );
+    eprintln!("findings: {:#?}", brief(&f));
+    let first = &f[0];
+    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
+    assert_eq!(first["culprit_comm"], "fio", "{first}");
+    assert!(
+        first["evidence"]["culprit_disk_share_ppm"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 500_000,
+        "{first}"
+    );
+    innocents.assert_unnamed(&f);
+}
+
 /// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or
 /// io-latency) on that device, ranked first.
 #[test]

@@ -66,6 +66,12 @@ pub const MIN_LATE_WAITS: u64 = 5;
 /// the two hogs (the holders' part counts whole waits), beside the burster alone 88 %.
 pub const MIN_CULPRIT_SHARE_PPM: u64 = 500_000;
 
+/// A process slowed in its sync calls is linked to another issuer of the disk under its file
+/// when that issuer took at least this share of the disk's request time in the window (parts
+/// per million: half), and more than the victim's own requests: then most of what the victim
+/// waited behind was the other's.
+pub const MIN_DISK_SHARE_PPM: u64 = 500_000;
+
 /// A process that spends 5 % of the window waiting for a CPU after its wakeups is starved
 /// where it matters whatever its tail (a latency-sensitive one scores the larger of its excess
 /// and its whole wait) (each wakeup is work someone waits for). Below that, waits
@@ -77,6 +83,25 @@ pub const MIN_WAKE_NS_PER_S: u64 = 50_000_000;
 /// A CPU-bound process waiting this long after its preemptions is starved of CPU time (10 %
 /// of the window runnable but not running): below that its CPUs are shared, not saturated.
 pub const MIN_PREEMPT_NS_PER_S: u64 = 100_000_000;
+
+/// Below this a process's sync time (fsync and its family) is not worth a finding: 2 % of the
+/// window. A WAL or ledger that syncs on every commit loses far more (the append-and-fsync loop
+/// of the triage tests: 9.99 s of 10 s).
+pub const MIN_FSYNC_NS_PER_S: u64 = 20_000_000;
+
+/// A memory stall (direct reclaim) worth a finding is one its process felt: a single stall of
+/// this long or more (the pause a request notices)...
+pub const FELT_STALL_NS: u64 = 1_000_000;
+/// ... or stalls adding up to this share of the time it was alive (0.5 %, in parts per
+/// million). A process whose THP fault reclaimed once for 53 µs in an 8 s window was named
+/// beside the real victim before.
+pub const FELT_SHARE_PPM: u64 = 5_000;
+
+/// A process switching this often is in a storm: a switch costs 1.5-5 µs of CPU directly
+/// (`perf bench sched pipe` here: ~3 µs per round trip of two switches) plus cold caches after
+/// it, so 10,000/s is 2-5 % of a CPU spent switching, and it marks work handed over one item at
+/// a time (a lock or queue handoff) or too many runnable threads per CPU.
+pub const STORM_PER_S: f64 = 10_000.0;
 
 /// A process at this nice level or above asked to give way: its waits are not harm.
 pub const LOW_PRIORITY_NICE: i64 = 10;

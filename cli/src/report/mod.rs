@@ -4,6 +4,7 @@
 pub mod findings;
 pub mod harm;
 pub mod hist;
+pub mod links;
 pub mod output;
 pub mod render;
 pub mod rows;

@@ -31,6 +31,8 @@ pub struct Output {
     /// The `"type":"stats"` line: the kernel's counters of what could not be recorded (named as
     /// in `probes_common::stats`), plus tool-specific keys (`missed`, `count`, …).
     pub stats: Option<Stats>,
+    /// Facts `triage` links findings of different collectors by (never printed).
+    pub links: Vec<super::links::Link>,
 }
 
 impl Output {

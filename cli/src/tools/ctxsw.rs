@@ -466,11 +466,8 @@ impl Ctxsw {
     }
 }
 
-/// A process switching this often is in a storm: a switch costs 1.5-5 µs of CPU directly
-/// (`perf bench sched pipe` here: ~3 µs per round trip of two switches) plus cold caches
-/// after it, so 10,000/s is 2-5 % of a CPU spent switching, and it marks work handed over
-/// one item at a time (a lock or queue handoff) or too many runnable threads per CPU.
-pub const STORM_PER_S: f64 = 10_000.0;
+/// The storm threshold is the harm model's ([`crate::report::harm::STORM_PER_S`]).
+pub use crate::report::harm::STORM_PER_S;
 
 /// A storm is "between its own threads" when most of its measured wakeups came from them.
 const OWN_SHARE: f64 = 0.5;

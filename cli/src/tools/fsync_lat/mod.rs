@@ -8,6 +8,7 @@
 //! filter by syscall number — they cost every syscall of the node ~50 ns each way, which is why
 //! they come second. Kernel side: `probes-ebpf/src/bin/fsync_lat.rs`.
 
+use crate::report::harm::MIN_FSYNC_NS_PER_S;
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
     os::fd::{AsRawFd, RawFd},
@@ -681,9 +682,6 @@ impl FsyncLat {
         out
     }
 }
-
-/// Below this a process's sync time is not worth a finding: 2 % of the window.
-const MIN_FSYNC_NS_PER_S: u64 = 20_000_000;
 
 #[cfg(test)]
 mod tests {

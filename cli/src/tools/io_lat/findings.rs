@@ -241,7 +241,10 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
             cause: crate::tools::io_lat::IO_LATENCY,
             subject: subject(t),
             culprit: None,
-            score: score(t.sync_ns, t.count, secs),
+            // A kernel thread's waits (a loop device's worker, the flusher) are felt by whom it
+            // serves, whose own findings carry that time (report::harm): its share of the device
+            // ranks as a rate, after the victims.
+            score: score(if t.kthread { 0 } else { t.sync_ns }, t.count, secs),
             summary: format!(
                 "{} issues {share:.0} % of {}'s I/O ({} of {} requests, {:.0}/s); {} is busy {:.0} % of the time, p99 request {}.",
                 who(t),

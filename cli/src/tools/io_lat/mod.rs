@@ -20,6 +20,7 @@ mod rows;
 mod slots;
 
 use crate::report::findings::Cause;
+use crate::report::links::{DiskIssuer, Link};
 use std::{
     collections::BTreeMap,
     os::fd::{AsRawFd, OwnedFd, RawFd},
@@ -435,6 +436,21 @@ impl Collector for IoLat {
             out.hists.push((r.hist_label(), r.device_hist));
         }
         out.findings = findings::find(&summary, &devices, secs);
+        out.links = summary
+            .iter()
+            .filter(|r| !r.other)
+            .map(|r| {
+                Link::Disk(DiskIssuer {
+                    kdev: r.kdev,
+                    disk: r.dev.clone(),
+                    who: r.who.subject(),
+                    kthread: r.kthread.unwrap_or(false),
+                    cgroup: r.cgroup.clone(),
+                    requests: r.count,
+                    time_ns: r.lat.total.s.total_ns,
+                })
+            })
+            .collect();
         out.sections.push(
             Section::build(
                 &rows::SUMMARY_ROWS,

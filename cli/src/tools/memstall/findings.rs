@@ -2,6 +2,7 @@
 //! cgroup counters and the OOM kills of a window. Each names who stalled, in what, for how
 //! much of the time it was alive, the evidence as numbers, the fix and the next command.
 
+use crate::report::harm::{FELT_SHARE_PPM, FELT_STALL_NS};
 use probes_common::memstall::{
     KIND_COMPACTION, KIND_MEMCG_RECLAIM, KIND_RECLAIM, KIND_THP_COLLAPSE, KIND_THP_FAULT,
 };
@@ -481,11 +482,6 @@ fn felt(max_ns: u64, total_ns: u64, alive_ns: u64) -> bool {
     max_ns >= FELT_STALL_NS
         || total_ns.saturating_mul(1_000_000) / alive_ns.max(1) >= FELT_SHARE_PPM
 }
-
-/// 1 ms: the pause a request notices.
-const FELT_STALL_NS: u64 = 1_000_000;
-/// 0.5 % of the time alive.
-const FELT_SHARE_PPM: u64 = 5_000;
 
 #[cfg(test)]
 mod felt_tests {

@@ -20,6 +20,7 @@ use crate::{
     tools::{self, ToolInfo},
 };
 
+mod links;
 pub mod node;
 
 use crate::{
@@ -361,8 +362,11 @@ impl Emitter for Triage {
             .iter()
             .flat_map(|o| o.findings.iter().cloned())
             .collect();
+        let all: Vec<crate::report::links::Link> =
+            outs.iter().flat_map(|o| o.links.iter().cloned()).collect();
         dedupe(&mut f);
         fold_storm_waits(&mut f);
+        links::link_sync_waits(&mut f, &all);
         rank(&mut f);
         let text = if self.json {
             let mut s = String::new();
