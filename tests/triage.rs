@@ -227,11 +227,7 @@ fn starved_sleeper_ranks_first_with_the_hog_as_culprit() {
     let (f, _) = triage(6, &[], || {
         victim = run_workload(&["triage-sleeper", &cpu, "5000"]);
     });
-    let w: Value = serde_json::from_slice(&hogs.wait_with_output().unwrap().stdout).unwrap();
-    let hog_pids: Vec<u64> = w["procs"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect())
-        .unwrap_or_default();
+    let hog_pids = hog_pids(hogs);
     let first = &f[0];
     assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
     assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
