@@ -223,19 +223,7 @@ fn starved_sleeper_ranks_first_with_the_hog_as_culprit() {
     // precedence over them, as a batch job at a higher priority would.
     let hogs = niced_hogs("7000");
     std::thread::sleep(Duration::from_millis(300));
-    let mut victim = Value::Null;
-    let (f, _) = triage(6, &[], || {
-        victim = run_workload(&["triage-sleeper", &cpu, "5000"]);
-    });
-    let hog_pids = hog_pids(hogs);
-    let first = &f[0];
-    assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
-    assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
-    let culprit = first["culprit_pid"].as_u64().unwrap_or(0);
-    assert!(
-        hog_pids.contains(&culprit),
-        "culprit {culprit}, hogs {hog_pids:?}: {first}"
-    );
+    sleeper_ranks_first(&cpu, hogs);
 }
 
 /// The hogs' pids from `spin`'s report.
@@ -245,6 +233,28 @@ fn hog_pids(hogs: Child) -> Vec<u64> {
         .as_array()
         .map(|a| a.iter().filter_map(|p| p["pid"].as_u64()).collect())
         .unwrap_or_default()
+}
+
+/// Runs the 1 ms sleeper on `cpu` for 5 s under a 6 s triage beside `hogs` (its own clock is
+/// printed), and checks that it ranks first as a run-queue victim with a hog as culprit: the
+/// findings and the hogs' pids.
+fn sleeper_ranks_first(cpu: &str, hogs: Child) -> (Vec<Value>, Vec<u64>) {
+    let mut victim = Value::Null;
+    let (f, _) = triage(6, &[], || {
+        victim = run_workload(&["triage-sleeper", cpu, "5000"]);
+    });
+    let hog_pids = hog_pids(hogs);
+    eprintln!("sleeper's own clock: {victim}");
+    eprintln!("findings: {:#?}", brief(&f));
+    let first = &f[0];
+    assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
+    let culprit = first["culprit_pid"].as_u64().unwrap_or(0);
+    assert!(
+        hog_pids.contains(&culprit),
+        "culprit {culprit}, hogs {hog_pids:?}: {first}"
+    );
+    (f, hog_pids)
 }
 
 /// The field report's case: a 1 ms sleeper pinned beside two CPU hogs at the default nice
@@ -259,21 +269,8 @@ fn sleeper_beside_hogs_at_nice_0_ranks_first_among_innocents() {
     let _innocents = Innocents::start("triage-nice0", 9_000);
     let hogs = hogs_at("8000", 0);
     std::thread::sleep(Duration::from_millis(300));
-    let mut victim = Value::Null;
-    let (f, _) = triage(6, &[], || {
-        victim = run_workload(&["triage-sleeper", &cpu, "5000"]);
-    });
-    let hog_pids = hog_pids(hogs);
-    eprintln!("sleeper's own clock: {victim}");
-    eprintln!("findings: {:#?}", brief(&f));
+    let (f, hog_pids) = sleeper_ranks_first(&cpu, hogs);
     let first = &f[0];
-    assert_eq!(first["cause"], "runq-delay", "{:#?}", brief(&f));
-    assert_eq!(first["pid"], victim["pid"], "{:#?}", brief(&f));
-    let culprit = first["culprit_pid"].as_u64().unwrap_or(0);
-    assert!(
-        hog_pids.contains(&culprit),
-        "culprit {culprit}, hogs {hog_pids:?}: {first}"
-    );
     // What it felt, in the finding: late waits, and a p99.9 its own clock saw as overshoot.
     assert!(
         first["evidence"]["wake_late"].as_u64().unwrap_or(0) > 0,

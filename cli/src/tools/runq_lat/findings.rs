@@ -88,6 +88,9 @@ pub(super) fn findings(
     node: NodeLoad,
     class: &ClassOf,
 ) -> Vec<Finding> {
+    // Each process's class is read once per window, however many victims it held a CPU for.
+    let seen = std::cell::RefCell::new(BTreeMap::new());
+    let class = &|pid: u32| *seen.borrow_mut().entry(pid).or_insert_with(|| class(pid));
     let me = std::process::id();
     let mut per: BTreeMap<u32, Acc> = BTreeMap::new();
     for r in rows
