@@ -64,7 +64,8 @@ pub const CULPRIT_MIN_NS: u64 = 20_000;
 pub struct Record {
     /// Who preempted whom (involuntary switches by pair).
     pub preemptors: bool,
-    /// Who held the CPU during each wait after a wakeup (waits of `CULPRIT_MIN_NS` or more).
+    /// Who held the CPU during each wait after a wakeup (waits of `CULPRIT_MIN_NS` or more),
+    /// and during the long ones (`harm::LATE_FLOOR_NS` or more) apart.
     pub culprits: bool,
     /// Who woke whom (wakeups by pair).
     pub wakers: bool,
@@ -284,6 +285,8 @@ pub struct Interval {
     pub folded_names: Vec<(u32, Vec<u8>)>,
     pub preemptors: Vec<Pair>,
     pub culprits: Vec<Pair>,
+    /// As `culprits`, over the waits of `harm::LATE_FLOOR_NS` or more.
+    pub late_culprits: Vec<Pair>,
     pub wakers: Vec<Pair>,
     pub stats: [u64; NSTATS as usize],
 }
@@ -294,6 +297,7 @@ pub struct SchedSession {
     agg: GenMap<SchedKey, SchedVal>,
     preemptors: Option<GenMap<PairKey, PairVal>>,
     culprits: Option<GenMap<PairKey, PairVal>>,
+    late_culprits: Option<GenMap<PairKey, PairVal>>,
     wakers: Option<GenMap<PairKey, PairVal>>,
     pub scope: Scope,
     /// What a skipped optional hook costs the report.
@@ -341,6 +345,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .global("SCHED_PREEMPTORS", &u8::from(record.preemptors))
         .global("SCHED_CULPRITS", &u8::from(record.culprits))
         .global("SCHED_CULPRIT_MIN_NS", &CULPRIT_MIN_NS)
+        .global("SCHED_LATE_MIN_NS", &crate::report::harm::LATE_FLOOR_NS)
         .global("SCHED_WAKERS", &u8::from(record.wakers))
         .global("SCHED_WAKE_MASK", &(slots - 1))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
@@ -349,6 +354,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .max_entries("SCHED_AGG", scope.key_cap())
         .max_entries("PREEMPTORS", scope.key_cap())
         .max_entries("CULPRITS", scope.key_cap())
+        .max_entries("LATE_CULPRITS", scope.key_cap())
         .max_entries("WAKERS", scope.key_cap())
         .tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
@@ -378,12 +384,14 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
     )?;
     let preemptors = pair_map(&mut session, "PREEMPTORS", record.preemptors)?;
     let culprits = pair_map(&mut session, "CULPRITS", record.culprits)?;
+    let late_culprits = pair_map(&mut session, "LATE_CULPRITS", record.culprits)?;
     let wakers = pair_map(&mut session, "WAKERS", record.wakers)?;
     Ok(SchedSession {
         session,
         agg,
         preemptors,
         culprits,
+        late_culprits,
         wakers,
         scope: scope.clone(),
         notes,
@@ -519,6 +527,7 @@ impl SchedSession {
             folded_names,
             preemptors: drain_pairs(&mut self.preemptors, self.session.drained())?,
             culprits: drain_pairs(&mut self.culprits, self.session.drained())?,
+            late_culprits: drain_pairs(&mut self.late_culprits, self.session.drained())?,
             wakers: drain_pairs(&mut self.wakers, self.session.drained())?,
             stats: self.session.stats_delta()?,
         })

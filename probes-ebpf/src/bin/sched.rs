@@ -86,6 +86,10 @@ static SCHED_CULPRITS: u8 = 0;
 /// see `tools::sched` for the value and why).
 #[no_mangle]
 static SCHED_CULPRIT_MIN_NS: u64 = 0;
+/// Waits of this long or more are also charged to `LATE_CULPRITS` (the harm model's floor of a
+/// late wait, see `report::harm` for the value and why).
+#[no_mangle]
+static SCHED_LATE_MIN_NS: u64 = u64::MAX;
 /// Record who woke whom (ctxsw --threads).
 #[no_mangle]
 static SCHED_WAKERS: u8 = 0;
@@ -160,6 +164,13 @@ static PREEMPTORS: HashMap<PairKey, PairVal> =
 /// victims it has rows for.
 #[map]
 static CULPRITS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
+
+/// As `CULPRITS`, for the long waits only (`SCHED_LATE_MIN_NS` or more): who held the CPU
+/// during the waits a latency-sensitive victim felt, which the short waits' holders (the
+/// task it usually follows) need not be.
+#[map]
+static LATE_CULPRITS: HashMap<PairKey, PairVal> =
+    HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
 /// Wakeups by (waker, wakee), ctxsw --threads only.
 #[map]
@@ -355,7 +366,8 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
             gen: generation(),
             _pad: 0,
         };
-        pair_add(&CULPRITS, &key, 1, now.saturating_sub(since));
+        let late = wait >= ro(&SCHED_LATE_MIN_NS);
+        charge(&key, now.saturating_sub(since), late);
         if since > ts {
             // The task before it, for the part of the wait it ran.
             let from = if h.before_since > ts { h.before_since } else { ts };
@@ -365,7 +377,7 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
                     b_tgid: h.before_tgid,
                     ..key
                 };
-                pair_add(&CULPRITS, &key, 1, since - from);
+                charge(&key, since - from, late);
             }
         }
     }
@@ -375,6 +387,15 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     h.id = row_id(ntid, ntgid);
     h.tgid = ntgid;
     h.since = now;
+}
+
+/// Charges `ns` of one wait to the holder in `key`, and to `LATE_CULPRITS` too for a long wait.
+#[inline(always)]
+fn charge(key: &PairKey, ns: u64, late: bool) {
+    pair_add(&CULPRITS, key, 1, ns);
+    if late {
+        pair_add(&LATE_CULPRITS, key, 1, ns);
+    }
 }
 
 /// 1 if `a == b`, else 0, without a branch (`a ^ b` is below 2^32, so `- 1` only sets the top

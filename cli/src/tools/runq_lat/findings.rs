@@ -50,7 +50,20 @@ struct Acc {
     preempt_n: u64,
     kernel_ns: u64,
     /// Holder pid → (comm, part of the waits it held the CPU, waits).
-    behind: BTreeMap<u32, (String, u64, u64)>,
+    behind: Held,
+    /// The same over the long waits only (1 ms or more): whom the tail was spent behind.
+    late_behind: Held,
+}
+
+/// Holder pid → (comm, part of the waits it held the CPU, waits).
+type Held = BTreeMap<u32, (String, u64, u64)>;
+
+fn hold(into: &mut Held, peers: &[super::Peer], me: u32) {
+    for p in peers.iter().filter(|p| p.who.pid != me) {
+        let e = into.entry(p.who.pid).or_insert((p.who.comm.clone(), 0, 0));
+        e.1 += p.delay_ns.unwrap_or(0);
+        e.2 += p.count;
+    }
 }
 
 /// A victim: the process, its score, and the words that say what it felt.
@@ -67,6 +80,16 @@ struct Victim<'a> {
 /// (not the idle CPU, not the victim itself, not a kernel thread, not a name we never learned).
 fn changeable(pid: u32, comm: &str, victim: u32, class: &ClassOf) -> bool {
     pid != 0 && pid != victim && !comm.is_empty() && comm != "[exited]" && !class(pid).kthread
+}
+
+/// The share of `long_ns` (parts per million) that changeable holders held the CPU.
+fn changeable_share_ppm(held: &Held, victim: u32, long_ns: u64, class: &ClassOf) -> u64 {
+    let by: u64 = held
+        .iter()
+        .filter(|(p, (comm, _, _))| changeable(**p, comm, victim, class))
+        .map(|(_, (_, ns, _))| *ns)
+        .sum();
+    (by as u128 * 1_000_000 / long_ns.max(1) as u128).min(u64::MAX as u128) as u64
 }
 
 /// How a process is scheduled ([`crate::host::proc::sched_class`] in a run; the default for a
@@ -104,19 +127,14 @@ pub(super) fn findings(
             preempt_n: 0,
             kernel_ns: 0,
             behind: BTreeMap::new(),
+            late_behind: BTreeMap::new(),
         });
         a.wake.merge(&r.hists.0);
         a.preempt_ns += r.preempt.s.total_ns;
         a.preempt_n += r.preempt.s.count;
         a.kernel_ns += r.kernel_run_delay_ns;
-        for p in r.waited_behind.iter().filter(|p| p.who.pid != me) {
-            let e = a
-                .behind
-                .entry(p.who.pid)
-                .or_insert((p.who.comm.clone(), 0, 0));
-            e.1 += p.delay_ns.unwrap_or(0);
-            e.2 += p.count;
-        }
+        hold(&mut a.behind, &r.waited_behind, me);
+        hold(&mut a.late_behind, &r.late_waits_behind, me);
     }
     let mut victims: Vec<Victim> = Vec::new();
     let mut hogs: Vec<(u32, &Acc)> = Vec::new();
@@ -136,18 +154,15 @@ pub(super) fn findings(
         let starved = (a.wake.sum.saturating_sub(idle_ns) as f64 / secs) as u64;
         let tail = Tail::of(&a.wake);
         // A latency-sensitive process is told by its tail whenever its late waits are harm
-        // someone who could change caused; the score is then the larger of its excess wait and
-        // (when it is starved as well) its whole wait.
-        let by_tail = sensitive && !c.kthread && harm::tail_is_harm(&tail, secs) && {
-            let by_changeable: u64 = a
-                .behind
-                .iter()
-                .filter(|(p, (comm, _, _))| changeable(**p, comm, *pid, class))
-                .map(|(_, (_, ns, _))| *ns)
-                .sum();
-            by_changeable as u128 * 1_000_000
-                >= tail.excess_ns as u128 * harm::MIN_CULPRIT_SHARE_PPM as u128
-        };
+        // someone who could change caused: they held its CPU for most of its long waits (not
+        // of all its waits: the task a process usually follows on its CPU holds most of its
+        // short waits and need not be why the long ones are long). The score is then the
+        // larger of its excess wait and (when it is starved as well) its whole wait.
+        let by_tail = sensitive
+            && !c.kthread
+            && harm::tail_is_harm(&tail, secs)
+            && changeable_share_ppm(&a.late_behind, *pid, tail.long_ns, class)
+                >= harm::MIN_CULPRIT_SHARE_PPM;
         let starved = (starved >= MIN_WAKE_NS_PER_S).then_some(starved);
         let score = match (by_tail, starved) {
             (true, s) => tail.excess_ns_per_s(secs).max(s.unwrap_or(0)),
@@ -183,21 +198,28 @@ pub(super) fn findings(
 /// The finding of one victim: what it felt, behind whom, and what to change.
 fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Finding {
     let (pid, a, t) = (v.pid, v.a, &v.tail);
+    // A tail victim is told whom its long waits were spent behind, the others whom all.
+    let held_by = if v.by_tail { &a.late_behind } else { &a.behind };
     let mut behind: Vec<(u32, &(String, u64, u64))> =
-        a.behind.iter().map(|(p, x)| (*p, x)).collect();
+        held_by.iter().map(|(p, x)| (*p, x)).collect();
     behind.sort_by(|x, y| y.1 .1.cmp(&x.1 .1).then(x.0.cmp(&y.0)));
     let held: Vec<String> = behind
         .iter()
         .take(3)
         .map(|(p, (c, ns, n))| {
-            if *p == 0 {
-                format!("an idle CPU waking up for {} ({n} waits)", fmt_ns(*ns))
-            } else if *p == pid {
-                format!("its own threads for {} ({n} waits)", fmt_ns(*ns))
-            } else if c.is_empty() {
-                format!("pid {p} for {} ({n} waits)", fmt_ns(*ns))
+            let n = if *n == 1 {
+                "1 wait".to_string()
             } else {
-                format!("{c} (pid {p}) for {} ({n} waits)", fmt_ns(*ns))
+                format!("{n} waits")
+            };
+            if *p == 0 {
+                format!("an idle CPU waking up for {} ({n})", fmt_ns(*ns))
+            } else if *p == pid {
+                format!("its own threads for {} ({n})", fmt_ns(*ns))
+            } else if c.is_empty() {
+                format!("pid {p} for {} ({n})", fmt_ns(*ns))
+            } else {
+                format!("{c} (pid {p}) for {} ({n})", fmt_ns(*ns))
             }
         })
         .collect();
@@ -230,7 +252,13 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
             fmt_ns(t.max_ns),
         )
     };
-    if !held.is_empty() {
+    if !held.is_empty() && v.by_tail {
+        summary.push_str(&format!(
+            "; in its waits over {} the CPU was held by {}",
+            fmt_ns(harm::LATE_FLOOR_NS),
+            held.join(", ")
+        ));
+    } else if !held.is_empty() {
         summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
     }
     summary.push('.');
@@ -262,11 +290,19 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
     .evidence(ev::WAKE_LATE, t.late)
     .evidence(ev::WAKE_LATE_OVER_NS, t.late_ns)
     .evidence(ev::WAKE_EXCESS_NS, t.excess_ns)
+    .evidence(ev::WAKE_LONG_TOTAL_NS, t.long_ns)
     .evidence("kernel_run_delay_ns", a.kernel_ns);
-    if let Some((_, (_, ns, n))) = culprit {
+    if let Some((p, _)) = culprit {
+        // Its part of all the waits (what folds and links compare), and of the long ones.
+        let (ns, n) = a.behind.get(p).map_or((0, 0), |x| (x.1, x.2));
         f = f
-            .evidence(ev::CULPRIT_DELAY_NS, *ns)
-            .evidence("culprit_waits", *n);
+            .evidence(ev::CULPRIT_DELAY_NS, ns)
+            .evidence("culprit_waits", n);
+        if let Some(x) = a.late_behind.get(p) {
+            f = f
+                .evidence(ev::CULPRIT_LATE_DELAY_NS, x.1)
+                .evidence("culprit_late_waits", x.2);
+        }
     }
     f = f.evidence(WINDOW_NS, (secs * 1e9) as u64);
     if waits_are_handoffs(&f) {

@@ -63,10 +63,14 @@ pub mod ev {
     pub const WAKE_LATE: Ev = Ev("wake_late");
     pub const WAKE_LATE_OVER_NS: Ev = Ev("wake_late_over_ns");
     pub const WAKE_EXCESS_NS: Ev = Ev("wake_excess_ns");
+    /// The waits of 1 ms or more, summed: what `culprit_late_delay_ns` is a part of.
+    pub const WAKE_LONG_TOTAL_NS: Ev = Ev("wake_long_total_ns");
     /// The prefix of every key about waits after wakeups.
     pub const WAKE_PREFIX: &str = "wake_";
     /// The part of the waits the named culprit held the CPU.
     pub const CULPRIT_DELAY_NS: Ev = Ev("culprit_delay_ns");
+    /// The part of the waits of 1 ms or more the named culprit held the CPU.
+    pub const CULPRIT_LATE_DELAY_NS: Ev = Ev("culprit_late_delay_ns");
 }
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
@@ -174,6 +178,9 @@ struct RunqRow {
     /// Who held the CPU while it waited after a wakeup (waits of 20 µs or more): the two tasks
     /// that ran last before it, each with the part of the waits it ran.
     waited_behind: Vec<Peer>,
+    /// The same over its waits of 1 ms or more (`harm::LATE_FLOOR_NS`): who held the CPU
+    /// during the waits it felt.
+    late_waits_behind: Vec<Peer>,
     #[serde(skip)]
     id: u32,
     #[serde(skip)]
@@ -337,10 +344,11 @@ fn aggressors(pairs: &[Pair], victims: &[u32], names: &Names, threads: bool) -> 
 }
 
 impl RunqLat {
-    fn row(&self, r: &Row, names: &Names, culprits: &ByA) -> RunqRow {
+    fn row(&self, r: &Row, names: &Names, (culprits, late): (&ByA, &ByA)) -> RunqRow {
         let threads = self.s.scope.threads;
         let all = hist::stats(&r.waits());
         let waited_behind = culprits.peers(r.id, names, threads, true);
+        let late_waits_behind = late.peers(r.id, names, threads, true);
         let behind_text = waited_behind
             .iter()
             .take(2)
@@ -358,6 +366,7 @@ impl RunqLat {
             kernel_run_delay_ns: r.v.run_delay_ns,
             wake_unmeasured: r.v.wake_unmeasured,
             waited_behind,
+            late_waits_behind,
             id: r.id,
             name,
             behind_text,
@@ -400,10 +409,11 @@ impl Collector for RunqLat {
         let threads = self.s.scope.threads;
         let names = Names::of_window(&iv);
         let culprits = ByA::of(&iv.culprits);
+        let late = ByA::of(&iv.late_culprits);
         let mut rows: Vec<RunqRow> = iv
             .rows
             .iter()
-            .map(|r| self.row(r, &names, &culprits))
+            .map(|r| self.row(r, &names, (&culprits, &late)))
             .filter(|r| r.all.s.count > 0)
             .collect();
         rows.sort_by(|a, b| {
@@ -452,7 +462,7 @@ impl Collector for RunqLat {
             Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows)
                 .with_dists(&rows, |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)]),
         );
-        drop(culprits);
+        drop((culprits, late));
         let aggr = aggressors(&iv.culprits, &iv.ids, &names, threads);
         out.sections.push(
             Section::build(&AGGRESSOR_ROWS, &aggr, AGGRESSORS, &ctx, 10).caption(format!(
