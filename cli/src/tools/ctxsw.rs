@@ -475,8 +475,8 @@ const OWN_SHARE: f64 = 0.5;
 /// One finding per process whose switch rate makes it a storm, most switches first.
 fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding> {
     let me = std::process::id();
-    // Per process: switches, voluntary, own wakeups, wake waits measured, who.
-    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, Subject)> =
+    // Per process: switches, voluntary, own wakeups, wake waits measured, who, run-queue wait.
+    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, Subject, u64)> =
         Default::default();
     for r in rows
         .iter()
@@ -484,14 +484,15 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
     {
         let e = per
             .entry(r.who.pid)
-            .or_insert_with(|| (0, 0, 0, 0, r.who.subject()));
+            .or_insert_with(|| (0, 0, 0, 0, r.who.subject(), 0));
         e.0 += r.voluntary + r.involuntary;
         e.1 += r.voluntary;
         e.2 += r.own_wakeups;
         e.3 += r.woken;
+        e.5 += r.runq_total_ns;
     }
     let mut out = Vec::new();
-    for (pid, (sw, vol, own, woken, subject)) in per {
+    for (pid, (sw, vol, own, woken, subject, wait_ns)) in per {
         let rate_s = sw as f64 / secs;
         if rate_s < STORM_PER_S {
             continue;
@@ -542,6 +543,18 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             summary.push_str(&format!("; preempted most by {name} (pid {cp}), {n} times"));
         }
         summary.push('.');
+        // What the storm costs it, on the harm scale of every stall: each switch is a wait for
+        // a CPU (the handoff's wakeup, or the preemption), so a storm that waits at least
+        // `MIN_NS_PER_S` ranks by that time beside the stalls instead of after them.
+        let wait_per_s = (wait_ns as f64 / secs) as u64;
+        let timed = wait_per_s >= crate::report::harm::MIN_NS_PER_S;
+        if timed {
+            summary.push_str(&format!(
+                " Around its switches it waited {} for a CPU ({:.1} % of the time): the cost of switching this often.",
+                crate::report::render::fmt_ns(wait_ns),
+                wait_ns as f64 * 100.0 / (secs * 1e9)
+            ));
+        }
         let advice = if vol * 2 >= sw {
             "its threads hand work to each other one item at a time: batch the handoffs (larger queue items, fewer wakeups per item, a short spin before sleeping), or do producer and consumer work in one thread"
         } else {
@@ -559,7 +572,11 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
                         .unwrap_or_default(),
                 )
             }),
-            score: Score::RatePerS((rate_s * 10.0).round() / 10.0),
+            score: if timed {
+                Score::NsPerS(wait_per_s)
+            } else {
+                Score::RatePerS((rate_s * 10.0).round() / 10.0)
+            },
             summary,
             evidence: vec![],
             advice: advice.into(),
@@ -571,7 +588,8 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         .evidence(ev::VOLUNTARY_PER_S, per_s(vol, secs))
         .evidence("involuntary_per_s", per_s(invol, secs))
         .evidence("own_wakeup_ppm", (own_share * 1e6).round() as u64)
-        .evidence("own_preemptions", own_pre);
+        .evidence("own_preemptions", own_pre)
+        .evidence("runq_total_ns", wait_ns);
         if let Some((_, n)) = culprit {
             f = f.evidence("culprit_preemptions", n);
         }
@@ -710,6 +728,28 @@ mod tests {
         // tracekit itself is never blamed.
         let me = std::process::id();
         assert!(findings(&[row(me, 1_000_000, 0, 0)], 1.0, &[]).is_empty());
+    }
+
+    /// A storm ranks on the time scale of the stalls by its run-queue waits: a pipe ping-pong
+    /// in a CI run switched 25,000 times/s and ranked after a 5 % CPU-steal finding as a rate.
+    /// Waits under 5 ms/s leave it a rate.
+    #[test]
+    fn a_storm_that_waits_ranks_by_its_waits() {
+        let mut r = row(10, 14_000, 11_000, 0);
+        r.runq_total_ns = 500_000_000;
+        let f = findings(&[r], 2.0, &[]);
+        assert_eq!(f[0].score, Score::NsPerS(250_000_000));
+        assert!(
+            f[0].summary
+                .contains("it waited 500ms for a CPU (25.0 % of the time)"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(f[0].ev("runq_total_ns"), Some(500_000_000.0));
+        let mut r = row(10, 14_000, 11_000, 0);
+        r.runq_total_ns = 8_000_000;
+        let f = findings(&[r], 2.0, &[]);
+        assert_eq!(f[0].score, Score::RatePerS(12_500.0));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     report::{
-        findings::{Finding, Num, Subject},
+        findings::{Finding, Num, Score, Subject},
         harm::MIN_DISK_SHARE_PPM,
         links::{DiskIssuer, Link},
         render::fmt_ns,
@@ -33,7 +33,7 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             Link::Disk(d) => d,
         })
         .collect();
-    let mut notes: Vec<(Other, String)> = Vec::new();
+    let mut notes: Vec<(Other, String, Score)> = Vec::new();
     for x in f.iter_mut().filter(|x| x.cause == FSYNC) {
         let Some(pid) = x.subject.pid else { continue };
         // Its disk: where its own requests spent the most time.
@@ -109,9 +109,10 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
                 x.subject.text(),
                 fmt_ns(x.ev("p99_ns").unwrap_or(0.0) as u64)
             ),
+            x.score,
         ));
     }
-    for (key, note) in notes {
+    for (key, note, victim) in notes {
         for y in f.iter_mut() {
             let theirs = match &key {
                 Other::Process(p) => {
@@ -125,6 +126,13 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             };
             if theirs {
                 y.summary.push_str(&note);
+                // The culprit's own finding is the victim's harm seen from the other side
+                // (its request time counts requests in flight at once): it ranks after it.
+                if let (Score::NsPerS(v), Score::NsPerS(c)) = (victim, y.score) {
+                    if c >= v {
+                        y.score = Score::NsPerS(v.saturating_sub(1));
+                    }
+                }
             }
         }
     }
@@ -133,7 +141,6 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::findings::Score;
 
     fn issuer(pid: u32, comm: &str, kthread: bool, cgroup: &str, n: u64, ns: u64) -> Link {
         Link::Disk(DiskIssuer {
@@ -166,7 +173,7 @@ mod tests {
             "io-lat",
             io_lat::IO_LATENCY,
             Subject::named("device", "loop0"),
-            Score::RatePerS(1.0),
+            Score::NsPerS(2_300_000_000),
             "loop0 is saturated.".into(),
         );
         let mut flood = flood;
@@ -189,6 +196,8 @@ mod tests {
             "{}",
             f[1].summary
         );
+        // Its request time (32 in flight: 2.3 s/s in a CI run) no longer outranks the WAL.
+        assert_eq!(f[1].score, Score::NsPerS(899_999_999));
     }
 
     /// Writeback charged to another cgroup is named as that cgroup; the root cgroup's and the

@@ -177,7 +177,6 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
         let Some(s) = f.iter().position(|x| {
             x.cause == ctxsw::CTXSW_STORM
                 && x.subject.pid == Some(pid)
-                && matches!(x.score, Score::RatePerS(_))
                 && match (x.ev(ctxsw::ev::VOLUNTARY_PER_S), x.ev(WINDOW_NS)) {
                     (Some(v), Some(win)) => waits * 2.0 >= v * win / 1e9,
                     _ => false,
@@ -199,8 +198,15 @@ fn fold_storm_waits(f: &mut Vec<Finding>) {
             .cloned()
             .collect();
         let storm = &mut f[s];
-        storm.score = Score::NsPerS(score);
-        storm.summary.push_str(&add);
+        match storm.score {
+            // ctxsw timed it by its own run-queue waits (the same waits, counted from its
+            // switches): the larger stays, its sentence already said what the waits cost.
+            Score::NsPerS(own) => storm.score = Score::NsPerS(own.max(score)),
+            Score::RatePerS(_) => {
+                storm.score = Score::NsPerS(score);
+                storm.summary.push_str(&add);
+            }
+        }
         storm.evidence.extend(evidence);
         folded.push(i);
     }
