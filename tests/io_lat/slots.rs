@@ -31,6 +31,10 @@ fn a_disk_attached_while_tracing_is_timed_then_slotted() {
     std::thread::sleep(Duration::from_millis(1500));
     read_direct(&dev, 100);
     let after = diskstats_of(&name).unwrap();
+    // Depth is sampled every 10 ms once the disk's first slotted request touched it: 100
+    // reads can end within one tick, and a stop signal right after ended the run before any
+    // (a fresh machine's first CI run, 12-02: "never sampled"). Twenty ticks of room.
+    std::thread::sleep(Duration::from_millis(200));
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");
