@@ -110,6 +110,15 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+/// A byte count for a person: `512B`, `12.5KiB`, `880.0MiB` (units of 1024).
+pub fn fmt_bytes(b: u64) -> String {
+    match b {
+        0..10_240 => format!("{b}B"),
+        10_240..10_485_760 => format!("{:.1}KiB", b as f64 / 1024.0),
+        _ => format!("{:.1}MiB", b as f64 / 1048576.0),
+    }
+}
+
 /// Power-of-two bucket bound in bpftrace's notation: `512`, `16K`, `4M`, `2G` (units of 1024).
 fn bound_label(n: u64) -> String {
     match n {

@@ -17,7 +17,12 @@ pub use super::devices::*;
 use super::reasons::{self, proto_name, Reasons};
 use crate::{
     host::{kallsyms::Symbolizer, net},
-    report::{render::fmt_ns, rows::Column, sanitize, who::Owner},
+    report::{
+        render::{fmt_bytes, fmt_ns},
+        rows::Column,
+        sanitize,
+        who::Owner,
+    },
 };
 
 /// Drops with one reason at one place (function, destination, device).
@@ -285,14 +290,6 @@ impl crate::report::rows::Row for SockRow {
     }
 }
 
-pub(super) fn bytes_text(b: u64) -> String {
-    match b {
-        0..10_240 => format!("{b}B"),
-        10_240..10_485_760 => format!("{:.1}KiB", b as f64 / 1024.0),
-        _ => format!("{:.1}MiB", b as f64 / 1048576.0),
-    }
-}
-
 const NET_SOCKET: &[Field] = &[
     Field::key("pid"),
     Field::key("port"),
@@ -322,11 +319,11 @@ pub const SOCKETS: &[Column<SockRow>] = &[
     Column::left("REASON", |r, _| r.reason.clone()),
     Column::right("DROPS", |r, _| r.count.to_string()),
     Column::right("RATE/s", |r, _| rate(r.rate_per_s)),
-    Column::right("RCVBUF", |r, _| r.rcvbuf.map_or("-".into(), bytes_text)),
+    Column::right("RCVBUF", |r, _| r.rcvbuf.map_or("-".into(), fmt_bytes)),
     Column::right("QUEUED", |r, _| {
         match (r.rmem_mean, r.rmem_max, r.rx_queue) {
-            (Some(m), Some(x), _) => format!("{}/{}", bytes_text(m), bytes_text(x)),
-            (_, _, Some(q)) => bytes_text(q),
+            (Some(m), Some(x), _) => format!("{}/{}", fmt_bytes(m), fmt_bytes(x)),
+            (_, _, Some(q)) => fmt_bytes(q),
             _ => "-".into(),
         }
     }),
