@@ -391,6 +391,47 @@ fn writeback_is_attributed_to_the_flusher_and_async() {
     }
 }
 
+/// The pages a writer dirties are counted for it on its disk (the flusher writes them later,
+/// as the test above shows), in bytes as its own counter has them: `/proc/<pid>/io` write_bytes,
+/// which the kernel raises for each page it makes dirty. Each dirtying event measures the one
+/// before it, so the writer's last folio (at most one 64 KiB write) is not counted.
+#[test]
+fn dirtied_bytes_match_the_writers_own_count() {
+    require_root();
+    let _serial = serial();
+    let lo = LoopDev::new("iolat-dirty");
+    let Some(m) = Mounted::new(&lo) else {
+        eprintln!("skipped: mkfs.ext4 (e2fsprogs) is not installed");
+        return;
+    };
+    let mut tk = Tracer::spawn(&["io-lat", "--json", "--dev", &lo.name]);
+    tk.wait_attached();
+    let bulk = m.mnt.join("bulk");
+    let w = run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "24", "0"]);
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let dirtied: Vec<&Value> = lines.iter().filter(|l| l["type"] == "dirtied").collect();
+    for d in &dirtied {
+        eprintln!("dirtied: {d}");
+        assert_eq!(d["dev"], lo.name.as_str(), "--dev keeps its disk only: {d}");
+    }
+    let mine: Vec<&&Value> = dirtied.iter().filter(|d| d["pid"] == w["pid"]).collect();
+    let got: u64 = mine
+        .iter()
+        .map(|d| d["dirtied_bytes"].as_u64().unwrap())
+        .sum();
+    let folios: u64 = mine.iter().map(|d| d["folios"].as_u64().unwrap()).sum();
+    let want = w["write_bytes"].as_u64().unwrap();
+    eprintln!("writer: {w}; io-lat: {got} bytes in {folios} folios");
+    assert_eq!(want, 24 << 20, "the writer dirtied each page once: {w}");
+    assert!(
+        got <= want && got + (64 << 10) >= want,
+        "io-lat counted {got} dirtied bytes, the writer's own counter {want}"
+    );
+    assert!((24 << 4..=24 << 8).contains(&folios), "{folios} folios");
+}
+
 /// The blkio cgroup the kernel charges a direct-I/O request to is the issuer's: fio run inside
 /// a cgroup of our own shows that cgroup on its rows.
 #[test]

@@ -208,6 +208,9 @@ pub fn workload(args: &[String]) -> Option<i32> {
 
 fn fire(dir: &str, event: &str, n: u64) -> Result<(), String> {
     use std::{io::Write, os::fd::AsRawFd};
+    if event.starts_with("writeback:writeback_dirty_") {
+        return dirty(dir, n);
+    }
     let call = event
         .strip_prefix("syscalls:sys_enter_")
         .or_else(|| event.strip_prefix("syscalls:sys_exit_"))
@@ -264,6 +267,20 @@ fn fire(dir: &str, event: &str, n: u64) -> Result<(), String> {
     }
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(map, 4096) };
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// `writeback:writeback_dirty_folio` (`_page` before 6.0) N times: a page of a file made dirty,
+/// then cleaned by `fdatasync`, so the next write dirties it again.
+fn dirty(dir: &str, n: u64) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let path = format!("{dir}/perf-beside-dirty-{}", std::process::id());
+    let f = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+    for _ in 0..n {
+        f.write_all_at(&[7u8; 4096], 0).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())?;
+    }
     let _ = std::fs::remove_file(&path);
     Ok(())
 }

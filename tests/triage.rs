@@ -376,6 +376,100 @@ fn fsync_loop_beside_a_direct_io_flood_names_the_flood() {
     innocents.assert_unnamed(&f);
 }
 
+/// A WAL-like fsync loop on a disk whose page cache a bulk writer keeps dirty (another file of
+/// the same ext4 file system, rewritten at 200 MiB/s, never synced), among innocents: the
+/// flusher's writeback is what the loop waits behind, and the finding names the process that
+/// dirtied those pages (io-lat's dirtied rows), not the kworker. Background writeback starts at
+/// 4 MiB of dirty pages for the test, so the flusher runs the whole window, as on a node whose
+/// writers outpace the threshold.
+#[test]
+fn fsync_loop_beside_background_writeback_names_the_dirtier() {
+    require_root();
+    let _s = serial();
+    let innocents = Innocents::start("triage-wb-innocents", 14_000);
+    let lo = io::LoopDev::new("triage-wb");
+    let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
+    let _wb = background_writeback_from(4 << 20);
+    let (wal, bulk) = (m.mnt.join("wal.log"), m.mnt.join("bulk"));
+    let (mut report, mut writer) = (Value::Null, Value::Null);
+    let (f, _) = triage(8, &[], || {
+        let w = Command::new(workload_bin())
+            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fsync loop");
+        writer = run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "32", "6000"]);
+        let out = w.wait_with_output().unwrap();
+        report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+    });
+    eprintln!("fsync loop: {report}; writer: {writer}");
+    eprintln!("findings: {:#?}", brief(&f));
+    let first = &f[0];
+    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
+    assert_eq!(first["culprit_pid"], writer["pid"], "{first}");
+    let ev = &first["evidence"];
+    assert!(
+        ev["culprit_disk_share_ppm"].as_u64().unwrap_or(0) >= 500_000
+            && ev["culprit_dirtied_share_ppm"].as_u64().unwrap_or(0) >= 500_000,
+        "{first}"
+    );
+    // What it dirtied in the window is at most what its own counter says it dirtied.
+    assert!(
+        ev["culprit_dirtied_bytes"].as_u64().unwrap_or(0)
+            <= writer["write_bytes"].as_u64().unwrap(),
+        "{first} vs {writer}"
+    );
+    innocents.assert_unnamed(&f);
+}
+
+/// The same fsync loop beside a bulk writer held at its memory cgroup's limit (16 MiB for a
+/// 32 MiB file), with the host's own writeback settings: reclaim in the cgroup finds the
+/// writer's dirty pages and wakes the flusher, whose writeback the loop then waits behind. On a
+/// v1 host (this one) that writeback is charged to the root cgroup, so the finding names the
+/// writer by what it dirtied; on v2 the kernel charges it to the cgroup, named as such.
+#[test]
+fn fsync_loop_beside_a_writer_at_its_memcg_limit_names_the_writer() {
+    require_root();
+    let _s = serial();
+    let cg = Cgroup::create("triage-wbcg", 16 << 20);
+    let innocents = Innocents::start("triage-wbcg-innocents", 14_000);
+    let lo = io::LoopDev::new("triage-wbcg");
+    let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
+    let (wal, bulk) = (m.mnt.join("wal.log"), m.mnt.join("bulk"));
+    let (mut report, mut writer) = (Value::Null, Value::Null);
+    let procs = cg.procs();
+    let (f, _) = triage(8, &[], || {
+        let w = Command::new(workload_bin())
+            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fsync loop");
+        writer = run_workload(&[
+            "bulk-rewrite",
+            bulk.to_str().unwrap(),
+            "32",
+            "6000",
+            procs.to_str().unwrap(),
+        ]);
+        let out = w.wait_with_output().unwrap();
+        report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+    });
+    eprintln!("fsync loop: {report}; writer: {writer}");
+    eprintln!("findings: {:#?}", brief(&f));
+    let first = &f[0];
+    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
+    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
+    let by_cgroup = first["culprit"]["name"].as_str() == Some(&format!("/{}", cg.name));
+    assert!(
+        first["culprit_pid"] == writer["pid"] || by_cgroup,
+        "the writer or its cgroup is the culprit: {first}"
+    );
+    innocents.assert_unnamed(&f);
+}
+
 /// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or
 /// io-latency) on that device, ranked first.
 #[test]
@@ -741,6 +835,55 @@ pub fn workload(args: &[String]) -> Option<i32> {
                 std::thread::sleep(Duration::from_millis(10));
             }
             println!("{}", json!({"pid": std::process::id(), "writes": n}));
+        }
+        ["bulk-rewrite", path, mib, ms, rest @ ..] => {
+            // A bulk writer: rewrites the first MIB MiB of PATH in 64 KiB buffered writes,
+            // paced at 200 MiB/s (5 ms per MiB, so it leaves the CPUs to others), until MS have
+            // passed (one pass at least); never syncs. Optionally joins a cgroup first (its
+            // `cgroup.procs`). Reports the bytes it dirtied by its own counter (/proc/self/io
+            // write_bytes: the page cache counts each page it makes dirty).
+            use std::io::{Seek, Write};
+            if let [procs] = rest {
+                std::fs::write(procs, std::process::id().to_string()).ok()?;
+            }
+            let write_bytes = || -> Option<u64> {
+                let io = std::fs::read_to_string("/proc/self/io").ok()?;
+                io.lines()
+                    .find_map(|l| l.strip_prefix("write_bytes: "))?
+                    .trim()
+                    .parse()
+                    .ok()
+            };
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(path)
+                .ok()?;
+            let (mib, start) = (mib.parse::<u64>().ok()?, Instant::now());
+            let end = start + Duration::from_millis(ms.parse().ok()?);
+            let buf = vec![0xa5_u8; 64 << 10];
+            let before = write_bytes()?;
+            let mut written = 0u64;
+            loop {
+                for _ in 0..mib * 16 {
+                    f.write_all(&buf).ok()?;
+                    written += 1;
+                    let due = start + Duration::from_micros(written * 5_000 / 16);
+                    if let Some(d) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(d);
+                    }
+                }
+                if Instant::now() >= end {
+                    break;
+                }
+                f.rewind().ok()?;
+            }
+            println!(
+                "{}",
+                json!({"pid": std::process::id(), "written_bytes": written << 16,
+                       "write_bytes": write_bytes()? - before})
+            );
         }
         ["triage-forks", per_s, ms] => {
             // A fork storm: `true` spawned PER_S times a second (paced in 10 ms steps), reaped

@@ -352,6 +352,59 @@ pub struct IoNew {
     pub dev: u32,
 }
 
+/// Length of a backing device's name in `writeback:writeback_dirty_folio` (`char name[32]`):
+/// `"MAJ:MIN"` for a block device's bdi, as `bdi_register` names it.
+pub const BDI_NAME_LEN: usize = 32;
+
+/// Pages dirtied per (backing device, process) in one generation, from
+/// `writeback:writeback_dirty_folio` (`writeback_dirty_page` before 6.0): whose pages the
+/// flusher writes back to a disk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DirtyKey {
+    /// The event's `name`: the bdi, NUL-padded.
+    pub bdi: [u8; BDI_NAME_LEN],
+    pub tgid: u32,
+    pub gen: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtyVal {
+    /// `comm` of the thread that created the key.
+    pub comm: [u8; COMM_LEN],
+    /// Dirtying events: one per folio (a large folio of 1 MiB is one event, as is one page).
+    pub folios: u64,
+    /// Bytes dirtied, from the growth of the dirtying thread's `task_struct.ioac.write_bytes`
+    /// between its events (`folio_account_dirtied` adds each folio's size right after the
+    /// event): each event measures the folio before it, so a thread's last folio of the window
+    /// is not counted. 0 where the kernel has no task I/O accounting.
+    pub bytes: u64,
+}
+
+impl DirtyVal {
+    pub const ZERO: DirtyVal = DirtyVal {
+        comm: [0; COMM_LEN],
+        folios: 0,
+        bytes: 0,
+    };
+
+    pub fn merge(&mut self, o: &DirtyVal) {
+        self.folios += o.folios;
+        self.bytes += o.bytes;
+    }
+}
+
+/// The disk of a bdi name (`"7:0"` → (7, 0)); `None` for other backing devices (`(unknown)`,
+/// a network file system's `0:53` is a number pair too but names no block device, which the
+/// caller finds out from the disks it knows).
+pub fn bdi_disk(name: &[u8; BDI_NAME_LEN]) -> Option<(u32, u32)> {
+    let end = name.iter().position(|b| *b == 0).unwrap_or(BDI_NAME_LEN);
+    let s = core::str::from_utf8(&name[..end]).ok()?;
+    let (a, b) = s.split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
 /// (op, sync) from a `rwbs` string as `blk_fill_rwbs` writes it: an optional `F`
 /// (REQ_PREFLUSH), the op (`W` write, `R` read, `D` discard (`DE` secure erase), `F` flush,
 /// `N` other), then flags, `S` being REQ_SYNC.
@@ -394,9 +447,10 @@ pub const fn size_bucket(bytes: u32) -> usize {
     }
 }
 
-crate::gen_keys!(IoKey, DevKey);
+crate::gen_keys!(IoKey, DevKey, DirtyKey);
 crate::impl_pod!(
-    RqOffsets, TpOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew
+    RqOffsets, TpOffsets, IoStart, SectorKey, IoKey, IoVal, DevKey, DevVal, DevLive, IoNew,
+    DirtyKey, DirtyVal
 );
 
 #[cfg(test)]
@@ -419,6 +473,8 @@ mod tests {
         assert_eq!(size_of::<DevVal>(), 2 * size_of::<LatHist>() + 8 * NGROUPS);
         assert_eq!(size_of::<DevLive>(), 24);
         assert_eq!(size_of::<IoNew>(), 8);
+        assert_eq!(size_of::<DirtyKey>(), 40);
+        assert_eq!(size_of::<DirtyVal>(), 32);
     }
 
     #[test]
@@ -467,5 +523,19 @@ mod tests {
             assert_eq!(op_group(op), g, "op {op}");
             assert_eq!(op_group(op | OP_SYNC), g, "op {op} sync");
         }
+    }
+
+    #[test]
+    fn bdi_names_of_block_devices_are_their_disks() {
+        let name = |s: &str| {
+            let mut n = [0u8; BDI_NAME_LEN];
+            n[..s.len()].copy_from_slice(s.as_bytes());
+            n
+        };
+        assert_eq!(bdi_disk(&name("7:0")), Some((7, 0)));
+        assert_eq!(bdi_disk(&name("259:12")), Some((259, 12)));
+        assert_eq!(bdi_disk(&name("(unknown)")), None);
+        assert_eq!(bdi_disk(&name("")), None);
+        assert_eq!(bdi_disk(&[b'9'; BDI_NAME_LEN]), None);
     }
 }

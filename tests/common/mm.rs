@@ -316,3 +316,23 @@ impl Drop for Cgroup {
         self.remove();
     }
 }
+
+pub const DIRTY_BACKGROUND_RATIO: &str = "/proc/sys/vm/dirty_background_ratio";
+pub const DIRTY_BACKGROUND_BYTES: &str = "/proc/sys/vm/dirty_background_bytes";
+
+/// Background writeback from `bytes` of dirty page cache on, until the guard drops (a fresh
+/// machine's 10 % of 23 GiB would let a test's writer dirty 2 GiB before the flusher starts).
+/// Writing one of the two settings zeroes the other, and the kernel refuses a 0 byte count, so
+/// the guard is on whichever of them the host uses: restoring it puts both back.
+pub fn background_writeback_from(bytes: u64) -> Setting {
+    let ratio = std::fs::read_to_string(DIRTY_BACKGROUND_RATIO).unwrap();
+    let guard = if ratio.trim() == "0" {
+        let old = std::fs::read_to_string(DIRTY_BACKGROUND_BYTES).unwrap();
+        Setting::set(DIRTY_BACKGROUND_BYTES, old.trim())
+    } else {
+        Setting::set(DIRTY_BACKGROUND_RATIO, ratio.trim())
+    };
+    std::fs::write(DIRTY_BACKGROUND_BYTES, bytes.to_string())
+        .unwrap_or_else(|e| panic!("{DIRTY_BACKGROUND_BYTES} <- {bytes}: {e}"));
+    guard
+}

@@ -21,6 +21,11 @@ pub fn kdev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xf_ffff)
 }
 
+/// Whether this host has a block device `major:minor`.
+pub fn exists(major: u32, minor: u32) -> bool {
+    sys_path(&format!("dev/block/{major}:{minor}")).exists()
+}
+
 /// `DEVNAME` of a block device, or `major:minor` when sysfs does not know it.
 pub fn name(major: u32, minor: u32) -> String {
     read_text(&sys_path(&format!("dev/block/{major}:{minor}/uevent")))

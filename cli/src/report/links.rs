@@ -21,9 +21,28 @@ pub struct DiskIssuer {
     pub requests: u64,
     /// Request time summed over its requests (first seen to completion).
     pub time_ns: u64,
+    /// Asynchronous writes by a kernel thread: the flusher writing dirty pages back.
+    pub writeback: bool,
+    /// Cache flushes (`REQ_OP_FLUSH`): issued by kblockd for the fsyncs' pre-flushes, they are
+    /// the syncing processes' own cost, nobody else's load on the disk.
+    pub flush: bool,
+}
+
+/// One process's dirtying of one disk's pages in the window (io-lat's `dirtied` rows): whose
+/// pages the flusher writes back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiskDirtier {
+    pub kdev: u32,
+    pub disk: String,
+    pub who: Subject,
+    pub kthread: bool,
+    pub folios: u64,
+    /// `None` where the kernel does not account task I/O (then only folios are known).
+    pub bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Link {
     Disk(DiskIssuer),
+    Dirtied(DiskDirtier),
 }

@@ -699,3 +699,6 @@ pub fn tk_io_complete_raw(ctx: RawTracePointContext) -> i32 {
 
 #[path = "io_lat/classic.rs"]
 mod classic;
+
+#[path = "io_lat/dirty.rs"]
+mod dirty;

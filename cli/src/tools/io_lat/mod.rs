@@ -13,6 +13,7 @@
 //! rows ([`rows`]) and findings ([`findings`]).
 
 mod depth;
+mod dirty;
 mod findings;
 mod names;
 mod open;
@@ -28,8 +29,8 @@ use std::{
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use probes_common::io_lat::{
-    DevKey, DevVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY, STAT_DIRECT,
-    STAT_PARTIAL,
+    DevKey, DevVal, DirtyKey, DirtyVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM,
+    STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
 };
 
 use crate::{
@@ -56,7 +57,7 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // The classic fallback (keyed by dev+sector) needs no struct offsets: runs without BTF.
     needs_btf: false,
-    rows: &[&rows::SUMMARY_ROWS, &rows::DEVICE_ROWS],
+    rows: &[&rows::SUMMARY_ROWS, &rows::DEVICE_ROWS, &dirty::DIRTY_ROWS],
     causes: &[IO_QUEUE, IO_LATENCY, IO_SCHEDULER],
 };
 
@@ -129,6 +130,22 @@ pub const HOOKS: &[Hook] = &[
         optional: true,
         group: "block_rq",
     ),
+    // Who dirtied the pages the flusher writes (the kernel's dirty.rs): classic only, as the
+    // record names the bdi; renamed in 6.0, so one of the two exists (open keeps that one).
+    crate::hook!(
+        concat!("writeback:", "writeback_dirty_folio"),
+        "tk_io_dirty",
+        [Tracepoint],
+        fields: &["name"],
+        optional: true,
+    ),
+    crate::hook!(
+        concat!("writeback:", "writeback_dirty_page"),
+        "tk_io_dirty",
+        [Tracepoint],
+        fields: &["name"],
+        optional: true,
+    ),
 ];
 
 const EXAMPLES: &str =
@@ -190,6 +207,8 @@ fn hooks_for(force: Option<AttachMode>) -> Vec<Hook> {
     HOOKS
         .iter()
         .map(|h| match force {
+            // --attach is about the request hooks; the dirtying hook has one mode.
+            _ if h.group != "block_rq" => *h,
             None => *h,
             Some(m) => Hook {
                 programs: match h.programs.iter().position(|p| p.0 == m) {
@@ -206,6 +225,10 @@ struct IoLat {
     session: Session,
     agg: GenMap<IoKey, IoVal>,
     devs: GenMap<DevKey, DevVal>,
+    /// Pages dirtied per (disk, process): whose pages writeback writes.
+    dirtied: GenMap<DirtyKey, DirtyVal>,
+    /// The kernel accounts task I/O (`ioac.write_bytes`): dirtied bytes are measured.
+    dirty_bytes: bool,
     /// Device slots, the live counters and the event-weighted depth by slot.
     slots: slots::Slots,
     /// `IO_START`, for [`IoLat::sweep`].
@@ -351,6 +374,10 @@ impl Collector for IoLat {
             .context("reading IO_DEV_VALS")?;
         self.slots
             .drain_depth(self.session.drained(), &mut devs.rows)?;
+        let dirt = self
+            .dirtied
+            .drain(self.session.drained())
+            .context("reading IO_DIRTY")?;
         let st = self.session.stats_delta()?;
         if st[probes_common::stats::START_MAP_FULL as usize] > 0
             && self.mode != AttachMode::Tracepoint
@@ -399,6 +426,15 @@ impl Collector for IoLat {
         for r in &mut summary {
             self.fold.relabel(&mut r.who);
         }
+        let dirtied = dirty::build(
+            &dirt.rows,
+            &dirt.other,
+            self.dirty_bytes,
+            self.dev.as_ref().map(|d| (d.1, d.2)),
+            &mut self.fold,
+            &mut self.facts,
+            secs,
+        );
         let requests: u64 = summary.iter().map(|r| r.count).sum();
         let mut out = Output::default();
         let missed = out.note_missed(&st, "request", "");
@@ -448,8 +484,11 @@ impl Collector for IoLat {
                     cgroup: r.cgroup.clone(),
                     requests: r.count,
                     time_ns: r.lat.total.s.total_ns,
+                    writeback: r.kthread == Some(true) && !r.sync && r.op == "write",
+                    flush: r.op == "flush",
                 })
             })
+            .chain(dirty::links(&dirtied))
             .collect();
         out.sections.push(
             Section::build(
@@ -465,6 +504,18 @@ impl Collector for IoLat {
             Section::build(&rows::DEVICE_ROWS, &devices, rows::DEVICES, &ctx, 0)
                 .caption("Devices:"),
         );
+        if !dirtied.is_empty() {
+            out.sections.push(
+                Section::build(
+                    &dirty::DIRTY_ROWS,
+                    &dirtied,
+                    dirty::DIRTY,
+                    &ctx,
+                    self.max_rows,
+                )
+                .caption("Dirtied (whose pages writeback writes to each disk):"),
+            );
+        }
         out.footnotes
             .extend(rows::FOOTNOTES.iter().map(|s| s.to_string()));
         out.stats = Some(
@@ -486,10 +537,24 @@ impl Collector for IoLat {
 mod tests {
     use super::*;
 
+    /// The request hooks are one group in three modes; the dirtying hooks (one event, renamed
+    /// in 6.0) are classic only, optional, and outside `--attach`.
     #[test]
     fn hooks_form_one_group_with_three_modes() {
-        for h in HOOKS {
-            assert_eq!(h.group, "block_rq");
+        let (block, dirty): (Vec<&Hook>, Vec<&Hook>) =
+            HOOKS.iter().partition(|h| h.group == "block_rq");
+        let dirty: Vec<(&str, &str, bool)> = dirty
+            .iter()
+            .map(|h| (h.name(), h.programs[0].1, h.optional))
+            .collect();
+        assert_eq!(
+            dirty,
+            [
+                ("writeback_dirty_folio", "tk_io_dirty_tp", true),
+                ("writeback_dirty_page", "tk_io_dirty_tp", true)
+            ]
+        );
+        for h in block {
             assert_eq!(h.raw, Some(h.name()));
             let modes: Vec<AttachMode> = h.modes().collect();
             assert_eq!(
@@ -507,6 +572,9 @@ mod tests {
         assert!(forced
             .iter()
             .all(|h| h.programs.len() == 1 && h.programs[0].1.ends_with("_tp")));
+        let btf = hooks_for(Some(AttachMode::TpBtf));
+        assert!(btf.iter().all(|h| h.programs.len() == 1
+            && (h.group != "block_rq") == h.programs[0].1.ends_with("_tp")));
         assert_eq!(hooks_for(None).len(), HOOKS.len());
     }
 

@@ -4,7 +4,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use aya::maps::{Array, HashMap, RingBuf};
-use probes_common::io_lat::{DevVal, IoVal, RqOffsets, TpOffsets, NANOM, OFF_NONE};
+use probes_common::io_lat::{
+    DevVal, DirtyVal, IoVal, RqOffsets, TpOffsets, BDI_NAME_LEN, NANOM, OFF_NONE,
+};
 
 use super::{depth, hooks_for, names, slots, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
@@ -108,7 +110,11 @@ fn classic_globals(spec: LoadSpec, ctx: &OpenCtx, hooks: &[&Hook]) -> Result<Loa
         .tracefs()
         .as_ref()
         .map_err(|e| Error::KernelFeature(e.clone()))?;
-    let names: Vec<&str> = hooks.iter().map(|h| h.name()).collect();
+    let names: Vec<&str> = hooks
+        .iter()
+        .filter(|h| h.group == "block_rq")
+        .map(|h| h.name())
+        .collect();
     let offs = tp_offsets(|e| Ok(tracefs.format("block", e)?), &names)?;
     Ok(spec.global("IO_TP", &offs))
 }
@@ -148,6 +154,33 @@ pub(super) fn tp_offsets(
         cpl_rwbs: cpl.offset_of("rwbs", &[8, 10])?,
         _pad: 0,
     })
+}
+
+/// The dirtying event this kernel has (`writeback_dirty_folio` since 6.0, `writeback_dirty_page`
+/// before), and the globals of its program: the record's `name` offset and, from BTF,
+/// `task_struct.ioac.write_bytes` (absent without `CONFIG_TASK_IO_ACCOUNTING`: pages are then
+/// counted, bytes are not). `Err` says why the hook cannot run.
+fn dirty_globals(ctx: &OpenCtx) -> (&'static str, std::result::Result<(u32, u32), String>) {
+    const EVENTS: [&str; 2] = ["writeback_dirty_folio", "writeback_dirty_page"];
+    let tracefs = match ctx.env.tracefs() {
+        Ok(t) => t,
+        Err(e) => return (EVENTS[0], Err(e.clone())),
+    };
+    let found = EVENTS
+        .iter()
+        .find_map(|e| tracefs.format("writeback", e).ok().map(|f| (*e, f)));
+    let Some((event, format)) = found else {
+        return (EVENTS[0], Err("no writeback dirtying tracepoint".into()));
+    };
+    let name = match format.offset_of("name", &[BDI_NAME_LEN as u32]) {
+        Ok(o) => o,
+        Err(e) => return (event, Err(e.to_string())),
+    };
+    let write_bytes = crate::kernel::btf::vmlinux()
+        .ok()
+        .and_then(|b| b.member_offset("task_struct", "ioac.write_bytes", 8).ok())
+        .unwrap_or(0);
+    (event, Ok((name, write_bytes)))
 }
 
 /// Entries for the in-flight map: every request the disks can hold at once, twice (requests
@@ -235,7 +268,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         None if !ctx.env.btf() => Some(AttachMode::Tracepoint),
         None => None,
     };
-    let hooks = hooks_for(force);
+    let mut hooks = hooks_for(force);
+    let (dirty_event, dirty) = dirty_globals(ctx);
+    hooks.retain(|h| h.group == "block_rq" || (h.name() == dirty_event && dirty.is_ok()));
     let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     let mode = plan
         .iter()
@@ -262,7 +297,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("IO_START_TP", if classic { cap } else { 1 })
         .max_entries("IO_SLOTS", nslots)
         .max_entries("IO_LIVE", nslots)
-        .max_entries("IO_DEPTH", nslots * 2);
+        .max_entries("IO_DEPTH", nslots * 2)
+        .max_entries("IO_DIRTY", scope.key_cap());
+    let spec = match &dirty {
+        Ok((name, wb)) => spec.global("IO_DIRTY_NAME", name).global("IO_DIRTY_WB", wb),
+        Err(_) => spec,
+    };
     let (spec, errno) = if classic {
         // The classic `error` field is always an errno (blk_status_to_errno).
         (classic_globals(spec, ctx, &attached)?, true)
@@ -279,8 +319,21 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     );
     slots.refresh(&disks_at_load)?;
     session.attach_planned(&hooks, &plan)?;
+    if let Err(why) = &dirty {
+        session.skipped.push((
+            "writeback:writeback_dirty_folio",
+            format!("{why}: writeback is not traced to the processes that dirtied its pages"),
+        ));
+    }
+    let dirty_bytes = matches!(dirty, Ok((_, wb)) if wb != 0);
     let agg = GenMap::take(&mut session, "IO_AGG", Some("IO_OTHER"), IoVal::ZERO)?;
     let devs = GenMap::take(&mut session, "IO_DEV_VALS", None, DevVal::ZERO)?;
+    let dirtied = GenMap::take(
+        &mut session,
+        "IO_DIRTY",
+        Some("IO_DIRTY_OTHER"),
+        DirtyVal::ZERO,
+    )?;
     let start = HashMap::try_from(session.take_map("IO_START")?).context("IO_START")?;
     let new = RingBuf::try_from(session.take_map("IO_NEW")?).context("IO_NEW")?;
     // Read after attaching: the diskstats deltas count from here, as the programs do.
@@ -290,6 +343,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         session,
         agg,
         devs,
+        dirtied,
+        dirty_bytes,
         slots,
         start,
         new,

@@ -430,6 +430,7 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
 pub const FOOTNOTES: &[&str] = &[
     "Q: queue time (insert -> issue: in the I/O scheduler, waiting for a driver tag); D: device time (issue -> complete); P99/MAX: the whole request.",
     "INFLIGHT/QUEUED: requests at the driver / in the queue, mean/max sampled every 10 ms; FULL%: share of the window at nr_requests; UNSEEN: diskstats - counted - untracked.",
+    "Dirtied: page cache each process made dirty per disk, which the flusher (kworker) writes back; FOLIOS: dirtying events (a large folio is one), DIRTIED: their bytes (each thread's last folio in the window is not counted).",
 ];
 
 /// What one window's rows are built from.

@@ -1,39 +1,66 @@
 //! Causes linked across collectors in one window, each link measured: a process slowed in its
 //! sync calls is linked to the other issuers of the disk it writes to (io-lat's rows: the disk
 //! with most of its own request time, its sync writes being issued in its own context), and the
-//! biggest of them becomes its culprit when it took most of that disk's request time.
+//! biggest of them becomes its culprit when it took most of that disk's request time. Writeback
+//! is the flusher's I/O: it is charged to the cgroup the kernel charged it to, or else to the
+//! process that dirtied most of that disk's pages in the window (io-lat's `dirtied` rows).
 
 use std::collections::BTreeMap;
 
 use crate::{
     report::{
         findings::{Finding, Num, Score, Subject},
-        harm::MIN_DISK_SHARE_PPM,
-        links::{DiskIssuer, Link},
-        render::fmt_ns,
+        harm::{MIN_DIRTIED_SHARE_PPM, MIN_DISK_SHARE_PPM},
+        links::{DiskDirtier, DiskIssuer, Link},
+        render::{fmt_bytes, fmt_ns},
     },
     tools::{fsync_lat::FSYNC, io_lat, memstall::MEMCG_LIMIT},
 };
 
-/// Who else used a disk: a process, or writeback charged to a cgroup (the flusher issues it,
-/// the cgroup dirtied the pages).
+/// Who else used a disk: a process, writeback charged to a cgroup (the flusher issues it, the
+/// cgroup dirtied the pages), or writeback charged to no cgroup of its own, whose pages the
+/// top dirtier of the disk made dirty.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Other {
     Process(u32),
     Writeback(String),
+    Flusher,
+    Dirtier(u32),
+}
+
+/// The process that dirtied most of `kdev`'s pages in the window, if it dirtied at least
+/// [`MIN_DIRTIED_SHARE_PPM`] of them and is neither `victim` nor a kernel thread (jbd2's
+/// journal pages are the victim's own syncs): it, its bytes (folios where bytes are not
+/// measured), the disk's total and its share in ppm.
+fn top_dirtier<'a>(
+    dirtiers: &[&'a DiskDirtier],
+    kdev: u32,
+    victim: u32,
+) -> Option<(&'a DiskDirtier, u64, u64, u64)> {
+    let on: Vec<&&DiskDirtier> = dirtiers.iter().filter(|d| d.kdev == kdev).collect();
+    let amount = |d: &DiskDirtier| d.bytes.unwrap_or(d.folios);
+    let total: u64 = on.iter().map(|d| amount(d)).sum();
+    let top = on
+        .iter()
+        .filter(|d| !d.kthread && d.who.pid != Some(victim))
+        .max_by_key(|d| (amount(d), std::cmp::Reverse(d.who.pid)))?;
+    let ppm = (amount(top) as u128 * 1_000_000 / total.max(1) as u128) as u64;
+    (ppm >= MIN_DIRTIED_SHARE_PPM).then_some((**top, amount(top), total, ppm))
 }
 
 /// Links each sync finding to its disk's other issuers (see the module): the culprit, its
 /// share, and a sentence on both sides (the culprit's own finding, io-lat's about the process
-/// or memstall's about the cgroup, says whom it slows).
+/// or the disk, or memstall's about the cgroup, says whom it slows).
 pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
-    let issuers: Vec<&DiskIssuer> = links
-        .iter()
-        .map(|l| match l {
-            Link::Disk(d) => d,
-        })
-        .collect();
-    let mut notes: Vec<(Other, String, Score)> = Vec::new();
+    let mut issuers: Vec<&DiskIssuer> = Vec::new();
+    let mut dirtiers: Vec<&DiskDirtier> = Vec::new();
+    for l in links {
+        match l {
+            Link::Disk(d) => issuers.push(d),
+            Link::Dirtied(d) => dirtiers.push(d),
+        }
+    }
+    let mut notes: Vec<(Other, String, String, Score)> = Vec::new();
     for x in f.iter_mut().filter(|x| x.cause == FSYNC) {
         let Some(pid) = x.subject.pid else { continue };
         // Its disk: where its own requests spent the most time.
@@ -45,7 +72,11 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
         let Some((kdev, (_, disk))) = mine.into_iter().max_by_key(|(k, v)| (v.0, *k)) else {
             continue;
         };
-        let on: Vec<&&DiskIssuer> = issuers.iter().filter(|d| d.kdev == kdev).collect();
+        // Cache flushes are the sync calls' own cost (kblockd issues their pre-flushes).
+        let on: Vec<&&DiskIssuer> = issuers
+            .iter()
+            .filter(|d| d.kdev == kdev && !d.flush)
+            .collect();
         let total: u64 = on.iter().map(|d| d.time_ns).sum();
         if total == 0 {
             continue;
@@ -64,35 +95,73 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
                 (_, true, Some(c)) if c != "/" && Some(c) != x.subject.cgroup.as_deref() => {
                     Other::Writeback(c.to_string())
                 }
+                _ if d.writeback => Other::Flusher,
                 _ => continue,
             };
             let subject = match &key {
-                Other::Process(_) => d.who.clone(),
                 Other::Writeback(c) => Subject::named("cgroup", c.clone()),
+                _ => d.who.clone(),
             };
             let e = by.entry(key).or_insert((0, 0, subject));
             e.0 += d.time_ns;
             e.1 += d.requests;
         }
-        let Some((key, (ns, n, who))) = by.into_iter().max_by_key(|(k, v)| (v.0, k.clone())) else {
+        let Some((mut key, (ns, n, mut who))) =
+            by.into_iter().max_by_key(|(k, v)| (v.0, k.clone()))
+        else {
             continue;
         };
         let ppm = ns as u128 * 1_000_000 / total as u128;
         if ppm < MIN_DISK_SHARE_PPM as u128 || ns <= own {
             continue;
         }
+        let mut dirtied = String::new();
+        if key == Other::Flusher {
+            let Some((d, amount, all, share)) = top_dirtier(&dirtiers, kdev, pid) else {
+                continue;
+            };
+            let amount_text = |v: u64| match d.bytes {
+                Some(_) => fmt_bytes(v),
+                None => format!("{v} folios"),
+            };
+            dirtied = format!(
+                " {} dirtied {} of the {} dirtied on {disk} in the window ({:.0} %).",
+                d.who.text(),
+                amount_text(amount),
+                amount_text(all),
+                share as f64 / 1e4,
+            );
+            x.evidence.extend([
+                ("culprit_dirtied_share_ppm", Num::U(share)),
+                (
+                    if d.bytes.is_some() {
+                        "culprit_dirtied_bytes"
+                    } else {
+                        "culprit_dirtied_folios"
+                    },
+                    Num::U(amount),
+                ),
+            ]);
+            key = Other::Dirtier(d.who.pid.unwrap_or(0));
+            who = d.who.clone();
+        }
         let what = match &key {
-            Other::Process(_) => who.text(),
             Other::Writeback(c) => format!("writeback of cgroup {c}"),
+            Other::Dirtier(_) => format!("writeback of pages {} dirtied", who.text()),
+            _ => who.text(),
         };
         x.summary.push_str(&format!(
-            " The disk it writes to, {disk}, was busy with {what}: {:.0} % of the disk's request time in the window ({n} requests, {}), its own requests {:.0} %.",
+            " The disk it writes to, {disk}, was busy with {what}: {:.0} % of the disk's request time in the window ({n} requests, {}), its own requests {:.0} %.{dirtied}",
             ppm as f64 / 1e4,
             fmt_ns(ns),
             own as f64 * 100.0 / total as f64,
         ));
+        let limit = match key {
+            Other::Dirtier(_) => "limit the other's dirtying (its cgroup's memory.max or io.max, a lower vm.dirty_background_bytes so writeback starts sooner and in smaller batches, or sync_file_range in the writer)",
+            _ => "limit the other's I/O (io.max or io.weight in its cgroup, ionice, fewer parallel requests)",
+        };
         x.advice = format!(
-            "{} is slowed by the other work on {disk}: move it to a disk of its own, or limit the other's I/O (io.max or io.weight in its cgroup, ionice, fewer parallel requests); then {}",
+            "{} is slowed by the other work on {disk}: move it to a disk of its own, or {limit}; then {}",
             x.subject.text(),
             x.advice
         );
@@ -104,6 +173,7 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
         ]);
         notes.push((
             key,
+            disk.to_string(),
             format!(
                 " It slows {}'s sync calls on {disk} (p99 {}).",
                 x.subject.text(),
@@ -112,17 +182,26 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             x.score,
         ));
     }
-    for (key, note, victim) in notes {
-        for y in f.iter_mut() {
+    for (key, disk, note, victim) in notes {
+        for y in f.iter_mut().filter(|y| y.cause != FSYNC) {
+            let io = y.cause == io_lat::IO_LATENCY || y.cause == io_lat::IO_QUEUE;
+            let by_pid = |p: u32| {
+                y.subject.pid == Some(p) || y.culprit.as_ref().and_then(|c| c.pid) == Some(p)
+            };
             let theirs = match &key {
-                Other::Process(p) => {
-                    (y.cause == io_lat::IO_LATENCY || y.cause == io_lat::IO_QUEUE)
-                        && (y.subject.pid == Some(*p)
-                            || y.culprit.as_ref().and_then(|c| c.pid) == Some(*p))
-                }
+                Other::Process(p) => io && by_pid(*p),
                 Other::Writeback(c) => {
                     y.cause == MEMCG_LIMIT && y.subject.cgroup.as_deref() == Some(c.as_str())
                 }
+                // The dirtier's own findings (its memory cgroup at its limit, say), and the
+                // disk's, whose top issuer is the flusher writing its pages.
+                Other::Dirtier(p) => {
+                    by_pid(*p)
+                        || (io
+                            && y.subject.kind == "device"
+                            && y.subject.name.as_deref() == Some(disk.as_str()))
+                }
+                Other::Flusher => false,
             };
             if theirs {
                 y.summary.push_str(&note);
@@ -142,8 +221,8 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
 mod tests {
     use super::*;
 
-    fn issuer(pid: u32, comm: &str, kthread: bool, cgroup: &str, n: u64, ns: u64) -> Link {
-        Link::Disk(DiskIssuer {
+    fn disk(pid: u32, comm: &str, kthread: bool, cgroup: &str, n: u64, ns: u64) -> DiskIssuer {
+        DiskIssuer {
             kdev: 7 << 20,
             disk: "loop0".into(),
             who: Subject::process(pid, comm),
@@ -151,6 +230,23 @@ mod tests {
             cgroup: Some(cgroup.into()),
             requests: n,
             time_ns: ns,
+            writeback: false,
+            flush: false,
+        }
+    }
+
+    fn issuer(pid: u32, comm: &str, kthread: bool, cgroup: &str, n: u64, ns: u64) -> Link {
+        Link::Disk(disk(pid, comm, kthread, cgroup, n, ns))
+    }
+
+    fn dirtier(pid: u32, comm: &str, kthread: bool, bytes: u64) -> Link {
+        Link::Dirtied(DiskDirtier {
+            kdev: 7 << 20,
+            disk: "loop0".into(),
+            who: Subject::process(pid, comm),
+            kthread,
+            folios: bytes / 4096,
+            bytes: Some(bytes),
         })
     }
 
@@ -220,5 +316,68 @@ mod tests {
         ];
         link_sync_waits(&mut f, &links);
         assert_eq!(f[0].culprit, None, "{:?}", f[0]);
+    }
+
+    /// The WAL's disk busy with the flusher's writeback (root cgroup: nobody's to change), the
+    /// pages mostly dirtied by a bulk writer: the writer is the culprit, by its share of the
+    /// disk's dirtied bytes, and the disk's own finding says whom its writeback slows. The
+    /// kblockd cache flushes of the WAL's fsyncs are not the other's load.
+    #[test]
+    fn root_writeback_names_the_process_that_dirtied_the_pages() {
+        let disk_finding = Finding::new(
+            "io-lat",
+            io_lat::IO_LATENCY,
+            Subject::named("device", "loop0"),
+            Score::NsPerS(1_500_000_000),
+            "loop0 is slow.".into(),
+        );
+        let links = |writer_bytes: u64| {
+            [
+                issuer(5, "wal", false, "/", 2_000, 600_000_000),
+                Link::Disk(DiskIssuer {
+                    flush: true,
+                    ..disk(90, "kworker/0:1H", true, "/", 2_000, 3_500_000_000)
+                }),
+                Link::Disk(DiskIssuer {
+                    writeback: true,
+                    ..disk(40, "kworker/u8:1", true, "/", 900, 4_000_000_000)
+                }),
+                dirtier(5, "wal", false, 13_000_000),
+                dirtier(60, "jbd2/loop0-8", true, 3_000_000),
+                dirtier(7, "bulk", false, writer_bytes),
+                dirtier(8, "small", false, 2_000_000),
+            ]
+        };
+        let mut f = vec![wal(5), disk_finding];
+        link_sync_waits(&mut f, &links(880_000_000));
+        let c = f[0].culprit.as_ref().expect("a culprit");
+        assert_eq!((c.pid, c.name.as_deref()), (Some(7), Some("bulk")));
+        // 4.0 s of 4.6 s without the flushes (with them: 50 %, and the link would hang on it).
+        assert_eq!(f[0].ev("culprit_disk_share_ppm"), Some(869_565.0));
+        assert_eq!(f[0].ev("culprit_dirtied_bytes"), Some(880_000_000.0));
+        assert_eq!(f[0].ev("culprit_dirtied_share_ppm"), Some(979_955.0));
+        for want in [
+            "busy with writeback of pages bulk (pid 7) dirtied: 87 %",
+            "bulk (pid 7) dirtied 839.2MiB of the 856.4MiB dirtied on loop0 in the window (98 %)",
+        ] {
+            assert!(f[0].summary.contains(want), "{want}: {}", f[0].summary);
+        }
+        assert!(
+            f[0].advice.contains("dirty_background_bytes"),
+            "{}",
+            f[0].advice
+        );
+        assert!(
+            f[1].summary
+                .contains("It slows wal (pid 5)'s sync calls on loop0"),
+            "{}",
+            f[1].summary
+        );
+        assert_eq!(f[1].score, Score::NsPerS(899_999_999));
+        // A writer with a third of the dirtied bytes is not behind most of the writeback.
+        let mut f = vec![wal(5)];
+        link_sync_waits(&mut f, &links(9_000_000));
+        assert_eq!(f[0].culprit, None, "{:?}", f[0]);
+        assert!(!f[0].summary.contains("busy with"), "{}", f[0].summary);
     }
 }
