@@ -53,13 +53,15 @@ fn grown(tid: u32) -> u64 {
     }
     // SAFETY: plain helper call; the task is read through the checked probe helper.
     let now: u64 = Probe::read(unsafe { bpf_get_current_task() }, off);
-    // SAFETY: the value is copied out at once.
-    let before = unsafe { IO_DIRTY_LAST.get(tid) }.copied();
-    let _ = IO_DIRTY_LAST.insert(tid, now, 0);
-    match before {
-        Some(b) if now >= b => now - b,
-        _ => 0,
-    }
+    // In place once the thread has an entry: an LRU update takes a lock and a free node on
+    // every call, a store does not.
+    let Some(p) = IO_DIRTY_LAST.get_ptr_mut(tid) else {
+        let _ = IO_DIRTY_LAST.insert(tid, now, 0);
+        return 0;
+    };
+    // SAFETY: `p` points into the live map value of this thread (only it writes its own).
+    let before = unsafe { core::ptr::replace(p, now) };
+    now.saturating_sub(before)
 }
 
 #[inline(always)]
