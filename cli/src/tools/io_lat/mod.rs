@@ -49,7 +49,7 @@ const SAMPLE_PERIOD_NS: i64 = 10_000_000;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "io-lat",
-    summary: "Block I/O per device and issuing process (writeback shown as the kworker, with the cgroup it is charged to): IOPS, bytes/s, queue time in the I/O scheduler vs device time (p50/p90/p99/p99.9/max), request sizes, errors, queue depth against `nr_requests`, counts matched to `/proc/diskstats`; findings name the wrong scheduler, the too-shallow queue or the process saturating the device.",
+    summary: "Block I/O per device and issuing process (writeback shown as the kworker, with the cgroup it is charged to): IOPS, bytes/s, queue time in the I/O scheduler vs device time (p50/p90/p99/p99.9/max), request sizes, errors, queue depth against `nr_requests`, counts matched to `/proc/diskstats`; who dirtied each disk's pages (what the flusher writes back for them); findings name the wrong scheduler, the too-shallow queue or the process saturating the device.",
     hooks: HOOKS,
     // Per request ≈ 0.45 µs (direct issue) to 0.7 µs (through a scheduler) in the kernel,
     // aggregated there: cheap next to the I/O itself, so triage runs it.
@@ -155,7 +155,9 @@ const EXAMPLES: &str =
 
 const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on a kernel with BTF (CAP_SYS_ADMIN \
 stands in for both). Without BTF it falls back to classic tracepoints, which read tracefs: add \
-CAP_DAC_READ_SEARCH (tracefs is mode 0700), and CAP_SYS_ADMIN if tracefs must be mounted.";
+CAP_DAC_READ_SEARCH (tracefs is mode 0700), and CAP_SYS_ADMIN if tracefs must be mounted. \
+The dirtied rows always read one tracefs format (writeback:writeback_dirty_folio): without \
+tracefs they are skipped, with a note.";
 
 /// `--attach`: force the keying.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
