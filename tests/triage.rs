@@ -321,6 +321,30 @@ fn a_merely_busy_node_is_one_saturation_finding_and_no_victim() {
     );
 }
 
+/// A WAL-like fsync loop (`triage-fsync` on `wal`, 6 s) with `other` running beside it during
+/// an 8 s triage: the findings in rank order, the loop's report and what `other` returned. The
+/// first finding must be the loop's fsync finding (checked here).
+#[cfg(test)]
+fn fsync_loop_beside(wal: &std::path::Path, other: impl FnOnce() -> Value) -> (Vec<Value>, Value) {
+    let (mut report, mut theirs) = (Value::Null, Value::Null);
+    let (f, _) = triage(8, &[], || {
+        let w = Command::new(workload_bin())
+            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fsync loop");
+        theirs = other();
+        let out = w.wait_with_output().unwrap();
+        report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+    });
+    eprintln!("fsync loop: {report}; beside it: {theirs}");
+    eprintln!("findings: {:#?}", brief(&f));
+    assert_eq!(f[0]["cause"], "fsync", "{:#?}", brief(&f));
+    assert_eq!(f[0]["pid"], report["pid"], "{:#?}", brief(&f));
+    (f, theirs)
+}
+
 /// A WAL-like fsync loop on a disk that an O_DIRECT writer floods (queue depth 32, another file
 /// of the same ext4 file system), among innocents: the fsync loop ranks first and names the
 /// flood as its culprit, measured as its share of the disk's request time.
@@ -333,14 +357,8 @@ fn fsync_loop_beside_a_direct_io_flood_names_the_flood() {
     let lo = io::LoopDev::new("triage-flood");
     let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
     let (wal, flood) = (m.mnt.join("wal.log"), m.mnt.join("flood"));
-    let (mut report, mut job) = (Value::Null, Value::Null);
-    let (f, _) = triage(8, &[], || {
-        let w = Command::new(workload_bin())
-            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the fsync loop");
-        job = io::fio(
+    let (f, job) = fsync_loop_beside(&wal, || {
+        io::fio(
             flood.to_str().unwrap(),
             &[
                 // A 16 MiB file of the 64 MiB disk: room left for the WAL.
@@ -352,19 +370,13 @@ fn fsync_loop_beside_a_direct_io_flood_names_the_flood() {
                 "--time_based",
                 "--runtime=6",
             ],
-        );
-        let out = w.wait_with_output().unwrap();
-        report = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+        )
     });
     eprintln!(
-        "fsync loop: {report}; fio: {} writes, clat p99 {} ns",
+        "fio: {} writes, clat p99 {} ns",
         job["write"]["total_ios"], job["write"]["clat_ns"]["percentile"]["99.000000"]
     );
-    eprintln!("findings: {:#?}", brief(&f));
     let first = &f[0];
-    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
-    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
     assert_eq!(first["culprit_comm"], "fio", "{first}");
     assert!(
         first["evidence"]["culprit_disk_share_ppm"]
@@ -391,23 +403,10 @@ fn fsync_loop_beside_background_writeback_names_the_dirtier() {
     let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
     let _wb = background_writeback_from(4 << 20);
     let (wal, bulk) = (m.mnt.join("wal.log"), m.mnt.join("bulk"));
-    let (mut report, mut writer) = (Value::Null, Value::Null);
-    let (f, _) = triage(8, &[], || {
-        let w = Command::new(workload_bin())
-            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the fsync loop");
-        writer = run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "32", "6000"]);
-        let out = w.wait_with_output().unwrap();
-        report = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+    let (f, writer) = fsync_loop_beside(&wal, || {
+        run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "32", "6000"])
     });
-    eprintln!("fsync loop: {report}; writer: {writer}");
-    eprintln!("findings: {:#?}", brief(&f));
     let first = &f[0];
-    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
-    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
     assert_eq!(first["culprit_pid"], writer["pid"], "{first}");
     let ev = &first["evidence"];
     assert!(
@@ -438,30 +437,17 @@ fn fsync_loop_beside_a_writer_at_its_memcg_limit_names_the_writer() {
     let lo = io::LoopDev::new("triage-wbcg");
     let m = io::Mounted::new(&lo).expect("mkfs.ext4 (e2fsprogs) is on every Debian system");
     let (wal, bulk) = (m.mnt.join("wal.log"), m.mnt.join("bulk"));
-    let (mut report, mut writer) = (Value::Null, Value::Null);
     let procs = cg.procs();
-    let (f, _) = triage(8, &[], || {
-        let w = Command::new(workload_bin())
-            .args(["triage-fsync", wal.to_str().unwrap(), "6000"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the fsync loop");
-        writer = run_workload(&[
+    let (f, writer) = fsync_loop_beside(&wal, || {
+        run_workload(&[
             "bulk-rewrite",
             bulk.to_str().unwrap(),
             "32",
             "6000",
             procs.to_str().unwrap(),
-        ]);
-        let out = w.wait_with_output().unwrap();
-        report = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("the fsync loop failed ({e}): {out:?}"));
+        ])
     });
-    eprintln!("fsync loop: {report}; writer: {writer}");
-    eprintln!("findings: {:#?}", brief(&f));
     let first = &f[0];
-    assert_eq!(first["cause"], "fsync", "{:#?}", brief(&f));
-    assert_eq!(first["pid"], report["pid"], "{:#?}", brief(&f));
     let by_cgroup = first["culprit"]["name"].as_str() == Some(&format!("/{}", cg.name));
     assert!(
         first["culprit_pid"] == writer["pid"] || by_cgroup,
