@@ -407,7 +407,7 @@ fn dirtied_bytes_match_the_writers_own_count() {
     let mut tk = Tracer::spawn(&["io-lat", "--json", "--dev", &lo.name]);
     tk.wait_attached();
     let bulk = m.mnt.join("bulk");
-    let w = run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "24", "0"]);
+    let w = run_workload(&["bulk-rewrite", bulk.to_str().unwrap(), "24", "0", "5000"]);
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");

@@ -193,10 +193,11 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
                 Other::Writeback(c) => {
                     y.cause == MEMCG_LIMIT && y.subject.cgroup.as_deref() == Some(c.as_str())
                 }
-                // The dirtier's own findings (its memory cgroup at its limit, say), and the
-                // disk's, whose top issuer is the flusher writing its pages.
+                // The dirtier's own findings (its memory cgroup at its limit, say), not
+                // others' that name it as their culprit, and the disk's, whose top issuer is
+                // the flusher writing its pages.
                 Other::Dirtier(p) => {
-                    by_pid(*p)
+                    y.subject.pid == Some(*p)
                         || (io
                             && y.subject.kind == "device"
                             && y.subject.name.as_deref() == Some(disk.as_str()))
