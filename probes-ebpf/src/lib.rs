@@ -265,6 +265,12 @@ pub unsafe fn hist_record(h: *mut LatHist, v: u64) {
 
 /// Looks `key` up in `map`, inserting `init` first when absent. `None` when the map is full: the
 /// caller then records into its overflow row and counts `KEY_MAP_FULL`.
+///
+/// `init` points at a map value or at this program's stack, never at a constant (`&0`): rustc
+/// promotes that to an unnamed constant, which LLVM merges with any read-only global of the
+/// same value, a tunable userspace patches before load included. `&0` in numa's pair count
+/// became `&NUMA_START_NS`, so a window's first task move counted the attach time (56,593,020,161
+/// moves on 5.10). Small values go through [`get_or_insert_copy`].
 #[inline(always)]
 pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, init: &V) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
@@ -274,6 +280,18 @@ pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, init: &V) -> Option<*mu
     // winner's value below.
     let _ = map.insert(key, init, BPF_NOEXIST as u64);
     map.get_ptr_mut(key)
+}
+
+/// [`get_or_insert`] with `init` written to this program's stack first (a volatile store, so
+/// the compiler cannot fold it back into a read-only constant). For values of a few words: the
+/// BPF stack is 512 bytes.
+#[inline(always)]
+pub fn get_or_insert_copy<K, V: Copy>(map: &HashMap<K, V>, key: &K, init: V) -> Option<*mut V> {
+    let mut local = core::mem::MaybeUninit::<V>::uninit();
+    // SAFETY: a write of a whole `V` into this frame's own slot.
+    unsafe { core::ptr::write_volatile(local.as_mut_ptr(), init) };
+    // SAFETY: written just above.
+    get_or_insert(map, key, unsafe { &*local.as_ptr() })
 }
 
 /// Where a key's aggregate lives for this event.

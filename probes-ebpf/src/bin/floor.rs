@@ -13,7 +13,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use probes_ebpf::{atomic_add, get_or_insert};
+use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy};
 
 #[map]
 static FLOOR_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -129,7 +129,7 @@ pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
     wake_wait(&ctx);
     bump();
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if let Some(v) = get_or_insert(&FLOOR_PROC, &tgid, &0) {
+    if let Some(v) = get_or_insert_copy(&FLOOR_PROC, &tgid, 0u64) {
         // SAFETY: a live map value pointer.
         unsafe { atomic_add(v, 1) };
     }
@@ -243,6 +243,8 @@ pub fn tk_floor_rq_complete(ctx: BtfTracePointContext) -> i32 {
     } else {
         e.issue_ns.saturating_sub(e.insert_ns)
     };
+    // 512 bytes of zeros: too big for the stack, so a read-only constant, which no tunable of
+    // this object can alias (none is an array; see `get_or_insert`).
     let Some(h) = get_or_insert(&FLOOR_IO_PROC, &(e.tgid as u32), &[0; 64]) else {
         return 0;
     };

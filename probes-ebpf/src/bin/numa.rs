@@ -46,7 +46,7 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, generation, get_or_insert,
+    allowed, atomic_add, generation, get_or_insert_copy,
     kread::{Direct, Kread, Probe},
     ro, slot, stat, task_comm,
 };
@@ -155,7 +155,7 @@ fn on_pair(kind: u32, src_cpu: u64, dst_cpu: u64) {
         src: node_of(src_cpu as u32),
         dst: node_of(dst_cpu as u32),
     };
-    match get_or_insert(&NUMA_PAIRS, &key, &0) {
+    match get_or_insert_copy(&NUMA_PAIRS, &key, 0u64) {
         // SAFETY: a live map value.
         Some(p) => unsafe { atomic_add(p, 1) },
         None => stat(STAT_PAIR_FULL),

@@ -17,6 +17,8 @@ pub use super::hooks::AttachMode;
 use super::hooks::{Choice, Hook};
 
 mod attach;
+#[cfg(test)]
+mod tunables;
 
 pub use attach::plan;
 
