@@ -184,7 +184,20 @@ fn udp_drops_rank_first() {
         .unwrap_or_else(|| panic!("no net-drops finding: {:#?}", brief(&f)));
     assert_eq!(first["rank"], 1, "{:#?}", brief(&f));
     assert_eq!(first["pid"], held["pid"], "{:#?}", brief(&f));
-    assert!(first["rate_per_s"].as_f64().unwrap() > 100.0, "{first}");
+    assert!(
+        first["evidence"]["drops_per_s"].as_f64().unwrap() > 100.0,
+        "{first}"
+    );
+    // Issue #26: scored by the share of the receiver's traffic lost, on the scale of time lost.
+    // It reads nothing, so all that reaches it past its 1 KiB buffer is lost; the node's other
+    // datagrams (a resolver's, say) only lower the bound.
+    let share = first["evidence"]["lost_share_ppm"].as_u64().unwrap();
+    assert!(share > 500_000, "{first}");
+    assert_eq!(
+        first["score_ns_per_s"].as_u64().unwrap() / 1_000,
+        share,
+        "{first}"
+    );
 }
 
 /// Two processes bouncing a byte through pipes as fast as they can: a context-switch storm.

@@ -107,11 +107,39 @@ pub fn parse_counter_pairs(text: &str) -> BTreeMap<String, i64> {
     out
 }
 
-/// `/proc/net/snmp` and `/proc/net/netstat` together (`Udp:NoPorts`, `TcpExt:ListenDrops`, …).
+/// `/proc/net/snmp6`: one `Udp6InDatagrams 123` per line, keyed as `/proc/net/snmp`'s are
+/// (`Udp6:InDatagrams`); names of no known protocol are kept whole.
+pub fn parse_snmp6(text: &str) -> BTreeMap<String, i64> {
+    // Longest first: `UdpLite6` before `Udp6`.
+    const PROTOS: [&str; 5] = ["UdpLite6", "Udp6", "Icmp6", "Ip6", "Tcp6"];
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(name), Some(v), None) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Ok(v) = v.parse() else { continue };
+        let key = match PROTOS
+            .iter()
+            .find(|p| name.len() > p.len() && name.starts_with(*p))
+        {
+            Some(p) => format!("{p}:{}", &name[p.len()..]),
+            None => name.to_string(),
+        };
+        out.insert(key, v);
+    }
+    out
+}
+
+/// `/proc/net/snmp`, `/proc/net/netstat` and `/proc/net/snmp6` together (`Udp:NoPorts`,
+/// `TcpExt:ListenDrops`, `Udp6:InDatagrams`, …); the last two only where the kernel has them.
 pub fn protocol_counters() -> Result<BTreeMap<String, i64>, HostError> {
     let mut m = parse_counter_pairs(&read_text(&proc_path("net/snmp"))?);
     if let Ok(t) = read_text(&proc_path("net/netstat")) {
         m.extend(parse_counter_pairs(&t));
+    }
+    if let Ok(t) = read_text(&proc_path("net/snmp6")) {
+        m.extend(parse_snmp6(&t));
     }
     Ok(m)
 }
@@ -583,6 +611,18 @@ Broken: a b
         assert_eq!(m["Udp:RcvbufErrors"], 1_360_000);
         assert_eq!(m["Tcp:MaxConn"], -1);
         assert!(!m.keys().any(|k| k.starts_with("Broken")));
+    }
+
+    #[test]
+    fn snmp6_lines() {
+        let t = "Ip6InReceives                   \t120\nUdp6InDatagrams                 \t7\nUdpLite6InDatagrams             \t0\nUdp6RcvbufErrors 3\nIcmp6OutType133 2\nodd\nBad x\n";
+        let m = parse_snmp6(t);
+        assert_eq!(m["Ip6:InReceives"], 120);
+        assert_eq!(m["Udp6:InDatagrams"], 7);
+        assert_eq!(m["UdpLite6:InDatagrams"], 0);
+        assert_eq!(m["Udp6:RcvbufErrors"], 3);
+        assert_eq!(m["Icmp6:OutType133"], 2);
+        assert_eq!(m.len(), 5);
     }
 
     #[test]

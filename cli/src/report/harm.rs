@@ -24,6 +24,12 @@
 //!
 //! A stall (fsync, compaction, reclaim) is scored per second of the time its victim was alive
 //! in the window ([`per_second_alive`]).
+//!
+//! A receiver whose packets are dropped loses that share of its work: a datagram dropped at a
+//! full socket buffer is a request never served, a dropped TCP segment one that waits for its
+//! retransmission. A drop finding is scored as that share of its time ([`lost_share_ns_per_s`]:
+//! losing 6 % of its datagrams scores 60 ms/s), on the scale every stall uses; a drop rate
+//! alone (packets/s) said nothing about the receiver and always ranked below any time lost.
 
 use probes_common::hist::{bucket_mid, LatHist};
 
@@ -133,6 +139,14 @@ pub fn per_second_alive(lost_ns: u64, alive_ns: u64, window_ns: u64) -> u64 {
     };
     let life = life.max(MIN_LIFE_NS.min(window_ns)).max(1);
     (lost_ns as u128 * 1_000_000_000 / life as u128).min(u64::MAX as u128) as u64
+}
+
+/// The score of lost traffic: `lost` of `lost + delivered` packets, as that share of a second
+/// (ns/s; everything lost is 10^9). `delivered` may be a bound from above (the node's count
+/// where the receiver's own is not kept), which makes the score a bound from below.
+pub fn lost_share_ns_per_s(lost: u64, delivered: u64) -> u64 {
+    let all = (lost as u128 + delivered as u128).max(1);
+    (lost as u128 * 1_000_000_000 / all) as u64
 }
 
 /// The tail of one process's waits after wakeups.
@@ -256,6 +270,18 @@ mod tests {
         let once = Tail::of(&hist(&[(10_000, 9_999), (50_000_000, 1)]));
         assert_eq!(once.late, 1);
         assert!(!tail_is_harm(&once, 10.0));
+    }
+
+    #[test]
+    fn lost_traffic_is_scored_as_that_share_of_a_second() {
+        assert_eq!(lost_share_ns_per_s(0, 0), 0);
+        assert_eq!(
+            lost_share_ns_per_s(20_000, 0),
+            1_000_000_000,
+            "nothing got through"
+        );
+        assert_eq!(lost_share_ns_per_s(3_331, 50_000), 62_458_982);
+        assert_eq!(lost_share_ns_per_s(u64::MAX, u64::MAX), 500_000_000);
     }
 
     #[test]

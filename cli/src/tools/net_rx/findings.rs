@@ -13,6 +13,7 @@ use crate::{
     host::sysctl,
     report::{
         findings::{self, Cause, Finding, Score, Subject},
+        harm,
         render::fmt_ns,
     },
 };
@@ -36,6 +37,8 @@ pub struct Evidence<'a> {
     pub cpus: &'a [CpuRow],
     pub devices: &'a [DeviceRow],
     pub conntrack: &'a ConntrackRow,
+    /// The window's protocol counters (`/proc/net/snmp`, `netstat`, `snmp6` deltas).
+    pub counters: &'a BTreeMap<String, i64>,
     pub secs: f64,
     /// CPUs of the machine (an imbalance needs more than one).
     pub ncpus: usize,
@@ -82,7 +85,29 @@ pub fn findings(e: &Evidence) -> Vec<Finding> {
     out
 }
 
-/// A receiver whose socket buffer overflowed.
+/// Packets of `proto` the node delivered to its readers in the window: datagrams read (UDP's
+/// InDatagrams counts at `recvmsg`), segments received (TCP's InSegs, both families). The
+/// kernel keeps no such count per socket: the node's is a bound from above on any socket's.
+fn delivered(e: &Evidence, proto: &str) -> Option<u64> {
+    let keys: &[&str] = match proto {
+        "udp" => &[
+            "Udp:InDatagrams",
+            "Udp6:InDatagrams",
+            "UdpLite:InDatagrams",
+            "UdpLite6:InDatagrams",
+        ],
+        "tcp" => &["Tcp:InSegs"],
+        _ => return None,
+    };
+    Some(
+        keys.iter()
+            .map(|k| e.counters.get(*k).copied().unwrap_or(0).max(0) as u64)
+            .sum(),
+    )
+}
+
+/// A receiver whose socket buffer overflowed, scored by the share of its traffic it lost
+/// (`harm::lost_share_ns_per_s`), at least: what the node delivered stands in for its own.
 fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
     let me = std::process::id();
     for s in e.socks.iter().filter(|s| {
@@ -115,12 +140,31 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
             .subject()
             .unwrap_or_else(|| Subject::named("socket", format!("{}/{}", s.proto, s.port)));
         let rmem_max = sysctl("net.core.rmem_max").unwrap_or_else(|| "?".into());
+        let got = delivered(e, &s.proto);
+        let (score, lost) = match got {
+            Some(d) => {
+                let ns = harm::lost_share_ns_per_s(s.count, d);
+                let meanwhile = match (s.proto.as_str(), d) {
+                    ("tcp", _) => format!("the node received {d} segments meanwhile"),
+                    (_, 0) => "no datagram was read on the node meanwhile".into(),
+                    _ => format!("the node's readers took {d} datagrams meanwhile"),
+                };
+                (
+                    Score::NsPerS(ns),
+                    format!(
+                        ": at least {:.1} % of what reached it lost ({meanwhile})",
+                        ns as f64 / 1e7
+                    ),
+                )
+            }
+            None => (Score::RatePerS(s.rate_per_s), String::new()),
+        };
         let mut f = finding(
             super::NET_DROPS,
             subject,
-            Score::RatePerS(s.rate_per_s),
+            score,
             format!(
-                "{who}: {} drops in {} ({:.0}/s), {}{buffer}.",
+                "{who}: {} drops in {} ({:.0}/s){lost}, {}{buffer}.",
                 s.count,
                 dur(e.secs),
                 s.rate_per_s,
@@ -130,6 +174,12 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
         .evidence("drops", s.count)
         .evidence("drops_per_s", s.rate_per_s)
         .evidence("port", u64::from(s.port));
+        if let Some(d) = got {
+            f = f.evidence("delivered_on_node", d).evidence(
+                "lost_share_ppm",
+                harm::lost_share_ns_per_s(s.count, d) / 1_000,
+            );
+        }
         if let Some(b) = s.rcvbuf {
             f = f.evidence("rcvbuf_bytes", b);
         }
@@ -200,16 +250,22 @@ fn backlog(e: &Evidence, out: &mut Vec<Finding>) {
     };
     let rate = total as f64 / e.secs;
     let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
+    // Packets the CPUs' receive path took in (softnet_stat `processed`) beside those their
+    // backlogs refused: the share lost, of every receiver behind those CPUs.
+    let processed: u64 = e.cpus.iter().map(|c| c.processed).sum();
+    let score = harm::lost_share_ns_per_s(total, processed);
     let f = finding(
         super::NET_BACKLOG,
         Subject::named("cpu", format!("CPU {}", top.cpu)),
-        Score::RatePerS(rate),
+        Score::NsPerS(score),
         format!(
-            "{total} packets dropped in {} because a CPU's input backlog was full (net.core.netdev_max_backlog = {max}); CPU {} dropped {}.",
-            dur(e.secs), top.cpu, top.backlog_drops
+            "{total} packets dropped in {} because a CPU's input backlog was full (net.core.netdev_max_backlog = {max}), {:.1} % of the {} that reached the CPUs' receive path; CPU {} dropped {}.",
+            dur(e.secs), score as f64 / 1e7, total + processed, top.cpu, top.backlog_drops
         ),
     )
     .evidence("backlog_drops", total)
+    .evidence("processed", processed)
+    .evidence("lost_share_ppm", score / 1_000)
     .evidence("drops_per_s", rate)
     .evidence("cpu", top.cpu);
     out.push(with(

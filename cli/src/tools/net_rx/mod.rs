@@ -415,6 +415,7 @@ fn counter_note(c: &std::collections::BTreeMap<String, i64>) -> Option<String> {
         "Udp:InErrors",
         "Udp:InCsumErrors",
         "UdpLite:RcvbufErrors",
+        "Udp6:RcvbufErrors",
         "Tcp:InErrs",
         "Tcp:InCsumErrors",
         "TcpExt:ListenOverflows",
@@ -551,6 +552,7 @@ impl Collector for NetRx {
             cpus: if filtered { &[] } else { &cpus },
             devices: if filtered { &[] } else { &devices },
             conntrack: if filtered { &no_conntrack } else { &conntrack },
+            counters: &host.counters,
             secs,
             ncpus: crate::host::proc::possible_cpus(),
         });

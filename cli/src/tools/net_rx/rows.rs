@@ -281,7 +281,7 @@ pub struct SockRow {
     /// The sockets whose owners are listed: this one, or every socket bound to the port
     /// (SO_REUSEPORT groups).
     #[serde(skip)]
-    inodes: Vec<u64>,
+    pub(super) inodes: Vec<u64>,
 }
 
 impl crate::report::rows::Row for SockRow {

@@ -44,7 +44,7 @@ mod verdicts {
         report::findings::{Cause, Finding, Num, Score},
         tools::net_rx::{
             findings::{findings, Evidence},
-            rows::{ConntrackRow, CpuRow, DevIrq, DeviceRow},
+            rows::{ConntrackRow, CpuRow, DevIrq, DeviceRow, SockRow},
         },
     };
 
@@ -62,9 +62,97 @@ mod verdicts {
             cpus,
             devices,
             conntrack,
+            counters: &BTreeMap::new(),
             secs,
             ncpus,
         })
+    }
+
+    /// The findings of sockets that dropped, in a window whose protocol counters moved so.
+    fn judge_socks(socks: &[SockRow], counters: &[(&str, i64)], secs: f64) -> Vec<Finding> {
+        let counters: BTreeMap<String, i64> =
+            counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        findings(&Evidence {
+            drops: &[],
+            socks,
+            cpus: &[],
+            devices: &[],
+            conntrack: &ConntrackRow::default(),
+            counters: &counters,
+            secs,
+            ncpus: 2,
+        })
+    }
+
+    fn dropping(proto: &str, pid: u32, count: u64, secs: f64) -> SockRow {
+        SockRow {
+            owner: crate::report::who::Owner {
+                pid: Some(pid),
+                comm: Some("quote-svc".into()),
+                ..Default::default()
+            },
+            pids: vec![pid],
+            proto: proto.into(),
+            port: 5353,
+            ino: 77,
+            reason: "SOCKET_RCVBUFF".into(),
+            count,
+            rate_per_s: count as f64 / secs,
+            rcvbuf: Some(212_992),
+            full: Some(count),
+            found_by: "socket",
+            ..Default::default()
+        }
+    }
+
+    /// Issue #26: a drop is scored by the share of its receiver's traffic lost, on the scale
+    /// of time lost, so a receiver losing 6.7 % of its datagrams (66 ms/s) outranks a process
+    /// whose wakeups wait 12 ms/s; the node's delivered datagrams (IPv4 and IPv6) bound its own.
+    #[test]
+    fn socket_drops_are_scored_by_the_share_of_traffic_lost() {
+        let f = judge_socks(
+            &[dropping("udp", 4242, 3_331, 10.0)],
+            &[
+                ("Udp:InDatagrams", 40_000),
+                ("Udp6:InDatagrams", 6_669),
+                ("Udp:RcvbufErrors", 3_331),
+            ],
+            10.0,
+        );
+        let d = &of(&f, super::NET_DROPS)[0];
+        assert_eq!(d.score, Score::NsPerS(66_620_000));
+        assert!(
+            d.score.ns_per_s() > 12_000_000,
+            "above a 12 ms/s run-queue tail"
+        );
+        assert_eq!(ev(d, "delivered_on_node"), Num::U(46_669));
+        assert_eq!(ev(d, "lost_share_ppm"), Num::U(66_620));
+        assert_eq!(ev(d, "drops"), Num::U(3_331));
+        assert!(
+            d.summary.contains("3331 drops in 10.0s (333/s): at least 6.7 % of what reached it lost (the node's readers took 46669 datagrams meanwhile), SOCKET_RCVBUFF"),
+            "{}",
+            d.summary
+        );
+        // A receiver that reads nothing loses everything that reaches it.
+        let f = judge_socks(&[dropping("udp", 4242, 500, 5.0)], &[], 5.0);
+        let all = &of(&f, super::NET_DROPS)[0];
+        assert_eq!(all.score, Score::NsPerS(1_000_000_000));
+        assert!(all.summary.contains("at least 100.0 % of what reached it lost (no datagram was read on the node meanwhile)"), "{}", all.summary);
+        // TCP: segments received stand in.
+        let f = judge_socks(
+            &[dropping("tcp", 4242, 100, 5.0)],
+            &[("Tcp:InSegs", 99_900)],
+            5.0,
+        );
+        let t = &of(&f, super::NET_DROPS)[0];
+        assert_eq!(t.score, Score::NsPerS(1_000_000));
+        assert!(t.summary.contains("at least 0.1 % of what reached it lost (the node received 99900 segments meanwhile)"), "{}", t.summary);
+        // Too few drops: no finding.
+        assert!(of(
+            &judge_socks(&[dropping("udp", 1, 5, 10.0)], &[], 10.0),
+            super::NET_DROPS
+        )
+        .is_empty());
     }
 
     fn of(f: &[Finding], cause: Cause) -> Vec<Finding> {
@@ -188,23 +276,28 @@ mod verdicts {
             CpuRow {
                 cpu: 0,
                 backlog_drops: 300,
+                processed: 28_500,
                 ..Default::default()
             },
             CpuRow {
                 cpu: 1,
                 backlog_drops: 1200,
+                processed: 70_000,
                 ..Default::default()
             },
         ];
         let f = judge(&cpus, &[], &ConntrackRow::default(), 10.0, 2);
         let b = &only(&f, super::NET_BACKLOG, "CPU 1");
-        assert_eq!(b.score, Score::RatePerS(150.0));
+        // 1,500 of 100,000 packets lost: 1.5 % of the receivers' traffic, 15 ms/s.
+        assert_eq!(b.score, Score::NsPerS(15_000_000));
         let max = sysctl("net.core.netdev_max_backlog").unwrap_or_else(|| "?".into());
         assert_eq!(
             b.summary,
-            format!("1500 packets dropped in 10.0s because a CPU's input backlog was full (net.core.netdev_max_backlog = {max}); CPU 1 dropped 1200.")
+            format!("1500 packets dropped in 10.0s because a CPU's input backlog was full (net.core.netdev_max_backlog = {max}), 1.5 % of the 100000 that reached the CPUs' receive path; CPU 1 dropped 1200.")
         );
         assert_eq!(ev(b, "backlog_drops"), Num::U(1500));
+        assert_eq!(ev(b, "processed"), Num::U(98_500));
+        assert_eq!(ev(b, "lost_share_ppm"), Num::U(15_000));
         assert_eq!(ev(b, "drops_per_s"), Num::F(150.0));
         assert_eq!(ev(b, "cpu"), Num::U(1));
         assert!(b.advice.starts_with("raise net.core.netdev_max_backlog"));
