@@ -58,6 +58,25 @@ impl Innocents {
         self.0.iter().map(|c| c.id() as u64).collect()
     }
 
+    /// No finding is about an innocent unless it names `culprit` (its `culprit_pid`) and ranks
+    /// below the staged victim (rank 1): a bulk writer at 200 MiB/s is also CPU work, and the
+    /// 3 ms burster beside it felt that (fresh machine, 11 % steal: 1 in 89 wakeups over 1 ms,
+    /// p99.9 4.46 ms, 61 ms of its long waits behind the writer). That is harm the writer did,
+    /// told truly; an innocent named a victim of anything else still fails.
+    fn assert_only_victims_of(&self, findings: &[Value], culprit: &Value) {
+        let pids = self.pids();
+        let innocent = |v: &Value| pids.contains(&v.as_u64().unwrap_or(0));
+        for x in findings {
+            if innocent(&x["pid"]) {
+                assert!(
+                    x["culprit_pid"] == *culprit && x["rank"].as_u64().unwrap_or(0) > 1,
+                    "an innocent was named, not as a victim of {culprit} below the staged victim: {:#?}",
+                    brief(findings)
+                );
+            }
+        }
+    }
+
     /// No finding names an innocent.
     fn assert_unnamed(&self, findings: &[Value]) {
         let pids = self.pids();
@@ -433,7 +452,7 @@ fn fsync_loop_beside_background_writeback_names_the_dirtier() {
             <= writer["write_bytes"].as_u64().unwrap(),
         "{first} vs {writer}"
     );
-    innocents.assert_unnamed(&f);
+    innocents.assert_only_victims_of(&f, &writer["pid"]);
 }
 
 /// The same fsync loop beside a bulk writer held at its memory cgroup's limit (16 MiB for a
@@ -470,7 +489,7 @@ fn fsync_loop_beside_a_writer_at_its_memcg_limit_names_the_writer() {
         first["culprit_pid"] == writer["pid"] || by_cgroup,
         "the writer or its cgroup is the culprit: {first}"
     );
-    innocents.assert_unnamed(&f);
+    innocents.assert_only_victims_of(&f, &writer["pid"]);
 }
 
 /// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or

@@ -77,16 +77,13 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             .iter()
             .filter(|d| d.kdev == kdev && !d.flush)
             .collect();
-        let total: u64 = on.iter().map(|d| d.time_ns).sum();
-        if total == 0 {
-            continue;
-        }
         let own: u64 = on
             .iter()
             .filter(|d| d.who.pid == Some(pid))
             .map(|d| d.time_ns)
             .sum();
         let mut by: BTreeMap<Other, (u64, u64, Subject)> = BTreeMap::new();
+        let mut unshared = 0u64;
         for d in &on {
             let key = match (d.who.pid, d.kthread, d.cgroup.as_deref()) {
                 (Some(p), false, _) if p != pid => Other::Process(p),
@@ -96,7 +93,15 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
                     Other::Writeback(c.to_string())
                 }
                 _ if d.writeback => Other::Flusher,
-                _ => continue,
+                // A kernel thread's own requests (jbd2's journal commits, which every fsync on
+                // the file system waits for, a loop device's worker) serve the disk's users and
+                // are charged to none of them: left out of the shares, as cache flushes are.
+                _ => {
+                    if d.who.pid != Some(pid) {
+                        unshared += d.time_ns;
+                    }
+                    continue;
+                }
             };
             let subject = match &key {
                 Other::Writeback(c) => Subject::named("cgroup", c.clone()),
@@ -105,6 +110,11 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             let e = by.entry(key).or_insert((0, 0, subject));
             e.0 += d.time_ns;
             e.1 += d.requests;
+        }
+        // The request time charged to someone: the victim's own and the other issuers'.
+        let total = own + by.values().map(|v| v.0).sum::<u64>();
+        if total == 0 {
+            continue;
         }
         let Some((mut key, (ns, n, mut who))) =
             by.into_iter().max_by_key(|(k, v)| (v.0, k.clone()))
@@ -151,10 +161,15 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             _ => who.text(),
         };
         x.summary.push_str(&format!(
-            " The disk it writes to, {disk}, was busy with {what}: {:.0} % of the disk's request time in the window ({n} requests, {}), its own requests {:.0} %.{dirtied}",
+            " The disk it writes to, {disk}, was busy with {what}: {:.0} % of the disk's request time in the window ({n} requests, {}), its own requests {:.0} %{}.{dirtied}",
             ppm as f64 / 1e4,
             fmt_ns(ns),
             own as f64 * 100.0 / total as f64,
+            if unshared > 0 {
+                format!(" (kernel threads' own requests, the journal's, {} more, left out)", fmt_ns(unshared))
+            } else {
+                String::new()
+            },
         ));
         let limit = match key {
             Other::Dirtier(_) => "limit the other's dirtying (its cgroup's memory.max or io.max, a lower vm.dirty_background_bytes so writeback starts sooner and in smaller batches, or sync_file_range in the writer)",
