@@ -530,17 +530,21 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             ));
         }
         let culprit = top.filter(|(_, n)| *n * 4 >= invol.max(1) && invol * 2 >= sw);
-        if let Some((cp, n)) = culprit {
-            let name = crate::host::proc::comm(cp)
-                .map(|c| sanitize::text(&c))
+        // The preemptor as this window's rows knew it (its comm from the kernel, so a process
+        // that exited before the window was read keeps its name), else as /proc knows it now.
+        let culprit_subject = culprit.map(|(cp, _)| {
+            rows.iter()
+                .find(|r| r.who.pid == cp && r.who.processes.is_none())
+                .map(|r| r.who.subject())
                 .unwrap_or_else(|| {
-                    if cp == 0 {
-                        "[idle]".into()
-                    } else {
-                        "[exited]".into()
-                    }
-                });
-            summary.push_str(&format!("; preempted most by {name} (pid {cp}), {n} times"));
+                    let name = crate::host::proc::comm(cp)
+                        .map(|c| sanitize::text(&c))
+                        .unwrap_or_else(|| if cp == 0 { "[idle]" } else { "[exited]" }.into());
+                    Subject::process(cp, name)
+                })
+        });
+        if let (Some((_, n)), Some(c)) = (culprit, &culprit_subject) {
+            summary.push_str(&format!("; preempted most by {}, {n} times", c.text()));
         }
         summary.push('.');
         // What the storm costs it, on the harm scale of every stall: each switch is a wait for
@@ -564,14 +568,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             tool: INFO.name,
             cause: CTXSW_STORM,
             subject,
-            culprit: culprit.map(|(cp, _)| {
-                Subject::process(
-                    cp,
-                    crate::host::proc::comm(cp)
-                        .map(|c| sanitize::text(&c))
-                        .unwrap_or_default(),
-                )
-            }),
+            culprit: culprit_subject,
             score: if timed {
                 Score::NsPerS(wait_per_s)
             } else {
@@ -767,6 +764,36 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(77));
         assert!(f[0].advice.starts_with("it is preempted"));
+        // A preemptor with a row of its own keeps the name the kernel gave it, though /proc no
+        // longer knows it (iperf3's server exited before triage's window was read: the finding
+        // said "preempted most by [exited]", its culprit an empty name).
+        let gone = 4_000_000 - 7;
+        let rows = vec![row(10, 1_000, 30_000, 0), row(gone, 100, 0, 0)];
+        let pairs = [sched::Pair {
+            a: 10,
+            a_tgid: 10,
+            b: gone,
+            b_tgid: gone,
+            count: 25_000,
+            ns: 0,
+        }];
+        let f = findings(&rows, 1.0, &pairs);
+        let c = f[0].culprit.as_ref().unwrap();
+        assert_eq!(c.name.as_deref(), Some(format!("p{gone}").as_str()));
+        assert!(
+            f[0].summary.contains(&format!(
+                "preempted most by p{gone} (pid {gone}), 25000 times"
+            )),
+            "{}",
+            f[0].summary
+        );
+        // Without a row, /proc's name, or [exited].
+        let rows = vec![row(10, 1_000, 30_000, 0)];
+        let f = findings(&rows, 1.0, &pairs);
+        assert_eq!(
+            f[0].culprit.as_ref().unwrap().name.as_deref(),
+            Some("[exited]")
+        );
     }
 
     #[test]
