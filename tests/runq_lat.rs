@@ -451,6 +451,96 @@ fn a_sleeper_starved_by_hogs_names_the_hogs() {
     }
 }
 
+/// Per-CPU steal ticks from /proc/stat (`cpuN` lines, the 8th value; USER_HZ = 100).
+fn steal_ticks() -> Vec<u64> {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(8)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// On a guest, the part of each wait the hypervisor took (CPU steal, from the run queue's
+/// steal clock) is charged to `[steal]`, not to the task on the CPU: the wakeup hook is
+/// attached exactly when the node has steal, and what all rows charge to `[steal]` is within
+/// what /proc/stat's steal counted over the run (its ticks are 10 ms: one more per CPU), and
+/// each row's within its own waits. A misread clock (another CPU's queue, a wrong offset)
+/// charges whole waits and breaks the bound.
+#[test]
+fn steal_is_charged_to_the_hypervisor_within_the_kernels_steal() {
+    require_root();
+    let _one = serial();
+    let before = steal_ticks();
+    let mut tk = Tracer::spawn(&["runq-lat", "--json"]);
+    let meta = tk.wait_attached();
+    let hogs = hogs_at("2500", 0);
+    let victim = sleeper(last_cpu(), 2.5);
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(victim as i32, &mut st, 0) };
+    let _ = hogs.wait_with_output();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let after = steal_ticks();
+    let names: Vec<&str> = meta["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let had_steal = before.iter().sum::<u64>() > 0;
+    assert_eq!(
+        names
+            .iter()
+            .any(|n| n.starts_with("tk_sched_wakeup") && !n.contains("new")),
+        had_steal,
+        "the wakeup hook is attached exactly on a node with steal ({before:?}): {names:?}"
+    );
+    let mut charged = 0u64;
+    for r in lines
+        .iter()
+        .filter(|l| l["tool"] == "runq-lat" && l["type"] == "summary")
+    {
+        let own: u64 = r["waited_behind"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|p| p["comm"] == "[steal]")
+                    .map(|p| p["delay_ns"].as_u64().unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0);
+        let waits = r["wake_total_ns"].as_u64().unwrap_or(0);
+        assert!(
+            own <= waits,
+            "[steal] {own} ns beyond the row's waits {waits}: {r}"
+        );
+        charged += own;
+    }
+    let cpus = after.len() as u64;
+    let kernel_ns: u64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .sum::<u64>()
+        * 10_000_000;
+    eprintln!("charged to [steal] {charged} ns; /proc/stat steal {kernel_ns} ns over {cpus} CPUs");
+    assert!(
+        charged <= kernel_ns + cpus * 10_000_000,
+        "charged to [steal] {charged} ns, the kernel counted {kernel_ns} ns of steal"
+    );
+    if !had_steal {
+        assert_eq!(charged, 0);
+    }
+}
+
 /// VM check (`tk-workload vm-check`, each guest kernel): per pid, the kernel's `run_delay`
 /// total that runq-lat reports (`kernel_run_delay_ns`, summed over the switches it saw from
 /// fork to exit) equals the children's `/proc/<pid>/schedstat` run_delay read by their parent

@@ -57,7 +57,17 @@ pub struct WakeSlot {
     pub ts: u64,
     /// The wait of the current run in ns, with [`WAKE_WAITED`] (and [`WAKE_OWN`]); 0: none.
     pub wait: u64,
+    /// The run queue the wakeup put the task on (`struct rq *`, read at `sched_wakeup` when
+    /// steal is charged) and that queue's steal clock then (`rq->prev_steal_time_rq`, fresh:
+    /// the enqueue has just updated the queue's clock); `steal_rq` 0: not read.
+    pub steal_rq: u64,
+    pub steal: u64,
 }
+
+/// The holder a wait is charged to for the part of it the hypervisor ran another vCPU (CPU
+/// steal, measured on the run queue's steal clock): no task id reaches it (pid_max is at most
+/// 2^22), and no one on the node can be reniced for it.
+pub const STEAL_ID: u32 = u32::MAX;
 
 /// Who held a CPU lately (`HOLDERS`, per CPU): the task running since `since`, and the one
 /// before it since `before_since`. Ids are tgids, or tids with `--threads`; 0: idle.
@@ -70,6 +80,9 @@ pub struct Holders {
     pub before_id: u32,
     pub before_tgid: u32,
     pub before_since: u64,
+    /// This CPU's steal clock at `since` and at `before_since` (when steal is charged).
+    pub steal_at: u64,
+    pub before_steal_at: u64,
 }
 
 /// Aggregation key: a process (or thread) in one interval generation.
@@ -175,6 +188,12 @@ pub struct TaskOffsets {
     pub nr_migrations: u32,
     /// `start_time` (CLOCK_MONOTONIC ns at fork).
     pub start_time: u32,
+    /// The steal clock of a task's run queue: `task_struct.se.cfs_rq` (CONFIG_FAIR_GROUP_SCHED),
+    /// `cfs_rq.rq`, `rq.prev_steal_time_rq` (CONFIG_PARAVIRT_TIME_ACCOUNTING); read only when
+    /// `SCHED_STEAL` is set.
+    pub se_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_steal: u32,
     pub _pad: u32,
 }
 
@@ -198,12 +217,12 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<TaskSnap>(), 40);
-        assert_eq!(size_of::<WakeSlot>(), 24);
-        assert_eq!(size_of::<Holders>(), 32);
+        assert_eq!(size_of::<WakeSlot>(), 40);
+        assert_eq!(size_of::<Holders>(), 48);
         assert_eq!(size_of::<SchedKey>(), 8);
         assert_eq!(size_of::<PairKey>(), 24);
         assert_eq!(size_of::<PairVal>(), 16);
-        assert_eq!(size_of::<TaskOffsets>(), 32);
+        assert_eq!(size_of::<TaskOffsets>(), 44);
         assert_eq!(
             size_of::<SchedVal>(),
             2 * COMM_LEN + 8 + 6 * 8 + 2 * size_of::<LatHist>()

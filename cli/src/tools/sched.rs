@@ -11,7 +11,7 @@ use probes_common::{
     hist::LatHist,
     sched::{
         PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, STAT_IDLE_SWITCHES, STAT_NO_BASELINE,
-        STAT_PAIR_MAP_FULL,
+        STAT_PAIR_MAP_FULL, STEAL_ID,
     },
     stats::{self, NSTATS},
 };
@@ -42,8 +42,13 @@ pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_process_exec", "tk_sched_exec", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_waking", "tk_sched_waking", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_wakeup", "tk_sched_wakeup", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: false),
 ];
+
+/// The hook only a guest's culprit charging needs (see [`steal_offsets`]): every other run
+/// leaves it out, so a wakeup costs one program, not two.
+const STEAL_HOOK: &str = "sched:sched_wakeup";
 
 /// The privileges of both tools (`--help`).
 pub const NEEDS: &str =
@@ -139,8 +144,28 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
         run_delay: m("sched_info.run_delay", 8)?,
         nr_migrations: m("se.nr_migrations", 8)?,
         start_time: m("start_time", 8)?,
+        se_cfs_rq: 0,
+        cfs_rq_rq: 0,
+        rq_steal: 0,
         _pad: 0,
     })
+}
+
+/// The members a run queue's steal clock is read through, when the kernel has them all:
+/// `task_struct.se.cfs_rq` and `cfs_rq.rq` (CONFIG_FAIR_GROUP_SCHED), `rq.prev_steal_time_rq`
+/// (CONFIG_PARAVIRT_TIME_ACCOUNTING; in every kernel since 3.x that has it). `Err` says which
+/// one is missing.
+pub fn steal_offsets(btf: &Btf, offs: &mut TaskOffsets) -> Result<()> {
+    offs.se_cfs_rq = btf.member_offset("task_struct", "se.cfs_rq", 8)?;
+    offs.cfs_rq_rq = btf.member_offset("cfs_rq", "rq", 8)?;
+    offs.rq_steal = btf.member_offset("rq", "prev_steal_time_rq", 8)?;
+    Ok(())
+}
+
+/// Whether the hypervisor has taken any time from this node since boot (/proc/stat's `steal`):
+/// only then is each wait's steal worth reading (bare metal never has any).
+fn node_has_steal() -> bool {
+    crate::host::sysstat::SysStat::read().is_ok_and(|s| s.all.steal > 0)
 }
 
 /// Entries of the per-task snapshot map: every thread that can exist at once, up to 64 Ki
@@ -322,14 +347,33 @@ fn pair_map(
 
 /// Loads the `sched` object and attaches it as the attach policy chose on this kernel.
 pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
-    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
     let btf = crate::kernel::btf::vmlinux().map_err(|e| {
         Error::KernelFeature(format!(
             "the scheduler tools need the kernel's BTF to find task_struct fields ({}, or TRACEKIT_BTF): {e}",
             crate::kernel::btf::vmlinux_path().display()
         ))
     })?;
-    let offs = task_offsets(btf)?;
+    let mut offs = task_offsets(btf)?;
+    let mut notes = Vec::new();
+    // Steal is charged where culprits are recorded on a guest that has any; elsewhere the
+    // wakeup hook stays out.
+    let steal = record.culprits
+        && node_has_steal()
+        && match steal_offsets(btf, &mut offs) {
+            Ok(()) => true,
+            Err(e) => {
+                notes.push(format!(
+                    "CPU steal is charged to whoever held the CPU: this kernel has no run-queue steal clock ({e})"
+                ));
+                false
+            }
+        };
+    let hooks: Vec<Hook> = HOOKS
+        .iter()
+        .filter(|h| steal || h.event != STEAL_HOOK)
+        .cloned()
+        .collect();
+    let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     // `btf_trace_sched_switch` is (void *, bool preempt, prev, next[, unsigned int prev_state]);
     // prev_state was added in 5.18. Without BTF for it, assume the modern layout.
     let has_state = btf
@@ -347,6 +391,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .global("SCHED_CULPRIT_MIN_NS", &CULPRIT_MIN_NS)
         .global("SCHED_LATE_MIN_NS", &crate::report::harm::LATE_FLOOR_NS)
         .global("SCHED_WAKERS", &u8::from(record.wakers))
+        .global("SCHED_STEAL", &u8::from(steal))
         .global("SCHED_WAKE_MASK", &(slots - 1))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
@@ -356,10 +401,9 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .max_entries("CULPRITS", scope.key_cap())
         .max_entries("LATE_CULPRITS", scope.key_cap())
         .max_entries("WAKERS", scope.key_cap())
-        .tp_btf_planned(HOOKS, &plan);
+        .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    session.attach_planned(HOOKS, &plan)?;
-    let mut notes = Vec::new();
+    session.attach_planned(&hooks, &plan)?;
     let mut wall_clock = true;
     for (event, why) in &session.skipped {
         let cost = match *event {
@@ -368,6 +412,9 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
             }
             "sched:sched_process_exec" => {
                 "a process that exec'd may be shown under its name before the exec".to_string()
+            }
+            STEAL_HOOK => {
+                "the hypervisor's steal is charged to whoever held the CPU, as without a steal clock".to_string()
             }
             _ => {
                 wall_clock = false;
@@ -599,6 +646,9 @@ impl Names {
         if id == 0 {
             return b"[idle]".to_vec();
         }
+        if id == STEAL_ID {
+            return b"[steal]".to_vec();
+        }
         if let Some(c) = self.rows.get(&id) {
             return c.clone();
         }
@@ -655,6 +705,10 @@ impl Peer {
 
     /// `name(id)`, for text.
     pub fn text(&self) -> String {
+        if self.id == STEAL_ID {
+            // The hypervisor: no task id to show.
+            return "[steal]".into();
+        }
         format!("{}({})", sanitize::text(&self.name), self.id)
     }
 }

@@ -37,6 +37,14 @@
 //!
 //! Fields read from `struct task_struct` (offsets from /sys/kernel/btf/vmlinux, `TaskOffsets`):
 //! `pid`, `tgid`, `nvcsw`, `nivcsw`, `sched_info.run_delay`, `se.nr_migrations`, `start_time`.
+//!
+//! CPU steal (guests, runq-lat's culprits): the time a wait was spent with the vCPU not running
+//! at all is the hypervisor's, not the task's on it. Each wait's steal is the difference of its
+//! run queue's steal clock (`rq->prev_steal_time_rq`, via `se.cfs_rq` and `cfs_rq.rq`, which
+//! exist with CONFIG_FAIR_GROUP_SCHED and CONFIG_PARAVIRT_TIME_ACCOUNTING) between the enqueue
+//! (`sched:sched_wakeup`, attached only then, or `sched_wakeup_new`) and the switch-in; it is
+//! charged to `STEAL_ID` and taken off the holders. On a 2-vCPU guest with 18 % steal a 0.5 ms
+//! burster was charged 7.8 ms per long wait of a page-cache writer before.
 
 #![no_std]
 #![no_main]
@@ -54,7 +62,7 @@ use probes_common::{
     hist::{opaque, LatHist},
     sched::{
         Holders, PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, TaskSnap, WakeSlot,
-        STAT_IDLE_SWITCHES, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, WAKE_OWN, WAKE_WAITED,
+        STAT_IDLE_SWITCHES, STEAL_ID, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, WAKE_OWN, WAKE_WAITED,
     },
     stats,
 };
@@ -69,6 +77,9 @@ static SCHED_OFFS: TaskOffsets = TaskOffsets {
     run_delay: 0,
     nr_migrations: 0,
     start_time: 0,
+    se_cfs_rq: 0,
+    cfs_rq_rq: 0,
+    rq_steal: 0,
     _pad: 0,
 };
 /// CLOCK_MONOTONIC ns just before load: tasks started later have all counters from zero.
@@ -90,6 +101,11 @@ static SCHED_CULPRIT_MIN_NS: u64 = 0;
 /// late wait, see `report::harm` for the value and why).
 #[no_mangle]
 static SCHED_LATE_MIN_NS: u64 = u64::MAX;
+/// Charge the part of each wait the hypervisor ran another vCPU (CPU steal) to `STEAL_ID`
+/// instead of the task on this CPU (set by userspace with `SCHED_CULPRITS` on a guest whose
+/// kernel has a run-queue steal clock).
+#[no_mangle]
+static SCHED_STEAL: u8 = 0;
 /// Record who woke whom (ctxsw --threads).
 #[no_mangle]
 static SCHED_WAKERS: u8 = 0;
@@ -241,6 +257,45 @@ fn wake_slot(tid: u32) -> Option<*mut WakeSlot> {
     WAKE.get_ptr_mut(tid & ro(&SCHED_WAKE_MASK))
 }
 
+/// The run queue `task` is on and that queue's steal clock, `rq->prev_steal_time_rq`: the
+/// steal of its CPU up to the queue's last clock update (every enqueue and every `__schedule`
+/// update it first). (0, 0) when a read fails. Through `se.cfs_rq`, which every task has
+/// (`set_task_rq` sets it for all classes), and `cfs_rq.rq`, both from the kernel's BTF.
+#[inline(always)]
+fn rq_steal(task: *const u8) -> (u64, u64) {
+    let o = ro(&SCHED_OFFS);
+    // SAFETY: the helper checks each address; a failed read yields 0 and ends the chase.
+    unsafe {
+        let cfs = bpf_probe_read_kernel(task.add(o.se_cfs_rq as usize) as *const u64).unwrap_or(0);
+        if cfs == 0 {
+            return (0, 0);
+        }
+        let rq = bpf_probe_read_kernel((cfs as *const u8).add(o.cfs_rq_rq as usize) as *const u64)
+            .unwrap_or(0);
+        if rq == 0 {
+            return (0, 0);
+        }
+        let steal = bpf_probe_read_kernel((rq as *const u8).add(o.rq_steal as usize) as *const u64)
+            .unwrap_or(0);
+        (rq, steal)
+    }
+}
+
+/// Notes the queue a woken task was put on and its steal clock then, for its switch-in to
+/// take the steal of its wait from.
+#[inline(always)]
+fn note_steal(p: *const u8, tid: u32, w: *mut WakeSlot) {
+    let (rq, steal) = rq_steal(p);
+    // SAFETY: a live array slot (see on_waking for the races); the tid tag is checked so a
+    // slot another tid took over is left alone.
+    unsafe {
+        if (*w).tid == tid && (*w).ts != 0 {
+            (*w).steal_rq = rq;
+            (*w).steal = steal;
+        }
+    }
+}
+
 /// Adds `count` and `ns` to `key` of a pair map, creating it; a full map is counted.
 #[inline(always)]
 fn pair_add(map: &HashMap<PairKey, PairVal>, key: &PairKey, count: u64, ns: u64) {
@@ -281,6 +336,11 @@ fn on_waking<R: Reader>(p: *const u8, new: bool) {
         (*w).tid = tid;
         (*w).waker_tgid = waker_tgid;
         (*w).ts = bpf_ktime_get_ns();
+        (*w).steal_rq = 0;
+    }
+    if new && ro(&SCHED_STEAL) != 0 {
+        // wake_up_new_task has enqueued it, its queue's clock just updated.
+        note_steal(p, tid, w);
     }
     if !new && ro(&SCHED_WAKERS) != 0 && allowed(waker_tgid) {
         let waker_tid = bpf_get_current_pid_tgid() as u32;
@@ -330,9 +390,11 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
                 h.before_id = row_id(ptid, ptgid);
                 h.before_tgid = ptgid;
                 h.before_since = h.since;
+                h.before_steal_at = h.steal_at;
                 h.id = row_id(ntid, ntgid);
                 h.tgid = ntgid;
                 h.since = 0;
+                h.steal_at = 0;
             }
         }
         return;
@@ -347,6 +409,18 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     if !culprits {
         return;
     }
+    // The hypervisor's part of the wait: the steal clock of the queue it waited on, from its
+    // enqueue to now (__schedule has just updated the clock); none when it changed queues.
+    let (rq, steal_now) = if ro(&SCHED_STEAL) != 0 {
+        rq_steal(next)
+    } else {
+        (0, 0)
+    };
+    let stolen = if rq != 0 && w.steal_rq == rq {
+        steal_now.saturating_sub(w.steal).min(wait)
+    } else {
+        0
+    };
     let Some(h) = HOLDERS.get_ptr_mut(0) else {
         return;
     };
@@ -367,26 +441,67 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
             _pad: 0,
         };
         let late = wait >= ro(&SCHED_LATE_MIN_NS);
-        charge(&key, now.saturating_sub(since), late);
+        // Each holder is charged the time it held the CPU less the steal in it: its own share
+        // when its start's steal clock is known, else the whole wait's.
+        let held = now.saturating_sub(since);
+        let held_steal = if since > ts && h.steal_at != 0 {
+            steal_now.saturating_sub(h.steal_at)
+        } else {
+            stolen
+        }
+        .min(stolen)
+        .min(held);
+        charge(&key, held - held_steal, late);
         if since > ts {
             // The task before it, for the part of the wait it ran.
             let from = if h.before_since > ts { h.before_since } else { ts };
             if since > from {
+                let left = stolen - held_steal;
+                let before_steal = if from > ts && h.before_steal_at != 0 {
+                    h.steal_at.saturating_sub(h.before_steal_at)
+                } else {
+                    left
+                }
+                .min(left)
+                .min(since - from);
                 let key = PairKey {
                     b: h.before_id,
                     b_tgid: h.before_tgid,
                     ..key
                 };
-                charge(&key, since - from, late);
+                charge(&key, since - from - before_steal, late);
             }
+        }
+        if stolen != 0 {
+            let key = PairKey {
+                b: STEAL_ID,
+                b_tgid: STEAL_ID,
+                ..key
+            };
+            charge(&key, stolen, late);
         }
     }
     h.before_id = pid;
     h.before_tgid = ptgid;
     h.before_since = if known { h.since } else { 0 };
+    h.before_steal_at = if known { h.steal_at } else { 0 };
     h.id = row_id(ntid, ntgid);
     h.tgid = ntgid;
     h.since = now;
+    h.steal_at = steal_now;
+}
+
+/// `sched_wakeup(p)`, attached only with `SCHED_STEAL`: `p` is on its run queue now, whose
+/// clock the enqueue (`ttwu_do_activate`, or `ttwu_runnable`) has just updated.
+#[inline(always)]
+fn on_wakeup<R: Reader>(p: *const u8) {
+    if ro(&SCHED_STEAL) == 0 {
+        return;
+    }
+    let tid = R::i32(p, ro(&SCHED_OFFS).pid) as u32;
+    if let Some(w) = wake_slot(tid) {
+        note_steal(p, tid, w);
+    }
 }
 
 /// Charges `ns` of one wait to the holder in `key`, and to `LATE_CULPRITS` too for a long wait.
@@ -680,6 +795,18 @@ pub fn tk_sched_waking(ctx: BtfTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn tk_sched_waking_raw(ctx: RawTracePointContext) -> i32 {
     on_waking::<Probe>(ctx.arg(0), false);
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn tk_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    on_wakeup::<Direct>(ctx.arg(0));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn tk_sched_wakeup_raw(ctx: RawTracePointContext) -> i32 {
+    on_wakeup::<Probe>(ctx.arg(0));
     0
 }
 

@@ -13,7 +13,7 @@ use crate::{
     host::proc::SchedClass,
     report::harm::{self, Tail, MIN_PREEMPT_NS_PER_S, MIN_WAKE_NS_PER_S},
 };
-use probes_common::hist::LatHist;
+use probes_common::{hist::LatHist, sched::STEAL_ID};
 
 /// Whether a wake-wait finding's waits are the process's own handoffs: it is woken as often as
 /// a context-switch storm switches, and no other process held the CPU for half of the wait.
@@ -77,9 +77,14 @@ struct Victim<'a> {
 }
 
 /// A holder of the CPU that a finding can name as its culprit: a process someone could change
-/// (not the idle CPU, not the victim itself, not a kernel thread, not a name we never learned).
+/// (not the idle CPU, not the hypervisor's steal, not the victim itself, not a kernel thread, not a name we never learned).
 fn changeable(pid: u32, comm: &str, victim: u32, class: &ClassOf) -> bool {
-    pid != 0 && pid != victim && !comm.is_empty() && comm != "[exited]" && !class(pid).kthread
+    pid != 0
+        && pid != STEAL_ID
+        && pid != victim
+        && !comm.is_empty()
+        && comm != "[exited]"
+        && !class(pid).kthread
 }
 
 /// The share of `long_ns` (parts per million) that changeable holders held the CPU.
@@ -151,7 +156,9 @@ pub(super) fn findings(
         // IPI) is wakeup latency, not contention: nobody held the CPU. A ping-pong whose every
         // hop wakes an idle CPU is a context-switch storm, not a starved process.
         let idle_ns = a.behind.get(&0).map_or(0, |v| v.1);
-        let starved = (a.wake.sum.saturating_sub(idle_ns) as f64 / secs) as u64;
+        // Nor is the time the hypervisor ran another guest's vCPU: the cpu-steal finding's.
+        let steal_ns = a.behind.get(&STEAL_ID).map_or(0, |v| v.1);
+        let starved = (a.wake.sum.saturating_sub(idle_ns + steal_ns) as f64 / secs) as u64;
         let tail = Tail::of(&a.wake);
         // A latency-sensitive process is told by its tail whenever its late waits are harm
         // someone who could change caused: they held its CPU for most of its long waits (not
@@ -214,6 +221,8 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
             };
             if *p == 0 {
                 format!("an idle CPU waking up for {} ({n})", fmt_ns(*ns))
+            } else if *p == STEAL_ID {
+                format!("the hypervisor (CPU steal) for {} ({n})", fmt_ns(*ns))
             } else if *p == pid {
                 format!("its own threads for {} ({n})", fmt_ns(*ns))
             } else if c.is_empty() {
@@ -264,6 +273,7 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
     summary.push('.');
     let advice = match (behind.first(), culprit) {
         (Some((0, _)), _) if node.virtual_machine => "its wakeups wait for an idle vCPU to be run again by the hypervisor (a guest does not choose C-states): poll before halting in the guest (the cpuidle-haltpoll driver, guest_halt_poll_ns), or ask for dedicated vCPUs",
+        (Some((STEAL_ID, _)), _) => "most of its waits were the hypervisor running other work on its vCPU (CPU steal): ask for dedicated or less contended vCPUs, or move it to a host with headroom; renicing on the node cannot help",
         (Some((0, _)), _) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
         (_, None) => "the CPU was held by kernel work or by tasks that are gone: see what runs there (tracekit irq-lat for softirq and interrupt time, tracekit profile --cpu) before changing priorities",
         _ => "give it the CPU first: raise its weight (nice -n -5, cpu.weight) or lower the hogs' (nice 19, SCHED_IDLE, a smaller cpu.weight or cpu.max), or keep the hogs off its CPUs (cpusets, taskset)",
