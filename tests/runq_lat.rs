@@ -503,6 +503,13 @@ fn steal_is_charged_to_the_hypervisor_within_the_kernels_steal() {
         had_steal,
         "the wakeup hook is attached exactly on a node with steal ({before:?}): {names:?}"
     );
+    let left_out = meta["left_out"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|l| l["hook"] == "sched:sched_wakeup"));
+    assert_eq!(
+        left_out, !had_steal,
+        "the meta line lists the wakeup hook as left out exactly when it is not attached: {meta}"
+    );
     let mut charged = 0u64;
     for r in lines
         .iter()

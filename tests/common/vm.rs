@@ -157,9 +157,31 @@ pub fn attach_policy(
             }
         }
     }
+    // Hooks doctor marks as attached only under a condition (`when`) that the tool says it
+    // left out, with its reason: only those may be missing.
+    let conditional: BTreeSet<&str> = doctor
+        .iter()
+        .filter(|l| l["type"] == "hook" && l["for"] == tool && l["when"].is_string())
+        .filter_map(|l| Some(event_name(l["event"].as_str()?)))
+        .collect();
+    let left_out: BTreeSet<&str> = meta["left_out"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| Some(event_name(l["hook"].as_str()?)))
+        .collect();
+    for e in &left_out {
+        if attached.contains(e) {
+            errors.push(format!("{tool} says it left {e} out but attached it"));
+        } else if !conditional.contains(e) {
+            errors.push(format!(
+                "{tool} left {e} out, a hook doctor does not mark as conditional"
+            ));
+        }
+    }
     if all_hooks {
         for (e, m) in &said {
-            if let (Some(m), false) = (m, attached.contains(e)) {
+            if let (Some(m), false) = (m, attached.contains(e) || left_out.contains(e)) {
                 errors.push(format!(
                     "doctor says {e} attaches ({m}) but {tool} did not attach it"
                 ));
@@ -273,6 +295,16 @@ mod tests {
             e.contains("sched_process_free attaches (tp_btf) but ctxsw did not"),
             "{e}"
         );
+        // A conditional hook the tool says it left out, and one it leaves out unasked.
+        let mut d2 = d.clone();
+        d2[2]["when"] = json!("a node with steal");
+        let mut left = skipped.clone();
+        left["left_out"] = json!([{"hook": "sched:sched_process_free", "reason": "no steal"}]);
+        assert!(attach_policy("ctxsw", &d2, &left, true).is_ok());
+        let e = attach_policy("ctxsw", &d, &left, true).unwrap_err();
+        assert!(e.contains("does not mark as conditional"), "{e}");
+        let e = attach_policy("ctxsw", &d2, &skipped, true).unwrap_err();
+        assert!(e.contains("did not attach it"), "{e}");
         // Classic tracepoint targets carry their category.
         let fs = meta(&[("enter", "tracepoint", &["syscalls:sys_enter_fsync"])]);
         assert!(attach_policy("fsync-lat", &d, &fs, true).is_ok());

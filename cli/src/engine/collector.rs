@@ -73,6 +73,9 @@ pub struct Meta {
     pub programs_text: String,
     /// Hooks or groups skipped on this kernel, with the reason.
     pub skipped: Vec<(String, String)>,
+    /// Conditional hooks this run left out ([`crate::kernel::hooks::Hook::when`]), with the
+    /// reason: in the JSON meta line only, as nothing is missing from the report.
+    pub left_out: Vec<(String, String)>,
     /// Tool-specific keys of the meta line.
     pub extra: Map<String, Value>,
 }
@@ -94,6 +97,11 @@ impl Meta {
             programs_text: s.programs_text(),
             skipped: s
                 .skipped
+                .iter()
+                .map(|(e, w)| (e.to_string(), w.clone()))
+                .collect(),
+            left_out: s
+                .left_out
                 .iter()
                 .map(|(e, w)| (e.to_string(), w.clone()))
                 .collect(),

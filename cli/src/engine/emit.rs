@@ -77,6 +77,7 @@ pub fn meta_json(m: &Meta) -> Value {
         "per_thread": m.per_thread,
         "programs": m.programs,
         "skipped": m.skipped.iter().map(|(h, r)| json!({"hook": h, "reason": r})).collect::<Vec<_>>(),
+        "left_out": m.left_out.iter().map(|(h, r)| json!({"hook": h, "reason": r})).collect::<Vec<_>>(),
     });
     for (k, x) in &m.extra {
         v[k] = x.clone();

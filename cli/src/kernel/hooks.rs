@@ -69,6 +69,11 @@ pub struct Hook {
     /// sync syscalls): the first mode in which every required hook of the group and at least
     /// one hook attach; optional hooks that cannot attach that way are skipped.
     pub group: &'static str,
+    /// When the tool attaches this hook, in words, if not on every run ("" = always): a hook
+    /// only some runs need (`runq-lat`'s steal clock, on a node with CPU steal) is left out of
+    /// the others so that they do not pay for it, and the tool's meta line lists it under
+    /// `left_out` with the reason. `doctor` prints the condition beside the mode.
+    pub when: &'static str,
 }
 
 impl Hook {
@@ -82,6 +87,7 @@ impl Hook {
             programs: &[],
             optional: false,
             group: "",
+            when: "",
         }
     }
 
@@ -617,6 +623,7 @@ mod tests {
         ],
         optional: false,
         group: "",
+        when: "",
     };
 
     const FN: Hook = Hook {
@@ -626,6 +633,7 @@ mod tests {
         programs: &[(AttachMode::Fentry, "tk_f"), (AttachMode::Kprobe, "tk_k")],
         optional: true,
         group: "",
+        when: "",
     };
 
     fn fmt() -> EventFormat {
@@ -680,6 +688,7 @@ mod tests {
             programs: &[(AttachMode::Tracepoint, "tk_a")],
             optional: true,
             group: "pair",
+            when: "",
         };
         const B: Hook = Hook {
             event: "x:b",
@@ -688,6 +697,7 @@ mod tests {
             programs: &[(AttachMode::Tracepoint, "tk_b")],
             optional: true,
             group: "pair",
+            when: "",
         };
         let env = Env::fixed(
             false,

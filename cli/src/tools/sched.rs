@@ -42,7 +42,8 @@ pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_process_exec", "tk_sched_exec", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_waking", "tk_sched_waking", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", [TpBtf, RawTp], optional: true),
-    crate::hook!("sched:sched_wakeup", "tk_sched_wakeup", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_wakeup", "tk_sched_wakeup", [TpBtf, RawTp], optional: true,
+        when: "runq-lat, on a node with CPU steal (a guest): each wait's steal is read from its run queue's steal clock"),
     crate::hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: false),
 ];
 
@@ -356,18 +357,20 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
     let mut offs = task_offsets(btf)?;
     let mut notes = Vec::new();
     // Steal is charged where culprits are recorded on a guest that has any; elsewhere the
-    // wakeup hook stays out.
-    let steal = record.culprits
-        && node_has_steal()
-        && match steal_offsets(btf, &mut offs) {
-            Ok(()) => true,
-            Err(e) => {
-                notes.push(format!(
-                    "CPU steal is charged to whoever held the CPU: this kernel has no run-queue steal clock ({e})"
-                ));
-                false
-            }
-        };
+    // wakeup hook stays out (its `when`), and the meta line says why.
+    let left_out = if !record.culprits {
+        Some("this tool records no culprits".to_string())
+    } else if !node_has_steal() {
+        Some("this node has had no CPU steal since boot (/proc/stat)".to_string())
+    } else if let Err(e) = steal_offsets(btf, &mut offs) {
+        notes.push(format!(
+            "CPU steal is charged to whoever held the CPU: this kernel has no run-queue steal clock ({e})"
+        ));
+        Some(format!("this kernel has no run-queue steal clock ({e})"))
+    } else {
+        None
+    };
+    let steal = left_out.is_none();
     let hooks: Vec<Hook> = HOOKS
         .iter()
         .filter(|h| steal || h.event != STEAL_HOOK)
@@ -404,6 +407,9 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(&hooks, &plan)?;
+    session
+        .left_out
+        .extend(left_out.map(|why| (STEAL_HOOK, why)));
     let mut wall_clock = true;
     for (event, why) in &session.skipped {
         let cost = match *event {

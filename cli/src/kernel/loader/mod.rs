@@ -184,6 +184,9 @@ pub struct Session {
     pub attached: Vec<Attached>,
     /// Hooks the policy skipped (optional ones this kernel cannot attach), with the reason.
     pub skipped: Vec<(&'static str, String)>,
+    /// Hooks with a [`Hook::when`] condition this run does not meet, left out by the tool
+    /// before planning, with the reason (the meta line's `left_out`).
+    pub left_out: Vec<(&'static str, String)>,
     /// The policy's choice for every hook, as `doctor` would print it.
     pub choices: Vec<Choice>,
     /// (program, raw target) already attached: several hooks may share one raw tracepoint.
@@ -321,6 +324,7 @@ impl Session {
             ebpf,
             attached: Vec::new(),
             skipped: Vec::new(),
+            left_out: Vec::new(),
             choices: Vec::new(),
             links: Vec::new(),
             stats_prev: [0; NSTATS as usize],

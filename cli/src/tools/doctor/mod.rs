@@ -88,6 +88,8 @@ pub struct HookRow {
     pub tool: &'static str,
     pub event: &'static str,
     pub optional: bool,
+    /// When the tool attaches the hook, if not on every run ([`Hook::when`]).
+    pub when: Option<&'static str>,
     /// Hooks of one group attach in one mode.
     pub group: Option<&'static str>,
     /// The chosen mode, `None` when the hook cannot attach.
@@ -134,6 +136,7 @@ impl HookRow {
             tool,
             event: hook.event,
             optional: hook.optional,
+            when: (!hook.when.is_empty()).then_some(hook.when),
             group: (!hook.group.is_empty()).then_some(hook.group),
             mode: c.mode.map(|(m, _)| m.as_str()),
             program: c.mode.map(|(_, p)| p),
@@ -177,6 +180,9 @@ impl HookRow {
         let mut s = self.why.clone();
         if self.mode.is_none() && self.optional {
             s.push_str(" (optional: the tool skips it)");
+        }
+        if let (Some(_), Some(w)) = (self.mode, self.when) {
+            s.push_str(&format!("; attached only for {w}"));
         }
         // A group's reason may already name the hook's own (`which this hook cannot (…)`).
         for r in self.rejected.iter().filter(|r| !self.why.contains(&r.why)) {
