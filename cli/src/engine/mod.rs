@@ -402,7 +402,6 @@ async fn run_async(
             let mut out = c.collect(&window)?;
             if !rows {
                 out.sections = Vec::new();
-                out.hists = Vec::new();
             }
             outs.push(out);
         }

@@ -216,6 +216,29 @@ impl From<&'static str> for Ev {
 /// The window the finding's numbers cover, in ns: every tool's findings carry it.
 pub const WINDOW_NS: Ev = Ev("window_ns");
 
+/// A finding that is the cost of another finding about the same process, to be told once:
+/// runq-lat's waits after the wakeups of a context-switch storm are what the switching costs.
+/// The tool that concludes the cost declares it; [`fold`] merges it into the other finding
+/// where one of cause `into` about the same pid was concluded in the window and
+/// `covers(that, this)` holds, and otherwise it stands on its own.
+#[derive(Clone, Debug)]
+pub struct FoldInto {
+    pub into: Cause,
+    /// Whether the other finding accounts for this one (enough switches for these waits).
+    pub covers: fn(into: &Finding, this: &Finding) -> bool,
+    /// Added to the other finding's summary when it had only a rate to rank by.
+    pub sentence: String,
+    /// Evidence the other finding takes over.
+    pub evidence: Vec<(&'static str, Num)>,
+}
+
+// `covers` is code, not data: two declarations are the same fold when they say the same.
+impl PartialEq for FoldInto {
+    fn eq(&self, o: &FoldInto) -> bool {
+        self.into == o.into && self.sentence == o.sentence && self.evidence == o.evidence
+    }
+}
+
 /// One verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finding {
@@ -235,6 +258,8 @@ pub struct Finding {
     pub advice: String,
     /// The command to look closer (`tracekit memstall --pid 4711 --duration 30s`).
     pub next: Option<String>,
+    /// Where this finding is another's cost, told within that one ([`fold`]).
+    pub fold: Option<Box<FoldInto>>,
 }
 
 pub use super::harm::MIN_NS_PER_S;
@@ -258,6 +283,7 @@ impl Finding {
             evidence: Vec::new(),
             advice: String::new(),
             next: None,
+            fold: None,
         }
     }
 
@@ -352,6 +378,46 @@ impl Finding {
     }
 }
 
+/// Folds every finding that declares itself another's cost ([`FoldInto`]) into that finding,
+/// where the window has it: the other keeps the larger time score (taking this one's when it
+/// ranked by a rate, with the sentence saying so) and this one's evidence, and this one goes.
+pub fn fold(f: &mut Vec<Finding>) {
+    let mut gone = Vec::new();
+    for i in 0..f.len() {
+        let (Some(into), Some(pid)) = (f[i].fold.clone(), f[i].subject.pid) else {
+            continue;
+        };
+        let this = &f[i];
+        let Some(t) = f.iter().position(|x| {
+            x.cause == into.into
+                && x.subject.pid == Some(pid)
+                && !std::ptr::eq(x, this)
+                && (into.covers)(x, this)
+        }) else {
+            continue;
+        };
+        let score = f[i].score;
+        let target = &mut f[t];
+        match (target.score, score) {
+            (Score::NsPerS(own), Score::NsPerS(cost)) => {
+                target.score = Score::NsPerS(own.max(cost))
+            }
+            (Score::RatePerS(_), Score::NsPerS(_)) => {
+                target.score = score;
+                target.summary.push_str(&into.sentence);
+            }
+            (_, Score::RatePerS(_)) => {}
+        }
+        target.evidence.extend(into.evidence);
+        gone.push(i);
+    }
+    let mut i = 0;
+    f.retain(|_| {
+        i += 1;
+        !gone.contains(&(i - 1))
+    });
+}
+
 /// Most harmful first: time lost per second above rates, then larger first; ties by tool,
 /// cause and subject so the order is stable.
 pub fn rank(findings: &mut [Finding]) {
@@ -385,6 +451,7 @@ mod tests {
             evidence: vec![],
             advice: String::new(),
             next: None,
+            fold: None,
         }
     }
 

@@ -20,8 +20,6 @@ pub struct Output {
     pub notes: Vec<String>,
     /// Typed rows: text tables and NDJSON lines.
     pub sections: Vec<Section>,
-    /// `--hist`: (label, histogram) pairs.
-    pub hists: Vec<(String, LatHist)>,
     /// Verdicts: who, what, how much, the evidence, the fix, the next command.
     pub findings: Vec<Finding>,
     /// Lines after the tables (legends).
@@ -210,8 +208,13 @@ pub fn text(out: &Output, with_hist: bool) -> String {
         }
     }
     if with_hist {
-        for (label, h) in &out.hists {
-            let _ = write!(s, "\n@{label} (ns):\n{}", bars(h));
+        // The rows shown in the tables, each distribution of theirs as `@name[row]`.
+        for sec in &out.sections {
+            for (i, label) in sec.labels.iter().enumerate() {
+                for (name, h) in sec.dists_of(i).iter().filter(|(_, h)| h.count > 0) {
+                    let _ = write!(s, "\n@{name}[{label}] (ns):\n{}", bars(h));
+                }
+            }
         }
     }
     if !out.findings.is_empty() {
@@ -380,9 +383,9 @@ mod tests {
                 table: t,
                 json: vec![json!({"pid": 42, "comm": "postgres\u{1b}", "p99_ns": 1830000})],
                 hidden: 0,
-                dists: Vec::new(),
+                dists: vec![vec![("fsync", h)]],
+                labels: vec!["42 postgres".into()],
             }],
-            hists: vec![("fsync[42 postgres]".into(), h)],
             footnotes: vec!["! CV > 1: skewed, trust p50 over the mean".into()],
             ..Default::default()
         }
@@ -415,6 +418,7 @@ mod tests {
                 json: vec![],
                 hidden: 0,
                 dists: Vec::new(),
+                labels: Vec::new(),
             }],
             ..Default::default()
         };

@@ -111,6 +111,9 @@ pub struct Section {
     /// empty when the tool keeps none. Emitters that need more than the row's percentiles (the
     /// exporter's histograms, recordings) read the full in-kernel buckets here.
     pub dists: Vec<Vec<(&'static str, LatHist)>>,
+    /// For `--hist`, what each row shown in the table is called after its distribution's name
+    /// (`42 postgres` in `@fsync[42 postgres]`).
+    pub labels: Vec<String>,
 }
 
 impl Section {
@@ -158,17 +161,20 @@ impl Section {
             json,
             hidden: rows.len() - shown,
             dists: Vec::new(),
+            labels: Vec::new(),
         }
     }
 
     /// Attaches each row's distributions (`rows` as given to [`Section::build`]), each named
-    /// as the schema declares it.
+    /// as the schema declares it, and what the rows shown are called in `--hist` (`label`).
     pub fn with_dists<R>(
         mut self,
         rows: &[R],
+        label: impl Fn(&R) -> String,
         dists: impl Fn(&R) -> Vec<(&'static str, LatHist)>,
     ) -> Section {
         self.dists = rows.iter().map(dists).collect();
+        self.labels = rows[..self.table.rows.len()].iter().map(label).collect();
         debug_assert!(
             self.dists
                 .iter()

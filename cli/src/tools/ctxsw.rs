@@ -25,7 +25,7 @@ use crate::{
         findings::{rank, Cause, Finding, Score, Subject},
         hist,
         render::fmt_ns,
-        rows::{id_columns, shown, Column, Ctx, Section},
+        rows::{id_columns, Column, Ctx, Section},
         sanitize,
     },
     tools::{
@@ -580,6 +580,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             next: Some(format!(
                 "tracekit ctxsw --pid {pid} --threads --duration 10s"
             )),
+            fold: None,
         }
         .evidence("switches_per_s", per_s(sw, secs))
         .evidence(ev::VOLUNTARY_PER_S, per_s(vol, secs))
@@ -649,17 +650,15 @@ impl Collector for Ctxsw {
         out.notes.push(sys.text(secs));
         let nothing = rows.is_empty().then_some("no context switches seen");
         out.notes.extend(self.s.window_notes(&iv, nothing));
-        let shown = shown(self.max_rows, rows.len());
-        for r in rows.iter().take(shown) {
-            out.hists
-                .push((format!("runq[{} {}]", r.id, r.name), r.waits));
-        }
         out.findings = findings(&rows, secs, &iv.preemptors);
         let cols = id_columns(COLUMNS, threads);
         let ctx = Ctx { secs };
         out.sections.push(
-            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows)
-                .with_dists(&rows, |r| vec![("wake_wait", r.waits)]),
+            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows).with_dists(
+                &rows,
+                |r| format!("{} {}", r.id, r.name),
+                |r| vec![("wake_wait", r.waits)],
+            ),
         );
         if threads {
             let wakers = self.wakers(&iv, &names, secs);

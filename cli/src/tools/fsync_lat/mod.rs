@@ -49,6 +49,13 @@ pub const INFO: ToolInfo = ToolInfo {
     causes: &[FSYNC],
 };
 
+/// Evidence keys of fsync-lat's findings that other parts of tracekit read (`triage`'s links).
+pub mod ev {
+    use crate::report::findings::Ev;
+    /// The p99 latency of the process's busiest sync call (the victim's felt tail).
+    pub const P99_NS: Ev = Ev("p99_ns");
+}
+
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
 pub const FSYNC: Cause = Cause::new(
     "fsync",
@@ -531,17 +538,6 @@ impl Collector for FsyncLat {
             out.notes.push("no sync-family calls seen".into());
         }
         let ctx = Ctx { secs };
-        let shown = if self.max_rows == 0 {
-            rows.len()
-        } else {
-            self.max_rows
-        };
-        for r in rows.iter().take(shown) {
-            out.hists.push((
-                format!("{}[{} {}]", r.syscall, r.who.id_text(), r.who.comm),
-                r.hist,
-            ));
-        }
         if rows.iter().any(|r| r.cv > 1.0) {
             out.footnotes.push(
                 "! CV > 1: the latency is skewed, so the mean misleads; trust P50 and P99.".into(),
@@ -556,7 +552,11 @@ impl Collector for FsyncLat {
                 &ctx,
                 self.max_rows,
             )
-            .with_dists(&rows, |r| vec![("fsync", r.hist)]),
+            .with_dists(
+                &rows,
+                |r| format!("{} {} {}", r.syscall, r.who.id_text(), r.who.comm),
+                |r| vec![("fsync", r.hist)],
+            ),
         );
         if self.by_file {
             let files = self.file_rows(per_file);
@@ -669,14 +669,15 @@ impl FsyncLat {
                 evidence: vec![],
                 advice: advice.into(),
                 next: Some(next),
+                fold: None,
             }
             .evidence("total_ns", total)
             .evidence("latency_total_ns", rs.iter().map(|r| r.lat.s.total_ns).sum::<u64>())
             .evidence("calls", count)
             .evidence("p50_ns", top.lat.s.p50_ns)
-            .evidence("p99_ns", top.lat.s.p99_ns)
+            .evidence(ev::P99_NS, top.lat.s.p99_ns)
             .evidence("max_ns", top.lat.s.max_ns)
-            .evidence("window_ns", (secs * 1e9) as u64));
+            .evidence(crate::report::findings::WINDOW_NS, (secs * 1e9) as u64));
         }
         crate::report::findings::rank(&mut out);
         out

@@ -169,6 +169,7 @@ fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> 
                 d.dev
             ),
             next: Some(format!("tracekit io-lat --dev {} --duration 30s", d.dev)),
+            fold: None,
         }
         .evidence("queue_share_pct", (pct * 10.0).round() / 10.0)
         .evidence("queue_p99_ns", q.p99_ns)
@@ -216,6 +217,7 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
             evidence: vec![],
             advice,
             next: Some(format!("tracekit io-lat --dev {} --interval 1s --duration 30s", d.dev)),
+            fold: None,
         }
         .evidence("full_pct", full)
         .evidence("nr_requests", nr)
@@ -265,6 +267,7 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
                 "tracekit io-lat --dev {} --pid {} --duration 30s",
                 d.dev, t.pid
             )),
+            fold: None,
         }
         .evidence("share_pct", (share * 10.0).round() / 10.0)
         .evidence("requests", t.count)

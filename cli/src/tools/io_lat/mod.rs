@@ -466,13 +466,6 @@ impl Collector for IoLat {
             out.notes.push("no block I/O requests completed".into());
         }
         let ctx = Ctx { secs };
-        for r in summary.iter().take(if self.max_rows == 0 {
-            summary.len()
-        } else {
-            self.max_rows
-        }) {
-            out.hists.push((r.hist_label(), r.device_hist));
-        }
         out.findings = findings::find(&summary, &devices, secs);
         out.links = summary
             .iter()
@@ -500,7 +493,9 @@ impl Collector for IoLat {
                 &ctx,
                 self.max_rows,
             )
-            .with_dists(&summary, |r| vec![("device", r.device_hist)]),
+            .with_dists(&summary, rows::SummaryRow::hist_label, |r| {
+                vec![("device", r.device_hist)]
+            }),
         );
         out.sections.push(
             Section::build(&rows::DEVICE_ROWS, &devices, rows::DEVICES, &ctx, 0)

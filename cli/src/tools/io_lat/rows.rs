@@ -132,7 +132,7 @@ impl SummaryRow {
 
     pub fn hist_label(&self) -> String {
         format!(
-            "device {} {} [{} {}]",
+            "{} {} {} {}",
             self.dev,
             self.op,
             self.who.pid,

@@ -331,7 +331,14 @@ impl Collector for IrqLat {
         out.sections.push(
             Section::build(&IRQ_ROWS, &rows, IRQS, &ctx, self.max_rows)
                 .caption("Per CPU and IRQ or softirq vector, most time first:".to_string())
-                .with_dists(&rows, |r| vec![("irq", r.hist)]),
+                .with_dists(
+                    &rows,
+                    |r| match r.cpu {
+                        Some(c) => format!("cpu{c} {} {}", r.kind, r.name),
+                        None => format!("[other] {}", r.kind),
+                    },
+                    |r| vec![("irq", r.hist)],
+                ),
         );
         out.footnotes.push(
             "%CPU: share of that CPU's time in the window; SHARE%: that CPU's part of the IRQ's or vector's time on all CPUs.".into(),

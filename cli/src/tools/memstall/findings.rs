@@ -172,6 +172,7 @@ impl Evidence<'_> {
                 "tracekit memstall --pid {} --duration 30s --hist",
                 r.pid
             )),
+            fold: None,
         }
         .evidence("stalls", r.count)
         .evidence("total_ns", r.total_ns)
@@ -413,6 +414,7 @@ impl Evidence<'_> {
                 evidence: vec![],
                 advice: "Raise the limit (memory.max on v2, memory.limit_in_bytes on v1) or cut what the processes in it use; memstall's memcg_reclaim rows show who fought the limit before the kill.".into(),
                 next: Some("journalctl -k --grep 'Killed process|oom-kill'".into()),
+                fold: None,
             }
             .evidence("oom_kills", v.len());
             if let Some(c) = facts {

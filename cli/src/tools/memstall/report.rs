@@ -26,7 +26,7 @@ use crate::{
     report::{
         hist::{self, LatStats},
         render::fmt_ns,
-        rows::{id_columns, shown, Column, Ctx, Section},
+        rows::{id_columns, Column, Ctx, Section},
         sanitize::{self, name_fields},
         who::{Id, Title},
     },
@@ -629,24 +629,21 @@ impl Memstall {
                 "Kernel threads (background work, no application waits on it):",
             ),
         ] {
-            let shown = shown(self.max_rows, rs.len());
-            for r in rs[..shown].iter().filter(|r| r.timed && r.stats.count > 0) {
-                out.hists.push((
-                    format!("{}[{} {}]", r.kind, r.id, sanitize::text(&r.who.comm_raw)),
-                    r.hist,
-                ));
-            }
             let cols = id_columns(COLUMNS, self.scope.threads);
             out.sections.push(
                 Section::build(&SUMMARY_ROWS, rs, &cols, &ctx, self.max_rows)
                     .caption(caption)
-                    .with_dists(rs, |r| {
-                        if r.timed {
-                            vec![("stall", r.hist)]
-                        } else {
-                            Vec::new()
-                        }
-                    }),
+                    .with_dists(
+                        rs,
+                        |r| format!("{} {} {}", r.kind, r.id, sanitize::text(&r.who.comm_raw)),
+                        |r| {
+                            if r.timed {
+                                vec![("stall", r.hist)]
+                            } else {
+                                Vec::new()
+                            }
+                        },
+                    ),
             );
         }
         out.sections.push(

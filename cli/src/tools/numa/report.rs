@@ -410,6 +410,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
             }
         ),
         next: Some(format!("tracekit numa --pid {} --duration 30s", r.who.pid)),
+        fold: None,
     }
     .evidence("cpu_ns", r.cpu_ns)
     .evidence("remote_cpu_ns", remote_ns)
@@ -472,6 +473,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
             "tracekit numa --pid {} --interval 5s --duration 1m",
             r.who.pid
         )),
+        fold: None,
     }
     .evidence("pages_migrated", r.pages_migrated)
     .evidence("migrated_kib", kib)

@@ -387,6 +387,7 @@ pub fn off_findings(
                 evidence: vec![],
                 advice: c.advice.to_string(),
                 next: Some(c.next.replace("{pid}", &p.tgid.to_string())),
+                fold: None,
             }
             .evidence("blocked_ns", ns)
             .evidence("blocks", blocks)

@@ -276,6 +276,7 @@ pub fn findings(
                     "tracekit profile --pid {} --duration 30s --svg cpu.svg",
                     p.tgid
                 )),
+                fold: None,
             }
             .evidence("samples", p.samples)
             .evidence("function_samples", n)

@@ -26,7 +26,7 @@ use crate::{
         findings::Cause,
         hist::{self, Keyed, Stat},
         render::fmt_ns,
-        rows::{id_columns, shown, Column, Ctx, Section},
+        rows::{id_columns, Column, Ctx, Section},
     },
     tools::{
         self,
@@ -436,13 +436,6 @@ impl Collector for RunqLat {
         };
         let nothing = rows.is_empty().then_some("no run-queue waits seen");
         out.notes.extend(self.s.window_notes(&iv, nothing));
-        let shown = shown(self.max_rows, rows.len());
-        for r in rows.iter().take(shown) {
-            out.hists
-                .push((format!("wake[{} {}]", r.id, r.name), r.hists.0));
-            out.hists
-                .push((format!("preempt[{} {}]", r.id, r.name), r.hists.1));
-        }
         let psi = cpu_psi();
         let node = NodeLoad {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -459,8 +452,11 @@ impl Collector for RunqLat {
         let ctx = Ctx { secs };
         let cols = id_columns(COLUMNS, threads);
         out.sections.push(
-            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows)
-                .with_dists(&rows, |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)]),
+            Section::build(&SUMMARY_ROWS, &rows, &cols, &ctx, self.max_rows).with_dists(
+                &rows,
+                |r| format!("{} {}", r.id, r.name),
+                |r| vec![("wake", r.hists.0), ("preempt", r.hists.1)],
+            ),
         );
         drop((culprits, late));
         let aggr = aggressors(&iv.culprits, &iv.ids, &names, threads);
@@ -485,6 +481,8 @@ impl Collector for RunqLat {
 }
 
 mod findings;
+#[cfg(test)] // triage's fold tests build findings as runq-lat ends them
+pub(crate) use findings::handoffs;
 pub use findings::waits_are_handoffs;
 use findings::{findings, NodeLoad};
 

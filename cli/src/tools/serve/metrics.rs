@@ -355,8 +355,13 @@ mod tests {
 
     fn out(rows: &[Row]) -> Output {
         Output {
-            sections: vec![Section::build(&ROWS, rows, COLS, &Ctx { secs: 1.0 }, 0)
-                .with_dists(rows, |r| vec![("fsync", r.hist)])],
+            sections: vec![
+                Section::build(&ROWS, rows, COLS, &Ctx { secs: 1.0 }, 0).with_dists(
+                    rows,
+                    |r| r.pid.to_string(),
+                    |r| vec![("fsync", r.hist)],
+                ),
+            ],
             ..Default::default()
         }
     }

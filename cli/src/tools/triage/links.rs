@@ -14,7 +14,11 @@ use crate::{
         links::{DiskDirtier, DiskIssuer, Link},
         render::{fmt_bytes, fmt_ns},
     },
-    tools::{fsync_lat::FSYNC, io_lat, memstall::MEMCG_LIMIT},
+    tools::{
+        fsync_lat::{self, FSYNC},
+        io_lat,
+        memstall::MEMCG_LIMIT,
+    },
 };
 
 /// Who else used a disk: a process, writeback charged to a cgroup (the flusher issues it, the
@@ -192,7 +196,7 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
             format!(
                 " It slows {}'s sync calls on {disk} (p99 {}).",
                 x.subject.text(),
-                fmt_ns(x.ev("p99_ns").unwrap_or(0.0) as u64)
+                fmt_ns(x.ev(fsync_lat::ev::P99_NS).unwrap_or(0.0) as u64)
             ),
             x.score,
         ));
@@ -274,7 +278,7 @@ mod tests {
             Score::NsPerS(900_000_000),
             "wal spent 9 s in fsync.".into(),
         )
-        .evidence("p99_ns", 142_000_000u64)
+        .evidence(fsync_lat::ev::P99_NS, 142_000_000u64)
     }
 
     /// An O_DIRECT flood on the WAL's disk takes 90 % of its request time: the flood is the

@@ -12,9 +12,8 @@ use crate::{
     error::Result,
     options::{parse_comm, parse_duration, parse_pid},
     report::{
-        findings::{rank, Cause, Finding, Score},
+        findings::{fold, rank, Cause, Finding},
         output::Sink,
-        render::fmt_ns,
         sanitize,
     },
     tools::{self, ToolInfo},
@@ -23,10 +22,7 @@ use crate::{
 mod links;
 pub mod node;
 
-use crate::{
-    report::findings::WINDOW_NS,
-    tools::{ctxsw, runq_lat as runq},
-};
+use crate::tools::runq_lat as runq;
 
 pub const INFO: ToolInfo = ToolInfo::command(
     "triage",
@@ -146,76 +142,6 @@ fn dedupe(f: &mut Vec<Finding>) {
             .iter()
             .any(|(c, g)| *c == x.cause && (g.is_none() || *g == x.subject.cgroup))
     });
-}
-
-/// A process in a context-switch storm waits for a CPU after nearly every one of its own
-/// handoffs, and runq-lat reports that wait as run-queue delay: a time score, which ranks above
-/// the storm's rate although the switching is the cause and the wait its cost (a pipe
-/// ping-pong at 25 000 switches/s beside two light jobs waited 19 % of its time, p50 2 us,
-/// with no process holding the CPU for more than a quarter of it). Where runq-lat judges the
-/// waits to be handoffs and they number at least half the storm's voluntary switches, the
-/// storm's finding takes the measured wait as its score and evidence, and the run-queue finding
-/// goes. A victim a hog starves keeps its own finding.
-fn fold_storm_waits(f: &mut Vec<Finding>) {
-    let mut folded = Vec::new();
-    for i in 0..f.len() {
-        let w = &f[i];
-        if w.cause != runq::RUNQ_DELAY {
-            continue;
-        }
-        let (Some(pid), Some(waits), Some(wait_ns), Score::NsPerS(score)) = (
-            w.subject.pid,
-            w.ev(runq::ev::WAKE_WAITS),
-            w.ev(runq::ev::WAKE_WAIT_TOTAL_NS),
-            w.score,
-        ) else {
-            continue;
-        };
-        if !runq::waits_are_handoffs(w) {
-            continue;
-        }
-        let Some(s) = f.iter().position(|x| {
-            x.cause == ctxsw::CTXSW_STORM
-                && x.subject.pid == Some(pid)
-                && match (x.ev(ctxsw::ev::VOLUNTARY_PER_S), x.ev(WINDOW_NS)) {
-                    (Some(v), Some(win)) => waits * 2.0 >= v * win / 1e9,
-                    _ => false,
-                }
-        }) else {
-            continue;
-        };
-        let share = w.ev(WINDOW_NS).map_or(0.0, |win| wait_ns * 100.0 / win);
-        let add = format!(
-            " After its wakeups it waited {} for a CPU ({share:.1} % of the time, {} waits, p50 {}): the cost of switching this often.",
-            fmt_ns(wait_ns as u64),
-            waits as u64,
-            fmt_ns(w.ev(runq::ev::WAKE_P50_NS).unwrap_or(0.0) as u64),
-        );
-        let evidence: Vec<_> = w
-            .evidence
-            .iter()
-            .filter(|(n, _)| n.starts_with(runq::ev::WAKE_PREFIX))
-            .cloned()
-            .collect();
-        let storm = &mut f[s];
-        match storm.score {
-            // ctxsw timed it by its own run-queue waits (the same waits, counted from its
-            // switches): the larger stays, its sentence already said what the waits cost.
-            Score::NsPerS(own) => storm.score = Score::NsPerS(own.max(score)),
-            Score::RatePerS(_) => {
-                storm.score = Score::NsPerS(score);
-                storm.summary.push_str(&add);
-            }
-        }
-        storm.evidence.extend(evidence);
-        folded.push(i);
-    }
-    *f = std::mem::take(f)
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| !folded.contains(i))
-        .map(|(_, x)| x)
-        .collect();
 }
 
 impl Triage {
@@ -371,7 +297,7 @@ impl Emitter for Triage {
         let all: Vec<crate::report::links::Link> =
             outs.iter().flat_map(|o| o.links.iter().cloned()).collect();
         dedupe(&mut f);
-        fold_storm_waits(&mut f);
+        fold(&mut f);
         links::link_sync_waits(&mut f, &all);
         rank(&mut f);
         let text = if self.json {
@@ -415,7 +341,8 @@ impl Emitter for Triage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::findings::Subject;
+    use crate::report::findings::{Score, Subject, WINDOW_NS};
+    use crate::tools::ctxsw;
 
     fn storm(pid: u32, vol_per_s: f64) -> Finding {
         Finding::new(
@@ -445,7 +372,8 @@ mod tests {
             f.culprit = Some(Subject::process(9, "hog"));
             f = f.evidence(runq::ev::CULPRIT_DELAY_NS, culprit_ns);
         }
-        f
+        // As runq-lat's findings end: the fold into a storm is its declaration.
+        runq::handoffs(f)
     }
 
     /// The numbers of a ping-pong under triage on this host (99 k waits in 6 s, 1.14 s waited,
@@ -457,7 +385,7 @@ mod tests {
             storm(7, 16_446.7),
             storm(8, 16_847.2),
         ];
-        fold_storm_waits(&mut f);
+        fold(&mut f);
         rank(&mut f);
         assert_eq!(f.len(), 2, "{f:#?}");
         assert_eq!(f[0].cause, ctxsw::CTXSW_STORM);
@@ -523,7 +451,7 @@ mod tests {
                 "other pid",
             ),
         ] {
-            fold_storm_waits(&mut f);
+            fold(&mut f);
             assert_eq!(f.len(), 2, "{why}");
             assert!(f.iter().any(|x| x.cause == runq::RUNQ_DELAY), "{why}");
             assert!(
