@@ -86,16 +86,16 @@ fn own_flags(tool: &str) -> &'static [Flag] {
             ),
             (
                 "--attach",
-                &["tp-btf", "raw-tp", "tracepoint"],
-                &["tp_btf", "bogus", ""],
+                &["tp-btf", "raw_tp", "tracepoint"],
+                &["tp_btf_", "bogus", ""],
             ),
         ],
         "net-rx" => &[
             ("--rows", NUM, BAD_NUM),
             (
                 "--attach",
-                &["tp_btf", "raw_tp", "tracepoint"],
-                &["tp-btf", "kprobe", ""],
+                &["tp_btf", "raw-tp", "tracepoint"],
+                &["tpbtf", "kprobe", ""],
             ),
             ("--consume", &[], &[]),
             ("--drops-only", &[], &[]),

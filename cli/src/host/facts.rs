@@ -94,6 +94,34 @@ impl FactsCache {
         self.map.get(&pid).and_then(|e| e.facts.as_ref())
     }
 
+    /// The process title now, read fresh while the process lives (a title changes: a
+    /// PostgreSQL backend's says what it is doing) and remembered after it exits, so a process
+    /// that ran and died inside the window keeps its title. `None` for a process never seen
+    /// alive, or one without a title (a kernel thread).
+    pub fn title(&mut self, pid: u32) -> Option<&[u8]> {
+        let w = self.window;
+        match super::proc::title(pid) {
+            Some(t) => {
+                let e = self.map.entry(pid).or_insert_with(|| Entry {
+                    facts: ProcFacts::read(pid),
+                    seen: w,
+                });
+                e.seen = w;
+                let f = e.facts.get_or_insert_with(ProcFacts::default);
+                f.cmdline = t;
+            }
+            // Gone: what was learnt stands, and is kept for the windows it is still reported in.
+            None => {
+                if let Some(e) = self.map.get_mut(&pid) {
+                    e.seen = w;
+                }
+            }
+        }
+        self.known(pid)
+            .map(|f| f.cmdline.as_slice())
+            .filter(|t| !t.is_empty())
+    }
+
     /// Ends a window: forgets processes unseen for two windows that no longer exist.
     pub fn end_window(&mut self) {
         self.window += 1;
@@ -142,5 +170,32 @@ mod tests {
         }
         assert_eq!(c.len(), 1, "the dead pid is forgotten, the live one kept");
         assert!(c.known(me).is_some());
+    }
+
+    /// A title is read fresh while the process lives, kept after it exits for as long as it is
+    /// asked for, and forgotten two windows after the last time.
+    #[test]
+    fn titles_outlive_their_process_for_two_windows() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // spawn returns while execve may still be replacing the image (cmdline reads empty).
+        for _ in 0..100 {
+            if super::super::proc::title(pid).as_deref() == Some(b"sleep 30") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut c = FactsCache::new();
+        assert_eq!(c.title(pid), Some(&b"sleep 30"[..]));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(c.title(pid), Some(&b"sleep 30"[..]));
+        for _ in 0..2 {
+            c.end_window();
+        }
+        assert_eq!(c.title(pid), None);
     }
 }

@@ -50,6 +50,31 @@ impl AttachMode {
     }
 }
 
+/// `--attach MODE`: the tracepoint mode a tool is forced into (tests compare the modes; a
+/// kernel where the cheaper mode misbehaves). The names are doctor's mode names; the
+/// kebab-case spellings are accepted too.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForceMode {
+    /// BTF tracepoints (cheapest).
+    #[value(name = "tp_btf", alias = "tp-btf")]
+    TpBtf,
+    /// Raw tracepoints with probe reads.
+    #[value(name = "raw_tp", alias = "raw-tp")]
+    RawTp,
+    /// Classic tracepoints, fields at offsets from tracefs.
+    Tracepoint,
+}
+
+impl From<ForceMode> for AttachMode {
+    fn from(m: ForceMode) -> AttachMode {
+        match m {
+            ForceMode::TpBtf => AttachMode::TpBtf,
+            ForceMode::RawTp => AttachMode::RawTp,
+            ForceMode::Tracepoint => AttachMode::Tracepoint,
+        }
+    }
+}
+
 /// One kernel hook of a tool.
 #[derive(Clone, Copy, Debug)]
 pub struct Hook {
@@ -96,6 +121,18 @@ impl Hook {
         Hook {
             programs,
             ..Hook::event(event)
+        }
+    }
+
+    /// This hook with only `mode`'s program (`--attach`), or with none where it ships none in
+    /// that mode (the policy then skips it, or fails the tool if it is required).
+    pub fn only(&self, mode: AttachMode) -> Hook {
+        Hook {
+            programs: match self.programs.iter().position(|p| p.0 == mode) {
+                Some(i) => &self.programs[i..=i],
+                None => &[],
+            },
+            ..*self
         }
     }
 

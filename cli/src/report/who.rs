@@ -13,7 +13,7 @@ use std::{collections::HashMap, sync::Arc};
 use serde::Serialize;
 
 use crate::{
-    host::{container::Container, proc},
+    host::{container::Container, facts::FactsCache, proc},
     report::sanitize,
 };
 
@@ -327,49 +327,11 @@ impl Title {
     }
 }
 
-/// Titles of the processes a collector reports, read fresh while each lives and remembered for
-/// a while after it exits, so a process that ran and died inside the window keeps its title.
-#[derive(Default)]
-pub struct Titles {
-    seen: HashMap<u32, (Title, u64)>,
-    window: u64,
-}
-
-/// Windows a title is kept for after it was last read: a process seen alive in one window
-/// that exits during the next still has a row in that next window, and nothing later needs it.
-/// Longer would grow with process churn (2000 short-lived processes at `--interval 100ms`).
-const KEEP_WINDOWS: u64 = 2;
-
-impl Titles {
-    pub fn of(&mut self, pid: u32) -> Title {
-        let w = self.window;
-        match proc::title(pid) {
-            Some(raw) => {
-                let t = Title::from_bytes(Some(raw));
-                self.seen.insert(pid, (t.clone(), w));
-                t
-            }
-            None => self
-                .seen
-                .get(&pid)
-                .map(|(t, _)| t.clone())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// Remembers `pid`'s title now, for a process about to be reported after it may have exited.
-    pub fn note(&mut self, pid: u32) {
-        if let Some(raw) = proc::title(pid) {
-            self.seen
-                .insert(pid, (Title::from_bytes(Some(raw)), self.window));
-        }
-    }
-
-    /// Ends a window: forgets titles unused for [`KEEP_WINDOWS`] windows.
-    pub fn end_window(&mut self) {
-        self.window += 1;
-        let w = self.window;
-        self.seen.retain(|_, (_, at)| w - *at <= KEEP_WINDOWS);
+impl Title {
+    /// `pid`'s title as the run's facts cache knows it ([`FactsCache::title`]: fresh while the
+    /// process lives, remembered after it exits).
+    pub fn cached(facts: &mut FactsCache, pid: u32) -> Title {
+        Title::from_bytes(facts.title(pid).map(<[u8]>::to_vec))
     }
 }
 
@@ -461,30 +423,5 @@ mod tests {
         assert_eq!(r.comm, label);
         on.end_window();
         assert!(!on.is_rep(rep));
-    }
-
-    #[test]
-    fn titles_outlive_their_process_for_a_while() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        // spawn returns while execve may still be replacing the image (cmdline reads empty).
-        for _ in 0..100 {
-            if proc::title(pid).is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let mut ts = Titles::default();
-        assert_eq!(ts.of(pid).cmdline.as_deref(), Some("sleep 30"));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        assert_eq!(ts.of(pid).cmdline.as_deref(), Some("sleep 30"));
-        for _ in 0..=KEEP_WINDOWS {
-            ts.end_window();
-        }
-        assert_eq!(ts.of(pid).cmdline, None);
     }
 }

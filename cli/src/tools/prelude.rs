@@ -5,7 +5,7 @@ pub use crate::{
     engine::{Collector, Meta, Output, Scope, Stats, Window},
     error::{Context as _, Error, Result},
     kernel::{
-        hooks::{AttachMode, Hook},
+        hooks::{AttachMode, ForceMode, Hook},
         loader::{self, LoadSpec, Object, Session},
         maps::GenMap,
     },

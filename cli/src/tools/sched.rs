@@ -28,7 +28,7 @@ use crate::{
     },
     report::{
         sanitize,
-        who::{Folding, Id, Title, Titles},
+        who::{Folding, Id, Title},
     },
     tools::{row_comm, OpenCtx},
 };
@@ -330,7 +330,7 @@ pub struct SchedSession {
     pub notes: Vec<String>,
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
     pub wall_clock: bool,
-    titles: Titles,
+    facts: crate::host::facts::FactsCache,
     /// `--by container`: rows fold per container.
     pub fold: Folding,
 }
@@ -449,7 +449,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         scope: scope.clone(),
         notes,
         wall_clock,
-        titles: Titles::default(),
+        facts: crate::host::facts::FactsCache::new(),
         fold: Folding::new(scope.by_container),
     })
 }
@@ -554,7 +554,7 @@ impl SchedSession {
                 let from = sanitize::comm_bytes(&v.exec_from);
                 let exec_from =
                     (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
-                let title = self.titles.of(v.tgid);
+                let title = Title::cached(&mut self.facts, v.tgid);
                 row(k.id, v.tgid, comm, exec_from, title, &v)
             })
             .collect();
@@ -572,7 +572,7 @@ impl SchedSession {
                 &other,
             ));
         }
-        self.titles.end_window();
+        self.facts.end_window();
         Ok(Interval {
             rows,
             ids,
@@ -597,7 +597,7 @@ impl SchedSession {
                 Some(m) => m.v.add(&r.v),
                 None => {
                     let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
-                    let title = self.titles.of(rep);
+                    let title = Title::cached(&mut self.facts, rep);
                     by.insert(rep, row(rep, rep, comm, None, title, &r.v));
                 }
             }

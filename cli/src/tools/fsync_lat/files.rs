@@ -65,7 +65,13 @@ impl FsyncLat {
                 let (f, fb) = sanitize::name_fields(&name.path);
                 let (maj, min) = crate::host::disks::split_kdev(dev);
                 out.push(FileRow {
-                    who: Id::new(id, tgid, threads, comm, self.titles.of(tgid)),
+                    who: Id::new(
+                        id,
+                        tgid,
+                        threads,
+                        comm,
+                        Title::cached(&mut self.facts, tgid),
+                    ),
                     fd: name.fd,
                     dev: format!("{maj}:{min}"),
                     inode: ino,

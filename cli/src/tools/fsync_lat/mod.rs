@@ -27,7 +27,7 @@ use crate::{
         hist::{self, LatStats},
         render::fmt_ns,
         sanitize,
-        who::{Folding, Id, Title, Titles},
+        who::{Folding, Id, Title},
     },
     tools::prelude::*,
 };
@@ -232,7 +232,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         top_files: args.top_files,
         max_rows: args.rows,
         counting,
-        titles: Titles::default(),
+        facts: crate::host::facts::FactsCache::new(),
         fold: Folding::new(scope.by_container),
     }))
 }
@@ -361,7 +361,7 @@ struct FsyncLat {
     max_rows: usize,
     /// The time that generation was counting: the denominator of every share and rate.
     counting: Counting,
-    titles: Titles,
+    facts: crate::host::facts::FactsCache,
     /// `--by container`.
     fold: Folding,
 }
@@ -495,7 +495,7 @@ impl Collector for FsyncLat {
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| format!("syscall_{nr}"));
             let comm = row_comm(id, tgid, threads, &comm);
-            let title = self.titles.of(tgid);
+            let title = Title::cached(&mut self.facts, tgid);
             let mut r = self.summary_row(id, tgid, comm, title, name, counted, &h, secs);
             self.fold.relabel(&mut r.who);
             rows.push(r);
@@ -580,7 +580,7 @@ impl Collector for FsyncLat {
                 .into(),
         );
         out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
-        self.titles.end_window();
+        self.facts.end_window();
         self.fold.end_window();
         Ok(out)
     }

@@ -159,27 +159,6 @@ CAP_DAC_READ_SEARCH (tracefs is mode 0700), and CAP_SYS_ADMIN if tracefs must be
 The dirtied rows always read one tracefs format (writeback:writeback_dirty_folio): without \
 tracefs they are skipped, with a note.";
 
-/// `--attach`: force the keying.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attach {
-    /// BTF tracepoints, keyed by struct request * (cheapest).
-    TpBtf,
-    /// Raw tracepoints with probe reads, keyed by struct request *.
-    RawTp,
-    /// Classic tracepoints keyed by (dev, sector): no cgroup, no partial completions.
-    Tracepoint,
-}
-
-impl Attach {
-    fn mode(self) -> AttachMode {
-        match self {
-            Attach::TpBtf => AttachMode::TpBtf,
-            Attach::RawTp => AttachMode::RawTp,
-            Attach::Tracepoint => AttachMode::Tracepoint,
-        }
-    }
-}
-
 #[derive(clap::Args, Debug)]
 #[command(after_help = tools::help_footer(EXAMPLES, NEEDS))]
 pub struct Args {
@@ -193,7 +172,8 @@ pub struct Args {
 
     /// Attach mode (default: the cheapest this kernel allows, as `tracekit doctor` reports).
     #[arg(long, value_enum, value_name = "MODE")]
-    pub attach: Option<Attach>,
+    /// (`tracepoint` keys requests by (dev, sector): no cgroup, no partial completions.)
+    pub attach: Option<ForceMode>,
 
     /// Rows shown in the text table, most request time first (0: all). JSON has every row.
     #[arg(long, default_value_t = 25, value_name = "N")]
@@ -204,21 +184,14 @@ pub fn run(args: Args) -> Result<()> {
     tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
 }
 
-/// The hooks with only `force`'s program each (or all of them).
+/// The hooks with only `force`'s program each (or all of them): `--attach` is about the request
+/// hooks; the dirtying hook has one mode.
 fn hooks_for(force: Option<AttachMode>) -> Vec<Hook> {
     HOOKS
         .iter()
         .map(|h| match force {
-            // --attach is about the request hooks; the dirtying hook has one mode.
-            _ if h.group != "block_rq" => *h,
-            None => *h,
-            Some(m) => Hook {
-                programs: match h.programs.iter().position(|p| p.0 == m) {
-                    Some(i) => &h.programs[i..=i],
-                    None => &[],
-                },
-                ..*h
-            },
+            Some(m) if h.group == "block_rq" => h.only(m),
+            _ => *h,
         })
         .collect()
 }
@@ -580,7 +553,7 @@ mod tests {
         let cmd = <Args as clap::Args>::augment_args(clap::Command::new("t"));
         let m = cmd.try_get_matches_from(["t", "--attach", "raw-tp", "--dev", "vda"]);
         let a = <Args as clap::FromArgMatches>::from_arg_matches(&m.unwrap()).unwrap();
-        assert_eq!(a.attach, Some(Attach::RawTp));
+        assert_eq!(a.attach, Some(ForceMode::RawTp));
         assert_eq!(a.dev.as_deref(), Some("vda"));
         assert_eq!(a.rows, 25);
     }

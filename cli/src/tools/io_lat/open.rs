@@ -264,7 +264,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     };
     // Without BTF there are no struct offsets: only the classic tracepoints can work.
     let force = match args.attach {
-        Some(a) => Some(a.mode()),
+        Some(a) => Some(a.into()),
         None if !ctx.env.btf() => Some(AttachMode::Tracepoint),
         None => None,
     };

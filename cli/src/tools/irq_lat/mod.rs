@@ -86,8 +86,8 @@ pub struct Args {
 
     /// Attach mode of every hook (default: the cheapest this kernel allows, tp_btf then raw_tp
     /// then tracepoint).
-    #[arg(long, value_name = "MODE", value_parser = ["tp_btf", "raw_tp", "tracepoint"])]
-    pub attach: Option<String>,
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub attach: Option<ForceMode>,
 
     /// Rows shown in the IRQ table, most time first (0: all). JSON has every row.
     #[arg(long, default_value_t = 25, value_name = "N")]
@@ -99,20 +99,10 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// The hooks with only `--attach`'s mode, if given.
-fn hooks_for(attach: Option<&str>) -> Vec<Hook> {
+fn hooks_for(attach: Option<ForceMode>) -> Vec<Hook> {
     HOOKS
         .iter()
-        .map(|h| match attach {
-            Some(m) => Hook {
-                programs: match m {
-                    "tp_btf" => &h.programs[..1],
-                    "raw_tp" => &h.programs[1..2],
-                    _ => &h.programs[2..],
-                },
-                ..*h
-            },
-            None => *h,
-        })
+        .map(|h| attach.map_or(*h, |m| h.only(m.into())))
         .collect()
 }
 
@@ -124,7 +114,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             "irq-lat: --pid, --comm, --threads and --by do not apply (interrupts run on behalf of no process; rows are per CPU and IRQ)".into(),
         ));
     }
-    let hooks = hooks_for(args.attach.as_deref());
+    let hooks = hooks_for(args.attach);
     let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     let classic = plan
         .iter()

@@ -129,9 +129,9 @@ fn a_cpu_in_interrupt_work_past_ten_percent_is_a_storm_naming_the_top_irq() {
 #[test]
 fn attach_restricts_every_hook_to_one_mode() {
     for (m, mode) in [
-        ("tp_btf", AttachMode::TpBtf),
-        ("raw_tp", AttachMode::RawTp),
-        ("tracepoint", AttachMode::Tracepoint),
+        (ForceMode::TpBtf, AttachMode::TpBtf),
+        (ForceMode::RawTp, AttachMode::RawTp),
+        (ForceMode::Tracepoint, AttachMode::Tracepoint),
     ] {
         let h = hooks_for(Some(m));
         assert_eq!(h.len(), 4);

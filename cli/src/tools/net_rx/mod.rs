@@ -28,7 +28,7 @@ use crate::{
     host::{kallsyms::Symbolizer, net},
     kernel::{
         btf::{self, Btf},
-        hooks::{AttachMode, Hook},
+        hooks::{AttachMode, ForceMode, Hook},
         loader::{self, Filter, LoadSpec, Object, Session},
         maps::PerCpuGenMap,
         proginfo,
@@ -131,8 +131,8 @@ pub struct Args {
 
     /// Attach mode of the drop hook (default: the cheapest this kernel allows, tp_btf then
     /// raw_tp then tracepoint).
-    #[arg(long, value_name = "MODE", value_parser = ["tp_btf", "raw_tp", "tracepoint"])]
-    pub attach: Option<String>,
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub attach: Option<ForceMode>,
 
     /// Also count normal frees (`skb:consume_skb`); it fires for every packet delivered, so it
     /// is off by default.
@@ -195,15 +195,8 @@ fn hooks_for(args: &Args) -> Vec<Hook> {
             "skb:kfree_skb" => true,
             _ => !args.drops_only,
         })
-        .map(|h| match (&args.attach, h.event) {
-            (Some(m), "skb:kfree_skb") => Hook {
-                programs: match m.as_str() {
-                    "tp_btf" => &h.programs[..1],
-                    "raw_tp" => &h.programs[1..2],
-                    _ => &h.programs[2..],
-                },
-                ..*h
-            },
+        .map(|h| match (args.attach, h.event) {
+            (Some(m), "skb:kfree_skb") => h.only(m.into()),
             _ => *h,
         })
         .collect()

@@ -436,7 +436,16 @@ impl Collector for Profile {
         order.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
         let procs: Vec<ProcRow> = order
             .iter()
-            .map(|(id, p)| proc_row(p, **id, threads, one_cpu, all, self.run.titles.of(p.tgid)))
+            .map(|(id, p)| {
+                proc_row(
+                    p,
+                    **id,
+                    threads,
+                    one_cpu,
+                    all,
+                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                )
+            })
             .collect();
         let shown = crate::report::rows::shown(self.rows, order.len());
         let (mut by_self, mut by_total) = (Vec::new(), Vec::new());
@@ -502,7 +511,13 @@ impl Collector for Profile {
         let ctx = Ctx { secs };
         let found: Vec<(u32, &ProcAgg, crate::report::who::Title)> = order
             .iter()
-            .map(|(id, p)| (**id, *p, self.run.titles.of(p.tgid)))
+            .map(|(id, p)| {
+                (
+                    **id,
+                    *p,
+                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                )
+            })
             .collect();
         out.findings = findings(INFO.name, &found, self.freq, secs);
         out.sections.push(

@@ -216,7 +216,14 @@ impl Collector for OffCpu {
             .iter()
             .map(|(id, p)| {
                 let blocks = blk_agg.get(id).map_or(0, |b| b.samples);
-                off_proc_row(p, **id, threads, blocks, secs, self.run.titles.of(p.tgid))
+                off_proc_row(
+                    p,
+                    **id,
+                    threads,
+                    blocks,
+                    secs,
+                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                )
             })
             .collect();
         let shown = crate::report::rows::shown(self.rows, order.len());
@@ -257,7 +264,13 @@ impl Collector for OffCpu {
         let ctx = Ctx { secs };
         let found: Vec<(u32, &super::stacks::ProcAgg, crate::report::who::Title)> = order
             .iter()
-            .map(|(id, p)| (**id, *p, self.run.titles.of(p.tgid)))
+            .map(|(id, p)| {
+                (
+                    **id,
+                    *p,
+                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                )
+            })
             .collect();
         out.findings = off_findings(super::INFO.name, &found, &by_ns, &by_blocks, secs);
         out.sections.push(

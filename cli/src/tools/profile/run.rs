@@ -18,13 +18,13 @@ use super::{
 use crate::{
     error::{Context, Result},
     kernel::loader::Session,
-    report::{output::Sink, who::Titles},
+    report::output::Sink,
 };
 
 pub struct StackRun {
     pub stacks: StackTraceMap<MapData>,
     pub resolver: Resolver,
-    pub titles: Titles,
+    pub facts: crate::host::facts::FactsCache,
     /// Processes seen this window (their container and title are remembered).
     seen: HashSet<u32>,
     folded_path: Option<PathBuf>,
@@ -55,7 +55,7 @@ impl StackRun {
         Ok(StackRun {
             stacks: StackTraceMap::try_from(session.take_map(map)?).context(map)?,
             resolver: Resolver::default(),
-            titles: Titles::default(),
+            facts: crate::host::facts::FactsCache::new(),
             seen: HashSet::new(),
             folded_path: args.folded.clone(),
             svg_path: args.svg.clone(),
@@ -70,7 +70,7 @@ impl StackRun {
     pub fn see(&mut self, tgid: u32) {
         if self.seen.insert(tgid) {
             let _ = crate::host::container::of_pid(tgid);
-            self.titles.note(tgid);
+            self.facts.title(tgid);
         }
     }
 
@@ -108,7 +108,7 @@ impl StackRun {
     /// Ends a window: forgets what belongs to processes that are gone.
     pub fn end_window(&mut self) {
         self.resolver.end_window();
-        self.titles.end_window();
+        self.facts.end_window();
         self.seen.clear();
     }
 }
