@@ -502,3 +502,102 @@ fn every_program_a_hook_table_names_is_in_one_embedded_object() {
         }
     }
 }
+
+/// Issue #32: a map name userspace asks for (`GenMap::take`, `take_map`, `map`/`map_mut`,
+/// `max_entries`) that the object lacks fails only at run time, on a root run that loads it.
+/// Rootless: every such name in a tool's source is a map of the object that source loads (the
+/// file's own `object!`, else its folder's).
+#[test]
+fn every_map_a_tool_names_is_in_its_object() {
+    let out = std::path::Path::new(env!("OUT_DIR"));
+    let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tools");
+    let object_of = |text: &str| -> Option<String> {
+        let at = text.find("crate::object!(\"")? + "crate::object!(\"".len();
+        Some(text[at..].split('"').next()?.to_string())
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for e in std::fs::read_dir(&tools).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(
+                std::fs::read_dir(&p)
+                    .unwrap()
+                    .flatten()
+                    .map(|f| f.path())
+                    .filter(|f| f.extension().is_some_and(|x| x == "rs")),
+            );
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+    let names_on = |line: &str| -> Vec<String> {
+        let mut v = Vec::new();
+        for (i, part) in line.split('"').enumerate() {
+            if i % 2 == 1
+                && part.len() > 2
+                && part.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                v.push(part.to_string());
+            }
+        }
+        v
+    };
+    let mut checked = 0;
+    let mut errors = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let body = text.split("#[cfg(test)]").next().unwrap_or("");
+        let object = object_of(&text).or_else(|| {
+            let m = f.parent()?.join("mod.rs");
+            (f.parent()? != tools).then(|| object_of(&std::fs::read_to_string(m).ok()?))?
+        });
+        let asks = |l: &str| {
+            [
+                "take(",
+                "take_map(",
+                ".map(\"",
+                "map_mut(\"",
+                "max_entries(",
+                "pair_map(",
+            ]
+            .iter()
+            .any(|p| l.contains(p))
+        };
+        // A call may put its names on the lines after the one that opens it.
+        let lines: Vec<&str> = body.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !asks(l) {
+                continue;
+            }
+            let mut names = names_on(l);
+            if names.is_empty() && l.trim_end().ends_with('(') {
+                for next in lines.iter().skip(i + 1).take(3) {
+                    names.extend(names_on(next));
+                }
+            }
+            for n in names {
+                let Some(obj) = &object else {
+                    errors.push(format!(
+                        "{}: {n} asked for, but no object! is loaded there",
+                        f.display()
+                    ));
+                    continue;
+                };
+                let bytes = std::fs::read(out.join(obj)).unwrap();
+                let o = aya_obj::Object::parse(&bytes).unwrap();
+                checked += 1;
+                if !o.maps.contains_key(&n) {
+                    errors.push(format!("{}: map {n} is not in object {obj}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert!(
+        checked >= 30,
+        "only {checked} map names found: the scan is broken"
+    );
+}
