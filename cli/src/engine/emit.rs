@@ -21,17 +21,29 @@ pub trait Emitter {
     fn begin(&mut self, metas: &[Meta], opts: &RunOpts) -> Result<bool>;
     /// Each window's outputs, one per collector in `begin`'s order.
     fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool>;
+    /// Where the emitter writes, if to a [`Sink`] (the ends of a run below default to it).
+    fn sink(&mut self) -> Option<&mut Sink> {
+        None
+    }
     /// After the last window, with the programs still attached: must not wait for a reader.
-    fn finish(&mut self) -> Result<()>;
+    fn finish(&mut self) -> Result<()> {
+        match self.sink() {
+            Some(s) => Ok(s.end_run()?),
+            None => Ok(()),
+        }
+    }
     /// After `finish`: whether the output's reader has not taken everything, so the programs
     /// are detached before [`settle`](Emitter::settle) waits for it.
     fn stalled(&mut self) -> bool {
-        false
+        self.sink().is_some_and(|s| s.stalled())
     }
     /// After the programs are detached: gives a slow or stalled reader its bounded grace, and
     /// fails naming what it never took.
     fn settle(&mut self) -> Result<()> {
-        Ok(())
+        match self.sink() {
+            Some(s) => Ok(s.finish()?),
+            None => Ok(()),
+        }
     }
     /// Whether the emitter shows the windows' rows (tables, NDJSON rows, histograms). One that
     /// reads only findings and counters (`triage`) says no, and the loop drops each collector's
@@ -164,15 +176,7 @@ impl Emitter for Stream {
         Ok(self.sink.put(&s)?)
     }
 
-    fn finish(&mut self) -> Result<()> {
-        Ok(self.sink.end_run()?)
-    }
-
-    fn stalled(&mut self) -> bool {
-        self.sink.stalled()
-    }
-
-    fn settle(&mut self) -> Result<()> {
-        Ok(self.sink.finish()?)
+    fn sink(&mut self) -> Option<&mut Sink> {
+        Some(&mut self.sink)
     }
 }

@@ -116,6 +116,18 @@ impl Dropped {
         self.from = Some(i);
         self.why = why;
     }
+
+    /// Keeps `cost` more bytes of interval `i` if [`MAX_KEPT_BYTES`] allows; else skips that
+    /// interval (the caller drops what it kept of it) and every later one: whole intervals only.
+    fn keep(&mut self, i: u64, cost: usize) -> bool {
+        if self.kept_bytes + cost > MAX_KEPT_BYTES {
+            self.stop(i, MEMORY_BOUND);
+            self.intervals += 1;
+            return false;
+        }
+        self.kept_bytes += cost;
+        true
+    }
 }
 
 /// What [`Recording::parse`] left out, counted.
@@ -336,15 +348,10 @@ impl Recording {
                 }
                 let names = d.into_iter().flatten().take(kd);
                 cost += names.map(|(k, _)| DIST_COST + k.len()).sum::<usize>();
-                if drop.kept_bytes + cost > MAX_KEPT_BYTES {
-                    // This interval and every later one: whole intervals only.
-                    let i = cur.index;
+                if !drop.keep(cur.index, cost) {
                     self.intervals.pop();
-                    drop.stop(i, MEMORY_BOUND);
-                    drop.intervals += 1;
                     return Ok(());
                 }
-                drop.kept_bytes += cost;
                 drop.dists += (nd - kd) as u64;
                 let mut dists = Vec::with_capacity(kd);
                 for (name, h) in d.into_iter().flatten().take(kd) {
@@ -365,14 +372,10 @@ impl Recording {
                 let cur = self.current(idx()?)?;
                 drop.open = false;
                 let cost: usize = o.keys().map(|k| FIELD_COST + k.len()).sum();
-                if drop.kept_bytes + cost > MAX_KEPT_BYTES {
-                    let i = cur.index;
+                if !drop.keep(cur.index, cost) {
                     self.intervals.pop();
-                    drop.stop(i, MEMORY_BOUND);
-                    drop.intervals += 1;
                     return Ok(());
                 }
-                drop.kept_bytes += cost;
                 for (k, x) in o {
                     if let Some(f) = x.as_f64().filter(|f| f.is_finite()) {
                         if k != "i" {

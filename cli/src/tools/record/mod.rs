@@ -378,12 +378,9 @@ impl Emitter for Recorder {
         self.place()
     }
 
-    fn stalled(&mut self) -> bool {
-        self.sink.stalled()
-    }
-
-    fn settle(&mut self) -> Result<()> {
-        // A replacement was completed already (placed, or by `end_run`): nothing is left.
-        Ok(self.sink.finish()?)
+    // `settle` (the default, through the sink): a replacement was completed already (placed,
+    // or by `end_run`), so nothing is left but a device's or FIFO's grace.
+    fn sink(&mut self) -> Option<&mut Sink> {
+        Some(&mut self.sink)
     }
 }

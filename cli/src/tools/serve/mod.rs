@@ -274,15 +274,7 @@ impl Emitter for Serve {
         Ok(true)
     }
 
-    fn finish(&mut self) -> Result<()> {
-        Ok(self.sink.end_run()?)
-    }
-
-    fn stalled(&mut self) -> bool {
-        self.sink.stalled()
-    }
-
-    fn settle(&mut self) -> Result<()> {
-        Ok(self.sink.finish()?)
+    fn sink(&mut self) -> Option<&mut Sink> {
+        Some(&mut self.sink)
     }
 }

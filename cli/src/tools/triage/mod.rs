@@ -320,16 +320,8 @@ impl Emitter for Triage {
         Ok(self.sink.put(&text)?)
     }
 
-    fn finish(&mut self) -> Result<()> {
-        Ok(self.sink.end_run()?)
-    }
-
-    fn stalled(&mut self) -> bool {
-        self.sink.stalled()
-    }
-
-    fn settle(&mut self) -> Result<()> {
-        Ok(self.sink.finish()?)
+    fn sink(&mut self) -> Option<&mut Sink> {
+        Some(&mut self.sink)
     }
 
     /// Findings and the checked line only.
