@@ -15,6 +15,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[],
     causes: &[],
+    by_container: false,
 };
 
 const OBJECT: Object = crate::object!("floor");

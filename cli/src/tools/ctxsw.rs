@@ -45,6 +45,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: true,
     rows: &[&SUMMARY_ROWS, &WAKER_ROWS],
     causes: &[CTXSW_STORM],
+    by_container: true,
 };
 
 /// Evidence of a storm finding that triage reads.

@@ -54,6 +54,8 @@ pub struct ToolInfo {
     pub rows: &'static [&'static Rows],
     /// The causes its findings conclude.
     pub causes: &'static [Cause],
+    /// Its rows fold per container with `--by container` (it keeps a `who::Folding`).
+    pub by_container: bool,
 }
 
 impl ToolInfo {
@@ -68,6 +70,7 @@ impl ToolInfo {
             needs_btf: false,
             rows: &[],
             causes: &[],
+            by_container: false,
         }
     }
 
@@ -400,8 +403,14 @@ pub fn causes() -> Vec<Cause> {
     out
 }
 
-/// Tools whose rows `--by container` folds (`report::rows::by_container`).
-pub const BY_CONTAINER: &[&str] = &["fsync-lat", "ctxsw", "runq-lat", "memstall", "io-lat"];
+/// Tools whose rows `--by container` folds ([`ToolInfo::by_container`]).
+pub fn by_container() -> Vec<&'static str> {
+    TOOLS
+        .iter()
+        .filter(|t| t.by_container)
+        .map(|t| t.name)
+        .collect()
+}
 
 /// Checks every tool makes before touching the kernel, in the order a user would fix them:
 /// privileges, then the target processes, then the output (opened here, so a path that cannot
@@ -411,10 +420,10 @@ pub fn preflight(tool: &str, common: &Common) -> Result<Sink> {
     proc::check_privileges(tool)?;
     proc::check_pids(&common.pids)?;
     common.check_container()?;
-    if common.by.is_some() && !BY_CONTAINER.contains(&tool) {
+    if common.by.is_some() && !by_container().contains(&tool) {
         return Err(crate::error::Error::Usage(format!(
             "--by container: {tool} cannot fold its rows per container yet (tools that can: {})",
-            BY_CONTAINER.join(", ")
+            by_container().join(", ")
         )));
     }
     if crate::kernel::features::btf_present() {
@@ -614,5 +623,79 @@ mod tests {
         let n = metrics.len();
         metrics.dedup();
         assert_eq!(metrics.len(), n, "a metric name declared twice");
+    }
+
+    /// CONTRIBUTING.md is the recipe, so it must name what the code has (issue #32: it had
+    /// drifted to files, macros and lists that no longer existed). Every path it cites exists,
+    /// every macro it names is defined, and every `Type::item` or identifier it cites appears
+    /// in the sources: a rename that leaves the recipe behind fails here.
+    #[test]
+    fn contributing_names_what_the_code_has() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let doc = std::fs::read_to_string(root.join("CONTRIBUTING.md")).unwrap();
+        let mut sources = String::new();
+        let mut stack = vec![
+            root.join("cli/src"),
+            root.join("probes-ebpf/src"),
+            root.join("probes-common/src"),
+            root.join("tests"),
+        ];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    sources.push_str(&std::fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+        let is_ident = |w: &str| {
+            !w.is_empty()
+                && w.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        for (i, tok) in doc.split('`').enumerate() {
+            if i % 2 == 0 || tok.contains('<') || tok.contains(' ') {
+                continue;
+            }
+            if tok.contains('/') && (tok.ends_with(".rs") || tok.ends_with('/')) {
+                let p = tok.trim_start_matches("cli/src/");
+                let found = root.join(tok).exists() || root.join("cli/src").join(p).exists();
+                checked += 1;
+                if !found {
+                    missing.push(format!("path {tok}"));
+                }
+            } else if let Some(m) = tok.strip_suffix('!').filter(|m| is_ident(m)) {
+                checked += 1;
+                if !sources.contains(&format!("macro_rules! {m}")) {
+                    missing.push(format!("macro {tok}"));
+                }
+            } else if tok.contains("::") && !tok.contains('(') && !tok.contains('{') {
+                for seg in tok.split("::").filter(|s| is_ident(s)) {
+                    checked += 1;
+                    if !sources.contains(seg) {
+                        missing.push(format!("{seg} in {tok}"));
+                    }
+                }
+            } else if is_ident(tok) && tok.len() > 3 && tok.chars().any(|c| c == '_') {
+                checked += 1;
+                if !sources.contains(tok) {
+                    missing.push(format!("identifier {tok}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "CONTRIBUTING.md names what the code lacks: {missing:#?}"
+        );
+        assert!(
+            checked > 60,
+            "only {checked} names checked: the scan is broken"
+        );
     }
 }

@@ -34,8 +34,8 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, btf_load_u64, generation, generation_since, get_or_insert, hist_record,
-    ro, stat,
+    allowed, atomic_add, begin, btf_load_u64, generation, generation_since, hist_record, ro, slot,
+    stat, take,
 };
 
 #[no_mangle]
@@ -232,9 +232,7 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
         igen: file.igen,
         ino: file.ino,
     };
-    if FSYNC_START.insert(tid, start, 0).is_err() {
-        stat(stats::START_MAP_FULL);
-    }
+    begin(&FSYNC_START, &tid, &start);
 }
 
 probes_ebpf::passing! {
@@ -276,12 +274,10 @@ fn on_exit(ret: i64) {
     let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    // SAFETY: the value is copied out before the delete below.
-    let Some(start) = (unsafe { FSYNC_START.get(tid) }).copied() else {
-        // Filtered out at enter, or the call began before we attached.
+    // None: filtered out at enter, or the call began before we attached.
+    let Some(start) = take(&FSYNC_START, &tid) else {
         return;
     };
-    let _ = FSYNC_START.remove(tid);
     let delta = now.saturating_sub(start.ts_ns);
     stat(stats::EVENTS);
 
@@ -296,32 +292,17 @@ fn on_exit(ret: i64) {
             file: 0,
         },
     );
-    let val = match FSYNC_HIST.get_ptr_mut(key) {
-        Some(p) => Some(p),
-        None => match FSYNC_SCRATCH.get_ptr_mut(0) {
-            Some(init) => {
-                // SAFETY: per-CPU scratch slot owned by this run; only comm and tgid are ever
-                // written, so its histogram stays zero.
-                unsafe {
-                    (*init).comm = bpf_get_current_comm().unwrap_or_default();
-                    (*init).tgid = tgid;
-                }
-                // SAFETY: the scratch slot is valid for this run (see above).
-                get_or_insert(&FSYNC_HIST, &key, unsafe { &*init })
-            }
-            None => None,
-        },
-    };
-    let val = match val {
-        Some(v) => v,
-        None => {
-            stat(stats::KEY_MAP_FULL);
-            match FSYNC_OTHER.get_ptr_mut(key.gen) {
-                Some(v) => v,
-                None => return,
-            }
+    let Some(val) = slot(&FSYNC_HIST, &FSYNC_OTHER, &FSYNC_SCRATCH, &key, key.gen, |init| {
+        // SAFETY: this CPU's scratch slot; only comm and tgid are ever written, so its histogram
+        // stays zero.
+        unsafe {
+            (*init).comm = bpf_get_current_comm().unwrap_or_default();
+            (*init).tgid = tgid;
         }
+    }) else {
+        return;
     };
+    let val = val.ptr;
     // SAFETY: `val` is a live map value pointer.
     unsafe {
         if ret < 0 {

@@ -66,7 +66,7 @@ use probes_common::{
     },
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, ro, stat};
+use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, ro, slot, stat};
 
 #[no_mangle]
 static SCHED_OFFS: TaskOffsets = TaskOffsets {
@@ -592,32 +592,17 @@ fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_st
         id: row_id(tid, tgid),
         gen,
     };
-    let val = match SCHED_AGG.get_ptr_mut(key) {
-        Some(p) => Some(p),
-        None => match SCHED_SCRATCH.get_ptr_mut(0) {
-            Some(init) => {
-                // SAFETY: per-CPU scratch slot owned by this run; only comm and tgid are ever
-                // written, so its counters stay zero. `current` is still `prev` here.
-                unsafe {
-                    (*init).comm = bpf_get_current_comm().unwrap_or_default();
-                    (*init).tgid = tgid;
-                }
-                // SAFETY: the scratch slot is valid for this run (see above).
-                get_or_insert(&SCHED_AGG, &key, unsafe { &*init })
-            }
-            None => None,
-        },
-    };
-    let val = match val {
-        Some(v) => v,
-        None => {
-            stat(stats::KEY_MAP_FULL);
-            match SCHED_OTHER.get_ptr_mut(gen) {
-                Some(v) => v,
-                None => return,
-            }
+    let Some(val) = slot(&SCHED_AGG, &SCHED_OTHER, &SCHED_SCRATCH, &key, gen, |init| {
+        // SAFETY: this CPU's scratch slot; only comm and tgid are ever written, so its counters
+        // stay zero. `current` is still `prev` here.
+        unsafe {
+            (*init).comm = bpf_get_current_comm().unwrap_or_default();
+            (*init).tgid = tgid;
         }
+    }) else {
+        return;
     };
+    let val = val.ptr;
     // Which wait this run began with, as 0/1 values the verifier cannot see as constants (so
     // the tail below is verified once, not once per combination).
     let has_wait = opaque((((flags & SNAP_NO_WAIT) >> 1) ^ 1) as u64);

@@ -206,6 +206,7 @@ const fn fake(name: &'static str, hooks: &'static [Hook]) -> ToolInfo {
         needs_btf: false,
         rows: &[],
         causes: &[],
+        by_container: false,
     }
 }
 

@@ -47,6 +47,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[&SUMMARY_ROWS, &FILE_ROWS],
     causes: &[FSYNC],
+    by_container: true,
 };
 
 /// Evidence keys of fsync-lat's findings that other parts of tracekit read (`triage`'s links).

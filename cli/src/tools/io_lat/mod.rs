@@ -59,6 +59,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[&rows::SUMMARY_ROWS, &rows::DEVICE_ROWS, &dirty::DIRTY_ROWS],
     causes: &[IO_QUEUE, IO_LATENCY, IO_SCHEDULER],
+    by_container: true,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

@@ -39,6 +39,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[&IRQ_ROWS, &CPU_ROWS],
     causes: &[IRQ_IMBALANCE, IRQ_STORM],
+    by_container: false,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

@@ -49,6 +49,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[&report::SUMMARY_ROWS, &memcg::CGROUP_ROWS, &memcg::OOM_ROWS],
     causes: &[THP_COMPACTION, THP_COLLAPSE, THP_FAULT, RECLAIM, MEMCG_LIMIT, OOM_KILL],
+    by_container: true,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

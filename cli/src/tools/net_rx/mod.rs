@@ -64,6 +64,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: true,
     rows: &[&rows::DROP_ROWS, &rows::SOCKET_ROWS, &rows::CPU_ROWS, &devices::DEVICE_ROWS, &devices::CONNTRACK_ROWS],
     causes: &[NET_DROPS, NET_BACKLOG, SOFTIRQ_IMBALANCE, CONNTRACK_FULL],
+    by_container: false,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

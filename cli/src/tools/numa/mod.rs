@@ -50,6 +50,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: true,
     rows: &[&report::SUMMARY_ROWS, &report::NODE_ROWS],
     causes: &[NUMA_MISPLACED, NUMA_MIGRATION],
+    by_container: false,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

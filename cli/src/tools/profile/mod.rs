@@ -55,6 +55,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: false,
     rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
     causes: &[CPU_HOT],
+    by_container: false,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
@@ -75,6 +76,7 @@ pub const OFF_CPU: ToolInfo = ToolInfo {
     needs_btf: true,
     rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
     causes: &[OFF_CPU_WAIT],
+    by_container: false,
 };
 
 const OBJECT: Object = crate::object!("profile");

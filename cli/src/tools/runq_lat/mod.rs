@@ -45,6 +45,7 @@ pub const INFO: ToolInfo = ToolInfo {
     needs_btf: true,
     rows: &[&SUMMARY_ROWS, &AGGRESSOR_ROWS],
     causes: &[RUNQ_DELAY, CPU_SATURATED],
+    by_container: true,
 };
 
 /// Evidence of a run-queue finding that triage reads (it folds a storm's own waits into
