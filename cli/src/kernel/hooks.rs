@@ -220,6 +220,37 @@ macro_rules! hook {
     };
 }
 
+/// The enter and exit hooks of each syscall of a family, one program pair for all of them,
+/// named by [`hook_program!`] after `$enter` and `$exit`: classic events
+/// `syscalls:sys_{enter,exit}_<name>` (each optional: a kernel lacks some), or the raw
+/// `sys_enter`/`sys_exit` every syscall passes, where the program filters by number. All of
+/// them attach in one mode (`$group`).
+#[macro_export]
+macro_rules! syscall_hooks {
+    ($enter:literal, $exit:literal, $group:literal, [$($name:literal),* $(,)?]) => {
+        &[$(
+            $crate::hook!(
+                concat!("syscalls:sys_enter_", $name),
+                $enter,
+                [Tracepoint, TpBtf],
+                raw: Some("sys_enter"),
+                fields: &["__syscall_nr"],
+                optional: true,
+                group: $group,
+            ),
+            $crate::hook!(
+                concat!("syscalls:sys_exit_", $name),
+                $exit,
+                [Tracepoint, TpBtf],
+                raw: Some("sys_exit"),
+                fields: &["ret"],
+                optional: true,
+                group: $group,
+            ),
+        )*]
+    };
+}
+
 /// Kernel-wide facts that decide attach modes. Probes run on first use and are cached, so a
 /// tool whose hooks are all classic tracepoints never loads a probe program.
 pub struct Env {

@@ -23,22 +23,10 @@ use serde_json::Value;
 
 use crate::tools::record::format::{Recording, Row};
 
-/// Text fields never part of a subject's identity (numbers are declared: [`Role::Key`]).
-const IDS: &[&str] = &[
-    "pid",
-    "tid",
-    "tgid",
-    "ppid",
-    "fd",
-    "inode",
-    "inode_generation",
-    "comm_bytes",
-    "cmdline",
-    "cmdline_bytes",
-    "exec_from",
-    "file_bytes",
-    "file_state",
-];
+/// Text fields that describe a subject but are not its identity across runs (a title changes
+/// with what a process does; a file's state with the run). Numbers are identity only where
+/// their declaration says so ([`Role::Id`]); arrays (the `_bytes` fields) never are.
+const IDS: &[&str] = &["cmdline", "exec_from", "file_state"];
 
 /// Characters of a title kept in a subject's name.
 const TITLE_CHARS: usize = 40;

@@ -75,42 +75,20 @@ const FAMILY: [(&str, i64); 6] = [
     ("sync", libc::SYS_sync),
 ];
 
-/// The enter and exit hooks of each sync-family syscall: one program pair for all of them
-/// (`tk_fsync_enter`, `tk_fsync_exit`, in the one naming scheme of `kernel::hooks::hook!`).
-macro_rules! sync_hooks {
-    ($($name:literal),*) => {
-        &[$(
-            crate::hook!(
-                concat!("syscalls:sys_enter_", $name),
-                "tk_fsync_enter",
-                [Tracepoint, TpBtf],
-                raw: Some("sys_enter"),
-                fields: &["__syscall_nr"],
-                optional: true,
-                group: "sync",
-            ),
-            crate::hook!(
-                concat!("syscalls:sys_exit_", $name),
-                "tk_fsync_exit",
-                [Tracepoint, TpBtf],
-                raw: Some("sys_exit"),
-                fields: &["ret"],
-                optional: true,
-                group: "sync",
-            ),
-        )*]
-    };
-}
-
 /// Each syscall is optional (the tool traces whichever of the family the kernel has); all use
 /// one attach mode.
-pub const HOOKS: &[Hook] = sync_hooks!(
-    "fsync",
-    "fdatasync",
-    "sync_file_range",
-    "msync",
-    "syncfs",
-    "sync"
+pub const HOOKS: &[Hook] = crate::syscall_hooks!(
+    "tk_fsync_enter",
+    "tk_fsync_exit",
+    "sync",
+    [
+        "fsync",
+        "fdatasync",
+        "sync_file_range",
+        "msync",
+        "syncfs",
+        "sync"
+    ]
 );
 
 const EXAMPLES: &str = "  tracekit fsync-lat --duration 10s                  # who waits in the sync family, how long
