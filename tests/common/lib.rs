@@ -264,12 +264,16 @@ pub fn spawn_text_attached(args: &[&str]) -> Tracer {
 /// not SIGKILL, so it still detaches and writes its summary as on any stop.
 pub fn ends_with_the_test(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches only the child being started.
+    // SAFETY: prctl and signal are async-signal-safe and touch only the child being started.
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // A suite started under `nohup` passes SIGHUP on ignored, and tracekit keeps an
+            // inherited ignored SIGHUP ignored (what `nohup tracekit` asks for): the tests of
+            // its SIGHUP path then hung 15 s and failed. They test the path a terminal takes.
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
             Ok(())
         })
     }
