@@ -139,6 +139,7 @@ pub fn workload(args: &[String]) -> Option<i32> {
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
         .unwrap_or(40_998);
+    let r0 = entry_runs();
     let (s0, i0) = (softirqs(), irqs());
     let pinned = pin(1);
     let sent = send(n, 32, port);
@@ -151,6 +152,7 @@ pub fn workload(args: &[String]) -> Option<i32> {
         direct_reads(disk, reads)
     };
     let (s1, i1) = (softirqs(), irqs());
+    let r1 = entry_runs();
     // A run in flight on another CPU at that last read (its count already bumped) must end
     // before tracekit's final flip to be timed in the window: RCU and TIMER runs after the
     // flood take milliseconds (seen: 1 of 38 RCU runs missing without this pause, recorded in
@@ -167,9 +169,24 @@ pub fn workload(args: &[String]) -> Option<i32> {
         .collect();
     println!(
         "{}",
-        json!({"pid": std::process::id(), "sent": sent, "pinned": pinned, "reads": read, "soft": soft, "hard": hard})
+        json!({"pid": std::process::id(), "sent": sent, "pinned": pinned, "reads": read, "soft": soft, "hard": hard,
+            "entry_runs": [r1.0.checked_sub(r0.0), r1.1.checked_sub(r0.1)]})
     );
     Some(0)
+}
+
+/// How many times the kernel has run irq-lat's hard-IRQ and softirq entry programs (their
+/// `run_cnt`: zeros unless `kernel.bpf_stats_enabled` is on), read beside /proc's counts so the
+/// two cover the same instants (see [`Peer`]).
+fn entry_runs() -> (u64, u64) {
+    let sum = |prefix: &str| -> u64 {
+        program_ids_named(prefix)
+            .into_iter()
+            .map(|id| prog_run_stats(id).1)
+            .sum()
+    };
+    // Program names are cut to 15 bytes by the kernel.
+    (sum("tk_irq_hard_ent"), sum("tk_irq_soft_ent"))
 }
 
 /// Runs per (softirq vector name, CPU) and per (IRQ, CPU).
@@ -272,20 +289,66 @@ fn shared(irq: u32) -> bool {
 /// (2 for 2, 4 for 3, 4 for 2, 3 for 1) although the workload waits `SETTLE` after its last
 /// read; bpftrace counting `irq:softirq_entry` over the same workload never fell short. The
 /// cause is not found: this bound states what is measured, not why.
+///
+/// With `peer` (the entry programs' own run counts over the inner bracket), runs that /proc
+/// counted in the inner bracket beyond all the programs ran then are runs the kernel never
+/// handed to them (see [`Peer`]): allowed, said, and no more. A run the programs got and
+/// tracekit did not record still fails.
 fn check_bracket(
     lines: &[Value],
     w: &Value,
     outer_soft: &BTreeMap<(String, u32), u64>,
     outer_hard: &BTreeMap<(u32, u32), u64>,
+    peer: Option<&Peer>,
 ) -> Result<String, String> {
     let s = seen(lines);
     let (in_soft, in_hard) = inner(w);
     let mut report = Vec::new();
     let mut errs = Vec::new();
+    // Runs /proc counted in the inner bracket beyond what the entry programs ran over it: the
+    // kernel's, a pool shared by the rows of that kind.
+    let (mut soft_pool, mut hard_pool) = match peer {
+        Some(p) => (
+            in_soft.values().sum::<u64>().saturating_sub(p.soft_runs),
+            in_hard.values().sum::<u64>().saturating_sub(p.hard_runs),
+        ),
+        None => (0, 0),
+    };
+    let unrun = (soft_pool, hard_pool);
+    // Disk IRQs the kernel did not run the programs for, by CPU: the BLOCK softirqs they raise
+    // went unrun with them (every shortfall seen: as many BLOCK runs as disk IRQs, same CPU).
+    let mut unrun_irqs: BTreeMap<u32, u64> = BTreeMap::new();
+    for (k, out) in outer_hard.iter().filter(|(_, o)| **o > 0) {
+        if shared(k.0) {
+            continue;
+        }
+        let t = s.hard.get(k).copied().unwrap_or(0);
+        let i = in_hard.get(k).copied().unwrap_or(0);
+        let short = i.saturating_sub(t + s.lost + s.late);
+        let kernel = short.min(hard_pool);
+        hard_pool -= kernel;
+        *unrun_irqs.entry(k.1).or_default() += kernel;
+        if i > t + s.lost + s.late + kernel || t > *out {
+            errs.push(format!(
+                "IRQ {} CPU {}: inner {i} <= timed {t} (+lost {}) <= outer {out} broken",
+                k.0, k.1, s.lost
+            ));
+        }
+        report.push(format!("irq{}/cpu{} {i}<={t}<={out}", k.0, k.1));
+    }
     for (k, out) in outer_soft {
         let t = s.soft.get(k).copied().unwrap_or(0);
         let i = in_soft.get(k).copied().unwrap_or(0);
-        if i > t + s.lost + s.late || t > *out {
+        let short = i.saturating_sub(t + s.lost + s.late);
+        let mut kernel = short.min(soft_pool);
+        soft_pool -= kernel;
+        if k.0 == "BLOCK" {
+            let raised = unrun_irqs.entry(k.1).or_default();
+            let more = (short - kernel).min(*raised);
+            *raised -= more;
+            kernel += more;
+        }
+        if i > t + s.lost + s.late + kernel || t > *out {
             errs.push(format!(
                 "{} CPU {}: inner {i} <= timed {t} (+lost {}) <= outer {out} broken",
                 k.0, k.1, s.lost
@@ -303,23 +366,25 @@ fn check_bracket(
             ));
         }
     }
-    for (k, out) in outer_hard.iter().filter(|(_, o)| **o > 0) {
-        if shared(k.0) {
-            continue;
-        }
-        let t = s.hard.get(k).copied().unwrap_or(0);
-        let i = in_hard.get(k).copied().unwrap_or(0);
-        if i > t + s.lost + s.late || t > *out {
-            errs.push(format!(
-                "IRQ {} CPU {}: inner {i} <= timed {t} (+lost {}) <= outer {out} broken",
-                k.0, k.1, s.lost
-            ));
-        }
-        report.push(format!("irq{}/cpu{} {i}<={t}<={out}", k.0, k.1));
-    }
+    let peer_text = match peer {
+        Some(p) => format!(
+            "; entry programs ran {} hard-IRQ and {} softirq times{}",
+            p.hard_runs,
+            p.soft_runs,
+            if unrun != (0, 0) {
+                format!(
+                    ", {} hard-IRQ and {} softirq runs /proc counted fewer (the kernel did not run the programs for them)",
+                    unrun.1, unrun.0
+                )
+            } else {
+                String::new()
+            }
+        ),
+        None => "; no run counts for the entry programs: no allowance".to_string(),
+    };
     if errs.is_empty() {
         Ok(format!(
-            "lost {}, late {}; {}",
+            "lost {}, late {}; {}{peer_text}",
             s.lost,
             s.late,
             report.join(", ")
@@ -327,7 +392,7 @@ fn check_bracket(
     } else {
         let stats: Vec<&Value> = lines.iter().filter(|l| l["type"] == "stats").collect();
         Err(format!(
-            "{}; all: {}; stats {stats:?}; {}",
+            "{}; all: {}{peer_text}; stats {stats:?}; {}",
             errs.join("; "),
             report.join(", "),
             tracers_now()
@@ -339,37 +404,80 @@ fn check_bracket(
 /// 2 ms of it).
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// One traced run of the workload: tracekit's lines, the workload's report, and the outer deltas.
-type Run = (Vec<Value>, Value, SoftCounts, HardCounts);
+/// One traced run of the workload: tracekit's lines, the workload's report, the outer deltas
+/// and the entry programs' own run counts over the inner bracket.
+type Run = (Vec<Value>, Value, SoftCounts, HardCounts, Option<Peer>);
+
+/// How many times the kernel ran tracekit's two entry programs between the workload's two
+/// reads of /proc (their `run_cnt`, read beside them, `kernel.bpf_stats_enabled` on).
+///
+/// On this kernel (6.18, Firecracker's virtio MSI-X disk IRQ) a few of the disk's interrupts
+/// per thousand fire `irq_handler_entry` without running the BPF programs attached to it, and
+/// without counting a recursion miss: measured here with an ftrace instance filtered on the IRQ
+/// and bracketed by `trace_marker` lines, ftrace saw 2007 entries where the BPF entry and exit
+/// programs ran 2003 times each in a window holding ftrace's (1 run of 12; with `perf stat`
+/// counting the same tracepoints beside, several runs of 15 lost 1–16). The BLOCK softirqs those
+/// IRQs raise go unrun the same way. What the kernel never hands to the programs, no tracer
+/// built on them can time; what the programs were handed, tracekit must record.
+struct Peer {
+    hard_runs: u64,
+    soft_runs: u64,
+}
+
+impl Peer {
+    /// The workload's `entry_runs`: the programs' runs between its two reads of /proc. None
+    /// when either count is zero (stats off, or the programs not found): no allowance then, the
+    /// bracket is checked as strictly as without a peer.
+    fn of(w: &Value) -> Option<Peer> {
+        let p = Peer {
+            hard_runs: w["entry_runs"][0].as_u64().unwrap_or(0),
+            soft_runs: w["entry_runs"][1].as_u64().unwrap_or(0),
+        };
+        (p.hard_runs > 0 && p.soft_runs > 0).then_some(p)
+    }
+}
 
 fn traced_run(args: &[&str], n: &str, reads: &str) -> Run {
     let dir = scratch("irq-lat");
     let disk = dir.join("direct").to_string_lossy().into_owned();
+    // The programs' run counts: see `Peer`. Put back when the run ends.
+    let _stats = tracekit_tests::mm::Setting::try_set("/proc/sys/kernel/bpf_stats_enabled", "1")
+        .expect("kernel.bpf_stats_enabled");
+    // The entry programs are counted by name: an earlier run's, freed a moment after its
+    // tracekit exits, would be summed at the first read and gone at the second.
+    let before = wait_unloaded(&program_ids_named("tk_irq_"));
+    assert!(
+        before.is_empty(),
+        "irq-lat programs still loaded: {before:?}; {}",
+        tracers_now()
+    );
     let (s0, i0) = (softirqs(), irqs());
     let mut a = vec!["irq-lat", "--json"];
     a.extend_from_slice(args);
     let mut tk = Tracer::spawn(&a);
     tk.wait_attached();
     let w = run_workload(&["irq-lat-work", n, reads, &disk]);
+    let peer = Peer::of(&w);
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
     assert!(status.success(), "exit {status}: {stderr}");
     let (s1, i1) = (softirqs(), irqs());
     let _ = std::fs::remove_dir_all(dir);
-    (lines, w, delta(&s0, &s1), delta(&i0, &i1))
+    (lines, w, delta(&s0, &s1), delta(&i0, &i1), peer)
 }
 
 fn bracket_case(attach: &str) {
     let _serial = root_serial();
     const N: u64 = 20_000;
-    let (lines, w, os, oh) = traced_run(&["--attach", attach], &N.to_string(), "2000");
+    let (lines, w, os, oh, peer) = traced_run(&["--attach", attach], &N.to_string(), "2000");
     assert_eq!(w["sent"], N, "{w}");
     assert_eq!(w["pinned"], true, "{w}");
     let meta = lines.iter().find(|l| l["type"] == "meta").unwrap();
     for p in meta["programs"].as_array().unwrap() {
         assert_eq!(p["attach"], attach, "{p}");
     }
-    let summary = check_bracket(&lines, &w, &os, &oh).unwrap_or_else(|e| panic!("{e}"));
+    let summary =
+        check_bracket(&lines, &w, &os, &oh, peer.as_ref()).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{attach}: {summary}");
     let s = seen(&lines);
     // The flood: each loopback datagram ran NET_RX on CPU 1.
@@ -420,7 +528,7 @@ fn counts_bracketed_by_proc_softirqs_and_interrupts_tracepoint() {
 #[test]
 fn a_flood_from_one_cpu_is_an_irq_imbalance_on_that_cpu() {
     let _serial = root_serial();
-    let (lines, w, _, _) = traced_run(&[], "60000", "0");
+    let (lines, w, _, _, _) = traced_run(&[], "60000", "0");
     assert_eq!(w["sent"], 60_000, "{w}");
     let f: Vec<&Value> = lines
         .iter()
@@ -492,7 +600,7 @@ pub fn vm_check() -> Result<String, String> {
     let (s0, i0) = (softirqs(), irqs());
     let (lines, w, modes) = vm::traced(&["irq-lat"], &["irq-lat-work", "2000", "0", "-"])?;
     let (s1, i1) = (softirqs(), irqs());
-    let summary = check_bracket(&lines, &w, &delta(&s0, &s1), &delta(&i0, &i1))?;
+    let summary = check_bracket(&lines, &w, &delta(&s0, &s1), &delta(&i0, &i1), None)?;
     let s = seen(&lines);
     let rx: u64 = s
         .soft

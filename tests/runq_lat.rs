@@ -131,27 +131,6 @@ fn pinned(mut cmd: Command, cpu: usize) -> Command {
     cmd
 }
 
-/// bpftrace, installed from Debian when missing.
-fn bpftrace() -> &'static str {
-    let have = || {
-        Command::new("bpftrace")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have() {
-        let _ = Command::new("apt-get").arg("update").status();
-        let _ = Command::new("apt-get")
-            .args(["install", "-y", "bpftrace"])
-            .status();
-    }
-    assert!(
-        have(),
-        "bpftrace is needed for the reference and could not be installed"
-    );
-    "bpftrace"
-}
-
 /// The reference: every wait of a `tk-workload` task from its `sched_waking` (or
 /// `sched_wakeup_new`) to its switch-in, with the same rule as tracekit for wakeups that start
 /// no wait (a task switched out still runnable forgets a wakeup seen while it ran).

@@ -738,3 +738,24 @@ pub fn wait_file(p: &std::path::Path) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// bpftrace, installed from Debian when missing.
+pub fn bpftrace() -> &'static str {
+    let have = || {
+        Command::new("bpftrace")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have() {
+        let _ = Command::new("apt-get").arg("update").status();
+        let _ = Command::new("apt-get")
+            .args(["install", "-y", "bpftrace"])
+            .status();
+    }
+    assert!(
+        have(),
+        "bpftrace is needed for the reference and could not be installed"
+    );
+    "bpftrace"
+}
