@@ -352,6 +352,180 @@ fn tcp_connects_to_a_closed_port_are_no_socket_drops() {
     );
 }
 
+/// `TcpExt` counters of `/proc/net/netstat` and `Tcp` of `/proc/net/snmp`, by `Proto:Name`.
+fn tcp_counters() -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for f in ["/proc/net/netstat", "/proc/net/snmp"] {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for pair in lines.chunks(2) {
+            let [names, values] = pair else { continue };
+            let (Some((p, n)), Some((_, v))) = (names.split_once(':'), values.split_once(':'))
+            else {
+                continue;
+            };
+            for (n, v) in n.split_whitespace().zip(v.split_whitespace()) {
+                if let Ok(v) = v.parse::<u64>() {
+                    out.insert(format!("{p}:{n}"), v);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn moved(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>, k: &str) -> u64 {
+    b.get(k).copied().unwrap_or(0) - a.get(k).copied().unwrap_or(0)
+}
+
+/// Issue #33: nginx (Debian's) with a full accept queue (`net.core.somaxconn` 16, two workers
+/// of 64 connections each, `ab -c 1000`). The kernel's `ListenOverflows` is the ground truth,
+/// bracketed: read inside tracekit's window (after attach, before the signal) it is at most
+/// what tracekit reports, read outside (before the spawn, after the exit) at least. The finding
+/// names a worker (a holder whose parent, the master, holds the socket too), the backlog in
+/// force, and says nothing of "nobody listens" on a port nginx listens on.
+#[test]
+fn nginx_full_accept_queue_is_one_listen_overflow_naming_a_worker() {
+    let _serial = root_serial();
+    for bin in ["/usr/sbin/nginx", "/usr/bin/ab"] {
+        assert!(
+            std::path::Path::new(bin).exists(),
+            "{bin} missing: `cargo xtask test` installs nginx and apache2-utils"
+        );
+    }
+    let _somaxconn = tracekit_tests::mm::Setting::set("/proc/sys/net/core/somaxconn", "16");
+    let dir = scratch("nginx");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off; master_process on; worker_processes 2; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 64; }}
+http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
+  uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  server {{ listen 127.0.0.1:{port} backlog=511; location / {{ return 200 \"ok\\n\"; }} }} }}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let mut nginx = Command::new("/usr/sbin/nginx")
+        .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let master = nginx.id();
+    // Up when its port answers.
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(
+        up,
+        "nginx did not listen on {port}: {:?}",
+        std::fs::read_to_string(dir.join("error.log"))
+    );
+    let outer0 = tcp_counters();
+    let mut tk = Tracer::spawn(&["net-rx", "--json"]);
+    tk.wait_attached();
+    let inner0 = tcp_counters();
+    let ab = Command::new("timeout")
+        .args([
+            "20",
+            "/usr/bin/ab",
+            "-q",
+            "-r",
+            "-s",
+            "2",
+            "-n",
+            "20000",
+            "-c",
+            "1000",
+        ])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .unwrap();
+    let inner1 = tcp_counters();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    let outer1 = tcp_counters();
+    // The master ends its workers on SIGTERM.
+    // SAFETY: a signal to the child this test spawned and has not reaped.
+    unsafe { libc::kill(master as i32, libc::SIGTERM) };
+    let _ = nginx.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "exit {status}: {stderr}");
+    let ab_out = String::from_utf8_lossy(&ab.stdout);
+    let k = "TcpExt:ListenOverflows";
+    let (inner, outer) = (moved(&inner0, &inner1, k), moved(&outer0, &outer1, k));
+    assert!(
+        inner > 0,
+        "ab did not overflow nginx's accept queue (ListenOverflows +0): {ab_out}"
+    );
+    let f: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "finding" && l["cause"] == "listen-overflow")
+        .collect();
+    assert_eq!(f.len(), 1, "{f:?}");
+    let f = f[0];
+    eprintln!("{}", f["summary"]);
+    let seen = f["evidence"]["listen_overflows"].as_u64().unwrap();
+    assert!(
+        inner <= seen && seen <= outer,
+        "ListenOverflows: inside {inner} <= tracekit {seen} <= outside {outer}"
+    );
+    assert_eq!(f["evidence"]["port"], port, "{f}");
+    assert_eq!(f["evidence"]["backlog"], 16, "somaxconn caps the 511: {f}");
+    assert_eq!(f["comm"], "nginx", "{f}");
+    let pid = f["pid"].as_u64().unwrap() as u32;
+    assert_ne!(pid, master, "a worker, not the master: {f}");
+    assert!(
+        f["advice"].as_str().unwrap().contains("net.core.somaxconn"),
+        "{f}"
+    );
+    let closed = format!("nobody listens on tcp/{port}");
+    assert!(
+        !lines.iter().any(|l| l.to_string().contains(&closed)),
+        "{closed} while nginx listened"
+    );
+    let row = lines
+        .iter()
+        .find(|l| l["type"] == "listen" && l["port"] == port)
+        .unwrap_or_else(|| panic!("no listen row for {port}"));
+    assert!(
+        row["pids"].as_array().unwrap().len() >= 3,
+        "master and two workers: {row}"
+    );
+}
+
+/// Issue #33: sockets closed with data unread are routine teardown (`SOCKET_CLOSE` from
+/// `unix_release_sock` here), shown as rows and never a finding.
+#[test]
+fn connection_churn_is_no_drop_finding() {
+    use std::{io::Write, os::unix::net::UnixStream};
+    let _serial = root_serial();
+    const N: u64 = 20_000;
+    let lines = trace(&[], || {
+        for _ in 0..N {
+            let (mut a, b) = UnixStream::pair().unwrap();
+            a.write_all(&[7; 64]).unwrap();
+            drop(b);
+            drop(a);
+        }
+    });
+    let rows = drops(&lines, "SOCKET_CLOSE");
+    let closed = count(&rows, |r| r["routine"] == true);
+    assert!(
+        closed >= N,
+        "{closed} SOCKET_CLOSE rows marked routine of {N}: {rows:?}"
+    );
+    let f: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "finding" && l["cause"] == "net-drops")
+        .collect();
+    assert!(f.is_empty(), "routine drops made findings: {f:?}");
+}
+
 /// A firewall rule's drops are NETFILTER_DROP, as many as the rule's own counter, in a network
 /// namespace of the test's own (the host's rules are not touched).
 #[test]

@@ -147,6 +147,10 @@ fn test(extra: &[String]) -> Result<()> {
         "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
     )?;
     toolchain::ensure_debian(
+        &["nginx", "apache2-utils"],
+        "the listen-overflow test overflows a real nginx's accept queue with ab (its own nginx, own configuration, on a loopback port)",
+    )?;
+    toolchain::ensure_debian(
         &["chromium"],
         "the compare test renders its --html page in headless Chromium",
     )?;

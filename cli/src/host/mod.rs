@@ -21,6 +21,7 @@ pub mod container;
 pub mod disks;
 pub mod facts;
 pub mod kallsyms;
+pub mod listeners;
 pub mod maps;
 pub mod memcg;
 pub mod mountinfo;

@@ -423,6 +423,14 @@ pub struct SchedClass {
     pub cpus_allowed: Option<u64>,
 }
 
+/// The parent of process `pid` (`/proc/<pid>/stat`), `None` once it has exited.
+pub fn ppid(pid: u32) -> Option<u32> {
+    use procfs::FromRead;
+    let text = read_text_capped(&super::proc_path(&format!("{pid}/stat")), SMALL_FILE).ok()?;
+    let st = procfs::process::Stat::from_read(text.as_bytes()).ok()?;
+    u32::try_from(st.ppid).ok()
+}
+
 /// The scheduling class of process `pid`, `None` once it has exited.
 pub fn sched_class(pid: u32) -> Option<SchedClass> {
     use procfs::FromRead;

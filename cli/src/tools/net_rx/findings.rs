@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{
+    listen::{Accept, ListenRow},
     reasons,
     rows::{ConntrackRow, CpuRow, DeviceRow, DropRow, SockRow},
     INFO,
@@ -34,6 +35,8 @@ const CONNTRACK_FULL_PCT: f64 = 90.0;
 pub struct Evidence<'a> {
     pub drops: &'a [DropRow],
     pub socks: &'a [SockRow],
+    /// Listening ports whose accept queue overflowed (see `listen`).
+    pub listens: &'a [ListenRow],
     pub cpus: &'a [CpuRow],
     pub devices: &'a [DeviceRow],
     pub conntrack: &'a ConntrackRow,
@@ -75,6 +78,7 @@ fn kib(b: u64) -> String {
 pub fn findings(e: &Evidence) -> Vec<Finding> {
     let mut out = Vec::new();
     sockets(e, &mut out);
+    listen_queues(e, &mut out);
     closed_ports(e, &mut out);
     backlog(e, &mut out);
     imbalance(e, &mut out);
@@ -195,13 +199,126 @@ fn sockets(e: &Evidence, out: &mut Vec<Finding>) {
     }
 }
 
+/// Listeners whose accept queue overflowed, from the kernel's counters (how many) and the
+/// listeners full or dropped at (where); scored by the share of connection attempts lost.
+fn listen_queues(e: &Evidence, out: &mut Vec<Finding>) {
+    let a = Accept::of(e.counters);
+    let lost = a.lost();
+    if !worth(lost, e.secs) {
+        return;
+    }
+    let rate = lost as f64 / e.secs;
+    let share = harm::lost_share_ns_per_s(lost, a.passive_opens);
+    let somaxconn = sysctl("net.core.somaxconn");
+    let counted = format!(
+        "TcpExt ListenOverflows +{}, ListenDrops +{}, SyncookiesSent +{}; {:.1} % of connection attempts (Tcp PassiveOpens +{})",
+        a.overflows,
+        a.drops,
+        a.cookies_sent,
+        share as f64 / 1e7,
+        a.passive_opens
+    );
+    let evidence = |f: Finding| {
+        f.evidence("listen_overflows", a.overflows)
+            .evidence("listen_drops", a.drops)
+            .evidence("syncookies_sent", a.cookies_sent)
+            .evidence("passive_opens", a.passive_opens)
+            .evidence("lost_share_ppm", share / 1_000)
+            .evidence("drops_per_s", rate)
+    };
+    if e.listens.is_empty() {
+        let f = finding(
+            super::LISTEN_OVERFLOW,
+            Subject::named("system", "accept queues"),
+            Score::NsPerS(share),
+            format!(
+                "{lost} handshakes dropped at full accept queues in {} ({rate:.0}/s; {counted}), each costing its client a retransmission (a second or more); no listener was full at the end and no drop named a port.",
+                dur(e.secs)
+            ),
+        );
+        out.push(with(
+            evidence(f),
+            "find the listener with `ss -ltn` while it happens (Recv-Q at Send-Q is full), then accept faster or raise its backlog",
+            Some("watch -n1 \"ss -ltn; nstat -az TcpExtListenOverflows TcpExtListenDrops\"".into()),
+        ));
+        return;
+    }
+    let node_wide = if e.listens.len() > 1 {
+        " (node-wide counters)"
+    } else {
+        ""
+    };
+    for l in e.listens {
+        let holders = match (l.owner.pid, l.pids.len()) {
+            (Some(p), 1) => format!("{}, pid {p}", l.owner.comm_text()),
+            (Some(p), n) => format!(
+                "{}, pid {p}, one of {n} processes holding it: {}",
+                l.owner.comm_text(),
+                l.pids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            _ => "no process holds it now".into(),
+        };
+        let drops = if l.drops > 0 {
+            format!("; drops to the port: {}", l.drop_reasons)
+        } else {
+            String::new()
+        };
+        let limit = match somaxconn.as_deref().and_then(|s| s.parse::<u64>().ok()) {
+            Some(m) if l.backlog >= m => format!("backlog {} = net.core.somaxconn", l.backlog),
+            Some(m) => format!(
+                "backlog {} from listen(), below net.core.somaxconn {m}",
+                l.backlog
+            ),
+            None => format!("backlog {}", l.backlog),
+        };
+        let subject = l
+            .owner
+            .subject()
+            .unwrap_or_else(|| Subject::named("socket", format!("tcp/{}", l.port)));
+        let f = finding(
+            super::LISTEN_OVERFLOW,
+            subject,
+            Score::NsPerS(share),
+            format!(
+                "tcp/{} ({holders}): accept queue full, {lost} handshakes dropped in {} ({rate:.0}/s; {counted}){node_wide}, each costing its client a retransmission (a second or more); {limit}, {} waiting at the end{drops}.",
+                l.port,
+                dur(e.secs),
+                l.queued
+            ),
+        )
+        .evidence("port", u64::from(l.port))
+        .evidence("backlog", l.backlog)
+        .evidence("queued", l.queued)
+        .evidence("port_drops", l.drops);
+        let m = somaxconn.clone().unwrap_or_else(|| "?".into());
+        let advice = if somaxconn
+            .as_deref()
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_some_and(|m| l.backlog >= m)
+        {
+            format!("the backlog is capped by net.core.somaxconn ({m}): raise it (sysctl -w net.core.somaxconn=4096) and the application's listen() backlog (nginx `listen {} backlog=4096`, Redis `tcp-backlog`), then restart the service so listen() runs again; and accept faster (more workers)", l.port)
+        } else {
+            format!("the application's listen() backlog ({}) is the limit: raise it in its configuration (nginx `listen {} backlog=N`, Redis `tcp-backlog`) and restart it; net.core.somaxconn ({m}) caps it; and accept faster (more workers)", l.backlog, l.port)
+        };
+        out.push(with(
+            evidence(f),
+            advice,
+            Some(format!("ss -ltnp 'sport = :{}'", l.port)),
+        ));
+    }
+}
+
 /// Packets to ports nobody listens on.
 fn closed_ports(e: &Evidence, out: &mut Vec<Finding>) {
     let mut by_port: BTreeMap<(&str, u16), (u64, &DropRow)> = BTreeMap::new();
     for d in e
         .drops
         .iter()
-        .filter(|d| d.reason == "NO_SOCKET" && d.port != 0)
+        .filter(|d| d.reason == "NO_SOCKET" && d.port != 0 && !d.listened)
     {
         by_port
             .entry((d.proto.as_str(), d.port))
@@ -421,17 +538,26 @@ fn conntrack(e: &Evidence, out: &mut Vec<Finding>) {
     ));
 }
 
-/// Drops of other reasons, one finding per reason.
+/// Drops of other reasons, one finding per reason; routine teardown and duplicates
+/// (`reasons::routine`) are none.
 fn other_reasons(e: &Evidence, out: &mut Vec<Finding>) {
     let covered = |r: &str| {
         matches!(
             r,
             "NO_SOCKET" | "CPU_BACKLOG" | "[other]" | "unknown" | "CONSUMED"
-        ) || (matches!(r, "SOCKET_RCVBUFF" | "SOCKET_BACKLOG")
-            && e.socks.iter().any(|s| s.reason == r))
+        ) || reasons::routine(r).is_some()
+            || (r == "TCP_LISTEN_OVERFLOW" && Accept::of(e.counters).lost() > 0)
+            || (matches!(r, "SOCKET_RCVBUFF" | "SOCKET_BACKLOG")
+                && e.socks.iter().any(|s| s.reason == r))
     };
+    // Drops to a port whose accept queue overflowed are that finding's evidence.
+    let at_listener = |d: &DropRow| d.proto == "tcp" && e.listens.iter().any(|l| l.port == d.port);
     let mut by_reason: BTreeMap<&str, (u64, &DropRow)> = BTreeMap::new();
-    for d in e.drops.iter().filter(|d| !covered(&d.reason)) {
+    for d in e
+        .drops
+        .iter()
+        .filter(|d| !covered(&d.reason) && !at_listener(d))
+    {
         // Rows are sorted by count: the first of a reason is its top place.
         by_reason.entry(&d.reason).or_insert((0, d)).0 += d.count;
     }

@@ -44,6 +44,7 @@ use crate::{
 
 mod devices;
 mod findings;
+mod listen;
 mod owners;
 mod reasons;
 mod rows;
@@ -62,8 +63,8 @@ pub const INFO: ToolInfo = ToolInfo {
     hidden: false,
     // sk_buff, sock, socket, file and inode members at BTF offsets, in every attach mode.
     needs_btf: true,
-    rows: &[&rows::DROP_ROWS, &rows::SOCKET_ROWS, &rows::CPU_ROWS, &devices::DEVICE_ROWS, &devices::CONNTRACK_ROWS],
-    causes: &[NET_DROPS, NET_BACKLOG, SOFTIRQ_IMBALANCE, CONNTRACK_FULL],
+    rows: &[&rows::DROP_ROWS, &rows::SOCKET_ROWS, &listen::LISTEN_ROWS, &rows::CPU_ROWS, &devices::DEVICE_ROWS, &devices::CONNTRACK_ROWS],
+    causes: &[NET_DROPS, LISTEN_OVERFLOW, NET_BACKLOG, SOFTIRQ_IMBALANCE, CONNTRACK_FULL],
     by_container: false,
 };
 
@@ -71,6 +72,10 @@ pub const INFO: ToolInfo = ToolInfo {
 pub const NET_DROPS: Cause = Cause::new(
     "net-drops",
     "Received packets are dropped, by the kernel's reason and place.",
+);
+pub const LISTEN_OVERFLOW: Cause = Cause::new(
+    "listen-overflow",
+    "A listening socket's accept queue is full: new connections are dropped (TcpExt ListenOverflows).",
 );
 pub const NET_BACKLOG: Cause = Cause::new(
     "net-backlog",
@@ -499,6 +504,14 @@ impl Collector for NetRx {
                     .is_some_and(|p| o.owns(&[p], d.owner.comm.as_deref()))
             });
         }
+        let (mut listens, listens_unknown) =
+            match listen::rows(&listen::Accept::of(&host.counters), &drops) {
+                Ok(l) => (l, None),
+                Err(e) => (Vec::new(), Some(format!("accept queues unknown: {e}"))),
+            };
+        if let Some(o) = &owners {
+            listens.retain(|l| o.owns(&l.pids, l.owner.comm.as_deref()));
+        }
         let cpus = rows::cpu_rows(&cpu, &host.softnet, &drops, &self.cpu_hooks, secs);
         let devices = rows::device_rows(&host.devices, &host.irqs);
         let conntrack = rows::conntrack_row(&host.conntrack);
@@ -526,6 +539,7 @@ impl Collector for NetRx {
             ));
         }
         out.notes.extend(counter_note(&host.counters));
+        out.notes.extend(listens_unknown);
         out.note_skipped(&self.session.skipped);
         if drops.is_empty() {
             out.notes.push("no packet drops seen".into());
@@ -543,6 +557,7 @@ impl Collector for NetRx {
         out.findings = findings::findings(&findings::Evidence {
             drops: &drops,
             socks: &socks,
+            listens: &listens,
             cpus: if filtered { &[] } else { &cpus },
             devices: if filtered { &[] } else { &devices },
             conntrack: if filtered { &no_conntrack } else { &conntrack },
@@ -556,8 +571,18 @@ impl Collector for NetRx {
                 .caption("Drops by reason and place:"),
         );
         out.sections.push(
-            Section::build(&rows::SOCKET_ROWS, &socks, rows::SOCKETS, &ctx, 0)
-                .caption("Receiving processes with socket-level drops:"),
+            Section::build(
+                &rows::SOCKET_ROWS,
+                &socks,
+                rows::SOCKETS,
+                &ctx,
+                self.max_rows,
+            )
+            .caption("Receiving processes with socket-level drops:"),
+        );
+        out.sections.push(
+            Section::build(&listen::LISTEN_ROWS, &listens, listen::LISTENS, &ctx, 0)
+                .caption("Listening sockets whose accept queue overflowed:"),
         );
         out.sections.push(
             Section::build(&rows::CPU_ROWS, &cpus, rows::CPUS, &ctx, 0)

@@ -82,6 +82,32 @@ pub fn at_socket(reason: &str) -> bool {
     )
 }
 
+/// What the kernel means by a reason that is routine teardown or a duplicate, not a packet a
+/// receiver wanted and lost: such drops are counted and shown (with this meaning as their note)
+/// but never become a finding. `None` for a loss. The meanings are the kernel's own, from the
+/// reason's comment in `include/net/dropreason-core.h`.
+///
+/// Seen with real software (issue #33): `QUEUE_PURGE` at ~6,300/s from ordinary connection
+/// closes, `TCP_OLD_DATA` on Redis, `SOCKET_CLOSE` on unix sockets, one-packet
+/// `TCP_OLD_SEQUENCE` rows by the thousand.
+pub fn routine(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "QUEUE_PURGE" => "bulk free of a queue (a socket's, device's or qdisc's queue emptied as it is torn down)",
+        "SOCKET_CLOSE" => "socket is close()d: data its reader never read, freed with it",
+        "SOCKET_RCV_SHUTDOWN" => "socket is shut down for receive (shutdown(SHUT_RD)): data after it is discarded",
+        "TCP_CLOSE" => "a segment for a TCP socket in CLOSE state (the connection is gone)",
+        "TCP_ABORT_ON_DATA" => "data for a TCP socket its application already closed (LINUX_MIB_TCPABORTONDATA): answered with a reset",
+        "TCP_OLD_DATA" => "TCP data the receiver already had (a spurious or duplicate retransmission, LINUX_MIB_DELAYEDACKLOST)",
+        "TCP_OLD_SEQUENCE" => "an old sequence number: a duplicate packet",
+        "TCP_OLD_ACK" => "a TCP ACK that is old but in window",
+        "TCP_TOO_OLD_ACK" => "a TCP ACK that is too old",
+        "TCP_OFOMERGE" => "data already in the out-of-order queue (LINUX_MIB_TCPOFOMERGE)",
+        "TCP_RFC7323_PAWS" | "TCP_RFC7323_PAWS_ACK" => "an old duplicate rejected by TCP's timestamp check (PAWS, LINUX_MIB_PAWSESTABREJECTED)",
+        "DUP_FRAG" => "a duplicate IP fragment",
+        _ => return None,
+    })
+}
+
 /// The cause of a drop on a kernel that passes no reason, from the dropping function (kallsyms),
 /// whether anything listens on the destination port now, and the kernel's own counters
 /// (`/proc/net/snmp` deltas of this window). `None` when neither tells.
@@ -188,6 +214,36 @@ mod tests {
         );
         assert_eq!(Reasons::new(&[], &[], false).consumed(), u32::MAX);
         assert_eq!(Reasons::new(&[], &[], true).name(3), "reason 3");
+    }
+
+    /// Issue #33: teardown and duplicates are routine, what a receiver wanted and lost is not.
+    #[test]
+    fn routine_reasons_are_teardown_and_duplicates() {
+        for r in [
+            "QUEUE_PURGE",
+            "SOCKET_CLOSE",
+            "TCP_OLD_DATA",
+            "TCP_OLD_SEQUENCE",
+            "TCP_CLOSE",
+            "DUP_FRAG",
+        ] {
+            assert!(routine(r).is_some_and(|m| !m.is_empty()), "{r}");
+        }
+        for r in [
+            "SOCKET_RCVBUFF",
+            "SOCKET_BACKLOG",
+            "NO_SOCKET",
+            "TCP_LISTEN_OVERFLOW",
+            "NETFILTER_DROP",
+            "CPU_BACKLOG",
+            "NOT_SPECIFIED",
+            "TCP_ZEROWINDOW",
+            "PROTO_MEM",
+            "reason 123",
+            "unknown",
+        ] {
+            assert_eq!(routine(r), None, "{r} is a loss");
+        }
     }
 
     #[test]

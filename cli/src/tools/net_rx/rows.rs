@@ -61,6 +61,15 @@ pub struct DropRow {
     pub owner: Owner,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
+    /// Routine teardown or a duplicate (`reasons::routine`, its meaning in `note`): shown,
+    /// never a finding.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub routine: bool,
+    /// A `NO_SOCKET` drop to a port something listens on (TCP) or is bound to (UDP) when the
+    /// window ends: not a closed port (a SYN-cookie ACK meeting a full accept queue is
+    /// dropped so).
+    #[serde(skip)]
+    pub listened: bool,
     /// `nobody listens on udp/9999` for drops to a closed port.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finding: Option<String>,
@@ -123,7 +132,13 @@ pub const DROP_ROWS: Rows = Rows {
 };
 
 pub const DROPS: &[Column<DropRow>] = &[
-    Column::left("REASON", |r, _| r.reason.clone()),
+    Column::left("REASON", |r, _| {
+        if r.routine {
+            format!("{} (routine)", r.reason)
+        } else {
+            r.reason.clone()
+        }
+    }),
     Column::right("COUNT", |r, _| r.count.to_string()),
     Column::right("RATE/s", |r, _| rate(r.rate_per_s)),
     Column::left("PROTO", |r, _| r.proto.clone()),
@@ -177,6 +192,7 @@ pub fn drop_rows(
     n: &Names,
     secs: f64,
 ) -> Vec<DropRow> {
+    let mut bound: BTreeMap<(String, u16), bool> = BTreeMap::new();
     let mut rows: Vec<DropRow> = drops
         .iter()
         .map(|(k, v)| {
@@ -199,13 +215,21 @@ pub fn drop_rows(
                     .get(&i)
                     .map_or_else(|| (format!("if{i}"), None), dev_fields),
             };
-            let finding = (reason == "NO_SOCKET" && k.dport != 0)
+            let listened = reason == "NO_SOCKET"
+                && k.dport != 0
+                && *bound
+                    .entry((proto.clone(), k.dport))
+                    .or_insert_with(|| !net::port_sockets(&proto, k.dport).is_empty());
+            let finding = (reason == "NO_SOCKET" && k.dport != 0 && !listened)
                 .then(|| format!("nobody listens on {proto}/{}", k.dport));
+            let routine = reasons::routine(&reason);
             DropRow {
                 reason_code: n.reasons.has_reason.then_some(k.reason),
-                note: (reason == "NOT_SPECIFIED").then_some(
+                note: routine.or((reason == "NOT_SPECIFIED").then_some(
                     "kfree_skb without a reason: a drop in code not annotated yet, or a normal free by a caller that should use consume_skb",
-                ),
+                )),
+                routine: routine.is_some(),
+                listened,
                 reason,
                 reason_from,
                 count,
@@ -344,17 +368,16 @@ pub fn sock_rows(
 ) -> Vec<SockRow> {
     let mut rows: Vec<SockRow> = socks
         .iter()
-        .map(|(k, v)| {
+        .map(|(k, v)| (k, v, n.reasons.has_reason.then(|| n.reasons.name(k.reason))))
+        // A socket's teardown is not a receiver losing data (see `reasons::routine`).
+        .filter(|(_, _, r)| r.as_deref().and_then(reasons::routine).is_none())
+        .map(|(k, v, reason)| {
             let count: u64 = v.iter().map(|x| x.count).sum();
             SockRow {
                 proto: proto_name(k.proto as u8),
                 port: k.lport,
                 ino: k.ino,
-                reason: if n.reasons.has_reason {
-                    n.reasons.name(k.reason)
-                } else {
-                    "unknown".into()
-                },
+                reason: reason.unwrap_or_else(|| "unknown".into()),
                 count,
                 rate_per_s: count as f64 / secs,
                 rcvbuf: v.iter().map(|x| x.rcvbuf).max(),

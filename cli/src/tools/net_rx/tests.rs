@@ -59,6 +59,7 @@ mod verdicts {
         findings(&Evidence {
             drops: &[],
             socks: &[],
+            listens: &[],
             cpus,
             devices,
             conntrack,
@@ -75,6 +76,7 @@ mod verdicts {
         findings(&Evidence {
             drops: &[],
             socks,
+            listens: &[],
             cpus: &[],
             devices: &[],
             conntrack: &ConntrackRow::default(),
@@ -82,6 +84,118 @@ mod verdicts {
             secs,
             ncpus: 2,
         })
+    }
+
+    /// Issue #33: ~6,300 QUEUE_PURGE/s from ordinary connection closes ranked #2 in triage;
+    /// routine teardown and duplicates are rows, never findings, while a firewall's drops at a
+    /// tenth of the rate are one.
+    #[test]
+    fn routine_drops_are_no_finding() {
+        let row = |reason: &str, count: u64| crate::tools::net_rx::rows::DropRow {
+            reason: reason.into(),
+            routine: crate::tools::net_rx::reasons::routine(reason).is_some(),
+            count,
+            rate_per_s: count as f64 / 10.0,
+            proto: "tcp".into(),
+            daddr: "127.0.0.1".into(),
+            port: 6379,
+            location: "tcp_close+0x1f".into(),
+            ..Default::default()
+        };
+        let drops = [
+            row("QUEUE_PURGE", 63_000),
+            row("SOCKET_CLOSE", 9_000),
+            row("TCP_OLD_DATA", 4_000),
+            row("TCP_OLD_SEQUENCE", 1_076),
+            row("NETFILTER_DROP", 6_300),
+        ];
+        let f = findings(&Evidence {
+            drops: &drops,
+            socks: &[],
+            listens: &[],
+            cpus: &[],
+            devices: &[],
+            conntrack: &ConntrackRow::default(),
+            counters: &BTreeMap::new(),
+            secs: 10.0,
+            ncpus: 2,
+        });
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].summary.contains("NETFILTER_DROP"), "{}", f[0].summary);
+    }
+
+    /// Issue #33: nginx with a full accept queue (somaxconn 16, `ab -c 1000`) was "nobody
+    /// listens on tcp/8080"; the kernel's counters say how many were lost, the listener where.
+    #[test]
+    fn a_full_accept_queue_is_one_listen_overflow_not_a_closed_port() {
+        use crate::tools::net_rx::{listen::ListenRow, rows::DropRow};
+        let drop = |reason: &str, port: u16, count: u64| DropRow {
+            reason: reason.into(),
+            count,
+            rate_per_s: count as f64 / 10.0,
+            proto: "tcp".into(),
+            port,
+            listened: reason == "NO_SOCKET" && port == 8080,
+            ..Default::default()
+        };
+        let drops = [
+            drop("NO_SOCKET", 8080, 5_000),
+            drop("NOT_SPECIFIED", 8080, 9_000),
+            drop("TCP_LISTEN_OVERFLOW", 8080, 579),
+            drop("NO_SOCKET", 9999, 50),
+        ];
+        let listens = [ListenRow {
+            pids: vec![100, 101, 102],
+            port: 8080,
+            backlog: 16,
+            queued: 16,
+            drops: 14_579,
+            drop_reasons: "NOT_SPECIFIED 9000, NO_SOCKET 5000, TCP_LISTEN_OVERFLOW 579".into(),
+            ..Default::default()
+        }];
+        let counters: BTreeMap<String, i64> = [
+            ("TcpExt:ListenOverflows", 14_664),
+            ("TcpExt:ListenDrops", 14_664),
+            ("TcpExt:SyncookiesSent", 0),
+            ("Tcp:PassiveOpens", 9_336),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let none = ConntrackRow::default();
+        let e = |listens| Evidence {
+            drops: &drops,
+            socks: &[],
+            listens,
+            cpus: &[],
+            devices: &[],
+            conntrack: &none,
+            counters: &counters,
+            secs: 10.0,
+            ncpus: 2,
+        };
+        let f = findings(&e(&listens));
+        let l = only(&f, super::LISTEN_OVERFLOW, "tcp/8080");
+        assert!(
+            l.summary.contains("ListenOverflows +14664"),
+            "{}",
+            l.summary
+        );
+        assert!(l.summary.contains("backlog 16"), "{}", l.summary);
+        assert_eq!(ev(&l, "listen_overflows"), Num::U(14_664));
+        assert_eq!(ev(&l, "lost_share_ppm"), Num::U(611_000));
+        assert_eq!(l.next.as_deref(), Some("ss -ltnp 'sport = :8080'"));
+        // The closed port 9999 is still one; 8080's drops are the overflow's, nothing else.
+        let closed: Vec<&Finding> = f
+            .iter()
+            .filter(|x| x.summary.contains("nobody listens"))
+            .collect();
+        assert_eq!(closed.len(), 1, "{f:#?}");
+        assert!(closed[0].summary.contains("tcp/9999"));
+        assert_eq!(f.len(), 2, "{f:#?}");
+        // Counters moved but no listener was found: one node-wide finding.
+        let f = findings(&e(&[]));
+        assert_eq!(of(&f, super::LISTEN_OVERFLOW).len(), 1, "{f:#?}");
     }
 
     fn dropping(proto: &str, pid: u32, count: u64, secs: f64) -> SockRow {
