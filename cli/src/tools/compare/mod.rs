@@ -96,7 +96,8 @@ pub struct Change {
     pub exact: bool,
     pub significant: bool,
     pub direction: Direction,
-    /// `better`, `worse`, `changed`, `no significant change`, `too few intervals`.
+    /// `better`, `worse`, `changed`, `no significant change`, `no change` (the same number
+    /// as shown), `too few intervals`.
     pub verdict: &'static str,
     #[serde(skip)]
     pub kind: Kind,
@@ -104,7 +105,54 @@ pub struct Change {
     pub sides: (model::Side, model::Side),
 }
 
+/// Kernel threads by name: their work is on behalf of the workload (writeback, softirqs,
+/// reclaim), so their changes rank after the workload's own (issue #33: a bfq regression sat
+/// below 23 kworker and ksoftirqd lines).
+const KTHREADS: &[&str] = &[
+    "kworker/",
+    "ksoftirqd/",
+    "kswapd",
+    "kcompactd",
+    "khugepaged",
+    "migration/",
+    "rcu_",
+    "jbd2/",
+    "irq/",
+    "cpuhp/",
+    "watchdog",
+    "kthreadd",
+    "kauditd",
+    "kblockd",
+    "writeback",
+];
+
 impl Change {
+    /// The subject's comm (`postgres [fsync-lat summary]` → `postgres`); `None` for the node
+    /// and rows without a process.
+    fn comm(&self) -> Option<&str> {
+        let (comm, _) = self.subject.split_once(" [")?;
+        (!comm.is_empty()).then_some(comm)
+    }
+
+    /// How directly the user's workload felt this metric, first first: 0 its latency and the
+    /// time it lost, 1 its other counts with a better way (drops, errors), 2 its activity
+    /// (counts without a better way, such as requests queued or bytes), 3 the node's series
+    /// and kernel threads.
+    fn tier(&self) -> u8 {
+        let kthread = self
+            .comm()
+            .is_some_and(|c| KTHREADS.iter().any(|k| c.starts_with(k)));
+        if kthread || self.kind == Kind::Node {
+            return 3;
+        }
+        match (self.kind, self.direction) {
+            (Kind::Latency(_), _) => 0,
+            (_, Direction::LowerIsBetter) if self.unit == "ns" => 0,
+            (_, Direction::LowerIsBetter | Direction::HigherIsBetter) => 1,
+            _ => 2,
+        }
+    }
+
     /// The headline values (before, after).
     fn headline(&self) -> (f64, f64) {
         match self.kind {
@@ -231,7 +279,12 @@ pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2
         }
         let enough =
             c.sides.0.samples.len() >= MIN_SAMPLES && c.sides.1.samples.len() >= MIN_SAMPLES;
-        if enough {
+        // What the reader sees as the same number is no change ("0 → 0, changed" was one),
+        // whatever the samples' test says.
+        let same = c.fmt(hb) == c.fmt(ha);
+        if same && enough {
+            c.verdict = "no change";
+        } else if enough {
             let large = c.change_pct.is_none_or(|x| x.abs() >= min_change_pct(kind));
             c.significant = large && c.p.is_some_and(|p| p < ALPHA);
             // Which way the samples moved: the sign of the difference of their medians (the
@@ -257,11 +310,15 @@ pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2
         }
         out.push(c);
     }
-    // Significant first, then by the size of the change.
+    // Nothing of tracekit's own: its processes are the measurement, not the workload.
+    out.retain(|c| c.comm() != Some("tracekit"));
+    // Significant first, then what the workload felt before activity, then by the size of
+    // the change.
     out.sort_by(|x, y| {
         let size = |c: &Change| c.change_pct.map(f64::abs).unwrap_or(0.0);
         y.significant
             .cmp(&x.significant)
+            .then(x.tier().cmp(&y.tier()))
             .then(size(y).total_cmp(&size(x)))
             .then(x.subject.cmp(&y.subject))
             .then(x.metric.cmp(&y.metric))
@@ -590,6 +647,118 @@ mod tests {
                 "{what}: {out}"
             );
             assert!(out.contains("60\\x1b]0;PWN"), "{what}: {out}");
+        }
+    }
+
+    /// A recording of `n` intervals whose rows `rows(i)` makes (tool, kind, row, fsync
+    /// latencies of the interval in ns).
+    fn recording_of(n: u64, rows: impl Fn(u64) -> Vec<(&'static str, Value, Vec<u64>)>) -> String {
+        let header = json!({"format": "tracekit-record", "version": 1, "type": "header", "tools": ["fsync-lat", "io-lat"], "facts": {}});
+        let mut s = format!("{header}\n");
+        for i in 0..n {
+            s.push_str(&json!({"type": "interval", "i": i, "secs": 1.0, "end_ns": i}).to_string());
+            s.push('\n');
+            for (tool, row, lat) in rows(i) {
+                let mut line =
+                    json!({"type": "row", "i": i, "tool": tool, "kind": "summary", "row": row});
+                if !lat.is_empty() {
+                    let mut h = LatHist::ZERO;
+                    for v in lat {
+                        h.record(v);
+                    }
+                    line["dists"] = json!({"fsync": dist_json(&h)});
+                }
+                s.push_str(&line.to_string());
+                s.push('\n');
+            }
+            s.push_str(&json!({"type": "node", "i": i}).to_string());
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Issue #33 (8): after switching a scheduler off, compare's #1 was "queued/s 4662 → 0,
+    /// better" (an accounting artifact), with "0 → 0, changed (significant)" lines, tracekit's
+    /// own processes, and the real regression below kworker lines. Now: the workload's latency
+    /// first, kernel threads after it, never tracekit, never a change between equal numbers.
+    #[test]
+    fn the_workloads_latency_ranks_first_and_artifacts_do_not() {
+        let side = |after: bool| {
+            recording_of(8, move |i| {
+                let lat = if after { 4_000_000 } else { 1_000_000 };
+                vec![
+                    (
+                        "fsync-lat",
+                        json!({"pid": 5, "comm": "sysbench", "count": 100}),
+                        vec![lat; 50],
+                    ),
+                    (
+                        "io-lat",
+                        json!({"pid": 5, "comm": "sysbench", "count": 4662, "queued": if after { 0 } else { 4662 }}),
+                        vec![],
+                    ),
+                    (
+                        "io-lat",
+                        json!({"pid": 9, "comm": "kworker/u4:1", "count": if after { 9000 + i } else { 10 + i }}),
+                        vec![],
+                    ),
+                    (
+                        "fsync-lat",
+                        json!({"pid": 7, "comm": "tracekit", "count": if after { 500 + i } else { 1 + i }}),
+                        vec![],
+                    ),
+                    // Mostly zero on both sides: medians 0 → 0.
+                    (
+                        "fsync-lat",
+                        json!({"pid": 8, "comm": "zz", "errors": if !after && i >= 5 { 9 } else { 0 }}),
+                        vec![],
+                    ),
+                ]
+            })
+        };
+        let (b, a) = (parse(&side(false), "b.tkr"), parse(&side(true), "a.tkr"));
+        let cmp = Comparison::of((Path::new("b.tkr"), b), (Path::new("a.tkr"), a)).unwrap();
+        let sig: Vec<(&str, &str, &str)> = cmp
+            .changes
+            .iter()
+            .filter(|c| c.significant)
+            .map(|c| (c.subject.as_str(), c.metric.as_str(), c.verdict))
+            .collect();
+        assert!(
+            sig.first()
+                .is_some_and(|(s, m, v)| s.starts_with("sysbench")
+                    && m.contains("fsync latency")
+                    && *v == "worse"),
+            "{sig:#?}"
+        );
+        let kworker = sig
+            .iter()
+            .position(|(s, ..)| s.starts_with("kworker"))
+            .expect("kworker's change is kept");
+        let queued = sig.iter().position(|(_, m, _)| *m == "queued/s");
+        assert!(queued.is_some_and(|q| q < kworker), "{sig:#?}");
+        assert!(
+            cmp.changes
+                .iter()
+                .filter(|c| c.metric == "queued/s")
+                .all(|c| c.verdict != "better"),
+            "fewer queued is no improvement"
+        );
+        assert!(!cmp
+            .changes
+            .iter()
+            .any(|c| c.subject.starts_with("tracekit")));
+        for c in &cmp.changes {
+            let (hb, ha) = c.headline();
+            assert!(
+                !(c.significant && c.fmt(hb) == c.fmt(ha)),
+                "{} {}: {} → {} called {}",
+                c.subject,
+                c.metric,
+                c.fmt(hb),
+                c.fmt(ha),
+                c.verdict
+            );
         }
     }
 

@@ -290,7 +290,10 @@ const IO_SUMMARY: &[Field] = &[
     Field::count("bytes", Neutral).export("tracekit_io_bytes", "Bytes of block I/O completed."),
     Field::stat("bytes_per_s"),
     Field::count("direct", Neutral),
-    Field::count("queued", LowerIsBetter),
+    // Requests that went through the I/O scheduler's queue: with no scheduler (`none`) none do,
+    // so fewer is an accounting change, not an improvement (issue #33: "queued/s 4662 → 0,
+    // better" was compare's top line after switching the scheduler off).
+    Field::count("queued", Neutral),
 ];
 
 /// The summary rows: per device, issuing process, cgroup and op.
