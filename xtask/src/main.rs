@@ -147,8 +147,8 @@ fn test(extra: &[String]) -> Result<()> {
         "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
     )?;
     toolchain::ensure_debian(
-        &["nginx", "apache2-utils"],
-        "the listen-overflow test overflows a real nginx's accept queue with ab (its own nginx, own configuration, on a loopback port)",
+        &["nginx", "apache2-utils", "postgresql"],
+        "real software staged into incidents: nginx's accept queue overflowed with ab, PostgreSQL's WAL flushes under pgbench (each the test's own instance on loopback or a Unix socket)",
     )?;
     toolchain::ensure_debian(
         &["chromium"],

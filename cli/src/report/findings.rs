@@ -19,11 +19,25 @@ pub struct Cause {
     pub name: &'static str,
     /// What it means, in one sentence (the README's table).
     pub means: &'static str,
+    /// Evidence that adds up across the processes of one service (calls, total times, rates),
+    /// summed when [`group`](crate::report::group::group) tells them as one finding; other
+    /// evidence (percentiles, maxima) is the worst member's.
+    pub sums: &'static [&'static str],
 }
 
 impl Cause {
     pub const fn new(name: &'static str, means: &'static str) -> Cause {
-        Cause { name, means }
+        Cause {
+            name,
+            means,
+            sums: &[],
+        }
+    }
+
+    /// The evidence that adds up across a service's processes (see [`Cause::sums`]).
+    pub const fn summing(mut self, sums: &'static [&'static str]) -> Cause {
+        self.sums = sums;
+        self
     }
 
     pub fn as_str(self) -> &'static str {
@@ -260,6 +274,9 @@ pub struct Finding {
     pub next: Option<String>,
     /// Where this finding is another's cost, told within that one ([`fold`]).
     pub fold: Option<Box<FoldInto>>,
+    /// The processes of one service told as this one finding, worst first (the subject is the
+    /// worst), with each one's own score; empty for a finding about one subject.
+    pub members: Vec<(Subject, Score)>,
 }
 
 pub use super::harm::MIN_NS_PER_S;
@@ -284,6 +301,7 @@ impl Finding {
             advice: String::new(),
             next: None,
             fold: None,
+            members: Vec::new(),
         }
     }
 
@@ -354,6 +372,21 @@ impl Finding {
         m.insert("advice".into(), self.advice.clone().into());
         if let Some(n) = &self.next {
             m.insert("next".into(), n.clone().into());
+        }
+        if !self.members.is_empty() {
+            let members: Vec<Value> = self
+                .members
+                .iter()
+                .map(|(s, score)| {
+                    let mut v = serde_json::to_value(s).unwrap_or_default();
+                    match *score {
+                        Score::NsPerS(x) => v["score_ns_per_s"] = x.into(),
+                        Score::RatePerS(x) => v["rate_per_s"] = json!(x),
+                    }
+                    v
+                })
+                .collect();
+            m.insert("members".into(), members.into());
         }
         Value::Object(m)
     }
@@ -452,6 +485,7 @@ mod tests {
             advice: String::new(),
             next: None,
             fold: None,
+            members: Vec::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! sanitising of names that come from outside, rendering, and the sinks reports go to.
 
 pub mod findings;
+pub mod group;
 pub mod harm;
 pub mod hist;
 pub mod links;

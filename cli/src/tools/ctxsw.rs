@@ -59,7 +59,8 @@ pub mod ev {
 pub const CTXSW_STORM: Cause = Cause::new(
     "ctxsw-storm",
     "A process switches context so often (tens of thousands of times a second) that the switching is its cost.",
-);
+)
+.summing(&["switches_per_s", "voluntary_per_s", "involuntary_per_s", "own_preemptions", "runq_total_ns"]);
 
 const EXAMPLES: &str = "  tracekit ctxsw --duration 10s                     # who switches, voluntary or not, and who preempts whom
   tracekit ctxsw --duration 1m --top 20              # live view of the top 20 (per interval without a terminal)
@@ -582,6 +583,7 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
                 "tracekit ctxsw --pid {pid} --threads --duration 10s"
             )),
             fold: None,
+            members: Vec::new(),
         }
         .evidence("switches_per_s", per_s(sw, secs))
         .evidence(ev::VOLUNTARY_PER_S, per_s(vol, secs))

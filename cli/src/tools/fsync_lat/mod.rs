@@ -61,7 +61,8 @@ pub mod ev {
 pub const FSYNC: Cause = Cause::new(
     "fsync",
     "A process loses time waiting in fsync, fdatasync or another call of the sync family.",
-);
+)
+.summing(&["calls", "total_ns", "latency_total_ns"]);
 
 const OBJECT: Object = crate::object!("fsync_lat");
 
@@ -595,15 +596,16 @@ impl FsyncLat {
             per_pid.entry(r.who.pid).or_default().push(r);
         }
         let mut out = Vec::new();
+        // Too small alone, but counted with their service when it has a finding (triage tells
+        // a service once: report::group).
+        let mut below = Vec::new();
         for (pid, rs) in per_pid {
             // The time inside the window (a call begun before it counts from its start): one
             // thread's share never exceeds the whole.
             let total: u64 = rs.iter().map(|r| r.in_window_ns).sum();
             let count: u64 = rs.iter().map(|r| r.lat.s.count).sum();
             let ns_per_s = (total as f64 / secs) as u64;
-            if ns_per_s < MIN_FSYNC_NS_PER_S {
-                continue;
-            }
+            let small = ns_per_s < MIN_FSYNC_NS_PER_S;
             let top = rs
                 .iter()
                 .max_by_key(|r| r.lat.s.total_ns)
@@ -629,7 +631,7 @@ impl FsyncLat {
                     "tracekit io-lat --duration 10s".to_string(),
                 )
             };
-            out.push(Finding {
+            let f = Finding {
                 tool: INFO.name,
                 cause: FSYNC,
                 subject,
@@ -649,6 +651,7 @@ impl FsyncLat {
                 advice: advice.into(),
                 next: Some(next),
                 fold: None,
+                members: Vec::new(),
             }
             .evidence("total_ns", total)
             .evidence("latency_total_ns", rs.iter().map(|r| r.lat.s.total_ns).sum::<u64>())
@@ -656,8 +659,15 @@ impl FsyncLat {
             .evidence("p50_ns", top.lat.s.p50_ns)
             .evidence(ev::P99_NS, top.lat.s.p99_ns)
             .evidence("max_ns", top.lat.s.max_ns)
-            .evidence(crate::report::findings::WINDOW_NS, (secs * 1e9) as u64));
+            .evidence(crate::report::findings::WINDOW_NS, (secs * 1e9) as u64);
+            if small {
+                below.push(f);
+            } else {
+                out.push(f);
+            }
         }
+        crate::report::group::with_service(&mut out, below);
+        crate::report::group::group(&mut out);
         crate::report::findings::rank(&mut out);
         out
     }

@@ -170,6 +170,7 @@ fn scheduler(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding> 
             ),
             next: Some(format!("tracekit io-lat --dev {} --duration 30s", d.dev)),
             fold: None,
+            members: Vec::new(),
         }
         .evidence("queue_share_pct", (pct * 10.0).round() / 10.0)
         .evidence("queue_p99_ns", q.p99_ns)
@@ -218,6 +219,7 @@ fn queue_full(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
             advice,
             next: Some(format!("tracekit io-lat --dev {} --interval 1s --duration 30s", d.dev)),
             fold: None,
+            members: Vec::new(),
         }
         .evidence("full_pct", full)
         .evidence("nr_requests", nr)
@@ -268,6 +270,7 @@ fn top_issuer(d: &DeviceRow, top: Option<&Issuer>, secs: f64) -> Option<Finding>
                 d.dev, t.pid
             )),
             fold: None,
+            members: Vec::new(),
         }
         .evidence("share_pct", (share * 10.0).round() / 10.0)
         .evidence("requests", t.count)

@@ -173,6 +173,7 @@ impl Evidence<'_> {
                 r.pid
             )),
             fold: None,
+            members: Vec::new(),
         }
         .evidence("stalls", r.count)
         .evidence("total_ns", r.total_ns)
@@ -415,6 +416,7 @@ impl Evidence<'_> {
                 advice: "Raise the limit (memory.max on v2, memory.limit_in_bytes on v1) or cut what the processes in it use; memstall's memcg_reclaim rows show who fought the limit before the kill.".into(),
                 next: Some("journalctl -k --grep 'Killed process|oom-kill'".into()),
                 fold: None,
+                members: Vec::new(),
             }
             .evidence("oom_kills", v.len());
             if let Some(c) = facts {

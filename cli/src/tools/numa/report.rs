@@ -411,6 +411,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         ),
         next: Some(format!("tracekit numa --pid {} --duration 30s", r.who.pid)),
         fold: None,
+        members: Vec::new(),
     }
     .evidence("cpu_ns", r.cpu_ns)
     .evidence("remote_cpu_ns", remote_ns)
@@ -474,6 +475,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
             r.who.pid
         )),
         fold: None,
+        members: Vec::new(),
     }
     .evidence("pages_migrated", r.pages_migrated)
     .evidence("migrated_kib", kib)

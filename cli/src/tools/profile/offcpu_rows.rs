@@ -388,6 +388,7 @@ pub fn off_findings(
                 advice: c.advice.to_string(),
                 next: Some(c.next.replace("{pid}", &p.tgid.to_string())),
                 fold: None,
+                members: Vec::new(),
             }
             .evidence("blocked_ns", ns)
             .evidence("blocks", blocks)

@@ -277,6 +277,7 @@ pub fn findings(
                     p.tgid
                 )),
                 fold: None,
+                members: Vec::new(),
             }
             .evidence("samples", p.samples)
             .evidence("function_samples", n)

@@ -291,6 +291,7 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
             "tracekit runq-lat --pid {pid} --threads --duration 10s"
         )),
         fold: None,
+        members: Vec::new(),
     }
     .evidence(ev::WAKE_WAITS, a.wake.count)
     .evidence(ev::WAKE_WAIT_TOTAL_NS, a.wake.sum)
@@ -463,6 +464,7 @@ fn saturation_finding(
             top.0
         )),
         fold: None,
+        members: Vec::new(),
     }
     .evidence("cpus", node.cpus)
     .evidence("hog_cpus_mask", mask.unwrap_or(0))

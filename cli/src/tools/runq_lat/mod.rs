@@ -78,7 +78,13 @@ pub mod ev {
 pub const RUNQ_DELAY: Cause = Cause::new(
     "runq-delay",
     "A process waits runnable for a CPU that other tasks hold.",
-);
+)
+.summing(&[
+    ev::WAKE_WAITS.0,
+    ev::WAKE_WAIT_TOTAL_NS.0,
+    ev::WAKE_LATE.0,
+    ev::WAKE_LONG_TOTAL_NS.0,
+]);
 pub const CPU_SATURATED: Cause = Cause::new(
     "cpu-saturated",
     "More runnable CPU-bound threads than CPUs: they wait for each other after preemptions.",
