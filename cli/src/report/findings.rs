@@ -123,7 +123,10 @@ impl Subject {
         let title = self
             .cmdline
             .as_deref()
-            .map(|t| crate::report::sanitize::bracket(t.as_bytes()))
+            .map(|t| {
+                let comm = self.name.as_deref().unwrap_or("").as_bytes();
+                crate::report::sanitize::bracket_beside(comm, t.as_bytes())
+            })
             .unwrap_or_default();
         let name = format!("{}{title}", self.name.as_deref().unwrap_or("?"));
         let name = name.as_str();

@@ -137,17 +137,34 @@ pub fn comm_bytes(comm: &[u8]) -> &[u8] {
 
 /// Characters of a title shown in a text table; JSON keeps the whole title (up to
 /// [`crate::host::proc::TITLE_MAX`] bytes).
-pub const TEXT_WIDTH: usize = 28;
+pub const TEXT_WIDTH: usize = 40;
 
-/// ` [title]`, escaped for a terminal and cut to [`TEXT_WIDTH`] characters.
+/// Of a title cut to [`TEXT_WIDTH`], the characters kept from its start; the rest come from
+/// its end, where services put what tells their processes apart (PostgreSQL's database, user
+/// and state, a Java main class, a script's last argument).
+const HEAD: usize = 18;
+
+/// ` [title]`, escaped for a terminal and cut in the middle to [`TEXT_WIDTH`] characters.
 pub fn bracket(title: &[u8]) -> String {
     let t = text(title);
-    let cut: String = t.chars().take(TEXT_WIDTH).collect();
-    if cut.len() < t.len() {
-        format!(" [{cut}…]")
-    } else {
-        format!(" [{t}]")
+    let n = t.chars().count();
+    if n <= TEXT_WIDTH {
+        return format!(" [{t}]");
     }
+    let head: String = t.chars().take(HEAD).collect();
+    let tail: String = t.chars().skip(n - (TEXT_WIDTH - HEAD - 1)).collect();
+    format!(" [{head}…{tail}]")
+}
+
+/// [`bracket`] for the title of a process named `comm`, without the name the title repeats
+/// (`postgres: 15/main: walwriter` beside `postgres` shows `15/main: walwriter`).
+pub fn bracket_beside(comm: &[u8], title: &[u8]) -> String {
+    let rest = title
+        .strip_prefix(comm)
+        .and_then(|r| r.strip_prefix(b": "))
+        .filter(|r| !r.is_empty())
+        .unwrap_or(title);
+    bracket(rest)
 }
 
 #[cfg(test)]
@@ -160,6 +177,34 @@ mod tests {
         assert_eq!(text(b"a\\b"), "a\\\\b");
         assert_eq!(text(b"ok-name_1"), "ok-name_1");
         assert_eq!(text("\u{202e}abc".as_bytes()), "\\u{202e}abc");
+    }
+
+    /// Issue #33 (7): `postgres [postgres: 15/main: postgres …]` hid database, user and
+    /// state.
+    #[test]
+    fn titles_keep_their_informative_tail() {
+        assert_eq!(
+            bracket_beside(
+                b"postgres",
+                b"postgres: 15/main: bench bench [local] COMMIT"
+            ),
+            " [15/main: bench bench [local] COMMIT]"
+        );
+        assert_eq!(
+            bracket_beside(
+                b"postgres",
+                b"postgres: 15/main: orders_app orders_ro 10.1.2.3(51234) idle in transaction"
+            ),
+            " [15/main: orders_ap…) idle in transaction]"
+        );
+        assert_eq!(
+            bracket_beside(b"nginx", b"nginx: worker process"),
+            " [worker process]"
+        );
+        assert_eq!(bracket_beside(b"sleep", b"sleep 10"), " [sleep 10]");
+        let cut = bracket(b"java -Xmx8g -cp /opt/app/lib/* com.example.orders.Main");
+        assert_eq!(cut, " [java -Xmx8g -cp /o…m.example.orders.Main]");
+        assert_eq!(cut.chars().count(), TEXT_WIDTH + 3);
     }
 
     #[test]

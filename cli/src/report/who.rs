@@ -278,7 +278,7 @@ impl InContainer {
     }
 }
 
-pub use super::sanitize::{bracket, TEXT_WIDTH};
+pub use super::sanitize::{bracket, bracket_beside, TEXT_WIDTH};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Title {
@@ -321,7 +321,7 @@ impl Title {
     pub fn beside(&self, comm: &[u8]) -> String {
         let name = sanitize::text(comm);
         match self.raw.as_deref() {
-            Some(raw) if raw != comm => format!("{name}{}", bracket(raw)),
+            Some(raw) if raw != comm => format!("{name}{}", bracket_beside(comm, raw)),
             _ => name,
         }
     }
@@ -358,7 +358,7 @@ mod tests {
     #[test]
     fn beside_the_comm_and_in_json() {
         let t = Title::from_bytes(Some(b"postgres: walwriter".to_vec()));
-        assert_eq!(t.beside(b"postgres"), "postgres [postgres: walwriter]");
+        assert_eq!(t.beside(b"postgres"), "postgres [walwriter]");
         assert_eq!(
             serde_json::to_value(&t).unwrap(),
             serde_json::json!({"cmdline": "postgres: walwriter"})
@@ -371,7 +371,10 @@ mod tests {
         let long = Title::from_bytes(Some(
             b"java -Xmx8g -cp /opt/app/lib/* com.example.Main".to_vec(),
         ));
-        assert_eq!(long.beside(b"java"), "java [java -Xmx8g -cp /opt/app/lib…]");
+        assert_eq!(
+            long.beside(b"java"),
+            "java [java -Xmx8g -cp /o…ib/* com.example.Main]"
+        );
         // Escapes in a title never reach the terminal; JSON keeps the exact bytes.
         let evil = Title::from_bytes(Some(b"x\x1b[2J\xff".to_vec()));
         assert_eq!(evil.beside(b"x"), "x [x\\x1b[2J\\xff]");
