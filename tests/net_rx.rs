@@ -253,6 +253,38 @@ fn rcvbuf_finding_names_the_receiving_process() {
     let _ = holder.wait();
 }
 
+/// Issue #33 (4): a receiver that closes its socket (here: exits) before the window ends is
+/// still named: its owner was learnt soon after the first drop, not at the report.
+#[test]
+fn a_receiver_gone_before_the_report_is_still_named() {
+    let _serial = root_serial();
+    let (mut holder, pid, port) = hold();
+    let lines = trace(&[], || {
+        send(5000, 200, port);
+        // A few of the collector's polls (every 200 ms) while the receiver lives.
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    });
+    let f = lines
+        .iter()
+        .find(|l| {
+            l["type"] == "finding" && l["cause"] == "net-drops" && l["evidence"]["port"] == port
+        })
+        .unwrap_or_else(|| panic!("no finding for :{port}: {lines:?}"));
+    eprintln!("{}", f["summary"]);
+    assert_eq!(f["pid"], pid, "{f}");
+    assert_eq!(f["comm"], "tk-workload", "{f}");
+    assert!(
+        !f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no process holds it"),
+        "{f}"
+    );
+}
+
 /// Loopback runs NET_RX in the sender's context, so a flood from a sender pinned with taskset
 /// to CPU 1 is softirq work on CPU 1.
 #[test]

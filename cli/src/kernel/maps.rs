@@ -87,6 +87,14 @@ impl<K: Pod, V: Pod> GenMap<K, V> {
 }
 gen_map_api!(PerCpuGenMap, DrainedPerCpu, " with its per-CPU values");
 
+impl<K: Pod, V: Pod> PerCpuGenMap<K, V> {
+    /// Every key in the map now, of either generation, left in place (net-rx learning the
+    /// owners of dropping sockets while they live).
+    pub fn keys(&self) -> Vec<K> {
+        self.0.map.all_keys()
+    }
+}
+
 /// What one generation held: its rows and its `[other]` row.
 type Generation<K, R, O> = (Vec<(K, R)>, O);
 

@@ -310,6 +310,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         scope: scope.clone(),
         max_rows: args.rows,
         misses_prev: 0,
+        learnt: owners::Learnt::default(),
         session,
     };
     tool.cpu_prev = tool.read_cpu()?;
@@ -336,7 +337,12 @@ struct NetRx {
     scope: Scope,
     max_rows: usize,
     misses_prev: u64,
+    /// Owners of dropping sockets, read soon after their first drop.
+    learnt: owners::Learnt,
 }
+
+/// How often the socket map is looked at for sockets whose owner is not known yet.
+const LEARN_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl NetRx {
     fn read_cpu(&self) -> Result<Vec<CpuVal>> {
@@ -462,6 +468,18 @@ impl Collector for NetRx {
 
     // No pid filter is loaded (drops happen on behalf of no process, and `open` refuses
     // `--pid`), but the engine's per-collector work gets the session like any other.
+    // Userspace reads the socket map's keys, not the kernel waking it: nothing is added to
+    // the drop path.
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        Some(LEARN_EVERY)
+    }
+
+    fn on_events(&mut self) -> Result<()> {
+        self.learnt
+            .learn(self.socks.keys().into_iter().map(|k| k.ino));
+        Ok(())
+    }
+
     fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
         Some(&mut self.session)
     }
@@ -494,6 +512,7 @@ impl Collector for NetRx {
         };
         let mut drops = rows::drop_rows(&drained.rows, &drained.other, &names, secs);
         let mut socks = rows::sock_rows(&socks.rows, &drops, &names, secs);
+        rows::from_learnt(&mut socks, &self.learnt);
         rows::attribute(&mut drops, &socks);
         let owners = self.owners();
         if let Some(o) = &owners {

@@ -434,6 +434,16 @@ pub fn sock_rows(
     rows
 }
 
+/// Socket rows whose socket nobody holds now get the owners learnt while it lived.
+pub fn from_learnt(rows: &mut [SockRow], learnt: &super::owners::Learnt) {
+    for r in rows.iter_mut().filter(|r| r.pids.is_empty()) {
+        if let Some((pids, owner)) = r.inodes.iter().find_map(|i| learnt.get(*i)) {
+            r.pids = pids.clone();
+            r.owner = owner.clone();
+        }
+    }
+}
+
 /// Names the owner of each drop row's socket from the socket rows.
 pub fn attribute(drops: &mut [DropRow], socks: &[SockRow]) {
     for d in drops.iter_mut().filter(|d| d.port != 0) {
