@@ -528,6 +528,17 @@ pub fn port_sockets(proto: &str, port: u16) -> Vec<SockEntry> {
     out
 }
 
+/// The processes holding any of `inodes` (from [`socket_owners`]'s answer), sorted, once each.
+pub fn holders(owners: &BTreeMap<u64, Vec<u32>>, inodes: &[u64]) -> Vec<u32> {
+    let mut pids: Vec<u32> = inodes
+        .iter()
+        .flat_map(|i| owners.get(i).into_iter().flatten().copied())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The processes holding each socket inode of `inodes` open (`socket:[INODE]` in
 /// `/proc/<pid>/fd`), by inode.
 pub fn socket_owners(inodes: &[u64]) -> BTreeMap<u64, Vec<u32>> {

@@ -43,7 +43,7 @@ pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_waking", "tk_sched_waking", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup", "tk_sched_wakeup", [TpBtf, RawTp], optional: true,
-        when: "runq-lat, on a node with CPU steal (a guest): each wait's steal is read from its run queue's steal clock"),
+        when: "runq-lat --from wakeup (waits start there), or runq-lat on a node with CPU steal (a guest): each wait's steal is read from its run queue's steal clock"),
     crate::hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: false),
 ];
 
@@ -75,6 +75,9 @@ pub struct Record {
     pub culprits: bool,
     /// Who woke whom (wakeups by pair).
     pub wakers: bool,
+    /// Waits after a wakeup start at `sched_wakeup` (runqlat's and `perf sched`'s start)
+    /// instead of `sched_waking`.
+    pub from_wakeup: bool,
 }
 
 /// Rows a window resolves in full by default: a storm of short-lived processes (3,000 forks/s)
@@ -330,6 +333,8 @@ pub struct SchedSession {
     pub notes: Vec<String>,
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
     pub wall_clock: bool,
+    /// ... from `sched_wakeup` rather than `sched_waking` ([`Record::from_wakeup`]).
+    pub from_wakeup: bool,
     facts: crate::host::facts::FactsCache,
     /// `--by container`: rows fold per container.
     pub fold: Folding,
@@ -371,9 +376,10 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         None
     };
     let steal = left_out.is_none();
+    let left_out = left_out.filter(|_| !record.from_wakeup);
     let hooks: Vec<Hook> = HOOKS
         .iter()
-        .filter(|h| steal || h.event != STEAL_HOOK)
+        .filter(|h| steal || record.from_wakeup || h.event != STEAL_HOOK)
         .cloned()
         .collect();
     let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
@@ -395,6 +401,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .global("SCHED_LATE_MIN_NS", &crate::report::harm::LATE_FLOOR_NS)
         .global("SCHED_WAKERS", &u8::from(record.wakers))
         .global("SCHED_STEAL", &u8::from(steal))
+        .global("SCHED_FROM_WAKEUP", &u8::from(record.from_wakeup))
         .global("SCHED_WAKE_MASK", &(slots - 1))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
@@ -418,6 +425,12 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
             }
             "sched:sched_process_exec" => {
                 "a process that exec'd may be shown under its name before the exec".to_string()
+            }
+            STEAL_HOOK if record.from_wakeup => {
+                return Err(Error::KernelFeature(format!(
+                    "--from wakeup needs sched:sched_wakeup, which cannot be attached here ({why}); the default, --from waking, times waits from sched_waking"
+                ))
+                );
             }
             STEAL_HOOK => {
                 "the hypervisor's steal is charged to whoever held the CPU, as without a steal clock".to_string()
@@ -449,6 +462,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         scope: scope.clone(),
         notes,
         wall_clock,
+        from_wakeup: record.from_wakeup,
         facts: crate::host::facts::FactsCache::new(),
         fold: Folding::new(scope.by_container),
     })
@@ -619,6 +633,14 @@ impl SchedSession {
             .with(
                 "wake_wait_clock",
                 if self.wall_clock { "wall" } else { "run_delay" },
+            )
+            .with(
+                "wake_from",
+                if self.from_wakeup {
+                    "sched_wakeup"
+                } else {
+                    "sched_waking"
+                },
             )
     }
 }

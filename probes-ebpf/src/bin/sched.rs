@@ -106,6 +106,10 @@ static SCHED_LATE_MIN_NS: u64 = u64::MAX;
 /// kernel has a run-queue steal clock).
 #[no_mangle]
 static SCHED_STEAL: u8 = 0;
+/// Time waits after a wakeup from `sched_wakeup` (the task on its run queue), as runqlat and
+/// `perf sched` do, instead of from `sched_waking` (runq-lat `--from wakeup`).
+#[no_mangle]
+static SCHED_FROM_WAKEUP: u8 = 0;
 /// Record who woke whom (ctxsw --threads).
 #[no_mangle]
 static SCHED_WAKERS: u8 = 0;
@@ -491,15 +495,25 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
     h.steal_at = steal_now;
 }
 
-/// `sched_wakeup(p)`, attached only with `SCHED_STEAL`: `p` is on its run queue now, whose
-/// clock the enqueue (`ttwu_do_activate`, or `ttwu_runnable`) has just updated.
+/// `sched_wakeup(p)`, attached only with `SCHED_STEAL` or `SCHED_FROM_WAKEUP`: `p` is on its
+/// run queue now, whose clock the enqueue (`ttwu_do_activate`, or `ttwu_runnable`) has just
+/// updated. With `SCHED_FROM_WAKEUP` the wait restarts here: `sched_waking` of the same wakeup
+/// came first (in `try_to_wake_up`) and filled the slot's tid and waker, which stay.
 #[inline(always)]
 fn on_wakeup<R: Reader>(p: *const u8) {
-    if ro(&SCHED_STEAL) == 0 {
+    let (steal, from) = (ro(&SCHED_STEAL) != 0, ro(&SCHED_FROM_WAKEUP) != 0);
+    if !steal && !from {
         return;
     }
     let tid = R::i32(p, ro(&SCHED_OFFS).pid) as u32;
-    if let Some(w) = wake_slot(tid) {
+    let Some(w) = wake_slot(tid) else {
+        return;
+    };
+    // SAFETY: a live array slot (see on_waking for the races).
+    if from && unsafe { (*w).tid } == tid {
+        unsafe { (*w).ts = bpf_ktime_get_ns() };
+    }
+    if steal {
         note_steal(p, tid, w);
     }
 }

@@ -160,13 +160,7 @@ pub fn rows(accept: &Accept, drops: &[DropRow]) -> Result<Vec<ListenRow>, String
     let inodes: Vec<u64> = rows.iter().flat_map(|r| r.inodes.iter().copied()).collect();
     let owners = net::socket_owners(&inodes);
     for r in &mut rows {
-        let mut pids: Vec<u32> = r
-            .inodes
-            .iter()
-            .flat_map(|i| owners.get(i).cloned().unwrap_or_default())
-            .collect();
-        pids.sort_unstable();
-        pids.dedup();
+        let pids = net::holders(&owners, &r.inodes);
         let acceptor = pids
             .iter()
             .copied()

@@ -36,8 +36,7 @@ impl Learnt {
         }
         let owners = net::socket_owners(&new);
         for ino in new {
-            let mut pids = owners.get(&ino).cloned().unwrap_or_default();
-            pids.sort_unstable();
+            let pids = net::holders(&owners, &[ino]);
             let owner = Owner::of(pids.first().copied());
             self.by_ino.insert(ino, (pids, owner));
         }

@@ -420,13 +420,7 @@ pub fn sock_rows(
         .collect();
     let owners = net::socket_owners(&inodes);
     for r in &mut rows {
-        let mut pids: Vec<u32> = r
-            .inodes
-            .iter()
-            .flat_map(|i| owners.get(i).cloned().unwrap_or_default())
-            .collect();
-        pids.sort_unstable();
-        pids.dedup();
+        let pids = net::holders(&owners, &r.inodes);
         r.owner = Owner::of(pids.first().copied());
         r.pids = pids;
     }

@@ -2,7 +2,8 @@
 //! waited for a CPU, split by how the wait began (a wakeup, or a preemption while runnable), and
 //! who held the CPU while a woken task waited.
 //!
-//! Waits after a wakeup are timed on the wall clock, from `sched_waking` to the switch-in: the
+//! Waits after a wakeup are timed on the wall clock, from `sched_waking` (or, with `--from
+//! wakeup`, `sched_wakeup`, where runqlat and `perf sched` start) to the switch-in: the
 //! kernel's `sched_info.run_delay` misses most of such a wait when the wakeup preempts (its clock
 //! is not updated then, issue #17). Waits after a preemption are `run_delay`'s, and the kernel's
 //! `run_delay` total is reported beside them (`kernel_run_delay_ns`), agreeing with
@@ -37,7 +38,7 @@ use crate::{
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "runq-lat",
-    summary: "How long runnable tasks wait for a CPU, per process (or `--threads`): waits after a wakeup (wall clock, as runqlat and `perf sched` time them) and after a preemption, count, p50/p90/p99/p99.9, max and total, the kernel's own `run_delay` beside them (`/proc/<pid>/schedstat`), and who held the CPU while a woken task waited; findings name the starved process and the hogs.",
+    summary: "How long runnable tasks wait for a CPU, per process (or `--threads`): waits after a wakeup (wall clock from `sched_waking`, the wakeup path and IPI included; `--from wakeup` starts at `sched_wakeup` as runqlat and `perf sched` do) and after a preemption, count, p50/p90/p99/p99.9, max and total, the kernel's own `run_delay` beside them (`/proc/<pid>/schedstat`), and who held the CPU while a woken task waited; findings name the starved process and the hogs.",
     hooks: sched::HOOKS,
     triage: true,
     hidden: false,
@@ -106,6 +107,19 @@ pub struct Args {
     /// beyond that are summed in the [other] row, and a note says how many.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub rows: usize,
+
+    /// Where a wait after a wakeup starts: `waking` (sched_waking, when the wakeup is issued:
+    /// the wakeup path and any IPI to an idle CPU included) or `wakeup` (sched_wakeup, the task
+    /// on its run queue: what libbpf-tools runqlat and `perf sched` measure).
+    #[arg(long, value_enum, default_value_t = WakeFrom::Waking, value_name = "EVENT")]
+    pub from: WakeFrom,
+}
+
+/// `--from`: the event a wait after a wakeup is timed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WakeFrom {
+    Waking,
+    Wakeup,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -118,6 +132,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         preemptors: false,
         culprits: true,
         wakers: false,
+        from_wakeup: args.from == WakeFrom::Wakeup,
     };
     Ok(Box::new(RunqLat {
         s: sched::open(ctx, record)?,
@@ -474,7 +489,7 @@ impl Collector for RunqLat {
             )),
         );
         out.footnotes.push(
-            "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, wakeup to running on the wall clock; PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
+            "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, wakeup to running on the wall clock (from sched_waking: the wakeup path and any IPI included; --from wakeup starts at sched_wakeup, as runqlat and perf sched do); PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
                 .into(),
         );
         if !self.s.wall_clock {
