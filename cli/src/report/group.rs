@@ -66,16 +66,26 @@ pub fn group(findings: &mut Vec<Finding>) {
     for (i, k) in keys.iter().enumerate() {
         let Some(k) = k else { continue };
         // A process whose title is unknown (it exited before it was read) joins its name's
-        // one titled family, if there is exactly one.
+        // one titled family, if there is exactly one and the two together are three or more
+        // processes: one titled beside one untitled may be two roles of one binary (a test's
+        // fsync loop and the writer starving it, both `tk-workload`, were merged so), while
+        // PostgreSQL's exited backends beside its walwriter, or 386 exited benchmark tasks
+        // beside 14 live ones, are one service.
         let k = match &k.3 {
             Some(_) => k.clone(),
             None => {
-                let mut titled = keys
+                let (titled, untitled): (Vec<&Key>, Vec<&Key>) = keys
                     .iter()
                     .flatten()
-                    .filter(|o| o.3.is_some() && same_service(o, k));
-                match titled.next() {
-                    Some(first) if titled.all(|o| o.3 == first.3) => first.clone(),
+                    .filter(|o| same_service(o, k))
+                    .partition(|o| o.3.is_some());
+                match titled.first() {
+                    Some(first)
+                        if titled.len() + untitled.len() >= 3
+                            && titled.iter().all(|o| o.3 == first.3) =>
+                    {
+                        (*first).clone()
+                    }
                     _ => k.clone(),
                 }
             }
@@ -403,5 +413,12 @@ mod tests {
         group(&mut some);
         assert_eq!(some.len(), 1, "{some:#?}");
         assert_eq!(some[0].members.len(), 3);
+        // One titled and one untitled: maybe two roles, not grouped.
+        let mut pair = vec![
+            titled(1, "/usr/bin/tk-workload memcg-writer /sys/fs/cgroup/x"),
+            storm(2, 10.0),
+        ];
+        group(&mut pair);
+        assert_eq!(pair.len(), 2, "{pair:#?}");
     }
 }
