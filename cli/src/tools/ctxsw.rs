@@ -122,7 +122,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         preemptors: true,
         culprits: false,
         wakers: ctx.scope.threads,
-        from_wakeup: false,
+        wake_from: sched::WakeFrom::Waking,
     };
     let s = sched::open(ctx, record)?;
     let max_rows = match (live(args), args.top) {

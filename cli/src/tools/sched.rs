@@ -47,9 +47,66 @@ pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_switch", "tk_sched_switch", [TpBtf, RawTp], optional: false),
 ];
 
-/// The hook only a guest's culprit charging needs (see [`steal_offsets`]): every other run
-/// leaves it out, so a wakeup costs one program, not two.
+/// The hook only a guest's culprit charging and `--from wakeup` need (see [`steal_offsets`]):
+/// every other run leaves it out, so a wakeup costs one program, not two.
 const STEAL_HOOK: &str = "sched:sched_wakeup";
+
+/// The hooks a run attaches: [`STEAL_HOOK`] only when it charges steal or waits start there.
+fn hooks_for(steal: bool, from: WakeFrom) -> Vec<Hook> {
+    HOOKS
+        .iter()
+        .filter(|h| steal || from == WakeFrom::Wakeup || h.event != STEAL_HOOK)
+        .cloned()
+        .collect()
+}
+
+/// Where a wait after a wakeup starts (runq-lat `--from`). The two differ by the wakeup path
+/// (`select_task_rq`, the enqueue) and, for a task woken onto another CPU through its wake
+/// list, the IPI and that CPU's idle exit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WakeFrom {
+    /// `sched_waking`, in the waker when it issues the wakeup (the wakeup path and any IPI
+    /// to an idle CPU included).
+    #[default]
+    Waking,
+    /// `sched_wakeup` (and `sched_wakeup_new`), the task on its run queue: where libbpf-tools
+    /// runqlat and `perf sched` start.
+    Wakeup,
+}
+
+impl WakeFrom {
+    /// The event the waits are timed from.
+    pub fn event(self) -> &'static str {
+        match self {
+            WakeFrom::Waking => "sched_waking",
+            WakeFrom::Wakeup => "sched_wakeup",
+        }
+    }
+
+    /// How a run timed its waits after a wakeup, for the text report's title; `wall_clock`
+    /// false: no wakeup hook attached, the waits are the kernel's run_delay.
+    pub fn definition(self, wall_clock: bool) -> &'static str {
+        match (wall_clock, self) {
+            (false, _) => "waits after a wakeup are the kernel's run_delay (no wakeup hook)",
+            (true, WakeFrom::Waking) => {
+                "waits after a wakeup timed from sched_waking (the wakeup path and any IPI included)"
+            }
+            (true, WakeFrom::Wakeup) => {
+                "waits after a wakeup timed from sched_wakeup (the task enqueued), as runqlat and perf sched time them"
+            }
+        }
+    }
+
+    /// The meta line's keys for it: `wake_wait_clock` (`wall` or `run_delay`) and
+    /// `wake_from`, the event (null when the waits are run_delay's).
+    pub fn meta(self, meta: Meta, wall_clock: bool) -> Meta {
+        meta.with(
+            "wake_wait_clock",
+            if wall_clock { "wall" } else { "run_delay" },
+        )
+        .with("wake_from", wall_clock.then_some(self.event()))
+    }
+}
 
 /// The privileges of both tools (`--help`).
 pub const NEEDS: &str =
@@ -75,9 +132,8 @@ pub struct Record {
     pub culprits: bool,
     /// Who woke whom (wakeups by pair).
     pub wakers: bool,
-    /// Waits after a wakeup start at `sched_wakeup` (runqlat's and `perf sched`'s start)
-    /// instead of `sched_waking`.
-    pub from_wakeup: bool,
+    /// Where waits after a wakeup start.
+    pub wake_from: WakeFrom,
 }
 
 /// Rows a window resolves in full by default: a storm of short-lived processes (3,000 forks/s)
@@ -333,8 +389,8 @@ pub struct SchedSession {
     pub notes: Vec<String>,
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
     pub wall_clock: bool,
-    /// ... from `sched_wakeup` rather than `sched_waking` ([`Record::from_wakeup`]).
-    pub from_wakeup: bool,
+    /// ... from this event ([`Record::wake_from`]).
+    pub wake_from: WakeFrom,
     facts: crate::host::facts::FactsCache,
     /// `--by container`: rows fold per container.
     pub fold: Folding,
@@ -376,12 +432,9 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         None
     };
     let steal = left_out.is_none();
-    let left_out = left_out.filter(|_| !record.from_wakeup);
-    let hooks: Vec<Hook> = HOOKS
-        .iter()
-        .filter(|h| steal || record.from_wakeup || h.event != STEAL_HOOK)
-        .cloned()
-        .collect();
+    let from_wakeup = record.wake_from == WakeFrom::Wakeup;
+    let left_out = left_out.filter(|_| !from_wakeup);
+    let hooks = hooks_for(steal, record.wake_from);
     let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     // `btf_trace_sched_switch` is (void *, bool preempt, prev, next[, unsigned int prev_state]);
     // prev_state was added in 5.18. Without BTF for it, assume the modern layout.
@@ -401,7 +454,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         .global("SCHED_LATE_MIN_NS", &crate::report::harm::LATE_FLOOR_NS)
         .global("SCHED_WAKERS", &u8::from(record.wakers))
         .global("SCHED_STEAL", &u8::from(steal))
-        .global("SCHED_FROM_WAKEUP", &u8::from(record.from_wakeup))
+        .global("SCHED_FROM_WAKEUP", &u8::from(from_wakeup))
         .global("SCHED_WAKE_MASK", &(slots - 1))
         .global("SCHED_HAS_STATE", &u8::from(has_state))
         .max_entries("TASKS", task_cap())
@@ -426,7 +479,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
             "sched:sched_process_exec" => {
                 "a process that exec'd may be shown under its name before the exec".to_string()
             }
-            STEAL_HOOK if record.from_wakeup => {
+            STEAL_HOOK if from_wakeup => {
                 return Err(Error::KernelFeature(format!(
                     "--from wakeup needs sched:sched_wakeup, which cannot be attached here ({why}); the default, --from waking, times waits from sched_waking"
                 ))
@@ -462,7 +515,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         scope: scope.clone(),
         notes,
         wall_clock,
-        from_wakeup: record.from_wakeup,
+        wake_from: record.wake_from,
         facts: crate::host::facts::FactsCache::new(),
         fold: Folding::new(scope.by_container),
     })
@@ -628,20 +681,9 @@ impl SchedSession {
 
     /// The meta line: what was attached, and what a skipped hook costs.
     pub fn meta(&self, tool: &'static str, what: &str) -> Meta {
-        Meta::of(tool, what, &self.scope, &self.session)
-            .with("notes", self.notes.clone())
-            .with(
-                "wake_wait_clock",
-                if self.wall_clock { "wall" } else { "run_delay" },
-            )
-            .with(
-                "wake_from",
-                if self.from_wakeup {
-                    "sched_wakeup"
-                } else {
-                    "sched_waking"
-                },
-            )
+        let meta =
+            Meta::of(tool, what, &self.scope, &self.session).with("notes", self.notes.clone());
+        self.wake_from.meta(meta, self.wall_clock)
     }
 }
 
@@ -805,6 +847,46 @@ mod tests {
             assert_eq!(h.programs[0].0, AttachMode::TpBtf);
             assert_eq!(h.programs[1].0, AttachMode::RawTp);
         }
+    }
+
+    /// `sched_wakeup` is attached for steal or `--from wakeup`, and only then.
+    #[test]
+    fn the_wakeup_hook_attaches_for_steal_or_from_wakeup() {
+        let has = |steal, from| hooks_for(steal, from).iter().any(|h| h.event == STEAL_HOOK);
+        assert!(!has(false, WakeFrom::Waking));
+        assert!(has(true, WakeFrom::Waking));
+        assert!(has(false, WakeFrom::Wakeup));
+        assert_eq!(hooks_for(true, WakeFrom::Wakeup).len(), HOOKS.len());
+    }
+
+    /// The meta line and the title say which event the waits start at, and nothing when
+    /// they are run_delay's.
+    #[test]
+    fn the_wake_definition_is_in_meta_and_title() {
+        let keys = |from: WakeFrom, wall| {
+            let m = from.meta(Meta::default(), wall).extra;
+            (m["wake_wait_clock"].clone(), m["wake_from"].clone())
+        };
+        assert_eq!(
+            keys(WakeFrom::Waking, true),
+            ("wall".into(), "sched_waking".into())
+        );
+        assert_eq!(
+            keys(WakeFrom::Wakeup, true),
+            ("wall".into(), "sched_wakeup".into())
+        );
+        assert_eq!(
+            keys(WakeFrom::Wakeup, false),
+            ("run_delay".into(), serde_json::Value::Null)
+        );
+        assert!(WakeFrom::Waking
+            .definition(true)
+            .contains("from sched_waking (the wakeup path and any IPI included)"));
+        assert!(WakeFrom::Wakeup
+            .definition(true)
+            .contains("from sched_wakeup"));
+        assert!(WakeFrom::Waking.definition(false).contains("run_delay"));
+        assert_eq!(WakeFrom::default(), WakeFrom::Waking);
     }
 
     #[test]

@@ -498,7 +498,9 @@ fn switch_in<R: Reader>(prev: *const u8, next: *const u8) {
 /// `sched_wakeup(p)`, attached only with `SCHED_STEAL` or `SCHED_FROM_WAKEUP`: `p` is on its
 /// run queue now, whose clock the enqueue (`ttwu_do_activate`, or `ttwu_runnable`) has just
 /// updated. With `SCHED_FROM_WAKEUP` the wait restarts here: `sched_waking` of the same wakeup
-/// came first (in `try_to_wake_up`) and filled the slot's tid and waker, which stay.
+/// came first (in `try_to_wake_up`) and filled the slot's tid and waker, which stay. Re-stamping
+/// the slot, rather than `sched_waking` skipping its own stamp, keeps `sched_waking`'s program
+/// the same in both modes, and only runs that ask for it pay for this second program.
 #[inline(always)]
 fn on_wakeup<R: Reader>(p: *const u8) {
     let (steal, from) = (ro(&SCHED_STEAL) != 0, ro(&SCHED_FROM_WAKEUP) != 0);
@@ -509,9 +511,13 @@ fn on_wakeup<R: Reader>(p: *const u8) {
     let Some(w) = wake_slot(tid) else {
         return;
     };
-    // SAFETY: a live array slot (see on_waking for the races).
-    if from && unsafe { (*w).tid } == tid {
-        unsafe { (*w).ts = bpf_ktime_get_ns() };
+    // SAFETY: a live array slot (see on_waking for the races). A slot whose stamp is already
+    // gone (`ttwu_runnable` of a preempted task that its CPU switched back in between the two
+    // events) is left so: stamping it would start a wait for a task that is running.
+    unsafe {
+        if from && (*w).tid == tid && (*w).ts != 0 {
+            (*w).ts = bpf_ktime_get_ns();
+        }
     }
     if steal {
         note_steal(p, tid, w);

@@ -115,27 +115,26 @@ pub struct Args {
     pub from: WakeFrom,
 }
 
-/// `--from`: the event a wait after a wakeup is timed from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum WakeFrom {
-    Waking,
-    Wakeup,
-}
+pub use sched::WakeFrom;
 
 pub fn run(args: Args) -> Result<()> {
     tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
 }
 
-/// Loads and attaches the `sched` programs with what runq-lat records.
-pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
-    let record = Record {
+/// What runq-lat has the `sched` programs record.
+fn record(args: &Args) -> Record {
+    Record {
         preemptors: false,
         culprits: true,
         wakers: false,
-        from_wakeup: args.from == WakeFrom::Wakeup,
-    };
+        wake_from: args.from,
+    }
+}
+
+/// Loads and attaches the `sched` programs with what runq-lat records.
+pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     Ok(Box::new(RunqLat {
-        s: sched::open(ctx, record)?,
+        s: sched::open(ctx, record(args))?,
         max_rows: args.rows,
         psi: cpu_psi(),
         virtual_machine: virtual_machine(),
@@ -449,10 +448,11 @@ impl Collector for RunqLat {
         let total: u64 = rows.iter().map(|r| r.all.s.total_ns).sum();
         let mut out = Output {
             title: format!(
-                "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}",
+                "runq-lat: {waits} run-queue waits, {} waited in total, in {}; {}; {}",
                 fmt_ns(total),
                 self.s.scope.describe(),
                 w.span(),
+                self.s.wake_from.definition(self.s.wall_clock),
             ),
             ..Output::default()
         };
@@ -489,7 +489,7 @@ impl Collector for RunqLat {
             )),
         );
         out.footnotes.push(
-            "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, wakeup to running on the wall clock (from sched_waking: the wakeup path and any IPI included; --from wakeup starts at sched_wakeup, as runqlat and perf sched do); PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
+            "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, to running on the wall clock, from sched_waking (the wakeup path and any IPI included) or with --from wakeup from sched_wakeup (the task enqueued), where runqlat and perf sched start; PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
                 .into(),
         );
         if !self.s.wall_clock {

@@ -347,3 +347,29 @@ fn json_keeps_the_prefixed_keys() {
     assert_eq!(j["waited_behind"][0]["delay_ns"], 3_000);
     assert!(j.get("kernel_run_delay_ns").is_some());
 }
+
+/// `--from` picks the event waits after a wakeup start at; `waking` unless asked, and
+/// nothing else runq-lat records changes with it.
+#[test]
+fn from_picks_the_wake_event() {
+    let parse = |extra: &[&str]| -> std::result::Result<Args, clap::Error> {
+        use clap::FromArgMatches;
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v = vec!["t"];
+        v.extend_from_slice(extra);
+        let m = <P as clap::CommandFactory>::command().try_get_matches_from(v)?;
+        Ok(P::from_arg_matches(&m)?.a)
+    };
+    let from = |extra: &[&str]| record(&parse(extra).unwrap()).wake_from;
+    assert_eq!(from(&[]), WakeFrom::Waking);
+    assert_eq!(from(&["--from", "waking"]), WakeFrom::Waking);
+    assert_eq!(from(&["--from", "wakeup"]), WakeFrom::Wakeup);
+    assert_eq!(WakeFrom::Wakeup.event(), "sched_wakeup");
+    assert!(parse(&["--from", "sched_wakeup"]).is_err());
+    let r = record(&parse(&["--from", "wakeup"]).unwrap());
+    assert!(r.culprits && !r.preemptors && !r.wakers);
+}
