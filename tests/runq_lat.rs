@@ -162,6 +162,22 @@ fn reference(from: &str) -> String {
     REFERENCE.replacen("sched:sched_waking ", &format!("sched:{from} "), 1)
 }
 
+/// runq-lat over the workload's tasks with waits timed `--from` `from` (`waking`, `wakeup`),
+/// attached, with its meta line (which must say so).
+fn workload_tracer(from: &str) -> (Tracer, Value) {
+    let mut tk = Tracer::spawn(&[
+        "runq-lat",
+        "--json",
+        "--comm",
+        "tk-workload",
+        "--from",
+        from,
+    ]);
+    let meta = tk.wait_attached();
+    assert_eq!(meta["wake_from"], format!("sched_{from}"), "{meta}");
+    (tk, meta)
+}
+
 /// What the bpftrace reference ran alongside tracekit measured.
 struct Reference {
     /// Waits by pid, in ns.
@@ -191,17 +207,7 @@ fn with_reference(workload: &[&str], pin: bool, from: &str) -> (Vec<Value>, Valu
     let _stats = Setting::try_set("/proc/sys/kernel/bpf_stats_enabled", "1")
         .expect("kernel.bpf_stats_enabled");
     // tracekit first: see `Reference::lag_ns`.
-    let flag = from.trim_start_matches("sched_");
-    let mut tk = Tracer::spawn(&[
-        "runq-lat",
-        "--json",
-        "--comm",
-        "tk-workload",
-        "--from",
-        flag,
-    ]);
-    let meta = tk.wait_attached();
-    assert_eq!(meta["wake_from"], from, "{meta}");
+    let (tk, meta) = workload_tracer(from.trim_start_matches("sched_"));
     let prog = |event| program_on(&meta, event).unwrap_or_else(|| panic!("no {event} program"));
     // The program that stamps the wait's start (for the lag, see `Reference::lag_ns`).
     let (switch, waking) = (prog("sched_switch"), prog(from));
@@ -363,16 +369,7 @@ fn from_wakeup_medians_are_below_from_waking() {
     let _one = serial();
     for (what, work, pin) in PINNED_PINGPONGS {
         let spawn = |from| {
-            let mut tk = Tracer::spawn(&[
-                "runq-lat",
-                "--json",
-                "--comm",
-                "tk-workload",
-                "--from",
-                from,
-            ]);
-            let meta = tk.wait_attached();
-            assert_eq!(meta["wake_from"], format!("sched_{from}"), "{meta}");
+            let (tk, _) = workload_tracer(from);
             tk
         };
         let tracers = [spawn("waking"), spawn("wakeup")];

@@ -174,6 +174,14 @@ impl Common {
     }
 }
 
+/// A tool's options parsed from `args` (without the program name), for unit tests of flags.
+#[cfg(test)]
+pub fn parse_args<A: clap::Args + clap::FromArgMatches>(args: &[&str]) -> Result<A, clap::Error> {
+    let m = A::augment_args(clap::Command::new("t"))
+        .try_get_matches_from(std::iter::once(&"t").chain(args))?;
+    A::from_arg_matches(&m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,18 +4,7 @@ use super::*;
 
 #[test]
 fn hooks_follow_the_flags() {
-    let args = |extra: &[&str]| -> Args {
-        use clap::FromArgMatches;
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: Args,
-        }
-        let mut v = vec!["t"];
-        v.extend_from_slice(extra);
-        let m = <P as clap::CommandFactory>::command().get_matches_from(v);
-        P::from_arg_matches(&m).unwrap().a
-    };
+    let args = |extra: &[&str]| -> Args { crate::options::parse_args(extra).unwrap() };
     let events = |a: &Args| hooks_for(a).iter().map(|h| h.event).collect::<Vec<_>>();
     assert_eq!(
         events(&args(&[])),

@@ -352,18 +352,7 @@ fn json_keeps_the_prefixed_keys() {
 /// nothing else runq-lat records changes with it.
 #[test]
 fn from_picks_the_wake_event() {
-    let parse = |extra: &[&str]| -> std::result::Result<Args, clap::Error> {
-        use clap::FromArgMatches;
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: Args,
-        }
-        let mut v = vec!["t"];
-        v.extend_from_slice(extra);
-        let m = <P as clap::CommandFactory>::command().try_get_matches_from(v)?;
-        Ok(P::from_arg_matches(&m)?.a)
-    };
+    let parse = crate::options::parse_args::<Args>;
     let from = |extra: &[&str]| record(&parse(extra).unwrap()).wake_from;
     assert_eq!(from(&[]), WakeFrom::Waking);
     assert_eq!(from(&["--from", "waking"]), WakeFrom::Waking);
