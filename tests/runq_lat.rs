@@ -697,10 +697,20 @@ fn vm_check_from(from: &str) -> Result<String, String> {
                 "pid {pid}: kernel_run_delay {kernel} ns, schedstat run_delay since fork {own} ns"
             ));
         }
-        if (wall as f64) < kernel as f64 * 0.9 {
+        // From sched_waking, every wait after a wakeup starts before the kernel's run_delay
+        // does (at the enqueue), and run_delay misses most of a wait after a wakeup that
+        // preempts: the wall clock is never much below it. From sched_wakeup there is no such
+        // order: the tracepoint fires after the enqueue, and on a guest whose vCPU the host
+        // preempts in between, run_delay holds that gap and the wall clock does not (a fresh-clone
+        // run's 6.12 guest: 7.46 ms against 11.42 ms, where the run before had 1.15-3.1 times
+        // run_delay on every guest). There the check is that waits were timed at all.
+        if from == "waking" && (wall as f64) < kernel as f64 * 0.9 {
             return Err(format!(
-                "pid {pid}: wall-clock waits {wall} ns below the kernel's run_delay {kernel} ns"
+                "pid {pid}: --from {from}: wall-clock waits {wall} ns below the kernel's run_delay {kernel} ns"
             ));
+        }
+        if wall == 0 {
+            return Err(format!("pid {pid}: --from {from}: no wait timed"));
         }
         let wakes = sum("wake_count");
         if wakes == 0 {
