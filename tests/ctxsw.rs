@@ -727,3 +727,59 @@ fn rows_carry_the_process_title() {
         "{text:#?}"
     );
 }
+
+/// Rates are per second of a process's life in the window (#33: a 12 s storm in a 15 s window
+/// read 70.8k/s against the 88k/s it switched while alive). The ping-pong children live a
+/// second or more (2 s here) inside a window three seconds longer; each measures its own life
+/// on its wall clock and its own switches in /proc.
+#[test]
+fn rates_are_per_second_of_life_in_the_window() {
+    require_root();
+    let mut tk = Tracer::spawn(&["ctxsw", "--json"]);
+    tk.wait_attached();
+    std::thread::sleep(Duration::from_secs(1));
+    let w = run_workload(&["pingpong", "50000"]);
+    std::thread::sleep(Duration::from_secs(2));
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(15));
+    assert!(status.success(), "exit {status}: {stderr}");
+    for p in w["procs"].as_array().unwrap() {
+        let pid = p["pid"].as_u64().unwrap() as u32;
+        let row = rows_for(&lines, "ctxsw", pid);
+        assert_eq!(row.len(), 1, "one window, one row for pid {pid}");
+        let row = row[0];
+        let own_life = p["life_ns"].as_u64().unwrap();
+        let own_sw = p["voluntary"].as_u64().unwrap() + p["involuntary"].as_u64().unwrap();
+        let alive = row["alive_ns"].as_u64().unwrap();
+        let window = row["interval_ns"].as_u64().unwrap();
+        let rate = row["switches_per_s"].as_f64().unwrap();
+        let tk_sw = row["voluntary"].as_u64().unwrap() + row["involuntary"].as_u64().unwrap();
+        eprintln!(
+            "pid {pid}: alive {alive} ns (own clock {own_life}), window {window} ns, {rate}/s; switches {tk_sw} (own {own_sw})"
+        );
+        // tracekit's life runs from fork (start_time) to exit, the child's own clock from its
+        // first instruction to its report: longer by the fork's and the exit's paths only.
+        assert!(
+            alive >= own_life && alive <= own_life + (own_life / 20).max(100_000_000),
+            "alive_ns {alive}, the child's own life {own_life}"
+        );
+        assert!(
+            window >= alive + 2_500_000_000,
+            "window {window} vs alive {alive}"
+        );
+        // The rate over its life, as the child saw it, within 6 % (tracekit's counts may exceed
+        // the child's by 1 %, its life by 5 %); over the window it would be far lower.
+        let own_rate = own_sw as f64 * 1e9 / own_life.max(1_000_000_000) as f64;
+        assert!(
+            (rate - own_rate).abs() <= own_rate * 0.06,
+            "switches_per_s {rate}, the child's own {own_rate:.0}/s"
+        );
+        // Not per second of the window: that would be lower by the share of the window it lived.
+        let window_rate = tk_sw as f64 * 1e9 / window as f64;
+        let lived = window as f64 / alive.max(1_000_000_000) as f64;
+        assert!(
+            rate >= window_rate * lived * 0.9,
+            "{rate}/s vs {window_rate}/s per second of the window, which is {lived:.2} times its life"
+        );
+    }
+}

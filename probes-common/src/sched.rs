@@ -120,6 +120,13 @@ pub struct SchedVal {
     pub wake_unmeasured: u64,
     /// Wakeups by a thread of the same process (`sched_waking`'s `current`).
     pub own_wakeups: u64,
+    /// When the process (the thread with `--threads`) started: `task_struct.start_time` of its
+    /// group leader (CLOCK_MONOTONIC), read when the key is created. Rates are per second of
+    /// a task's life in the window, which begins at the later of this and the window's start.
+    pub born_ns: u64,
+    /// When the process died (`sched_process_exit` of its last thread, `signal->live` down to
+    /// zero; the thread's own exit with `--threads`); 0: not in this generation.
+    pub exit_ns: u64,
     /// Run-queue waits that began with a wakeup, wakeup to running on the wall clock.
     pub wake: LatHist,
     /// Run-queue waits that began with a preemption (the task stayed runnable), by `run_delay`.
@@ -139,11 +146,14 @@ impl SchedVal {
         run_delay_ns: 0,
         wake_unmeasured: 0,
         own_wakeups: 0,
+        born_ns: 0,
+        exit_ns: 0,
         wake: LatHist::ZERO,
         preempt: LatHist::ZERO,
     };
 
-    /// Adds `o`'s counters and histograms (identity fields kept).
+    /// Adds `o`'s counters and histograms (identity fields kept; a sum of tasks has no one
+    /// life, so `born_ns` and `exit_ns` keep `self`'s).
     pub fn add(&mut self, o: &SchedVal) {
         crate::add_counters!(self, o; voluntary, involuntary, migrations, run_delay_ns,
             wake_unmeasured, own_wakeups);
@@ -188,13 +198,18 @@ pub struct TaskOffsets {
     pub nr_migrations: u32,
     /// `start_time` (CLOCK_MONOTONIC ns at fork).
     pub start_time: u32,
+    /// `group_leader` (the process's first thread, whose `start_time` is the process's).
+    pub group_leader: u32,
+    /// `signal` and `signal_struct.live` (threads not yet exited; zero at the tracepoint
+    /// `sched_process_exit` of the last one, decremented just before it in `do_exit`).
+    pub signal: u32,
+    pub signal_live: u32,
     /// The steal clock of a task's run queue: `task_struct.se.cfs_rq` (CONFIG_FAIR_GROUP_SCHED),
     /// `cfs_rq.rq`, `rq.prev_steal_time_rq` (CONFIG_PARAVIRT_TIME_ACCOUNTING); read only when
     /// `SCHED_STEAL` is set.
     pub se_cfs_rq: u32,
     pub cfs_rq_rq: u32,
     pub rq_steal: u32,
-    pub _pad: u32,
 }
 
 crate::gen_keys!(SchedKey, PairKey);
@@ -222,10 +237,10 @@ mod tests {
         assert_eq!(size_of::<SchedKey>(), 8);
         assert_eq!(size_of::<PairKey>(), 24);
         assert_eq!(size_of::<PairVal>(), 16);
-        assert_eq!(size_of::<TaskOffsets>(), 44);
+        assert_eq!(size_of::<TaskOffsets>(), 52);
         assert_eq!(
             size_of::<SchedVal>(),
-            2 * COMM_LEN + 8 + 6 * 8 + 2 * size_of::<LatHist>()
+            2 * COMM_LEN + 8 + 8 * 8 + 2 * size_of::<LatHist>()
         );
         // The programs pick `preempt` by offset from `wake`.
         let v = SchedVal::ZERO;

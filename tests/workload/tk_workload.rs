@@ -239,9 +239,11 @@ fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");
         if pid == 0 {
+            let born = Instant::now();
             let (v0, i0, r0) = own_counters();
             body();
             let (v1, i1, r1) = own_counters();
+            let life_ns = ns(born.elapsed());
             let line = format!(
                 "{}\n",
                 serde_json::json!({
@@ -250,6 +252,8 @@ fn with_children(bodies: Vec<Box<dyn FnOnce()>>) {
                     // Since fork (the kernel zeroes sched_info there): includes the first wait
                     // after fork, which tracekit sees and the delta above cannot.
                     "run_delay_life_ns": r1,
+                    // Its own wall clock from its first instruction to this report.
+                    "life_ns": life_ns,
                 })
             );
             // SAFETY: writes a short line (atomic below PIPE_BUF) and leaves without running

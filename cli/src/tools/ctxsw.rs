@@ -154,6 +154,9 @@ struct CtxswRow {
     voluntary: u64,
     involuntary: u64,
     migrations: u64,
+    /// How long the task lived in the window: its rates are per second of this (at least of
+    /// one second, see `sched::rate_secs`), the node's per second of the window.
+    alive_ns: u64,
     switches_per_s: f64,
     voluntary_per_s: f64,
     involuntary_per_s: f64,
@@ -171,6 +174,9 @@ struct CtxswRow {
     preempted_by: Vec<Peer>,
     #[serde(skip)]
     id: u32,
+    /// Its life in the window (CLOCK_MONOTONIC ns), for a process's life over its threads.
+    #[serde(skip)]
+    alive: (u64, u64),
     #[serde(skip)]
     name: String,
     #[serde(skip)]
@@ -186,10 +192,6 @@ impl crate::report::rows::Row for CtxswRow {
     fn container(&self) -> Option<&crate::report::who::InContainer> {
         Some(&self.who.id.container)
     }
-}
-
-fn rate(c: &Ctx, n: u64) -> f64 {
-    n as f64 / c.secs.max(1e-9)
 }
 
 fn opt_ns(count: u64, ns: u64) -> String {
@@ -213,6 +215,7 @@ const CTXSW_SUMMARY: &[Field] = &[
         "tracekit_ctxsw_migrations",
         "Moves of a task to another CPU.",
     ),
+    Field::stat("alive_ns"),
     Field::stat("switches_per_s"),
     Field::stat("voluntary_per_s"),
     Field::stat("involuntary_per_s"),
@@ -240,22 +243,22 @@ pub const SUMMARY_ROWS: Rows = Rows {
 const COLUMNS: &[Column<CtxswRow>] = &[
     Column::right("PID", |r: &CtxswRow, _: &Ctx| r.who.id_text()),
     Column::left("COMM", |r, _| r.name.clone()),
-    Column::right("SW/s", |r: &CtxswRow, c: &Ctx| {
-        format!("{:.1}", rate(c, r.voluntary + r.involuntary))
+    Column::right("SW/s", |r: &CtxswRow, _: &Ctx| {
+        format!("{:.1}", r.switches_per_s)
     })
-    .sort('t', |r, c| rate(c, r.voluntary + r.involuntary)),
-    Column::right("VOL/s", |r: &CtxswRow, c: &Ctx| {
-        format!("{:.1}", rate(c, r.voluntary))
+    .sort('t', |r, _| r.switches_per_s),
+    Column::right("VOL/s", |r: &CtxswRow, _: &Ctx| {
+        format!("{:.1}", r.voluntary_per_s)
     })
-    .sort('v', |r, c| rate(c, r.voluntary)),
-    Column::right("INVOL/s", |r: &CtxswRow, c: &Ctx| {
-        format!("{:.1}", rate(c, r.involuntary))
+    .sort('v', |r, _| r.voluntary_per_s),
+    Column::right("INVOL/s", |r: &CtxswRow, _: &Ctx| {
+        format!("{:.1}", r.involuntary_per_s)
     })
-    .sort('i', |r, c| rate(c, r.involuntary)),
-    Column::right("MIGR/s", |r: &CtxswRow, c: &Ctx| {
-        format!("{:.1}", rate(c, r.migrations))
+    .sort('i', |r, _| r.involuntary_per_s),
+    Column::right("MIGR/s", |r: &CtxswRow, _: &Ctx| {
+        format!("{:.1}", r.migrations_per_s)
     })
-    .sort('m', |r, c| rate(c, r.migrations)),
+    .sort('m', |r, _| r.migrations_per_s),
     Column::right("RQ_P50", |r: &CtxswRow, _: &Ctx| {
         opt_ns(r.runq_count, r.runq_p50_ns)
     }),
@@ -418,15 +421,18 @@ impl Ctxsw {
         let v = &r.v;
         let who = self.s.who(r);
         let name = who.row_name(r);
+        let alive_ns = r.alive_ns();
+        let rs = sched::rate_secs(alive_ns, secs);
         CtxswRow {
             who,
             voluntary: v.voluntary,
             involuntary: v.involuntary,
             migrations: v.migrations,
-            switches_per_s: per_s(r.switches(), secs),
-            voluntary_per_s: per_s(v.voluntary, secs),
-            involuntary_per_s: per_s(v.involuntary, secs),
-            migrations_per_s: per_s(v.migrations, secs),
+            alive_ns,
+            switches_per_s: per_s(r.switches(), rs),
+            voluntary_per_s: per_s(v.voluntary, rs),
+            involuntary_per_s: per_s(v.involuntary, rs),
+            migrations_per_s: per_s(v.migrations, rs),
             runq_count: st.count,
             runq_total_ns: st.total_ns,
             runq_p50_ns: st.p50_ns,
@@ -435,6 +441,7 @@ impl Ctxsw {
             own_wakeups: v.own_wakeups,
             preempted_by,
             id: r.id,
+            alive: r.alive,
             name,
             preempted_text,
             woken: r.woken(),
@@ -478,25 +485,30 @@ const OWN_SHARE: f64 = 0.5;
 /// One finding per process whose switch rate makes it a storm, most switches first.
 fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding> {
     let me = std::process::id();
-    // Per process: switches, voluntary, own wakeups, wake waits measured, who, run-queue wait.
-    let mut per: std::collections::BTreeMap<u32, (u64, u64, u64, u64, Subject, u64)> =
-        Default::default();
+    // Per process: switches, voluntary, own wakeups, wake waits measured, who, run-queue
+    // wait, and its life in the window (the span of its threads' lives).
+    type Per = (u64, u64, u64, u64, Subject, u64, (u64, u64));
+    let mut per: std::collections::BTreeMap<u32, Per> = Default::default();
     for r in rows
         .iter()
         .filter(|r| r.id != 0 && r.who.pid != me && r.who.processes.is_none())
     {
         let e = per
             .entry(r.who.pid)
-            .or_insert_with(|| (0, 0, 0, 0, r.who.subject(), 0));
+            .or_insert_with(|| (0, 0, 0, 0, r.who.subject(), 0, r.alive));
         e.0 += r.voluntary + r.involuntary;
         e.1 += r.voluntary;
         e.2 += r.own_wakeups;
         e.3 += r.woken;
         e.5 += r.runq_total_ns;
+        e.6 = (e.6 .0.min(r.alive.0), e.6 .1.max(r.alive.1));
     }
+    let window_ns = (secs * 1e9) as u64;
     let mut out = Vec::new();
-    for (pid, (sw, vol, own, woken, subject, wait_ns)) in per {
-        let rate_s = sw as f64 / secs;
+    for (pid, (sw, vol, own, woken, subject, wait_ns, alive)) in per {
+        let alive_ns = (alive.1 - alive.0).min(window_ns);
+        let life = sched::rate_secs(alive_ns, secs);
+        let rate_s = sw as f64 / life;
         if rate_s < STORM_PER_S {
             continue;
         }
@@ -515,8 +527,19 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         };
         let between_own = own_share >= OWN_SHARE || (invol > 0 && own_pre * 2 >= invol);
         let vol_pct = vol as f64 * 100.0 / sw.max(1) as f64;
+        // Part of the window only: say so, or a 12 s storm in a 15 s window reads as 20 %
+        // lower than the process switched.
+        let lived = if alive_ns * 20 < window_ns * 19 {
+            format!(
+                " while alive ({} of the {} window)",
+                fmt_ns(alive_ns),
+                fmt_ns(window_ns)
+            )
+        } else {
+            String::new()
+        };
         let mut summary = format!(
-            "{} switched {:.0} times/s ({vol_pct:.0} % voluntary, {:.0} % involuntary)",
+            "{} switched {:.0} times/s{lived} ({vol_pct:.0} % voluntary, {:.0} % involuntary)",
             subject.text(),
             rate_s,
             100.0 - vol_pct
@@ -557,9 +580,9 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
         let timed = wait_per_s >= crate::report::harm::MIN_NS_PER_S;
         if timed {
             summary.push_str(&format!(
-                " Around its switches it waited {} for a CPU ({:.1} % of the time): the cost of switching this often.",
+                " Around its switches it waited {} for a CPU ({:.1} % of its time): the cost of switching this often.",
                 crate::report::render::fmt_ns(wait_ns),
-                wait_ns as f64 * 100.0 / (secs * 1e9)
+                wait_ns as f64 * 100.0 / (life * 1e9)
             ));
         }
         let advice = if vol * 2 >= sw {
@@ -586,9 +609,10 @@ fn findings(rows: &[CtxswRow], secs: f64, pairs: &[sched::Pair]) -> Vec<Finding>
             fold: None,
             members: Vec::new(),
         }
-        .evidence("switches_per_s", per_s(sw, secs))
-        .evidence(ev::VOLUNTARY_PER_S, per_s(vol, secs))
-        .evidence("involuntary_per_s", per_s(invol, secs))
+        .evidence("alive_ns", alive_ns)
+        .evidence("switches_per_s", per_s(sw, life))
+        .evidence(ev::VOLUNTARY_PER_S, per_s(vol, life))
+        .evidence("involuntary_per_s", per_s(invol, life))
         .evidence("own_wakeup_ppm", (own_share * 1e6).round() as u64)
         .evidence("own_preemptions", own_pre)
         .evidence("runq_total_ns", wait_ns);
@@ -616,8 +640,9 @@ impl Collector for Ctxsw {
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let secs = w.secs();
-        // A process a storm finding could name keeps its row whatever the cap.
-        let storm = (STORM_PER_S * secs) as u64;
+        // A process a storm finding could name keeps its row whatever the cap: one that
+        // lived the shortest span a rate is taken over (`sched::rate_secs`).
+        let storm = (STORM_PER_S * sched::rate_secs(0, secs)) as u64;
         let cap = Cap::new(
             &self.s.scope,
             self.max_rows,
@@ -672,6 +697,15 @@ impl Collector for Ctxsw {
             );
         }
         out.extra_json.push(sys.json(secs));
+        let window_ns = (secs * 1e9) as u64;
+        if rows
+            .iter()
+            .any(|r| r.id != 0 && r.alive_ns * 20 < window_ns * 19)
+        {
+            out.footnotes.push(
+                "*/s: a process's rates are per second of its life in the window (alive_ns in JSON; a second at least), the system line's per second of the window.".into(),
+            );
+        }
         if !self.s.wall_clock {
             out.footnotes.push(
                 "RQ_*: waits after a wakeup are the kernel's run_delay here (no wakeup hook), which misses most of a wait after a wakeup that preempts.".into(),
@@ -704,6 +738,8 @@ mod tests {
             own_wakeups: own,
             preempted_by: vec![],
             id: pid,
+            alive: (0, u64::MAX),
+            alive_ns: 0,
             name: format!("p{pid}"),
             preempted_text: String::new(),
             woken: vol,
@@ -741,7 +777,7 @@ mod tests {
         assert_eq!(f[0].score, Score::NsPerS(250_000_000));
         assert!(
             f[0].summary
-                .contains("it waited 500ms for a CPU (25.0 % of the time)"),
+                .contains("it waited 500ms for a CPU (25.0 % of its time)"),
             "{}",
             f[0].summary
         );
@@ -799,9 +835,45 @@ mod tests {
         );
     }
 
+    /// A 12 s storm in a 15 s window: 88,000 switches a second while alive, not the 70,400 a
+    /// second of the window; the summary says it lived part of the window. A process alive for
+    /// 5 ms is rated over a second, not over its 5 ms.
+    #[test]
+    fn a_storm_is_rated_over_its_life_in_the_window() {
+        let mut r = row(10, 1_056_000, 0, 0);
+        let s = 1_000_000_000;
+        r.alive = (100 * s, 112 * s);
+        let f = findings(&[r], 15.0, &[]);
+        assert_eq!(f[0].ev("switches_per_s"), Some(88_000.0));
+        assert_eq!(f[0].ev("alive_ns"), Some(12e9));
+        assert!(
+            f[0].summary
+                .contains("switched 88000 times/s while alive (12.0s of the 15.0s window)"),
+            "{}",
+            f[0].summary
+        );
+        // Its threads' lives together: one thread the first 4 s, another the last 6 s.
+        let (mut a, mut b) = (row(10, 500_000, 0, 0), row(10, 556_000, 0, 0));
+        (a.alive, b.alive) = ((100 * s, 104 * s), (106 * s, 112 * s));
+        let f = findings(&[a, b], 15.0, &[]);
+        assert_eq!(f[0].ev("switches_per_s"), Some(88_000.0));
+        // Short-lived: 300 switches in 5 ms is no storm.
+        let mut r = row(11, 300, 0, 0);
+        r.alive = (100 * s, 100 * s + 5_000_000);
+        assert!(findings(&[r], 15.0, &[]).is_empty());
+        // The whole window: no "while alive".
+        let f = findings(&[row(10, 300_000, 0, 0)], 15.0, &[]);
+        assert!(
+            f[0].summary.contains("switched 20000 times/s ("),
+            "{}",
+            f[0].summary
+        );
+    }
+
     #[test]
     fn columns_sort_by_rates() {
-        let rows = vec![row(1, 10, 0, 0), row(2, 0, 40, 0)];
+        let mut rows = vec![row(1, 10, 0, 0), row(2, 0, 40, 0)];
+        (rows[0].switches_per_s, rows[1].switches_per_s) = (5.0, 20.0);
         let s = Section::build(&SUMMARY_ROWS, &rows, COLUMNS, &Ctx { secs: 2.0 }, 0);
         let keys: Vec<char> = s.table.sort.iter().map(|c| c.hotkey).collect();
         assert_eq!(keys, ['t', 'v', 'i', 'm', 'd']);

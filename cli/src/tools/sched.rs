@@ -40,6 +40,7 @@ const OBJECT: Object = crate::object!("sched");
 pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_process_free", "tk_sched_free", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_process_exec", "tk_sched_exec", [TpBtf, RawTp], optional: true),
+    crate::hook!("sched:sched_process_exit", "tk_sched_exit", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_waking", "tk_sched_waking", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup_new", "tk_sched_wakeup_new", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_wakeup", "tk_sched_wakeup", [TpBtf, RawTp], optional: true,
@@ -204,10 +205,13 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
         run_delay: m("sched_info.run_delay", 8)?,
         nr_migrations: m("se.nr_migrations", 8)?,
         start_time: m("start_time", 8)?,
+        group_leader: m("group_leader", 8)?,
+        signal: m("signal", 8)?,
+        // atomic_t: a struct of one int.
+        signal_live: btf.member_offset("signal_struct", "live", 4)?,
         se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_steal: 0,
-        _pad: 0,
     })
 }
 
@@ -255,9 +259,43 @@ pub struct Row {
     /// Switches, migrations, the kernel's run_delay, waits after a wakeup (wall clock) and
     /// after a preemption (`run_delay`).
     pub v: SchedVal,
+    /// The part of the window the task lived (CLOCK_MONOTONIC ns, see [`alive`]); the whole
+    /// window for `[other]` and container rows (sums of tasks have no one life).
+    pub alive: (u64, u64),
+}
+
+/// The part of window `span` (CLOCK_MONOTONIC ns) a task lived: from its start, or the
+/// window's, to its death (`exit_ns`), or the window's end.
+pub fn alive(v: &SchedVal, span: (u64, u64)) -> (u64, u64) {
+    let (start, end) = (span.0, span.1.max(span.0));
+    let from = v.born_ns.max(start).min(end);
+    let to = if v.exit_ns == 0 {
+        end
+    } else {
+        v.exit_ns.max(from).min(end)
+    };
+    (from, to)
+}
+
+/// A task's rates are per second of its life in the window (`alive_ns`), but at least of one
+/// second (or of the whole window, if shorter): a process that lived 5 ms and switched 300
+/// times is not a 60,000/s storm.
+pub const MIN_RATE_SPAN_NS: u64 = 1_000_000_000;
+
+/// The seconds a task's counts are divided by for its rates (see [`MIN_RATE_SPAN_NS`]).
+pub fn rate_secs(alive_ns: u64, window_secs: f64) -> f64 {
+    let floor = (MIN_RATE_SPAN_NS as f64 / 1e9).min(window_secs);
+    (alive_ns as f64 / 1e9)
+        .clamp(floor, window_secs.max(floor))
+        .max(1e-9)
 }
 
 impl Row {
+    /// How long the task lived in the window, in ns.
+    pub fn alive_ns(&self) -> u64 {
+        self.alive.1 - self.alive.0
+    }
+
     pub fn switches(&self) -> u64 {
         self.v.voluntary + self.v.involuntary
     }
@@ -479,6 +517,9 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
             "sched:sched_process_exec" => {
                 "a process that exec'd may be shown under its name before the exec".to_string()
             }
+            "sched:sched_process_exit" => {
+                "a process that exited during a window is rated per second of the window from its start, not of its life".to_string()
+            }
             STEAL_HOOK if from_wakeup => {
                 return Err(Error::KernelFeature(format!(
                     "--from wakeup needs sched:sched_wakeup, which cannot be attached here ({why}); the default, --from waking, times waits from sched_waking"
@@ -550,6 +591,7 @@ fn row(
     exec_from: Option<Vec<u8>>,
     title: Title,
     v: &SchedVal,
+    alive: (u64, u64),
 ) -> Row {
     Row {
         id,
@@ -558,6 +600,7 @@ fn row(
         exec_from,
         title,
         v: *v,
+        alive,
     }
 }
 
@@ -586,6 +629,7 @@ impl SchedSession {
     /// accepts; the others are summed into the `[other]` row, so every total stays exact.
     pub fn drain(&mut self, cap: &Cap) -> Result<Interval> {
         let threads = self.scope.threads;
+        let span = self.session.drained_span_ns();
         let mut drained = self.agg.drain(self.session.drained())?;
         let mut ids: Vec<u32> = drained.rows.iter().map(|(k, _)| k.id).collect();
         ids.sort_unstable();
@@ -622,12 +666,12 @@ impl SchedSession {
                 let exec_from =
                     (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
                 let title = Title::cached(&mut self.facts, v.tgid);
-                row(k.id, v.tgid, comm, exec_from, title, &v)
+                row(k.id, v.tgid, comm, exec_from, title, &v, alive(&v, span))
             })
             .collect();
         drop(drained);
         if self.fold.on() {
-            rows = self.fold_rows(rows);
+            rows = self.fold_rows(rows, span);
         }
         if other.voluntary + other.involuntary > 0 || other.wake.count + other.preempt.count > 0 {
             rows.push(row(
@@ -637,6 +681,7 @@ impl SchedSession {
                 None,
                 Title::default(),
                 &other,
+                span,
             ));
         }
         self.facts.end_window();
@@ -655,7 +700,7 @@ impl SchedSession {
 
     /// `--by container`: one row per container's representative, its processes' counters
     /// summed and their histograms merged.
-    fn fold_rows(&mut self, rows: Vec<Row>) -> Vec<Row> {
+    fn fold_rows(&mut self, rows: Vec<Row>, span: (u64, u64)) -> Vec<Row> {
         self.fold.end_window();
         let mut by: BTreeMap<u32, Row> = BTreeMap::new();
         for r in rows {
@@ -665,7 +710,7 @@ impl SchedSession {
                 None => {
                     let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
                     let title = Title::cached(&mut self.facts, rep);
-                    by.insert(rep, row(rep, rep, comm, None, title, &r.v));
+                    by.insert(rep, row(rep, rep, comm, None, title, &r.v, span));
                 }
             }
         }
@@ -836,6 +881,26 @@ pub fn per_s(count: u64, secs: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    /// A task's life in a window: born inside it, dead inside it, both, neither; a death
+    /// stamp before the birth (clock skew between CPUs) is an empty life, never negative.
+    #[test]
+    fn alive_is_the_part_of_the_window_the_task_lived() {
+        let w = (1_000, 2_000);
+        let v = |born_ns, exit_ns| probes_common::sched::SchedVal {
+            born_ns,
+            exit_ns,
+            ..probes_common::sched::SchedVal::ZERO
+        };
+        assert_eq!(super::alive(&v(10, 0), w), (1_000, 2_000));
+        assert_eq!(super::alive(&v(1_500, 0), w), (1_500, 2_000));
+        assert_eq!(super::alive(&v(10, 1_200), w), (1_000, 1_200));
+        assert_eq!(super::alive(&v(1_300, 1_200), w), (1_300, 1_300));
+        assert_eq!(super::alive(&v(1_300, 1_700), w), (1_300, 1_700));
+        assert_eq!(super::rate_secs(400_000_000, 10.0), 1.0);
+        assert_eq!(super::rate_secs(4_000_000_000, 10.0), 4.0);
+        assert_eq!(super::rate_secs(400_000_000, 0.5), 0.5);
+    }
+
     use super::*;
     use crate::kernel::hooks::AttachMode;
 
@@ -897,7 +962,15 @@ mod tests {
 
     #[test]
     fn names_prefer_the_row_then_idle() {
-        let mut r = row(7, 7, b"w".to_vec(), None, Title::default(), &SchedVal::ZERO);
+        let mut r = row(
+            7,
+            7,
+            b"w".to_vec(),
+            None,
+            Title::default(),
+            &SchedVal::ZERO,
+            (0, 1),
+        );
         r.v.voluntary = 2;
         assert_eq!(r.switches(), 2);
         assert_eq!(Who::of(&r, true).tid, Some(7));

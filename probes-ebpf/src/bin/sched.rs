@@ -77,10 +77,12 @@ static SCHED_OFFS: TaskOffsets = TaskOffsets {
     run_delay: 0,
     nr_migrations: 0,
     start_time: 0,
+    group_leader: 0,
+    signal: 0,
+    signal_live: 0,
     se_cfs_rq: 0,
     cfs_rq_rq: 0,
     rq_steal: 0,
-    _pad: 0,
 };
 /// CLOCK_MONOTONIC ns just before load: tasks started later have all counters from zero.
 #[no_mangle]
@@ -612,17 +614,10 @@ fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_st
         id: row_id(tid, tgid),
         gen,
     };
-    let Some(val) = slot(&SCHED_AGG, &SCHED_OTHER, &SCHED_SCRATCH, &key, gen, |init| {
-        // SAFETY: this CPU's scratch slot; only comm and tgid are ever written, so its counters
-        // stay zero. `current` is still `prev` here.
-        unsafe {
-            (*init).comm = bpf_get_current_comm().unwrap_or_default();
-            (*init).tgid = tgid;
-        }
-    }) else {
+    // `current` is still `prev` here.
+    let Some(val) = agg_slot::<R>(prev, tgid, &key) else {
         return;
     };
-    let val = val.ptr;
     // Which wait this run began with, as 0/1 values the verifier cannot see as constants (so
     // the tail below is verified once, not once per combination).
     let has_wait = opaque((((flags & SNAP_NO_WAIT) >> 1) ^ 1) as u64);
@@ -676,6 +671,71 @@ fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_st
         };
         pair_add(&PREEMPTORS, &pk, invol, 0);
     }
+}
+
+/// The aggregate of `key` (created for `task`, which must be `current`, if new; the `[other]`
+/// row when the map is full).
+#[inline(always)]
+fn agg_slot<R: Reader>(task: *const u8, tgid: u32, key: &SchedKey) -> Option<*mut SchedVal> {
+    let s = slot(&SCHED_AGG, &SCHED_OTHER, &SCHED_SCRATCH, key, key.gen, |init| {
+        // SAFETY: this CPU's scratch slot; only the identity fields are ever written, so its
+        // counters stay zero.
+        unsafe {
+            (*init).comm = bpf_get_current_comm().unwrap_or_default();
+            (*init).tgid = tgid;
+            (*init).born_ns = born_ns::<R>(task);
+        }
+    })?;
+    Some(s.ptr)
+}
+
+/// When a row's task started: the thread's `start_time` with `--threads`, else its group
+/// leader's (the process's). Read once per key, when it is created.
+#[inline(always)]
+fn born_ns<R: Reader>(task: *const u8) -> u64 {
+    let o = ro(&SCHED_OFFS);
+    if ro(&SCHED_PER_THREAD) != 0 {
+        return R::u64(task, o.start_time);
+    }
+    let leader = R::u64(task, o.group_leader) as *const u8;
+    // SAFETY: the helper checks the address (a leader pointer loaded as a plain number has no
+    // BTF type left for a direct load); a failed read yields 0, i.e. "before the window".
+    unsafe { bpf_probe_read_kernel(leader.wrapping_add(o.start_time as usize) as *const u64) }
+        .unwrap_or(0)
+}
+
+/// `sched_process_exit(p)`, in `do_exit` of `p` (`current`): a process dies with its last
+/// thread, the one whose exit took `signal->live` to zero (decremented just before this
+/// tracepoint in every kernel since 2.6: `group_dead` in `do_exit`, passed to the tracepoint
+/// itself only since 6.16). With `--threads` every thread's exit is its row's end. The key
+/// is created if this window had not seen the task switch yet (its final switch-out follows).
+#[inline(always)]
+fn on_exit<R: Reader>(p: *const u8) {
+    let o = ro(&SCHED_OFFS);
+    let (tid, tgid) = (R::i32(p, o.pid) as u32, R::i32(p, o.tgid) as u32);
+    if !allowed(tgid) {
+        return;
+    }
+    if ro(&SCHED_PER_THREAD) == 0 {
+        let signal = R::u64(p, o.signal) as *const u8;
+        // SAFETY: the helper checks the address; a failed read counts as "threads left".
+        let live = unsafe {
+            bpf_probe_read_kernel(signal.wrapping_add(o.signal_live as usize) as *const i32)
+        }
+        .unwrap_or(1);
+        if live != 0 {
+            return;
+        }
+    }
+    let key = SchedKey {
+        id: row_id(tid, tgid),
+        gen: generation(),
+    };
+    let Some(val) = agg_slot::<R>(p, tgid, &key) else {
+        return;
+    };
+    // SAFETY: a live map value pointer; a plain store (a process dies once).
+    unsafe { (*val).exit_ns = bpf_ktime_get_ns() };
 }
 
 /// `sched_process_exec`: the current task runs a new program, and `current->comm` already holds
@@ -836,6 +896,18 @@ pub fn tk_sched_free(ctx: BtfTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn tk_sched_free_raw(ctx: RawTracePointContext) -> i32 {
     on_free::<Probe>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn tk_sched_exit(ctx: BtfTracePointContext) -> i32 {
+    on_exit::<Direct>(ctx.arg(0));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn tk_sched_exit_raw(ctx: RawTracePointContext) -> i32 {
+    on_exit::<Probe>(ctx.arg(0));
     0
 }
 

@@ -198,6 +198,10 @@ pub struct Session {
     fn_stub: Option<aya::Btf>,
     /// The generation the last flip left (what the window's collection drains).
     drained: u32,
+    /// When the current generation began (CLOCK_MONOTONIC ns: the load, then each flip).
+    gen_since_ns: u64,
+    /// When the drained generation began and ended.
+    drained_span_ns: (u64, u64),
 }
 
 /// The error for an object without map `map`.
@@ -331,6 +335,8 @@ impl Session {
             tp_stub,
             fn_stub: None,
             drained: 0,
+            gen_since_ns: crate::host::proc::mono_ns(),
+            drained_span_ns: (0, 0),
         };
         match follow {
             Some(Ok(_)) => {
@@ -419,6 +425,7 @@ impl Session {
     /// (`engine::FLIP_SETTLE`), not here.
     pub fn flip_generation(&mut self) -> Result<u32, LoadError> {
         let old = self.generation()?;
+        let now = crate::host::proc::mono_ns();
         let mut m: Array<_, Control> =
             Array::try_from(self.map_mut("CONTROL")?).map_err(map_err("CONTROL"))?;
         m.set(
@@ -426,13 +433,21 @@ impl Session {
             Control {
                 gen: old ^ 1,
                 _pad: 0,
-                since_ns: crate::host::proc::mono_ns(),
+                since_ns: now,
             },
             0,
         )
         .map_err(map_err("CONTROL"))?;
         self.drained = old;
+        self.drained_span_ns = (self.gen_since_ns, now);
+        self.gen_since_ns = now;
         Ok(old)
+    }
+
+    /// When the generation the last flip left began and ended (CLOCK_MONOTONIC ns, the clock
+    /// of `bpf_ktime_get_ns` and `task_struct.start_time`); the first began at the load.
+    pub fn drained_span_ns(&self) -> (u64, u64) {
+        self.drained_span_ns
     }
 
     /// The generation the last [`Session::flip_generation`] left: the window to drain.
