@@ -134,6 +134,29 @@ fn an_unknown_cgroup_layout_is_named_by_its_path() {
     wait_file(&done);
     let (all, by, ctxsw) = (stop_json(fsync_all), stop_json(fsync_by), stop_json(ctxsw));
     let (one, ctxsw_one) = (stop_json(one), stop_json(ctxsw_one));
+    // doctor says which layouts it recognised: the workload's cgroup, of no runtime's layout,
+    // is a container named by its path, holding the workload alone; pid 1 is the host's.
+    let out = Command::new(tracekit_bin())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let sys = lines
+        .iter()
+        .find(|l| l["type"] == "system")
+        .unwrap_or_else(|| panic!("doctor: no system line: {lines:?}"));
+    let census = &sys["containers"];
+    assert!(
+        census["by_path"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!([cg.rel, 1])),
+        "{census}"
+    );
+    assert!(census["host_processes"].as_u64() >= Some(1), "{census}");
     std::fs::write(&end, "").unwrap();
     let out = w.wait_with_output().unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).expect("workload JSON");

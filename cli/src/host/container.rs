@@ -368,6 +368,162 @@ pub fn pick(proc_cgroup: &[u8]) -> Option<(PathMatch, String)> {
     best.map(|(_, m, p)| (m, p))
 }
 
+/// tracekit's own cgroup, from its `/proc/self/cgroup`, when it is of no runtime's layout: such a
+/// cgroup holds the host's processes (a sandbox's or a login's), not a container.
+fn own_unknown(own_proc_cgroup: &[u8]) -> Option<String> {
+    pick(own_proc_cgroup)
+        .filter(|(m, _)| m.runtime == Runtime::Cgroup)
+        .map(|(_, path)| path)
+}
+
+/// [`pick`], with tracekit's own unknown-layout cgroup (`own`, see [`own_unknown`]) the host's.
+fn pick_beside(proc_cgroup: &[u8], own: Option<&str>) -> Option<(PathMatch, String)> {
+    pick(proc_cgroup)
+        .filter(|(m, path)| !(m.runtime == Runtime::Cgroup && own == Some(path.as_str())))
+}
+
+/// Containers of one runtime on the node (`doctor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuntimeCount {
+    pub runtime: Runtime,
+    pub containers: u64,
+    pub processes: u64,
+}
+
+/// Which container layouts this node's live processes are in, as every tool will attribute
+/// them (`doctor`'s "containers" line): what was recognised, what counts as the host and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Census {
+    pub processes: u64,
+    /// Per runtime recognised, most processes first (`cgroup`: of no runtime's layout, named
+    /// by path).
+    pub runtimes: Vec<RuntimeCount>,
+    /// In the root cgroup, systemd's own slices, a login session, a user manager, or
+    /// tracekit's own cgroup of no runtime's layout.
+    pub host_processes: u64,
+    /// tracekit's own cgroup, when it is of no runtime's layout (so it counts as the host's).
+    pub own_cgroup_as_host: Option<String>,
+    /// The cgroups of no runtime's layout with the most processes (at most 32; the text shows
+    /// 3), each a container named by its path.
+    pub by_path: Vec<(String, u64)>,
+}
+
+impl Census {
+    /// From tracekit's own `/proc/self/cgroup` and every process's.
+    pub fn of<'a>(own: &[u8], procs: impl IntoIterator<Item = &'a [u8]>) -> Census {
+        let own = own_unknown(own);
+        let mut c = Census {
+            own_cgroup_as_host: own.clone(),
+            ..Census::default()
+        };
+        let mut ids: HashMap<Runtime, (std::collections::HashSet<String>, u64)> = HashMap::new();
+        let mut paths: HashMap<String, u64> = HashMap::new();
+        for text in procs {
+            c.processes += 1;
+            let Some((m, path)) = pick_beside(text, own.as_deref()) else {
+                c.host_processes += 1;
+                continue;
+            };
+            let e = ids.entry(m.runtime).or_default();
+            e.0.insert(m.id);
+            e.1 += 1;
+            if m.runtime == Runtime::Cgroup {
+                *paths.entry(path).or_default() += 1;
+            }
+        }
+        c.runtimes = ids
+            .into_iter()
+            .map(|(runtime, (set, processes))| RuntimeCount {
+                runtime,
+                containers: set.len() as u64,
+                processes,
+            })
+            .collect();
+        c.runtimes
+            .sort_by(|a, b| (b.processes, a.runtime.name()).cmp(&(a.processes, b.runtime.name())));
+        let mut by_path: Vec<(String, u64)> = paths.into_iter().collect();
+        by_path.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        by_path.truncate(32);
+        c.by_path = by_path;
+        c
+    }
+
+    /// Every live process under `<proc>`, read now.
+    pub fn read() -> Census {
+        let own = super::cgroup::proc_cgroup(std::process::id()).unwrap_or_default();
+        let pids: Vec<u32> = std::fs::read_dir(super::proc_path(""))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let texts: Vec<Vec<u8>> = pids
+            .into_iter()
+            .filter_map(super::cgroup::proc_cgroup)
+            .collect();
+        Census::of(&own, texts.iter().map(Vec::as_slice))
+    }
+
+    /// One line: `podman 2 containers (5 processes), systemd 14 units (40); host 63
+    /// processes (the root, systemd's slices, login sessions; tracekit's own cgroup /x, of no
+    /// runtime's layout); by path: /y (3)`.
+    pub fn text(&self) -> String {
+        let procs = |n: u64| format!("{n} process{}", if n == 1 { "" } else { "es" });
+        if self.processes == 0 {
+            return "no process's cgroup readable".into();
+        }
+        let mut parts: Vec<String> = self
+            .runtimes
+            .iter()
+            .filter(|r| r.runtime != Runtime::Cgroup)
+            .map(|r| {
+                let what = if r.runtime == Runtime::Systemd {
+                    "unit"
+                } else {
+                    "container"
+                };
+                format!(
+                    "{} {} {what}{} ({})",
+                    r.runtime.name(),
+                    r.containers,
+                    if r.containers == 1 { "" } else { "s" },
+                    procs(r.processes)
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            parts.push("no container runtime's layout".into());
+        }
+        let mut out = format!("recognised {}", parts.join(", "));
+        let own = self.own_cgroup_as_host.as_ref().map_or(String::new(), |o| {
+            format!(
+                "; tracekit's own cgroup {}, of no runtime's layout",
+                crate::report::sanitize::text(o.as_bytes())
+            )
+        });
+        out.push_str(&format!(
+            "; host {} (the root, systemd's slices, login sessions{own})",
+            procs(self.host_processes)
+        ));
+        if let Some(r) = self.runtimes.iter().find(|r| r.runtime == Runtime::Cgroup) {
+            let top: Vec<String> = self
+                .by_path
+                .iter()
+                .take(3)
+                .map(|(p, n)| format!("{} ({n})", crate::report::sanitize::text(p.as_bytes())))
+                .collect();
+            out.push_str(&format!(
+                "; {} cgroup(s) of no runtime's layout, each a container named by its path ({}): {}{}",
+                r.containers,
+                procs(r.processes),
+                top.join(", "),
+                if r.containers as usize > top.len() { ", …" } else { "" }
+            ));
+        }
+        out
+    }
+}
+
 /// Cached answers: containers by cgroup path, and by pid for processes that have exited.
 #[derive(Default)]
 struct Cache {
@@ -429,18 +585,10 @@ pub fn of_pid(pid: u32) -> Option<Arc<Container>> {
     let own = cache
         .own
         .get_or_insert_with(|| {
-            super::cgroup::proc_cgroup(std::process::id())
-                .and_then(|t| pick(&t))
-                .filter(|(m, _)| m.runtime == Runtime::Cgroup)
-                .map(|(_, path)| path)
+            super::cgroup::proc_cgroup(std::process::id()).and_then(|t| own_unknown(&t))
         })
         .clone();
-    let found = pick(&text).and_then(|(m, path)| {
-        // An unknown layout's cgroup that holds tracekit itself holds the host's processes
-        // (a sandbox or login session's memory cgroup), not a container.
-        if m.runtime == Runtime::Cgroup && own.as_deref() == Some(path.as_str()) {
-            return None;
-        }
+    let found = pick_beside(&text, own.as_deref()).and_then(|(m, path)| {
         if let Some(c) = cache.by_path.get(&path) {
             return c.clone();
         }
@@ -626,6 +774,38 @@ mod tests {
         let c = fixture_root().resolve(&m, "/tk/c");
         assert_eq!((c.name.as_str(), c.label()), ("/tk/c", "/tk/c".to_string()));
         assert!(c.matches("/tk/c") && !c.matches("/tk/"));
+    }
+
+    /// doctor's census: this sandbox's shape (every command in its own memory cgroup under
+    /// /process_api, tracekit in one of them), a podman container, a unit, a login session.
+    #[test]
+    fn census_says_what_was_recognised_and_what_is_the_host() {
+        let own = b"4:memory:/process_api/aaa\n1:cpu:/\n0::/\n".as_slice();
+        let podman = format!("12:memory:/libpod_parent/libpod-{PODMAN_ID}\n0::/\n");
+        let procs: Vec<&[u8]> = vec![
+            own,
+            own,
+            b"4:memory:/process_api/bbb\n0::/\n",
+            b"4:memory:/\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/\n",
+            b"1:name=systemd:/system.slice/nginx.service\n0::/\n",
+            b"0::/\n",
+            podman.as_bytes(),
+            podman.as_bytes(),
+        ];
+        let c = Census::of(own, procs);
+        assert_eq!(c.processes, 8);
+        assert_eq!(c.host_processes, 4);
+        assert_eq!(c.own_cgroup_as_host.as_deref(), Some("/process_api/aaa"));
+        assert_eq!(c.by_path, vec![("/process_api/bbb".to_string(), 1)]);
+        assert_eq!(
+            c.text(),
+            "recognised podman 1 container (2 processes), systemd 1 unit (1 process); host 4 processes (the root, systemd's slices, login sessions; tracekit's own cgroup /process_api/aaa, of no runtime's layout); 1 cgroup(s) of no runtime's layout, each a container named by its path (1 process): /process_api/bbb (1)"
+        );
+        let bare = Census::of(b"0::/\n", [b"0::/\n".as_slice()]);
+        assert_eq!(
+            bare.text(),
+            "recognised no container runtime's layout; host 1 process (the root, systemd's slices, login sessions)"
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ use node::System;
 
 pub const INFO: ToolInfo = ToolInfo::command(
     "doctor",
-    "What every tool will do on this kernel, and why: each hook's attach mode and program (and why cheaper modes were rejected), the fields it reads at which offsets, whether each tool can run; and the node's facts (privileges, BTF, tracefs, cgroups, NUMA, THP, I/O schedulers, conntrack).",
+    "What every tool will do on this kernel, and why: each hook's attach mode and program (and why cheaper modes were rejected), the fields it reads at which offsets, whether each tool can run; and the node's facts (privileges, BTF, tracefs, cgroups and the container layouts recognised, NUMA, THP, I/O schedulers, conntrack).",
 );
 
 /// doctor's tables: facts, no measures.

@@ -1,6 +1,6 @@
 //! The node as `doctor` shows it: the kernel, tracekit's privileges, BTF, tracefs and the attach
 //! features the policy asks about, then the facts that change what the tools find (cgroup
-//! layout, NUMA nodes and distances, automatic NUMA balancing, THP, I/O schedulers, conntrack,
+//! layout, which container layouts the processes are in and what counts as the host, NUMA nodes and distances, automatic NUMA balancing, THP, I/O schedulers, conntrack,
 //! lockdown). Every fact comes from `host::*` or `kernel::*`; this file only arranges them, as
 //! one [`System`] that is both the JSON `system` line and the text header.
 
@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     host::{
-        self, cgroup,
+        self, cgroup, container,
         disks::{self, QueueFacts},
         mountinfo::{self, Mount},
         net::{self, Conntrack},
@@ -71,6 +71,8 @@ pub struct HostFacts {
     pub capeff: u64,
     pub mounts: Vec<Mount>,
     pub cgroup: cgroup::Layout,
+    /// Which container layouts the live processes are in, as the tools will attribute them.
+    pub containers: container::Census,
     pub topology: Topology,
     pub settings: Settings,
 }
@@ -105,6 +107,7 @@ impl HostFacts {
             capeff: proc::effective_caps(),
             mounts: mountinfo::parse(&mountinfo),
             cgroup: cgroup::Layout::from_mountinfo(&mountinfo),
+            containers: container::Census::read(),
             topology: Topology::read(),
             settings: Settings {
                 numa_balancing: host::sysctl("kernel.numa_balancing"),
@@ -197,6 +200,8 @@ pub struct System {
     /// Where the memory controller's hierarchy is mounted (what memory cgroup paths are
     /// relative to).
     pub cgroup_memory: Option<String>,
+    /// What every tool will call a container here, and what the host.
+    pub containers: container::Census,
     pub numa_nodes: usize,
     pub numa_node_ids: Vec<u32>,
     pub numa: Vec<Node>,
@@ -249,6 +254,7 @@ impl System {
                 },
                 |p| Some(format!("{} (v1)", p.display())),
             ),
+            containers: h.containers,
             numa_nodes: h.topology.len(),
             numa_node_ids: h.topology.nodes.iter().map(|n| n.id).collect(),
             numa: h.topology.nodes,
@@ -310,6 +316,7 @@ impl System {
             ("kprobes", yes_no(&self.features.kprobes)),
             ("capabilities", self.caps_text()),
             ("cgroup", self.cgroup_text()),
+            ("containers", self.containers.text()),
             ("NUMA nodes", numa_text(&self.numa)),
             ("NUMA distance", distance_text(&self.numa)),
             (

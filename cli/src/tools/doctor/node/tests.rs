@@ -24,6 +24,15 @@ fn two_nodes() -> System {
         capeff: bit(Cap::Bpf) | bit(Cap::Perfmon),
         mounts: mountinfo::parse(&mountinfo),
         cgroup: cgroup::Layout::from_mountinfo(&mountinfo),
+        containers: crate::host::container::Census::of(
+            b"0::/user.slice/user-1000.slice/session-2.scope\n",
+            [
+                b"0::/\n".as_slice(),
+                b"0::/system.slice/postgresql@15-main.service\n",
+                b"0::/system.slice/postgresql@15-main.service\n",
+                b"0::/user.slice/user-1000.slice/session-2.scope\n",
+            ],
+        ),
         topology: Topology::read_from(&fixture_dir("doctor/node"), 4),
         settings: Settings {
             numa_balancing: Some("1".into()),
@@ -146,6 +155,11 @@ fn two_node_fixture_renders_every_fact() {
         &l,
         "capabilities",
         "has CAP_BPF, CAP_PERFMON; tools need CAP_BPF and CAP_PERFMON",
+    );
+    line_ends(
+        &l,
+        "containers",
+        "recognised systemd 1 unit (2 processes); host 2 processes (the root, systemd's slices, login sessions)",
     );
     line_has(&l, "tracefs", "doctor mounted it");
     line_ends(&l, "lockdown", "integrity");
@@ -292,5 +306,5 @@ fn reads_this_node() {
     assert!(s.numa_nodes >= 1);
     assert_eq!(s.numa_node_ids.len(), s.numa_nodes);
     assert_ne!(s.kernel, "unknown");
-    assert_eq!(s.lines().len(), 14);
+    assert_eq!(s.lines().len(), 15);
 }
