@@ -199,6 +199,10 @@ pub struct IoStart {
     pub insert_ns: u64,
     /// Last issue, 0 while queued.
     pub issue_ns: u64,
+    /// When the request's first bio was submitted (`block_bio_queue`, in the issuer), 0 when
+    /// not seen (no bio hook, or the bio was submitted before tracing began): what the issuer
+    /// waited for starts here, before any plugging, merging attempt or tag allocation.
+    pub submit_ns: u64,
     /// Cgroup id the request is charged to (`bio->bi_blkg->blkcg`), 0 if unknown.
     pub cgroup_id: u64,
     /// `comm` of the task that inserted (or issued) the request.
@@ -255,6 +259,9 @@ pub struct IoVal {
     pub bytes: u64,
     /// Requests that never waited in a queue (no insert, no requeue): no queue time.
     pub direct: u64,
+    /// Requests whose first bio's submission was seen: their `total` starts there, and
+    /// `before` holds submission → insert (or issue).
+    pub submitted: u64,
     /// Completions with an error, by `blk_status_t` or errno (slot 0 unused).
     pub errors: [u64; NSTATUS],
     /// Request sizes, see [`NSIZES`].
@@ -263,8 +270,12 @@ pub struct IoVal {
     pub queue: LatHist,
     /// issue → complete.
     pub device: LatHist,
-    /// first seen (insert, else issue) → complete: what the issuer waited for.
+    /// bio submitted (else first seen: insert, else issue) → complete: what the issuer waited
+    /// for.
     pub total: LatHist,
+    /// bio submitted → insert (or issue, when never inserted): plugging, merge attempts, the
+    /// wait for a tag; only requests whose submission was seen (`submitted`).
+    pub before: LatHist,
 }
 
 impl IoVal {
@@ -273,11 +284,13 @@ impl IoVal {
         count: 0,
         bytes: 0,
         direct: 0,
+        submitted: 0,
         errors: [0; NSTATUS],
         sizes: [0; NSIZES],
         queue: LatHist::ZERO,
         device: LatHist::ZERO,
         total: LatHist::ZERO,
+        before: LatHist::ZERO,
     };
 
     /// Adds another value's counters (not its identity) into this one.
@@ -285,6 +298,7 @@ impl IoVal {
         self.count += o.count;
         self.bytes += o.bytes;
         self.direct += o.direct;
+        self.submitted += o.submitted;
         for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
             *a += *b;
         }
@@ -294,6 +308,7 @@ impl IoVal {
         self.queue.merge(&o.queue);
         self.device.merge(&o.device);
         self.total.merge(&o.total);
+        self.before.merge(&o.before);
     }
 }
 
@@ -462,12 +477,12 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<RqOffsets>(), 56);
         assert_eq!(size_of::<TpOffsets>(), 32);
-        assert_eq!(size_of::<IoStart>(), 72);
+        assert_eq!(size_of::<IoStart>(), 80);
         assert_eq!(size_of::<IoKey>(), 24);
         assert_eq!(size_of::<SectorKey>(), 16);
         assert_eq!(
             size_of::<IoVal>(),
-            16 + 24 + 8 * (NSTATUS + NSIZES) + 3 * size_of::<LatHist>()
+            16 + 32 + 8 * (NSTATUS + NSIZES) + 4 * size_of::<LatHist>()
         );
         assert_eq!(size_of::<DevKey>(), 8);
         assert_eq!(size_of::<DevVal>(), 2 * size_of::<LatHist>() + 8 * NGROUPS);

@@ -11,6 +11,8 @@
 // the intrinsic lowers to BPF_XADD, which every BPF-capable kernel has.
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
+// `second_arg`: one load the compiler cannot merge (kernel-side builds only, see cli/build.rs).
+#![feature(asm_experimental_arch)]
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
@@ -29,6 +31,27 @@ use probes_common::{
 /// Readers of kernel struct members at BTF offsets (plain loads for tp_btf, probe reads else).
 /// Declares no maps: every map of this library lands in every object.
 pub mod kread;
+
+/// The second argument of a tp_btf or raw_tp context (an array of u64), loaded at a constant
+/// offset from the context register. Where a program takes argument 0 or 1 by a frozen global
+/// (prototypes that lost their first argument), the two loads written in Rust are merged into
+/// one from a computed `ctx + 8`, even when volatile, and 5.10's verifier refuses that
+/// ("dereference of modified ctx ptr"). Behind a branch on the global, this load is dead to the
+/// verifier of a kernel whose prototype has one argument.
+#[inline(always)]
+pub fn second_arg(args: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: one load at `args + 8`, which the verifier checks against the prototype.
+    unsafe {
+        core::arch::asm!(
+            "{0} = *(u64 *)({1} + 8)",
+            out(reg) v,
+            in(reg) args,
+            options(nostack, readonly, preserves_flags)
+        )
+    };
+    v
+}
 
 /// Set by userspace before load (read-only data, so the verifier prunes disabled filters).
 #[no_mangle]

@@ -3,6 +3,10 @@
 //! per-device queue depth.
 //!
 //! Hooks, tracked by `struct request *` (BTF prototypes on 6.18, `btf_trace_<event>`):
+//! - `block:block_bio_queue(struct bio *bio)` (`(q, bio)` up to 5.10, [`IO_BIO_Q_ARG`]): a bio
+//!   submitted, in the issuer (`submit_bio_noacct`, once per bio). Its time is kept by bio
+//!   address until a request whose first bio (`request.bio`) it is is first seen: what the
+//!   issuer waited for starts there, before plugging, merge attempts and the wait for a tag.
 //! - `block:block_rq_insert(struct request *rq)`: the request enters the I/O scheduler (or the
 //!   hctx dispatch list). Fires in the submitter's context (`blk_mq_insert_request`, or a plug
 //!   flush at `blk_finish_plug`/`schedule`), so the issuer is `current`.
@@ -42,8 +46,9 @@ use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    EbpfContext,
 };
 use probes_common::{
     io_lat::{
@@ -58,7 +63,7 @@ use probes_common::{
 use probes_ebpf::{
     allowed, announce, atomic_add, generation, get_or_insert, hist_record,
     kread::{Direct, Kread, Probe},
-    ro, slot, stat,
+    ro, second_arg, slot, stat,
 };
 
 #[no_mangle]
@@ -74,6 +79,10 @@ static IO_Q_ARG: u8 = 0;
 /// `blk_status_t` (6.x): errors are then slotted by errno.
 #[no_mangle]
 static IO_ERR_ERRNO: u8 = 0;
+/// `block_bio_queue`'s bio is argument 1 (`(struct request_queue *q, struct bio *bio)`,
+/// kernels up to 5.10) instead of argument 0 (5.11+).
+#[no_mangle]
+static IO_BIO_Q_ARG: u8 = 0;
 /// Classic `block:block_rq_*` field offsets from the format files (fallback mode).
 #[no_mangle]
 static IO_TP: TpOffsets = TpOffsets::INIT;
@@ -92,6 +101,17 @@ static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
 /// reused; a full map is counted (`start_map_full`).
 #[map]
 static IO_START_TP: HashMap<SectorKey, IoStart> = HashMap::with_max_entries(16384, 0);
+
+/// Bio submissions not yet seen as a request, by `struct bio *`, with `bpf_ktime_get_ns()`:
+/// taken (and deleted) when a request whose first bio it is is first seen. An LRU, because
+/// many bios never become a request's first bio (merged into one already built, or completed
+/// by a bio-based driver such as dm or md) and their entries are simply evicted.
+#[map]
+static IO_BIO: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// A submission older than this is a stale entry at a reused bio address (a bio built without
+/// a submission of its own, such as a split's front), not a wait.
+const BIO_STALE_NS: u64 = 30_000_000_000;
 
 /// Aggregates, sized by userspace (`--max-keys`).
 #[map]
@@ -382,6 +402,9 @@ fn on_begin<K>(
         return;
     };
     n.first_ns = t;
+    if n.submit_ns > t || t - n.submit_ns > BIO_STALE_NS {
+        n.submit_ns = 0;
+    }
     n.slot = dev_slot(n.dev);
     if issued {
         n.issue_ns = t;
@@ -533,7 +556,13 @@ fn record(s: &IoStart, now: u64, code: u32) {
             atomic_add(&raw mut (*val).direct, 1);
         }
         hist_record(&raw mut (*val).device, now.saturating_sub(s.issue_ns));
-        hist_record(&raw mut (*val).total, now.saturating_sub(s.first_ns));
+        let mut from = s.first_ns;
+        if s.submit_ns != 0 {
+            from = s.submit_ns;
+            atomic_add(&raw mut (*val).submitted, 1);
+            hist_record(&raw mut (*val).before, s.first_ns - s.submit_ns);
+        }
+        hist_record(&raw mut (*val).total, now.saturating_sub(from));
     }
 }
 
@@ -596,8 +625,60 @@ fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
         dev,
         bytes: R::u32(rq, off!(rq_data_len)),
         op: (flags & REQ_OP_MASK) | sync,
+        submit_ns: bio_submitted(R::u64(rq, off!(rq_bio))),
         ..IoStart::default()
     })
+}
+
+/// When `bio` was submitted, taken out of `IO_BIO`; 0 when not seen.
+#[inline(always)]
+fn bio_submitted(bio: u64) -> u64 {
+    if bio == 0 {
+        return 0;
+    }
+    // SAFETY: the value is copied out at once.
+    let Some(ts) = (unsafe { IO_BIO.get(bio) }).copied() else {
+        return 0;
+    };
+    let _ = IO_BIO.remove(bio);
+    ts
+}
+
+/// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
+/// issuer's context). Only the time is kept; the request it becomes says the rest.
+#[inline(always)]
+fn bio_queue(bio: u64) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if bio == 0 || !allowed(tgid) {
+        return;
+    }
+    let _ = IO_BIO.insert(bio, now(), 0);
+}
+
+/// The bio argument of `block_bio_queue` (see [`IO_BIO_Q_ARG`]; the second by
+/// [`second_arg`], as 5.10's verifier needs).
+macro_rules! bio_arg {
+    ($ctx:expr) => {{
+        let args = $ctx.as_ptr() as *const u64;
+        if ro(&IO_BIO_Q_ARG) != 0 {
+            second_arg(args)
+        } else {
+            // SAFETY: the tracepoint's first argument.
+            unsafe { core::ptr::read_volatile(args) }
+        }
+    }};
+}
+
+#[btf_tracepoint(function = "block_bio_queue")]
+pub fn tk_io_bio(ctx: BtfTracePointContext) -> i32 {
+    bio_queue(bio_arg!(ctx));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_queue")]
+pub fn tk_io_bio_raw(ctx: RawTracePointContext) -> i32 {
+    bio_queue(bio_arg!(ctx));
+    0
 }
 
 #[inline(always)]

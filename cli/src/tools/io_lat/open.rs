@@ -87,8 +87,9 @@ fn btf_globals(spec: LoadSpec) -> Result<(LoadSpec, bool)> {
             "{e}: this kernel's struct request is not supported (try --attach tracepoint)"
         ))
     })?;
-    // (q, rq) before 5.11, (rq) since.
+    // (q, rq) before 5.11, (rq) since; block_bio_queue (q, bio) before 5.11, (bio) since.
     let q_arg = btf.proto_params("btf_trace_block_rq_issue") == Some(3);
+    let bio_q_arg = btf.proto_params("btf_trace_block_bio_queue") == Some(3);
     // `int error` (an errno) from 4.13 to 5.x, `blk_status_t` since.
     let errno = btf
         .proto_param_type("btf_trace_block_rq_complete", 2)
@@ -97,6 +98,7 @@ fn btf_globals(spec: LoadSpec) -> Result<(LoadSpec, bool)> {
     Ok((
         spec.global("IO_OFFS", &offs)
             .global("IO_Q_ARG", &u8::from(q_arg))
+            .global("IO_BIO_Q_ARG", &u8::from(bio_q_arg))
             .global("IO_ERR_ERRNO", &u8::from(errno)),
         errno,
     ))
@@ -270,7 +272,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     };
     let mut hooks = hooks_for(force);
     let (dirty_event, dirty) = dirty_globals(ctx);
-    hooks.retain(|h| h.group == "block_rq" || (h.name() == dirty_event && dirty.is_ok()));
+    let bio = force != Some(AttachMode::Tracepoint);
+    hooks.retain(|h| {
+        h.group == "block_rq"
+            || h.name() == super::BIO_EVENT
+            || (h.name() == dirty_event && dirty.is_ok())
+    });
     let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     let mode = plan
         .iter()
@@ -295,6 +302,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("IO_AGG", scope.key_cap())
         .max_entries("IO_START", if classic { 1 } else { cap })
         .max_entries("IO_START_TP", if classic { cap } else { 1 })
+        .max_entries("IO_BIO", if classic { 1 } else { cap.max(16384) })
         .max_entries("IO_SLOTS", nslots)
         .max_entries("IO_LIVE", nslots)
         .max_entries("IO_DEPTH", nslots * 2)
@@ -319,6 +327,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     );
     slots.refresh(&disks_at_load)?;
     session.attach_planned(&hooks, &plan)?;
+    if !bio {
+        session.left_out.push((
+            "block:block_bio_queue",
+            "classic tracepoints key requests by (dev, sector): no bio to match, so a request's time starts at its insert".to_string(),
+        ));
+    }
     if let Err(why) = &dirty {
         session.skipped.push((
             "writeback:writeback_dirty_folio",

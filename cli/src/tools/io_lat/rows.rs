@@ -50,7 +50,9 @@ const LAT_STATS: &[Stat] = &[
 /// One latency group of a row.
 pub type Lat = Keyed;
 
-/// A row's latencies: queue (insert → issue), device (issue → complete), the whole request.
+/// A row's latencies: queue (insert → issue), device (issue → complete), the whole request
+/// (from its first bio's submission where seen, else from insert or issue), and before it was
+/// inserted or issued (submission → insert: plugging, merge attempts, the wait for a tag).
 #[derive(Serialize)]
 pub struct Lats {
     #[serde(flatten)]
@@ -59,14 +61,17 @@ pub struct Lats {
     pub device: Lat,
     #[serde(flatten)]
     pub total: Lat,
+    #[serde(flatten)]
+    pub before: Lat,
 }
 
 impl Lats {
-    pub(super) fn of(queue: &LatHist, device: &LatHist, total: &LatHist) -> Lats {
+    pub(super) fn of(queue: &LatHist, device: &LatHist, total: &LatHist, before: &LatHist) -> Lats {
         Lats {
             queue: Keyed::of("queue_", queue, LAT_STATS),
             device: Keyed::of("device_", device, LAT_STATS),
             total: Keyed::of("", total, LAT_STATS),
+            before: Keyed::of("before_", before, LAT_STATS),
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct SummaryRow {
     pub direct: u64,
     /// Requests with queue time (inserted, or requeued).
     pub queued: u64,
+    /// Requests timed from their first bio's submission (the rest from insert or issue: no
+    /// bio hook, or submitted before tracing began).
+    pub submitted: u64,
     pub errors: BTreeMap<String, u64>,
     pub sizes: Vec<SizeCount>,
     #[serde(flatten)]
@@ -255,31 +263,27 @@ fn op_text(r: &SummaryRow) -> String {
     }
 }
 
-/// The numbers of a row's [`Lats`]: queue, device and whole-request latencies (totals are
-/// time waited; the statistics come from the distributions).
-const LAT_FIELDS: &[Field] = &[
-    Field::stat("queue_p50_ns"),
-    Field::stat("queue_p90_ns"),
-    Field::stat("queue_p99_ns"),
-    Field::stat("queue_p999_ns"),
-    Field::stat("queue_max_ns"),
-    Field::stat("queue_mean_ns"),
-    Field::count("queue_total_ns", LowerIsBetter),
-    Field::stat("device_p50_ns"),
-    Field::stat("device_p90_ns"),
-    Field::stat("device_p99_ns"),
-    Field::stat("device_p999_ns"),
-    Field::stat("device_max_ns"),
-    Field::stat("device_mean_ns"),
-    Field::count("device_total_ns", LowerIsBetter),
-    Field::stat("p50_ns"),
-    Field::stat("p90_ns"),
-    Field::stat("p99_ns"),
-    Field::stat("p999_ns"),
-    Field::stat("max_ns"),
-    Field::stat("mean_ns"),
-    Field::count("total_ns", LowerIsBetter),
-];
+/// The fields of one latency group of [`Lats`] with key prefix `$p`, in [`LAT_STATS`]'s order
+/// (totals are time waited; the statistics come from the distributions).
+macro_rules! lat_fields {
+    ($p:literal) => {
+        &[
+            Field::stat(concat!($p, "p50_ns")),
+            Field::stat(concat!($p, "p90_ns")),
+            Field::stat(concat!($p, "p99_ns")),
+            Field::stat(concat!($p, "p999_ns")),
+            Field::stat(concat!($p, "max_ns")),
+            Field::stat(concat!($p, "mean_ns")),
+            Field::count(concat!($p, "total_ns"), LowerIsBetter),
+        ]
+    };
+}
+
+/// The numbers of a row's [`Lats`]: queue, device, whole-request and before-queue latencies.
+const QUEUE_FIELDS: &[Field] = lat_fields!("queue_");
+const DEVICE_FIELDS: &[Field] = lat_fields!("device_");
+const TOTAL_FIELDS: &[Field] = lat_fields!("");
+const BEFORE_FIELDS: &[Field] = lat_fields!("before_");
 
 const IO_SUMMARY: &[Field] = &[
     Field::id("major"),
@@ -294,13 +298,21 @@ const IO_SUMMARY: &[Field] = &[
     // so fewer is an accounting change, not an improvement (issue #33: "queued/s 4662 → 0,
     // better" was compare's top line after switching the scheduler off).
     Field::count("queued", Neutral),
+    Field::count("submitted", Neutral),
 ];
 
 /// The summary rows: per device, issuing process, cgroup and op.
 pub const SUMMARY_ROWS: Rows = Rows {
     kind: "summary",
     labels: &["dev", "op"],
-    fields: &[ID_FIELDS, IO_SUMMARY, LAT_FIELDS],
+    fields: &[
+        ID_FIELDS,
+        IO_SUMMARY,
+        QUEUE_FIELDS,
+        DEVICE_FIELDS,
+        TOTAL_FIELDS,
+        BEFORE_FIELDS,
+    ],
     dists: &[Dist::exported(
         "device",
         "tracekit_io_device_latency_seconds",
@@ -317,6 +329,7 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("SIZE", |r, _| sizes_text(&r.sizes_raw)),
+    Column::right("PRE P99", |r, _| fmt_ns(r.lat.before.s.p99_ns)),
     Column::right("Q P50", |r, _| fmt_ns(r.lat.queue.s.p50_ns)),
     Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
     Column::right("D P50", |r, _| fmt_ns(r.lat.device.s.p50_ns)),
@@ -391,7 +404,13 @@ const IO_DEVICE: &[Field] = &[
 pub const DEVICE_ROWS: Rows = Rows {
     kind: "device",
     labels: &[],
-    fields: &[IO_DEVICE, LAT_FIELDS],
+    fields: &[
+        IO_DEVICE,
+        QUEUE_FIELDS,
+        DEVICE_FIELDS,
+        TOTAL_FIELDS,
+        BEFORE_FIELDS,
+    ],
     dists: &[],
 };
 
@@ -431,7 +450,7 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
 ];
 
 pub const FOOTNOTES: &[&str] = &[
-    "Q: queue time (insert -> issue: in the I/O scheduler, waiting for a driver tag); D: device time (issue -> complete); P99/MAX: the whole request.",
+    "PRE: before the request was queued (its first bio's submission -> insert or issue: plugging, merge attempts, the wait for a tag); Q: queue time (insert -> issue: in the I/O scheduler, waiting for a driver tag); D: device time (issue -> complete); P99/MAX: the whole request, from its submission where seen.",
     "INFLIGHT/QUEUED: requests at the driver / in the queue, mean/max sampled every 10 ms; FULL%: share of the window at nr_requests; UNSEEN: diskstats - counted - untracked.",
     "Dirtied: page cache each process made dirty per disk, which the flusher (kworker) writes back; FOLIOS: dirtying events (a large folio is one), DIRTIED: their bytes (each thread's last folio in the window is not counted).",
 ];
@@ -510,9 +529,10 @@ fn summary_row(
         bytes_per_s: rate(v.bytes, secs),
         direct: v.direct,
         queued: v.queue.count,
+        submitted: v.submitted,
         errors,
         sizes,
-        lat: Lats::of(&v.queue, &v.device, &v.total),
+        lat: Lats::of(&v.queue, &v.device, &v.total, &v.before),
         other: false,
         cgroup_raw: cg,
         kdev: key.dev,
@@ -600,6 +620,7 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
     let mine: Vec<&SummaryRow> = rows.iter().filter(|r| !r.other && r.kdev == kdev).collect();
     let mut by_group = [0u64; NGROUPS];
     let (mut queue, mut device, mut total) = (LatHist::ZERO, LatHist::ZERO, LatHist::ZERO);
+    let mut before = LatHist::ZERO;
     let mut sync_time = 0;
     let mut by_op: BTreeMap<String, OpLat> = BTreeMap::new();
     for (k, v) in input.agg.iter().filter(|(k, _)| k.dev == kdev) {
@@ -621,6 +642,7 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         queue.merge(&v.queue);
         device.merge(&v.device);
         total.merge(&v.total);
+        before.merge(&v.before);
         if k.op & OP_SYNC != 0 {
             sync_time += v.total.sum;
         }
@@ -674,7 +696,7 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         } else {
             round2(queue.sum as f64 * 100.0 / total.sum as f64)
         },
-        lat: Lats::of(&queue, &device, &total),
+        lat: Lats::of(&queue, &device, &total, &before),
         depth: DepthRow::of(input.depth.per_dev.get(&kdev), input.depth.ticks, &dv),
         kdev,
         by_op,
