@@ -285,6 +285,89 @@ fn a_receiver_gone_before_the_report_is_still_named() {
     );
 }
 
+/// #33 (4) with the field report's software: iperf3's one-off server (`-1`) receives a 2 s
+/// UDP flood into a 64 KiB socket buffer (the client's `-w`, which iperf3 applies to the
+/// server's data socket too) and exits with its test, seconds before the window ends. The
+/// drop finding still names iperf3, and the drops at its port are what the kernel counted in
+/// `Udp: RcvbufErrors` (nothing else on this host overruns a UDP socket meanwhile).
+#[test]
+fn iperf3_udp_receiver_that_exited_is_named() {
+    let _serial = root_serial();
+    let port = closed_port();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 (Debian package iperf3, installed by cargo xtask test)");
+    let pid = server.id();
+    // Its control port listens (TCP) before the client connects: seen in /proc/net/tcp{,6}
+    // (a connection to check would be the one-off server's one client).
+    let listening = || {
+        let hex = format!(":{port:04X} ");
+        ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| {
+                    let c: Vec<&str> = l.split_whitespace().collect();
+                    c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
+                })
+        })
+    };
+    let t = std::time::Instant::now();
+    while !listening() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "iperf3 -s never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut snmp = (BTreeMap::new(), BTreeMap::new());
+    let mut client = String::new();
+    let lines = trace(&[], || {
+        snmp.0 = udp_snmp();
+        let out = Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &port.to_string()])
+            .args([
+                "-u", "-b", "2G", "-l", "1400", "-w", "64K", "-t", "2", "--json",
+            ])
+            .output()
+            .expect("iperf3 -c");
+        client = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "iperf3 client: {out:?}");
+        let _ = server.wait();
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+        // The window goes on without the receiver.
+        std::thread::sleep(Duration::from_millis(1500));
+        snmp.1 = udp_snmp();
+    });
+    let errs = delta(&snmp.0, &snmp.1, "RcvbufErrors");
+    let (mine, udp4) = udp_drops(&lines, "SOCKET_RCVBUFF", port);
+    let lost: Value = serde_json::from_str(&client).unwrap_or(Value::Null);
+    eprintln!(
+        "iperf3: client says lost {} of {} datagrams; SOCKET_RCVBUFF at :{port} {mine}, all udp4 {udp4}; Udp: RcvbufErrors +{errs}",
+        lost["end"]["sum"]["lost_packets"], lost["end"]["sum"]["packets"]
+    );
+    assert!(mine > 0, "no drops at iperf3's port: {lines:?}");
+    assert_eq!(udp4, errs, "udp4 SOCKET_RCVBUFF drops vs Udp: RcvbufErrors");
+    let f = lines
+        .iter()
+        .find(|l| {
+            l["type"] == "finding" && l["cause"] == "net-drops" && l["evidence"]["port"] == port
+        })
+        .unwrap_or_else(|| panic!("no finding for :{port}: {lines:?}"));
+    eprintln!("{}", f["summary"]);
+    assert_eq!(f["pid"], pid, "{f}");
+    assert_eq!(f["comm"], "iperf3", "{f}");
+    assert!(
+        !f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no process holds it"),
+        "{f}"
+    );
+}
+
 /// Loopback runs NET_RX in the sender's context, so a flood from a sender pinned with taskset
 /// to CPU 1 is softirq work on CPU 1.
 #[test]

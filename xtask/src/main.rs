@@ -147,8 +147,8 @@ fn test(extra: &[String]) -> Result<()> {
         "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
     )?;
     toolchain::ensure_debian(
-        &["nginx", "apache2-utils", "postgresql"],
-        "real software staged into incidents: nginx's accept queue overflowed with ab, PostgreSQL's WAL flushes under pgbench (each the test's own instance on loopback or a Unix socket)",
+        &["nginx", "apache2-utils", "postgresql", "iperf3"],
+        "real software staged into incidents: nginx's accept queue overflowed with ab, PostgreSQL's WAL flushes under pgbench, iperf3's UDP receiver overrun (each the test's own instance on loopback or a Unix socket)",
     )?;
     toolchain::ensure_debian(
         &["chromium"],
