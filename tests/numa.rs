@@ -357,9 +357,10 @@ fn balancing() -> Result<String, String> {
     // migration, the tracepoint by migrate_pages() for the pages it moved, in whatever context:
     // seen on 5.10 and 6.12 to differ by up to 4 pages of ~8200 in either direction on a quiet
     // host, and by 18 and 70 of ~8250 on 5.10 under TCG with the host loaded (the two counters
-    // move at different points of a migration). So this per-task check allows 2 %; the exact
+    // move at different points of a migration), once by 605 of 8799 (6.9 %) on 5.10 with the
+    // host running three guests and a build. So this per-task check allows 10 %; the exact
     // check is the system line below (every migration, /proc/vmstat over the same window).
-    if pages == 0 || pages.abs_diff(own) > own / 50 + 8 {
+    if pages == 0 || pages.abs_diff(own) > own / 10 + 8 {
         return Err(format!(
             "pages_migrated {pages}, the task's numa_pages_migrated {own}"
         ));
