@@ -267,6 +267,11 @@ fn a_receiver_gone_before_the_report_is_still_named() {
         let _ = holder.wait();
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
     });
+    assert_drops_named(&lines, port, pid, "tk-workload");
+}
+
+/// The drop finding about `port` names `pid` (`comm`), though it is gone.
+fn assert_drops_named(lines: &[Value], port: u16, pid: u64, comm: &str) {
     let f = lines
         .iter()
         .find(|l| {
@@ -275,7 +280,7 @@ fn a_receiver_gone_before_the_report_is_still_named() {
         .unwrap_or_else(|| panic!("no finding for :{port}: {lines:?}"));
     eprintln!("{}", f["summary"]);
     assert_eq!(f["pid"], pid, "{f}");
-    assert_eq!(f["comm"], "tk-workload", "{f}");
+    assert_eq!(f["comm"], comm, "{f}");
     assert!(
         !f["summary"]
             .as_str()
@@ -350,22 +355,7 @@ fn iperf3_udp_receiver_that_exited_is_named() {
     );
     assert!(mine > 0, "no drops at iperf3's port: {lines:?}");
     assert_eq!(udp4, errs, "udp4 SOCKET_RCVBUFF drops vs Udp: RcvbufErrors");
-    let f = lines
-        .iter()
-        .find(|l| {
-            l["type"] == "finding" && l["cause"] == "net-drops" && l["evidence"]["port"] == port
-        })
-        .unwrap_or_else(|| panic!("no finding for :{port}: {lines:?}"));
-    eprintln!("{}", f["summary"]);
-    assert_eq!(f["pid"], pid, "{f}");
-    assert_eq!(f["comm"], "iperf3", "{f}");
-    assert!(
-        !f["summary"]
-            .as_str()
-            .unwrap()
-            .contains("no process holds it"),
-        "{f}"
-    );
+    assert_drops_named(&lines, port, u64::from(pid), "iperf3");
 }
 
 /// Loopback runs NET_RX in the sender's context, so a flood from a sender pinned with taskset
