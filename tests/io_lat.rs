@@ -569,7 +569,10 @@ fn direct_io_is_charged_to_the_issuers_cgroup() {
         assert_eq!(row["cgroup"], format!("/{name}"), "{row}");
         assert!(row["cgroup_id"].as_u64().unwrap() > 1);
     }
-    assert_eq!(sum(&r, "read", "count"), run.disk.0);
+    // Exact, but for completions the kernel never ran the programs for that traced_exact
+    // accepted as evidenced (a fresh-clone run had one of 512: the test then compared
+    // without them and failed).
+    assert_eq!(sum(&r, "read", "count") + run.lost, run.disk.0);
 }
 
 /// A lightly loaded device: the rows are there, and no finding.
