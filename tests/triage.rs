@@ -628,10 +628,9 @@ impl Drop for EqualCpuGroups {
 /// default), so the scheduler shares the CPU between the groups before the tasks. What the
 /// sleeper felt (its own clock) decides what triage must say. Here its sleeps overshot by
 /// p99 0.11 ms but up to 3.9 ms: late in the tail, and triage said "1 in 353 wakeups waited
-/// over 1.00ms, p99.9 3.54ms, max 3.95ms", first, behind the hogs. So: a sleeper whose own
-/// clock saw a sleep 2 ms late or more ranks first with a hog as culprit, and the longest
-/// wait triage reports is one its clock could have seen; one that never was 1 ms late is no
-/// victim. No hog is a victim either way.
+/// over 1.00ms, p99.9 3.54ms, max 3.95ms", first, behind the hogs; that is near the harm
+/// model's threshold, so the test judges by the sleeper's own late sleeps (below). No hog is
+/// a victim either way.
 #[test]
 fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     require_root();
@@ -653,14 +652,22 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     let hog_pids = hog_pids(hogs);
     eprintln!("sleeper's own clock: {victim}");
     eprintln!("findings: {:#?}", brief(&f));
+    // Judged on its own clock in the harm model's terms (report::harm: at least 5 late waits,
+    // 1 in 1000, 5 ms/s of excess), with a factor 2 of margin: clearly hurt → first, a hog as
+    // culprit, no wait longer than its latest sleep; never 1 ms late → no victim; in between
+    // either (fresh-clone runs here: max 4.0 ms late both times, once named with 7.45 ms/s of
+    // excess, once not).
     let max = victim["overshoot_max_ns"]
         .as_u64()
         .expect("overshoot_max_ns");
+    let late = victim["late_1ms"].as_u64().expect("late_1ms");
+    let excess_per_s = victim["late_excess_ns"].as_u64().unwrap_or(0) / 5;
+    let wakeups = victim["wakeups"].as_u64().unwrap_or(0);
     let named = |x: &Value| x["cause"] == "runq-delay" && x["pid"] == victim["pid"];
-    if max >= 2_000_000 {
+    if late >= 10 && late * 500 >= wakeups && excess_per_s >= 10_000_000 {
         assert!(
             named(&f[0]),
-            "late by up to {max} ns, not first: {:#?}",
+            "{late} sleeps late, {excess_per_s} ns/s of excess, not first: {:#?}",
             brief(&f)
         );
         let culprit = f[0]["culprit_pid"].as_u64().unwrap_or(0);
@@ -676,7 +683,7 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
             "a wait of {wait_max} ns, but no sleep was more than {max} ns late: {}",
             f[0]
         );
-    } else if max < 1_000_000 {
+    } else if late == 0 {
         assert!(
             !f.iter().any(named),
             "never 1 ms late by its own clock (max {max} ns), yet a victim: {:#?}",
@@ -1202,11 +1209,16 @@ pub fn workload(args: &[String]) -> Option<i32> {
             }
             over.sort_unstable();
             let q = |q: f64| over[((over.len() as f64 * q) as usize).min(over.len() - 1)];
+            // The harm model's terms on its own clock: sleeps late by 1 ms or more, and their
+            // excess over its median overshoot (report::harm).
+            let late: Vec<u64> = over.iter().copied().filter(|o| *o >= 1_000_000).collect();
+            let excess: u64 = late.iter().map(|o| o - q(0.5)).sum();
             println!(
                 "{}",
                 json!({"pid": std::process::id(), "wakeups": over.len(),
                        "overshoot_p50_ns": q(0.5), "overshoot_p99_ns": q(0.99),
-                       "overshoot_max_ns": over.last().copied().unwrap_or(0)})
+                       "overshoot_max_ns": over.last().copied().unwrap_or(0),
+                       "late_1ms": late.len(), "late_excess_ns": excess})
             );
         }
         ["triage-writer", path, ms] => {
