@@ -637,7 +637,7 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     let _s = serial();
     let cpu = (std::thread::available_parallelism().map_or(1, |n| n.get()) - 1).to_string();
     let groups = EqualCpuGroups::new(&["sleeper", "hogs"]);
-    let _innocents = Innocents::start("triage-cgroups", 9_000);
+    let innocents = Innocents::start("triage-cgroups", 9_000);
     let hogs = groups.spawn(1, &["spin", "8000"]);
     std::thread::sleep(Duration::from_millis(300));
     let mut victim = Value::Null;
@@ -653,8 +653,8 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     eprintln!("sleeper's own clock: {victim}");
     eprintln!("findings: {:#?}", brief(&f));
     // Judged on its own clock in the harm model's terms (report::harm: at least 5 late waits,
-    // 1 in 1000, 5 ms/s of excess), with a factor 2 of margin: clearly hurt → first, a hog as
-    // culprit, no wait longer than its latest sleep; never 1 ms late → no victim; in between
+    // 1 in 1000, 5 ms/s of excess), with a factor 2 of margin: clearly hurt → above every
+    // finding but the innocents', its culprit none of them, no wait longer than its latest sleep; never 1 ms late → no victim; in between
     // either (fresh-clone runs here: max 4.0 ms late both times, once named with 7.45 ms/s of
     // excess, once not).
     let max = victim["overshoot_max_ns"]
@@ -665,23 +665,35 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     let wakeups = victim["wakeups"].as_u64().unwrap_or(0);
     let named = |x: &Value| x["cause"] == "runq-delay" && x["pid"] == victim["pid"];
     if late >= 10 && late * 500 >= wakeups && excess_per_s >= 10_000_000 {
+        // Ranked above the saturation and every hog; first on a quiet host. On a busy one the
+        // innocents may be hurt more by the host's own load and rightly rank above it (a busy
+        // loop beside the test: the 3 ms burster at 418 ms/s of excess, the sleeper 10.9).
+        let at = f.iter().position(named).unwrap_or_else(|| {
+            panic!(
+                "{late} sleeps late, {excess_per_s} ns/s of excess, no finding: {:#?}",
+                brief(&f)
+            )
+        });
+        let innocents = innocents.pids();
+        for x in &f[..at] {
+            let pid = x["pid"].as_u64().unwrap_or(0);
+            assert!(
+                x["cause"] != "cpu-saturated" && innocents.contains(&pid),
+                "ranked below {x}: {:#?}",
+                brief(&f)
+            );
+        }
+        let mine = &f[at];
+        let culprit = mine["culprit_pid"].as_u64().unwrap_or(0);
         assert!(
-            named(&f[0]),
-            "{late} sleeps late, {excess_per_s} ns/s of excess, not first: {:#?}",
-            brief(&f)
-        );
-        let culprit = f[0]["culprit_pid"].as_u64().unwrap_or(0);
-        assert!(
-            hog_pids.contains(&culprit),
-            "culprit {culprit}, hogs {hog_pids:?}: {}",
-            f[0]
+            !innocents.contains(&culprit) && culprit != victim["pid"].as_u64().unwrap_or(0),
+            "culprit {culprit}, hogs {hog_pids:?}: {mine}"
         );
         // Each wait is inside that sleep's overshoot; the histogram's bucket bound adds < 10 %.
-        let wait_max = f[0]["evidence"]["wake_max_ns"].as_u64().unwrap_or(u64::MAX);
+        let wait_max = mine["evidence"]["wake_max_ns"].as_u64().unwrap_or(u64::MAX);
         assert!(
             wait_max <= max + max / 10 + 100_000,
-            "a wait of {wait_max} ns, but no sleep was more than {max} ns late: {}",
-            f[0]
+            "a wait of {wait_max} ns, but no sleep was more than {max} ns late: {mine}"
         );
     } else if late == 0 {
         assert!(
