@@ -150,7 +150,9 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NSTATS, 0);
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 
-/// Reads a read-only global that userspace patches before load (field offsets, flags).
+/// Reads a read-only global that userspace patches before load (field offsets, flags), or one
+/// field of it (`ro(&OFFS.rq_bio)`): one volatile load each, so every offset is a constant the
+/// verifier sees where it is used (tp_btf's direct loads need that).
 #[inline(always)]
 pub fn ro<T: Copy>(v: &T) -> T {
     // SAFETY: `v` points at a static; the volatile read keeps rustc from folding the initial

@@ -12,4 +12,5 @@ pub mod rows;
 pub mod sanitize;
 pub mod schema;
 pub mod table;
+pub mod units;
 pub mod who;

@@ -187,6 +187,15 @@ impl Rows {
         self.dists.iter().find(|d| d.name == name)
     }
 
+    /// Whether `compare` can call a change of these rows better or worse: a distribution
+    /// (lower is better), or a compared count or level declared better one way.
+    pub fn judged(&self) -> bool {
+        !self.dists.is_empty()
+            || self
+                .all_fields()
+                .any(|f| f.compared_as().is_some() && f.direction != Direction::Neutral)
+    }
+
     /// Whether anything of these rows is exported.
     pub fn exports(&self) -> bool {
         self.all_fields().any(|f| f.export.is_some())

@@ -11,6 +11,7 @@ use std::{io::IsTerminal, time::Duration};
 
 use crate::report::{
     schema::{Direction::*, Dist, Field, Rows},
+    units::per_s,
     who::ID_FIELDS,
 };
 use serde::Serialize;
@@ -30,7 +31,7 @@ use crate::{
     },
     tools::{
         self,
-        sched::{self, per_s, ByA, Cap, Names, Peer, Record, Row, SchedSession, Who},
+        sched::{self, ByA, Cap, Names, Peer, Record, Row, SchedSession, Who},
         OpenCtx, ToolInfo,
     },
 };

@@ -874,11 +874,6 @@ pub fn stats(iv: &Interval, count: u64) -> Stats {
         .with("idle_switches", st[STAT_IDLE_SWITCHES as usize])
 }
 
-/// A rate for JSON: a float to the thousandth (a rare event per window is not 0).
-pub fn per_s(count: u64, secs: f64) -> f64 {
-    (count as f64 / secs * 1000.0).round() / 1000.0
-}
-
 #[cfg(test)]
 mod tests {
     /// A task's life in a window: born inside it, dead inside it, both, neither; a death
@@ -983,7 +978,6 @@ mod tests {
             (p.who.pid, p.who.tid, p.text()),
             (3, Some(7), "worker(7)".to_string())
         );
-        assert_eq!(per_s(1, 2.0), 0.5);
     }
 
     fn pair(a: u32, b: u32, count: u64, ns: u64) -> Pair {

@@ -161,18 +161,6 @@ static IO_ANOM: PerCpuArray<u64> = PerCpuArray::with_max_entries(NANOM, 0);
 #[map]
 static IO_LIVE: Array<DevLive> = Array::with_max_entries(64, 0);
 
-/// Reads one field of a global userspace patches before load (`IO_OFFS`, `IO_TP`): a volatile
-/// load per field keeps each offset a constant the verifier sees (tp_btf's plain loads need it).
-macro_rules! off {
-    ($f:ident) => {
-        off!(IO_OFFS.$f)
-    };
-    ($g:ident . $f:ident) => {
-        // SAFETY: a static in read-only data, patched by userspace before load.
-        unsafe { core::ptr::read_volatile(&$g.$f) }
-    };
-}
-
 #[inline(always)]
 fn now() -> u64 {
     // SAFETY: plain helper call.
@@ -575,29 +563,29 @@ const KEEP: bool = true;
 /// `dev_t` encoding.
 #[inline(always)]
 fn rq_dev<R: Kread>(rq: u64) -> u32 {
-    let mut disk = R::u64(rq, off!(rq_q));
-    let q_disk = off!(q_disk);
+    let mut disk = R::u64(rq, ro(&IO_OFFS.rq_q));
+    let q_disk = ro(&IO_OFFS.q_disk);
     if q_disk != OFF_NONE {
         disk = R::u64(disk, q_disk);
     }
     if disk == 0 {
         return 0;
     }
-    let major = R::u32(disk, off!(disk_major));
-    let minor = R::u32(disk, off!(disk_first_minor));
+    let major = R::u32(disk, ro(&IO_OFFS.disk_major));
+    let minor = R::u32(disk, ro(&IO_OFFS.disk_first_minor));
     (major << 20) | (minor & 0xf_ffff)
 }
 
 /// Cgroup id the request is charged to, 0 when unknown (no bio, no blkg, no blk-cgroup).
 #[inline(always)]
 fn rq_cgroup<R: Kread>(rq: u64) -> u64 {
-    let blkg_off = off!(bio_blkg);
+    let blkg_off = ro(&IO_OFFS.bio_blkg);
     if blkg_off == 0 {
         return 0;
     }
-    let blkg = R::u64(R::u64(rq, off!(rq_bio)), blkg_off);
-    let cgrp = R::u64(R::u64(blkg, off!(blkg_blkcg)), off!(blkcg_cgroup));
-    R::u64(R::u64(cgrp, off!(cgroup_kn)), off!(kn_id))
+    let blkg = R::u64(R::u64(rq, ro(&IO_OFFS.rq_bio)), blkg_off);
+    let cgrp = R::u64(R::u64(blkg, ro(&IO_OFFS.blkg_blkcg)), ro(&IO_OFFS.blkcg_cgroup));
+    R::u64(R::u64(cgrp, ro(&IO_OFFS.cgroup_kn)), ro(&IO_OFFS.kn_id))
 }
 
 /// `rq` as a map key in a stack slot of its own: 6.1 and 6.12 turn a spilled tp_btf pointer
@@ -616,16 +604,16 @@ fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
         return None;
     }
     let (tgid, comm) = issuer()?;
-    let flags = R::u32(rq, off!(rq_cmd_flags));
-    let sync = OP_SYNC * u32::from(flags & off!(req_sync) != 0);
+    let flags = R::u32(rq, ro(&IO_OFFS.rq_cmd_flags));
+    let sync = OP_SYNC * u32::from(flags & ro(&IO_OFFS.req_sync) != 0);
     Some(IoStart {
         cgroup_id: rq_cgroup::<R>(rq),
         comm,
         tgid,
         dev,
-        bytes: R::u32(rq, off!(rq_data_len)),
+        bytes: R::u32(rq, ro(&IO_OFFS.rq_data_len)),
         op: (flags & REQ_OP_MASK) | sync,
-        submit_ns: bio_submitted(R::u64(rq, off!(rq_bio))),
+        submit_ns: bio_submitted(R::u64(rq, ro(&IO_OFFS.rq_bio))),
         ..IoStart::default()
     })
 }
@@ -694,12 +682,12 @@ fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
         &rq_key(&rq),
         KEEP,
         code,
-        || nr_bytes >= R::u32(rq, off!(rq_data_len)),
+        || nr_bytes >= R::u32(rq, ro(&IO_OFFS.rq_data_len)),
         || {
-            if nr_bytes == 0 && R::u32(rq, off!(rq_data_len)) == 0 {
+            if nr_bytes == 0 && R::u32(rq, ro(&IO_OFFS.rq_data_len)) == 0 {
                 return None;
             }
-            Some((rq_dev::<R>(rq), R::u32(rq, off!(rq_cmd_flags))))
+            Some((rq_dev::<R>(rq), R::u32(rq, ro(&IO_OFFS.rq_cmd_flags))))
         },
     );
 }

@@ -121,14 +121,6 @@ const TCP_NEW_SYN_RECV: u8 = 12;
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 
-macro_rules! off {
-    ($f:ident) => {
-        // SAFETY: NR_OFFS is a static patched by userspace before load (read-only data); one
-        // volatile load per field keeps each offset a constant for the verifier.
-        unsafe { core::ptr::read_volatile(&NR_OFFS.$f) }
-    };
-}
-
 #[inline(always)]
 fn cpu() -> Option<&'static mut CpuVal> {
     // SAFETY: per-CPU slot; the programs writing it do not nest on one CPU (the kernel's
@@ -154,14 +146,14 @@ fn percpu_slot<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<&'st
 /// Fills the packet's place into `key` from its headers.
 #[inline(always)]
 fn packet_place<R: Kread>(skb: u64, key: &mut DropKey) {
-    key.l3proto = u16::from_be(R::u16(skb, off!(skb_protocol)));
-    key.ifindex = R::u32(R::u64(skb, off!(skb_dev)), off!(dev_ifindex));
-    let head = R::u64(skb, off!(skb_head));
-    let nh = R::u16(skb, off!(skb_network_header));
+    key.l3proto = u16::from_be(R::u16(skb, ro(&NR_OFFS.skb_protocol)));
+    key.ifindex = R::u32(R::u64(skb, ro(&NR_OFFS.skb_dev)), ro(&NR_OFFS.dev_ifindex));
+    let head = R::u64(skb, ro(&NR_OFFS.skb_head));
+    let nh = R::u16(skb, ro(&NR_OFFS.skb_network_header));
     if head == 0 || nh == HDR_UNSET {
         return;
     }
-    let th = R::u16(skb, off!(skb_transport_header));
+    let th = R::u16(skb, ro(&NR_OFFS.skb_transport_header));
     let l3 = head + nh as u64;
     let l4;
     if key.l3proto == ETH_P_IP {
@@ -211,16 +203,16 @@ fn sock_drop<R: Kread>(sk: u64, truesize: u64, reason: u32, gen: u32) {
     // Receivers with a port only: a unix socket closed with data unread drops it as
     // SOCKET_CLOSE (`unix_release_sock`), one socket per drop, which would fill the map with
     // rows naming no port and no owner (seen: 16,000 rows from 20,000 socketpair closes).
-    let family = R::u16(sk, off!(sk_family));
+    let family = R::u16(sk, ro(&NR_OFFS.sk_family));
     if family != AF_INET && family != AF_INET6 {
         return;
     }
-    let state = R::u8(sk, off!(sk_state));
+    let state = R::u8(sk, ro(&NR_OFFS.sk_state));
     let mut key = SockKey {
         ino: 0,
         reason,
         gen,
-        lport: R::u16(sk, off!(sk_num)),
+        lport: R::u16(sk, ro(&NR_OFFS.sk_num)),
         family,
         proto: 0,
         _pad: 0,
@@ -229,14 +221,14 @@ fn sock_drop<R: Kread>(sk: u64, truesize: u64, reason: u32, gen: u32) {
     let mut rmem = 0u64;
     // Mini-sockets (time-wait, request socks) end after sock_common.
     if state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV {
-        let po = off!(sk_protocol);
+        let po = ro(&NR_OFFS.sk_protocol);
         if po != 0 {
             key.proto = R::u16(sk, po);
         }
-        rcvbuf = R::u32(sk, off!(sk_rcvbuf)) as i32 as u64;
-        rmem = R::u32(sk, off!(sk_rmem_alloc)) as i32 as u64;
-        let file = R::u64(R::u64(sk, off!(sk_socket)), off!(socket_file));
-        key.ino = R::u64(R::u64(file, off!(file_inode)), off!(inode_ino));
+        rcvbuf = R::u32(sk, ro(&NR_OFFS.sk_rcvbuf)) as i32 as u64;
+        rmem = R::u32(sk, ro(&NR_OFFS.sk_rmem_alloc)) as i32 as u64;
+        let file = R::u64(R::u64(sk, ro(&NR_OFFS.sk_socket)), ro(&NR_OFFS.socket_file));
+        key.ino = R::u64(R::u64(file, ro(&NR_OFFS.file_inode)), ro(&NR_OFFS.inode_ino));
     }
     if key.ino == 0 {
         stat(STAT_NO_INODE);
@@ -284,7 +276,7 @@ fn on_drop<R: Kread, S: Kread>(skb: u64, location: u64, reason: u32, rx_sk: u64)
         _tail: 0,
     };
     packet_place::<R>(skb, &mut key);
-    let len = R::u32(skb, off!(skb_len)) as u64;
+    let len = R::u32(skb, ro(&NR_OFFS.skb_len)) as u64;
     let v = match percpu_slot(&NR_DROPS, &key) {
         Some(v) => Some(v),
         None => {
@@ -300,11 +292,11 @@ fn on_drop<R: Kread, S: Kread>(skb: u64, location: u64, reason: u32, rx_sk: u64)
     // The owning socket: `rx_sk` where the kernel passes it (6.12+), else the skb's owner
     // (set once queued to a socket; NULL for most early receive drops, where userspace maps
     // the destination port to a socket instead).
-    let truesize = R::u32(skb, off!(skb_truesize)) as u64;
+    let truesize = R::u32(skb, ro(&NR_OFFS.skb_truesize)) as u64;
     if rx_sk != 0 {
         sock_drop::<S>(rx_sk, truesize, reason, gen);
     } else {
-        let sk = R::u64(skb, off!(skb_sk));
+        let sk = R::u64(skb, ro(&NR_OFFS.skb_sk));
         if sk != 0 {
             sock_drop::<R>(sk, truesize, reason, gen);
         }

@@ -404,6 +404,21 @@ mod tests {
         );
     }
 
+    /// Issue #32: a tool whose compared measures all lack a direction can only ever be
+    /// "changed" in compare, and a regression in it never "worse" (nor exit 7). Every tool
+    /// `record` runs by default must declare one that has.
+    #[test]
+    fn every_recorded_tool_declares_a_measure_with_a_direction() {
+        for t in crate::tools::TOOLS.iter().filter(|t| t.triage && !t.hidden) {
+            assert!(
+                t.rows.iter().any(|r| r.judged()),
+                "{}: record runs it, but none of its rows declares a distribution or a compared \
+                 count or level with a direction, so compare can never call it worse",
+                t.name
+            );
+        }
+    }
+
     /// Directions come from the declarations: a key name means nothing by itself (ctxsw's
     /// `migrations` held "ratio" and was never compared; `wakee_pid` and `cgroup_id` were
     /// compared as counters per second).

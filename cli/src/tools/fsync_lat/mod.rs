@@ -189,9 +189,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }
     let spec = spec.tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    // Counting starts with the first attach, not with the run's first window: under triage the
-    // other collectors open after this one, and calls meanwhile land in the first window.
-    let counting = Counting::new(std::time::Instant::now());
     session.attach_planned(HOOKS, &plan)?;
     let hist = GenMap::take(&mut session, "FSYNC_HIST", Some("FSYNC_OTHER"), ZERO)?;
     let files = if args.by_file {
@@ -211,7 +208,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         by_file: args.by_file,
         top_files: args.top_files,
         max_rows: args.rows,
-        counting,
         facts: crate::host::facts::FactsCache::new(),
         fold: Folding::new(scope.by_container),
     }))
@@ -339,46 +335,9 @@ struct FsyncLat {
     by_file: bool,
     top_files: usize,
     max_rows: usize,
-    /// The time that generation was counting: the denominator of every share and rate.
-    counting: Counting,
     facts: crate::host::facts::FactsCache,
     /// `--by container`.
     fold: Folding,
-}
-
-/// The span a generation of the map counted calls in: from the attach (the first) or the flip
-/// that started it to the flip that ended it. The share of a process's time in syncs is its
-/// calls' total over this span, not over the engine's window: a generation also holds the calls
-/// that ended between the attach and the window's start (triage opens its other collectors in
-/// between), and over the window alone a one-thread fsync loop came to 104 %.
-#[derive(Clone, Copy, Debug)]
-struct Counting {
-    since: std::time::Instant,
-    covered: std::time::Duration,
-}
-
-impl Counting {
-    fn new(at: std::time::Instant) -> Counting {
-        Counting {
-            since: at,
-            covered: std::time::Duration::ZERO,
-        }
-    }
-
-    /// A flip at `at`: the generation it ends counted from `since` to `at`.
-    fn flip(&mut self, at: std::time::Instant) {
-        self.covered = at.saturating_duration_since(self.since);
-        self.since = at;
-    }
-
-    fn secs(&self) -> f64 {
-        self.covered.as_secs_f64().max(1e-9)
-    }
-}
-
-/// Calls per second for JSON: a float (one call in 2 s is 0.5, not 0), to the millihertz.
-pub fn rate(count: u64, secs: f64) -> f64 {
-    (count as f64 / secs * 1000.0).round() / 1000.0
 }
 
 impl Collector for FsyncLat {
@@ -424,22 +383,13 @@ impl Collector for FsyncLat {
         Some(&mut self.session)
     }
 
-    fn flip(&mut self) -> Result<()> {
-        // Before the flip: calls ending from here on count in the next generation (the flip
-        // writes the generation within microseconds, then waits for programs in flight).
-        let at = std::time::Instant::now();
-        self.session.flip_generation()?;
-        self.counting.flip(at);
-        Ok(())
-    }
-
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self
             .hist
             .drain(self.session.drained())
             .context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
-        let secs = self.counting.secs();
+        let secs = self.session.drained_secs();
         let threads = self.scope.threads;
 
         // Rows per (id, syscall), merging files; files per (id, device, inode).
@@ -698,34 +648,6 @@ mod tests {
     }
 
     use super::*;
-
-    /// The first generation counts from the attach, later ones from the flip before: a window
-    /// that starts after the attach is not the denominator.
-    #[test]
-    fn shares_are_over_the_time_counted() {
-        use std::time::{Duration, Instant};
-        let attach = Instant::now();
-        let mut c = Counting::new(attach);
-        // Triage: 170 ms of other collectors opening, then a 4.02 s window.
-        let window_start = attach + Duration::from_millis(170);
-        let first_flip = window_start + Duration::from_millis(4020);
-        c.flip(first_flip);
-        assert_eq!(c.covered, Duration::from_millis(4190));
-        // A one-thread loop syncing all the time it was traced is 100 %, not 104.2 %.
-        let total_ns = 4_190_000_000u64;
-        assert!((total_ns as f64 / c.secs() / 1e7 - 100.0).abs() < 1e-9);
-        c.flip(first_flip + Duration::from_millis(100));
-        assert_eq!(c.covered, Duration::from_millis(100));
-        // A clock that did not move is never a division by zero.
-        c.flip(first_flip + Duration::from_millis(100));
-        assert!(c.secs() > 0.0);
-    }
-
-    #[test]
-    fn rates_are_fractional() {
-        assert_eq!(rate(1, 2.0), 0.5);
-        assert_eq!(rate(3, 1.5), 2.0);
-    }
 
     #[test]
     fn hooks_share_one_group_and_both_modes() {

@@ -73,11 +73,11 @@ impl SummaryRow {
     /// Sets every statistic from `hist` over a window of `secs`.
     fn set_stats(&mut self, secs: f64) {
         let s: LatStats = hist::stats(&self.hist);
-        self.rate_per_s = rate(s.count, secs);
+        self.rate_per_s = crate::report::units::per_s(s.count, secs);
         self.cv_pct = (s.cv * 100.0).round() as u64;
         self.cv = s.cv;
         self.lat = Keyed::new("", s, SUMMARY_STATS);
-        self.time_ppm = (self.in_window_ns as f64 / secs / 1e3).round() as u64;
+        self.time_ppm = crate::report::units::window_ppm(self.in_window_ns, secs);
     }
 }
 

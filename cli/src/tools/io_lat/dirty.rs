@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use probes_common::io_lat::{bdi_disk, DirtyKey, DirtyVal, BDI_NAME_LEN};
 use serde::Serialize;
 
-use super::rows::rate;
+use crate::report::units::per_s;
 use crate::{
     host::{disks, facts::FactsCache},
     report::{
@@ -133,7 +133,7 @@ pub fn build(
                 kthread: pf.map(|p| p.kthread),
                 folios: v.folios,
                 dirtied_bytes: bytes(v.bytes),
-                dirtied_bytes_per_s: bytes(v.bytes).map(|b| rate(b, secs)),
+                dirtied_bytes_per_s: bytes(v.bytes).map(|b| per_s(b, secs)),
                 kdev,
                 other: false,
             }
@@ -150,7 +150,7 @@ pub fn build(
             kthread: None,
             folios: other.folios,
             dirtied_bytes: bytes(other.bytes),
-            dirtied_bytes_per_s: bytes(other.bytes).map(|b| rate(b, secs)),
+            dirtied_bytes_per_s: bytes(other.bytes).map(|b| per_s(b, secs)),
             kdev: 0,
             other: true,
         });

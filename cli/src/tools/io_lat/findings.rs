@@ -338,6 +338,7 @@ mod tests {
             kdev: VDA,
             sizes_raw: [0; NSIZES],
             device_hist: total,
+            total_hist: total,
         }
     }
 

@@ -483,7 +483,7 @@ impl Collector for IoLat {
                 self.max_rows,
             )
             .with_dists(&summary, rows::SummaryRow::hist_label, |r| {
-                vec![("device", r.device_hist)]
+                vec![("device", r.device_hist), ("total", r.total_hist)]
             }),
         );
         out.sections.push(

@@ -31,6 +31,7 @@ use crate::{
         render::fmt_ns,
         rows::Column,
         sanitize,
+        units::{or_dash, per_s},
         who::{Id, Title},
     },
 };
@@ -125,6 +126,9 @@ pub struct SummaryRow {
     pub sizes_raw: [u64; NSIZES],
     #[serde(skip)]
     pub device_hist: LatHist,
+    /// The whole request's histogram (`total`): what the issuer waited.
+    #[serde(skip)]
+    pub total_hist: LatHist,
 }
 
 impl crate::report::rows::Row for SummaryRow {
@@ -313,11 +317,20 @@ pub const SUMMARY_ROWS: Rows = Rows {
         TOTAL_FIELDS,
         BEFORE_FIELDS,
     ],
-    dists: &[Dist::exported(
-        "device",
-        "tracekit_io_device_latency_seconds",
-        "Block I/O time in the device.",
-    )],
+    // `total` is what the issuer felt (from its bio's submission), so `compare` ranks a
+    // scheduler that makes requests wait before the device by it; `device` alone hides that.
+    dists: &[
+        Dist::exported(
+            "device",
+            "tracekit_io_device_latency_seconds",
+            "Block I/O time in the device.",
+        ),
+        Dist::exported(
+            "total",
+            "tracekit_io_latency_seconds",
+            "Block I/O time from the bio's submission (else from insert or issue) to completion: what the issuer waited for.",
+        ),
+    ],
 };
 
 pub const SUMMARY: &[Column<SummaryRow>] = &[
@@ -346,10 +359,6 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
         }
     }),
 ];
-
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
-}
 
 fn mean_max(mean: Option<f64>, max: Option<u64>) -> String {
     match (mean, max) {
@@ -416,14 +425,14 @@ pub const DEVICE_ROWS: Rows = Rows {
 
 pub const DEVICES: &[Column<DeviceRow>] = &[
     Column::left("DEV", |r, _| r.dev.clone()),
-    Column::left("SCHED", |r, _| opt(r.facts.scheduler.clone())),
+    Column::left("SCHED", |r, _| or_dash(r.facts.scheduler.clone())),
     Column::left("ROT", |r, _| match r.facts.rotational {
         Some(true) => "yes".into(),
         Some(false) => "no".into(),
         None => "-".into(),
     }),
-    Column::right("NR_REQ", |r, _| opt(r.facts.nr_requests)),
-    Column::right("HW DEPTH", |r, _| opt(r.facts.hw_queue_depth)),
+    Column::right("NR_REQ", |r, _| or_dash(r.facts.nr_requests)),
+    Column::right("HW DEPTH", |r, _| or_dash(r.facts.hw_queue_depth)),
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("UTIL%", |r, _| format!("{:.0}", r.util_pct)),
@@ -524,9 +533,9 @@ fn summary_row(
         op: names.op(key.op),
         sync: key.op & OP_SYNC != 0,
         count: v.count,
-        iops: rate(v.count, secs),
+        iops: per_s(v.count, secs),
         bytes: v.bytes,
-        bytes_per_s: rate(v.bytes, secs),
+        bytes_per_s: per_s(v.bytes, secs),
         direct: v.direct,
         queued: v.queue.count,
         submitted: v.submitted,
@@ -538,12 +547,8 @@ fn summary_row(
         kdev: key.dev,
         sizes_raw: v.sizes,
         device_hist: v.device,
+        total_hist: v.total,
     }
-}
-
-/// Per second, to the thousandth.
-pub fn rate(n: u64, secs: f64) -> f64 {
-    (n as f64 / secs * 1000.0).round() / 1000.0
 }
 
 /// The summary rows (most request time first, `[other]` last) and the device rows.
@@ -674,9 +679,9 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         queue_limit,
         facts,
         count,
-        iops: rate(count, secs),
+        iops: per_s(count, secs),
         bytes,
-        bytes_per_s: rate(bytes, secs),
+        bytes_per_s: per_s(bytes, secs),
         reads: by_group[GROUP_READ],
         writes: by_group[GROUP_WRITE],
         discards: by_group[GROUP_DISCARD],

@@ -1,6 +1,7 @@
 //! irq-lat's findings: a CPU that takes most of a vector's (or of all hard-IRQ) time while
 //! others could share it, and a CPU whose time goes to interrupt work.
 
+use crate::report::units::{ppm, window_ppm};
 use std::collections::BTreeMap;
 
 use crate::{
@@ -111,7 +112,7 @@ pub fn findings(
         }
         for (group, rs) in groups {
             let total: u64 = rs.iter().map(|r| r.total_ns).sum();
-            if total == 0 || ppm(total, secs) < MIN_IMBALANCE_PPM {
+            if total == 0 || window_ppm(total, secs) < MIN_IMBALANCE_PPM {
                 continue;
             }
             let mut per_cpu: BTreeMap<u32, u64> = BTreeMap::new();
@@ -122,7 +123,7 @@ pub fn findings(
             else {
                 continue;
             };
-            let share = (on as f64 * 1e6 / total as f64).round() as u64;
+            let share = ppm(on, total as f64);
             if share < IMBALANCE_SHARE_PPM {
                 continue;
             }
@@ -149,7 +150,7 @@ pub fn findings(
                     fmt_ns(on),
                     fmt_ns(total),
                     fmt_ns(window_ns),
-                    ppm(on, secs) as f64 / 1e4,
+                    window_ppm(on, secs) as f64 / 1e4,
                     top.what(),
                 ),
             )
@@ -157,7 +158,7 @@ pub fn findings(
             .evidence("group_ns", total)
             .evidence("cpu_ns", on)
             .evidence("share_ppm", share)
-            .evidence("cpu_ppm", ppm(on, secs))
+            .evidence("cpu_ppm", window_ppm(on, secs))
             .evidence("runs", runs)
             .evidence("top_num", top.num as u64)
             .evidence("top_ns", top.total_ns)
@@ -197,7 +198,7 @@ pub fn findings(
                 top.what(),
                 fmt_ns(top.total_ns),
                 top.count,
-                fmt_ns(top.p99_ns),
+                fmt_ns(top.lat.s.p99_ns),
             ),
         )
         .evidence("cpu", c.cpu as u64)

@@ -13,7 +13,7 @@
 //! `irq_handler_entry`: they are not hard IRQs here, though the softirqs they raise (TIMER,
 //! SCHED, RCU) are.
 
-use std::{collections::BTreeMap, time::Instant};
+use std::collections::BTreeMap;
 
 use probes_common::irq_lat::{IrqKey, IrqVal, KIND_HARD, STAT_MISMATCH, STAT_UNFINISHED};
 use probes_common::stats::NO_START;
@@ -148,7 +148,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("IRQ_AGG", cap)
         .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, loader::Filter::default(), spec)?;
-    let since = Instant::now();
     session.attach_planned(&hooks, &plan)?;
     let agg = GenMap::take(&mut session, "IRQ_AGG", Some("IRQ_OTHER"), IrqVal::ZERO)?;
     let misses_prev = proginfo::session_counters(&session).recursion_misses;
@@ -160,8 +159,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         ncpu,
         scope: scope.clone(),
         max_rows: args.rows,
-        since,
-        covered_s: 0.0,
         misses_prev,
     }))
 }
@@ -191,11 +188,6 @@ struct IrqLat {
     ncpu: usize,
     scope: Scope,
     max_rows: usize,
-    /// When the generation being written began (the attach, then each flip), and how long the
-    /// one just drained counted: the denominator of every share (a generation also holds runs
-    /// that ended before the engine's first window began, under triage or record).
-    since: Instant,
-    covered_s: f64,
     misses_prev: u64,
 }
 
@@ -243,15 +235,6 @@ impl Collector for IrqLat {
         Some(&mut self.session)
     }
 
-    fn flip(&mut self) -> Result<()> {
-        // Before the flip: runs ending from here on count in the next generation.
-        let at = Instant::now();
-        self.session.flip_generation()?;
-        self.covered_s = at.saturating_duration_since(self.since).as_secs_f64();
-        self.since = at;
-        Ok(())
-    }
-
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self
             .agg
@@ -259,12 +242,7 @@ impl Collector for IrqLat {
             .context("reading IRQ_AGG")?;
         let st = self.session.stats_delta()?;
         let misses = proginfo::session_counters(&self.session).recursion_misses;
-        let secs = if self.covered_s > 0.0 {
-            self.covered_s
-        } else {
-            w.secs()
-        }
-        .max(1e-9);
+        let secs = self.session.drained_secs();
         let mut rows: Vec<IrqRow> = Vec::with_capacity(drained.rows.len() + 1);
         for (k, v) in &drained.rows {
             let name = self.name_of(k.kind, k.num);

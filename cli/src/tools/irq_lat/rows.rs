@@ -1,5 +1,6 @@
 //! irq-lat's rows: per (CPU, kind, IRQ or vector), and per CPU, with their text columns.
 
+use crate::report::units::{ppm, window_ppm};
 use std::collections::BTreeMap;
 
 use probes_common::{
@@ -15,6 +16,14 @@ use crate::report::{
     sanitize,
     schema::{Direction::*, Dist, Field, Rows},
 };
+
+/// The statistics of a row's runs in its JSON (`count` and `total_ns` are fields of their own).
+const RUN_STATS: &[hist::Stat] = &[
+    hist::Stat::MeanNs,
+    hist::Stat::P50Ns,
+    hist::Stat::P99Ns,
+    hist::Stat::MaxNs,
+];
 
 /// One CPU's runs of one IRQ or softirq vector in one window.
 #[derive(Clone, Debug, Serialize)]
@@ -36,10 +45,9 @@ pub struct IrqRow {
     pub cpu_ppm: u64,
     /// This CPU's part of the IRQ's (vector's) time on all CPUs, parts per million.
     pub share_ppm: u64,
-    pub mean_ns: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
+    /// `mean_ns`, `p50_ns`, `p99_ns`, `max_ns` of the runs.
+    #[serde(flatten)]
+    pub lat: hist::Keyed,
     #[serde(skip)]
     pub hist: LatHist,
 }
@@ -64,12 +72,9 @@ impl IrqRow {
             count: s.count,
             unhandled: v.unhandled,
             total_ns: s.total_ns,
-            cpu_ppm: ppm(s.total_ns, secs),
+            cpu_ppm: window_ppm(s.total_ns, secs),
             share_ppm: 0,
-            mean_ns: s.mean_ns,
-            p50_ns: s.p50_ns,
-            p99_ns: s.p99_ns,
-            max_ns: s.max_ns,
+            lat: hist::Keyed::new("", s, RUN_STATS),
             hist: v.hist,
         }
     }
@@ -85,11 +90,6 @@ impl IrqRow {
     }
 }
 
-/// Parts per million of one CPU's `secs`.
-pub fn ppm(ns: u64, secs: f64) -> u64 {
-    (ns as f64 / secs / 1e3).round() as u64
-}
-
 /// Each row's part of its IRQ's (vector's) time summed over CPUs.
 pub fn set_shares(rows: &mut [IrqRow]) {
     let mut totals: BTreeMap<(&'static str, u32), u64> = BTreeMap::new();
@@ -98,11 +98,7 @@ pub fn set_shares(rows: &mut [IrqRow]) {
     }
     for r in rows.iter_mut().filter(|r| r.cpu.is_some()) {
         let t = totals[&(r.kind, r.num)];
-        r.share_ppm = if t == 0 {
-            0
-        } else {
-            (r.total_ns as f64 * 1e6 / t as f64).round() as u64
-        };
+        r.share_ppm = if t == 0 { 0 } else { ppm(r.total_ns, t as f64) };
     }
 }
 
@@ -157,10 +153,10 @@ pub const IRQS: &[Column<IrqRow>] = &[
             "-".into()
         }
     }),
-    Column::right("MEAN", |r, _| fmt_ns(r.mean_ns)),
-    Column::right("P50", |r, _| fmt_ns(r.p50_ns)),
-    Column::right("P99", |r, _| fmt_ns(r.p99_ns)),
-    Column::right("MAX", |r, _| fmt_ns(r.max_ns)),
+    Column::right("MEAN", |r, _| fmt_ns(r.lat.s.mean_ns)),
+    Column::right("P50", |r, _| fmt_ns(r.lat.s.p50_ns)),
+    Column::right("P99", |r, _| fmt_ns(r.lat.s.p99_ns)),
+    Column::right("MAX", |r, _| fmt_ns(r.lat.s.max_ns)),
     Column::right("UNHANDLED", |r, _| r.unhandled.to_string()),
 ];
 
@@ -232,7 +228,7 @@ pub fn cpu_rows(rows: &[IrqRow], secs: f64) -> Vec<CpuRow> {
     }
     let mut out: Vec<CpuRow> = m.into_values().collect();
     for c in &mut out {
-        c.irq_ppm = ppm(c.hard_ns + c.soft_ns, secs);
+        c.irq_ppm = window_ppm(c.hard_ns + c.soft_ns, secs);
     }
     out
 }

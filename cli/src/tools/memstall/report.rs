@@ -310,7 +310,10 @@ impl Memstall {
             max_ns: t(s.max_ns),
             min_ns: v.hist.min().filter(|_| timed),
             alive_ns: r.alive_ns,
-            time_ppm: t((s.total_ns as f64 / r.alive_ns.max(1) as f64 * 1e6).round() as u64),
+            time_ppm: t(crate::report::units::ppm(
+                s.total_ns,
+                r.alive_ns.max(1) as f64,
+            )),
             anon_huge_kb: r.anon_huge_kb,
             outcomes: is(KIND_COMPACTION).then_some(outcomes),
             direct_stalls: is(KIND_COMPACTION).then_some(v.direct),

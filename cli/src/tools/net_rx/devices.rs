@@ -1,6 +1,7 @@
 //! net-rx's rows about the node rather than a flow: devices (counters, rings, interrupts,
 //! RPS) and the conntrack table.
 
+use crate::report::units::or_dash;
 use std::{collections::BTreeMap, ffi::OsString};
 
 use crate::report::schema::{Direction::*, Field, Rows};
@@ -208,9 +209,9 @@ pub const CONNTRACK: &[Column<ConntrackRow>] = &[
     Column::right("FILL%", |r, _| {
         r.fill_pct.map_or("-".into(), |p| format!("{p:.1}"))
     }),
-    Column::right("DROP", |r, _| opt(&r.drop)),
-    Column::right("EARLY-DROP", |r, _| opt(&r.early_drop)),
-    Column::right("INSERT-FAILED", |r, _| opt(&r.insert_failed)),
+    Column::right("DROP", |r, _| or_dash(r.drop.as_ref())),
+    Column::right("EARLY-DROP", |r, _| or_dash(r.early_drop.as_ref())),
+    Column::right("INSERT-FAILED", |r, _| or_dash(r.insert_failed.as_ref())),
 ];
 
 pub fn conntrack_row(c: &Option<(net::Conntrack, BTreeMap<String, u64>)>) -> ConntrackRow {

@@ -9,11 +9,12 @@
 //! `TCP_LISTEN_OVERFLOW` drops against `ListenOverflows` +14,664, issue #33). So the counters
 //! say how many, and the listeners say where.
 
+use crate::report::units::or_dash;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::rows::{opt, DropRow};
+use super::rows::DropRow;
 use crate::{
     host::{listeners::Listener, net, proc},
     report::{
@@ -100,7 +101,7 @@ pub const LISTEN_ROWS: Rows = Rows {
 
 pub const LISTENS: &[Column<ListenRow>] = &[
     Column::right("PORT", |r, _| r.port.to_string()),
-    Column::right("PID", |r, _| opt(&r.owner.pid)),
+    Column::right("PID", |r, _| or_dash(r.owner.pid.as_ref())),
     Column::left("COMM", |r, _| r.owner.comm_text()),
     Column::right("HOLDERS", |r, _| r.pids.len().to_string()),
     Column::right("QUEUED", |r, _| r.queued.to_string()),

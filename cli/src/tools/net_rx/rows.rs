@@ -2,6 +2,7 @@
 //! and the NDJSON lines): drops by reason and place, receiving processes, CPUs, devices,
 //! conntrack; and how each is built from a window's kernel maps and host counters.
 
+use crate::report::units::or_dash;
 use std::{
     collections::BTreeMap,
     ffi::OsString,
@@ -101,10 +102,6 @@ pub(super) fn cpus_text(m: &BTreeMap<u32, u64>) -> String {
     }
 }
 
-pub(super) fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map_or("-".into(), T::to_string)
-}
-
 pub(super) fn rate(r: f64) -> String {
     format!("{r:.1}")
 }
@@ -145,7 +142,7 @@ pub const DROPS: &[Column<DropRow>] = &[
     Column::left("DEST", |r, _| dest(r)),
     Column::left("DEV", |r, _| dev_text(&r.dev, &r.dev_bytes)),
     Column::left("CPU", |r, _| cpus_text(&r.cpus)),
-    Column::right("PID", |r, _| opt(&r.owner.pid)),
+    Column::right("PID", |r, _| or_dash(r.owner.pid.as_ref())),
     Column::left("COMM", |r, _| r.owner.comm_text()),
     Column::left("WHERE", |r, _| r.location.clone()),
 ];
@@ -337,7 +334,7 @@ pub const SOCKET_ROWS: Rows = Rows {
 };
 
 pub const SOCKETS: &[Column<SockRow>] = &[
-    Column::right("PID", |r, _| opt(&r.owner.pid)),
+    Column::right("PID", |r, _| or_dash(r.owner.pid.as_ref())),
     Column::left("COMM", |r, _| r.owner.comm_text()),
     Column::left("SOCKET", |r, _| format!("{}/{}", r.proto, r.port)),
     Column::left("REASON", |r, _| r.reason.clone()),
@@ -527,9 +524,9 @@ pub const CPUS: &[Column<CpuRow>] = &[
     Column::right("SHARE%", |r, _| {
         r.share_pct.map_or("-".into(), |p| format!("{p:.0}"))
     }),
-    Column::right("RUNS", |r, _| opt(&r.softirq_count)),
-    Column::right("POLLS", |r, _| opt(&r.polls)),
-    Column::right("FULL-BUDGET", |r, _| opt(&r.squeezed)),
+    Column::right("RUNS", |r, _| or_dash(r.softirq_count.as_ref())),
+    Column::right("POLLS", |r, _| or_dash(r.polls.as_ref())),
+    Column::right("FULL-BUDGET", |r, _| or_dash(r.squeezed.as_ref())),
     Column::right("PROCESSED", |r, _| r.processed.to_string()),
     Column::right("BACKLOG-DROP", |r, _| r.backlog_drops.to_string()),
     Column::right("SQUEEZE", |r, _| r.time_squeeze.to_string()),

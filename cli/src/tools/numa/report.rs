@@ -1,6 +1,8 @@
 //! `numa`'s rows, text columns and findings: pure functions of one window's numbers, tested on
 //! fixtures below.
 
+use crate::report::units::or_dash;
+use crate::report::units::ppm;
 use crate::report::{
     schema::{Direction::*, Field, Rows},
     who::ID_FIELDS,
@@ -102,7 +104,7 @@ impl SummaryRow {
                 .filter(|(n, _)| *n as u32 != m)
                 .map(|(_, ns)| ns)
                 .sum();
-            (self.cpu_ns > 0).then(|| ppm(remote, self.cpu_ns))
+            (self.cpu_ns > 0).then(|| ppm(remote, self.cpu_ns as f64))
         });
         self.mem_kib_by_node = Some(mem);
         self.mempolicy = p
@@ -133,15 +135,7 @@ impl SummaryRow {
             .iter()
             .enumerate()
             .max_by_key(|(n, ns)| (**ns, usize::MAX - n))?;
-        (self.cpu_ns > 0).then(|| (n as u32, ppm(*ns, self.cpu_ns)))
-    }
-}
-
-pub fn ppm(part: u64, whole: u64) -> u64 {
-    if whole == 0 {
-        0
-    } else {
-        (part as u128 * 1_000_000 / whole as u128) as u64
+        (self.cpu_ns > 0).then(|| (n as u32, ppm(*ns, self.cpu_ns as f64)))
     }
 }
 
@@ -165,10 +159,6 @@ pub fn shares(v: &[u64]) -> String {
         .map(|x| ((*x as f64 * 100.0 / total as f64).round() as u64).to_string())
         .collect::<Vec<_>>()
         .join("/")
-}
-
-fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map_or("-".into(), |x| x.to_string())
 }
 
 const NUMA_SUMMARY: &[Field] = &[
@@ -227,9 +217,9 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("MOVES/SWAPS", |r, _| {
         format!("{}/{}", r.task_moves, r.task_swaps)
     }),
-    Column::left("POLICY", |r, _| opt(&r.mempolicy)),
-    Column::left("CPUS", |r, _| opt(&r.cpus_allowed)),
-    Column::left("MEMS", |r, _| opt(&r.mems_allowed)),
+    Column::left("POLICY", |r, _| or_dash(r.mempolicy.as_ref())),
+    Column::left("CPUS", |r, _| or_dash(r.cpus_allowed.as_ref())),
+    Column::left("MEMS", |r, _| or_dash(r.mems_allowed.as_ref())),
 ];
 
 /// One node in one window.
@@ -281,10 +271,10 @@ pub const NODE_ROWS: Rows = Rows {
 pub const NODES: &[Column<NodeRow>] = &[
     Column::right("NODE", |r, _| r.node.to_string()),
     Column::left("CPUS", |r, _| r.cpus.clone()),
-    Column::right("MEM", |r, _| opt(&r.mem_total_kib.map(fmt_kib))),
-    Column::right("FREE", |r, _| opt(&r.mem_free_kib.map(fmt_kib))),
+    Column::right("MEM", |r, _| or_dash(r.mem_total_kib.map(fmt_kib))),
+    Column::right("FREE", |r, _| or_dash(r.mem_free_kib.map(fmt_kib))),
     Column::right("CPU TIME", |r, _| fmt_ns(r.cpu_ns)),
-    Column::right("MIGRATED IN", |r, _| opt(&r.pages_migrated_in)),
+    Column::right("MIGRATED IN", |r, _| or_dash(r.pages_migrated_in.as_ref())),
     Column::right("NUMA_HIT", |r, _| r.numa_hit.to_string()),
     Column::right("NUMA_MISS", |r, _| r.numa_miss.to_string()),
     Column::right("FOREIGN", |r, _| r.numa_foreign.to_string()),
@@ -345,7 +335,7 @@ pub fn misplaced(r: &SummaryRow, c: &Context) -> Option<Finding> {
         .copied()?;
     let remote_ns = (r.cpu_ns as u128 * share as u128 / 1_000_000) as u64;
     let ns_per_s = (remote_ns as f64 / c.secs) as u64;
-    let main_ppm = ppm(mem_on_main, mem);
+    let main_ppm = ppm(mem_on_main, mem as f64);
     if share < MIN_REMOTE_PPM
         || mem < MIN_MEM_KIB
         || main_ppm < MIN_MEM_MAIN_PPM
@@ -437,7 +427,7 @@ pub fn migrating(r: &SummaryRow, c: &Context) -> Option<Finding> {
     let faults = match (r.hint_faults, r.hint_faults_local) {
         (Some(a), Some(l)) => format!(
             " after {a} hinting faults ({:.0} % local)",
-            ppm(l, a) as f64 / 1e4
+            ppm(l, a as f64) as f64 / 1e4
         ),
         _ => String::new(),
     };
@@ -640,7 +630,5 @@ mod tests {
         assert_eq!(fmt_kib(12_897_485), "12.3G");
         assert_eq!(shares(&[3, 1]), "75/25");
         assert_eq!(shares(&[0, 0]), "-");
-        assert_eq!(ppm(1, 3), 333_333);
-        assert_eq!(ppm(1, 0), 0);
     }
 }

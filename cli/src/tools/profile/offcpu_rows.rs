@@ -2,10 +2,10 @@
 //! its findings: a process that spends a large share of its wall time blocked in an fsync, in
 //! block I/O, in reclaim or on a lock, with the call path and the next command.
 
+use crate::report::units::ppm;
 use serde::Serialize;
 
 use super::{
-    rows::ppm,
     stacks::{label, top, ProcAgg, Sample},
     symbols::Frame,
 };

@@ -1,5 +1,6 @@
 //! profile's rows (per process, per function) and its findings.
 
+use crate::report::units::ppm;
 use serde::Serialize;
 
 use super::stacks::{label, top, ProcAgg};
@@ -129,15 +130,6 @@ pub const FUNCS: &[Column<FnRow>] = &[
     Column::right("%ALL", |r, _| format!("{:.1}", r.self_all_ppm as f64 / 1e4)),
     Column::left("FUNCTION", |r, _| r.label.clone()),
 ];
-
-/// `part` of `whole` in parts per million (0 of nothing).
-pub fn ppm(part: u64, whole: f64) -> u64 {
-    if whole <= 0.0 {
-        0
-    } else {
-        (part as f64 * 1e6 / whole).round() as u64
-    }
-}
 
 /// The rows of the functions of `p`: the `n` with the most self samples, then those among the
 /// `n` with the most total samples not listed yet (`by_total`: ranked by total instead).

@@ -18,8 +18,8 @@ fn field<T: Copy + Default>(ctx: &TracePointContext, off: u32) -> T {
 #[inline(always)]
 fn tp_key(ctx: &TracePointContext) -> SectorKey {
     SectorKey {
-        sector: field(ctx, off!(IO_TP.sector)),
-        dev: field(ctx, off!(IO_TP.dev)),
+        sector: field(ctx, ro(&IO_TP.sector)),
+        dev: field(ctx, ro(&IO_TP.dev)),
         _pad: 0,
     }
 }
@@ -35,8 +35,8 @@ fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
         comm,
         tgid,
         dev,
-        bytes: field(ctx, off!(IO_TP.bytes)),
-        op: rwbs_op(&field(ctx, off!(IO_TP.rwbs))),
+        bytes: field(ctx, ro(&IO_TP.bytes)),
+        op: rwbs_op(&field(ctx, ro(&IO_TP.rwbs))),
         ..IoStart::default()
     })
 }
@@ -80,7 +80,7 @@ probes_ebpf::passing! {
     /// `nr_sector`, `rwbs`).
     pub fn tk_io_complete_tp(ctx: TracePointContext) -> u32 {
         let key = tp_key(&ctx);
-        let err: i32 = field(&ctx, off!(IO_TP.error));
+        let err: i32 = field(&ctx, ro(&IO_TP.error));
         on_complete(
             &IO_START_TP,
             &key,
@@ -88,11 +88,11 @@ probes_ebpf::passing! {
             err.unsigned_abs(),
             || true,
             || {
-                let sectors: u32 = field(&ctx, off!(IO_TP.cpl_nr_sector));
+                let sectors: u32 = field(&ctx, ro(&IO_TP.cpl_nr_sector));
                 if sectors == 0 {
                     return None;
                 }
-                Some((key.dev, rwbs_op(&field(&ctx, off!(IO_TP.cpl_rwbs)))))
+                Some((key.dev, rwbs_op(&field(&ctx, ro(&IO_TP.cpl_rwbs)))))
             },
         );
         0
