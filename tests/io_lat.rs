@@ -819,6 +819,10 @@ fn unknown_device_and_threads_are_usage_errors() {
 #[path = "io_lat/slots.rs"]
 mod slots;
 
+// compare of a scheduler change, recorded with every default collector.
+#[path = "io_lat/compare.rs"]
+mod compare;
+
 // The VM check and its workload live in `io_lat/guest.rs`.
 #[path = "io_lat/guest.rs"]
 mod guest;

@@ -47,33 +47,24 @@ pub fn workload(args: &[String]) -> Option<i32> {
 /// Records `tk-workload fsync-paced` on `file` with `kib` per fsync for 3 s in 250 ms
 /// intervals; returns the workload's report.
 fn record(out: &Path, file: &Path, kib: u32) -> Value {
-    let tk = Tracer::spawn(&[
-        "record",
-        "--tools",
-        "fsync-lat",
-        "--duration",
-        "60s",
-        "--interval",
-        "250ms",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    // Attached once the header line is in the file.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(out).is_ok_and(|s| s.contains('\n')) {
-        assert!(Instant::now() < deadline, "no header in {}", out.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tk = start_recording(
+        out,
+        &[
+            "--tools",
+            "fsync-lat",
+            "--duration",
+            "60s",
+            "--interval",
+            "250ms",
+        ],
+    );
     let w = run_workload(&[
         "fsync-paced",
         file.to_str().unwrap(),
         "3000",
         &kib.to_string(),
     ]);
-    tk.signal(libc::SIGINT);
-    let (status, _, stderr) = tk.finish(Duration::from_secs(15));
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("Recorded "), "{stderr}");
+    end_recording(tk);
     w
 }
 

@@ -227,6 +227,28 @@ impl Tracer {
     }
 }
 
+/// Starts `tracekit record --output OUT ARGS` and returns once its header line is in the file:
+/// the collectors are attached then (the recording's own announcement of attaching).
+pub fn start_recording(out: &std::path::Path, args: &[&str]) -> Tracer {
+    let mut all = vec!["record", "--output", out.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(args);
+    let tk = Tracer::spawn(&all);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(out).is_ok_and(|s| s.contains('\n')) {
+        assert!(Instant::now() < deadline, "no header in {}", out.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+    tk
+}
+
+/// Ends a recording started by [`start_recording`] (SIGINT) and checks it said it recorded.
+pub fn end_recording(tk: Tracer) {
+    tk.signal(libc::SIGINT);
+    let (status, _, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("Recorded "), "{stderr}");
+}
+
 /// Spawns `tracekit ARGS` in text mode and waits (at most 20 s) for its announcement on stderr
 /// ("Tracing … Ctrl-C to end."), printed once everything is attached: the text-mode
 /// counterpart of [`Tracer::wait_attached`]. Its stderr is drained and dropped from then on.

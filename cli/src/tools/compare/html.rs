@@ -192,7 +192,8 @@ pub fn page(args: &Args, cmp: &super::Comparison) -> String {
     }
     let _ = write!(
         s,
-        "<h2>Changes</h2><p>Significant first, largest first; two-sided Mann–Whitney U over the per-interval samples, p &lt; {}.</p><table><tr><th>#</th><th class=\"l\">metric</th><th class=\"l\">subject</th><th>before median</th><th>p99</th><th>mean</th><th>CV</th><th>after median</th><th>p99</th><th>mean</th><th>CV</th><th>change</th><th>p</th><th class=\"l\">verdict</th></tr>",
+        "<h2>Changes</h2><p>Ranked {}; two-sided Mann–Whitney U over the per-interval samples, p &lt; {}.</p><table><tr><th>#</th><th class=\"l\">metric</th><th class=\"l\">subject</th><th>before median</th><th>p99</th><th>mean</th><th>CV</th><th>after median</th><th>p99</th><th>mean</th><th>CV</th><th>change</th><th>p</th><th class=\"l\">verdict</th></tr>",
+        esc(super::RANKING),
         super::ALPHA
     );
     for (i, c) in ch

@@ -2,7 +2,7 @@
 //! settings that differ come first; then every (subject, metric) found in both runs, with the
 //! before/after median, p99, mean and coefficient of variation, the change, a two-sided
 //! Mann–Whitney U test over the per-interval samples ([`stats`]) and a verdict (better, worse,
-//! changed, no significant change), ranked by the size of the change, significant ones first.
+//! changed, no significant change), ranked as [`RANKING`] says.
 //! `--html` draws the top changes; `--fail-on-regression` exits 7 when any line is worse.
 
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ use model::{Direction, Kind};
 
 pub const INFO: ToolInfo = ToolInfo::command(
     "compare",
-    "Compare two recordings (`tracekit record`): node settings that changed, then every process, device and node metric with its median, p99, mean and spread before and after, a Mann–Whitney test per line and a verdict (better, worse, no significant change), largest changes first; `--html` for overlaid histograms and series, `--fail-on-regression` for CI.",
+    "Compare two recordings (`tracekit record`): node settings that changed, then every process, device and node metric with its median, p99, mean and spread before and after, a Mann–Whitney test per line and a verdict (better, worse, no significant change), what the workload waited first (weighed by the waiting a change adds per second); `--html` for overlaid histograms and series, `--fail-on-regression` for CI.",
 );
 
 const EXAMPLES: &str = "  tracekit compare before.tkr after.tkr
@@ -99,11 +99,19 @@ pub struct Change {
     /// `better`, `worse`, `changed`, `no significant change`, `no change` (the same number
     /// as shown), `too few intervals`.
     pub verdict: &'static str,
+    /// How much waiting per second the change added (positive) or removed, in ns/s: for a
+    /// latency, the change of its mean times its events per second (the busier side's); for
+    /// a time counter (ns per second), the change of its median. Absent for other metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub felt_ns_per_s: Option<i64>,
     #[serde(skip)]
     pub kind: Kind,
     #[serde(skip)]
     pub sides: (model::Side, model::Side),
 }
+
+/// How the lines are ranked, as the reports say it ([`changes`] sorts so).
+pub const RANKING: &str = "significant first; then what the workload waited (its latency and time lost, the most waiting added or removed per second first), its drops and errors, its activity, and last the node and kernel threads; then the largest change";
 
 /// Kernel threads by name: their work is on behalf of the workload (writeback, softirqs,
 /// reclaim), so their changes rank after the workload's own (issue #33: a bfq regression sat
@@ -153,6 +161,24 @@ impl Change {
         }
     }
 
+    /// Waiting per second the change added or removed ([`Change::felt_ns_per_s`]), from the
+    /// recordings' lengths in seconds.
+    fn felt(&self, secs: (f64, f64)) -> Option<f64> {
+        match self.kind {
+            Kind::Latency(_) => {
+                let rate = |side: &model::Side, secs: f64| {
+                    side.hist.as_ref().map_or(0.0, |h| h.count as f64) / secs.max(1e-9)
+                };
+                let per_s = rate(&self.sides.0, secs.0).max(rate(&self.sides.1, secs.1));
+                Some((self.after.mean - self.before.mean) * per_s)
+            }
+            Kind::Counter if self.unit == "ns" && self.direction == Direction::LowerIsBetter => {
+                Some(self.after.median - self.before.median)
+            }
+            _ => None,
+        }
+    }
+
     /// The headline values (before, after).
     fn headline(&self) -> (f64, f64) {
         match self.kind {
@@ -186,8 +212,18 @@ impl Change {
             Some(p) => format!(" (p{})", p_rel(p)),
             None => String::new(),
         };
+        // The waiting it added or removed, where it is a verdict's (a reader weighs a
+        // change by it, as the ranking does).
+        let felt = match self.felt_ns_per_s {
+            Some(f) if self.significant && f != 0 => format!(
+                "; {} {} of waiting per second",
+                if f > 0 { "adds" } else { "saves" },
+                fmt_ns(f.unsigned_abs())
+            ),
+            _ => String::new(),
+        };
         format!(
-            "{} of {}: {} → {}{pct}, {}{p}",
+            "{} of {}: {} → {}{pct}, {}{p}{felt}",
             self.metric,
             self.subject,
             self.fmt(b),
@@ -245,6 +281,8 @@ fn side_out(kind: Kind, s: &model::Side) -> SideOut {
 /// of each were dropped past [`model::series_cap`].
 pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2]) {
     let split = model::ambiguous(&[before, after]);
+    let length = |r: &Recording| r.intervals.iter().map(|i| i.secs).sum::<f64>();
+    let secs = (length(before), length(after));
     let ((b, db), (mut a, da)) = (model::series(before, &split), model::series(after, &split));
     let mut out = Vec::new();
     for ((subject, metric), (kind, bs)) in b {
@@ -265,9 +303,11 @@ pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2
             exact: false,
             significant: false,
             verdict: "too few intervals",
+            felt_ns_per_s: None,
             kind,
             sides: (bs, as_),
         };
+        c.felt_ns_per_s = c.felt(secs).map(|f| f.round() as i64);
         let (hb, ha) = c.headline();
         if hb != 0.0 {
             c.change_pct = Some((ha - hb) / hb.abs() * 100.0);
@@ -312,13 +352,17 @@ pub fn changes(before: &Recording, after: &Recording) -> (Vec<Change>, [usize; 2
     }
     // Nothing of tracekit's own: its processes are the measurement, not the workload.
     out.retain(|c| c.comm() != Some("tracekit"));
-    // Significant first, then what the workload felt before activity, then by the size of
-    // the change.
+    // Significant first, then what the workload felt before activity; among what it felt,
+    // the most waiting added or removed per second first (a 4x p99 of a process that waits 5
+    // times a second is not the news beside +1 ms on 4000 requests a second), then by the
+    // size of the change.
     out.sort_by(|x, y| {
         let size = |c: &Change| c.change_pct.map(f64::abs).unwrap_or(0.0);
+        let felt = |c: &Change| c.felt_ns_per_s.map_or(0, i64::unsigned_abs);
         y.significant
             .cmp(&x.significant)
             .then(x.tier().cmp(&y.tier()))
+            .then(felt(y).cmp(&felt(x)))
             .then(size(y).total_cmp(&size(x)))
             .then(x.subject.cmp(&y.subject))
             .then(x.metric.cmp(&y.metric))
@@ -452,7 +496,7 @@ pub fn text(args: &Args, cmp: &Comparison) -> String {
     }
     let shown = crate::report::rows::shown(args.top, ch.len());
     s.push_str(&format!(
-        "Changes, significant first, largest first (two-sided Mann–Whitney U over per-interval samples, p < {ALPHA}, and a change of at least {:.1} % for latency, {:.0} % otherwise); {} of {} lines:\n",
+        "Changes, {RANKING} (two-sided Mann–Whitney U over per-interval samples, p < {ALPHA}, and a change of at least {:.1} % for latency, {:.0} % otherwise); {} of {} lines:\n",
         min_change_pct(Kind::Latency("p50")),
         min_change_pct(Kind::Counter),
         shown,
@@ -760,6 +804,69 @@ mod tests {
                 c.verdict
             );
         }
+    }
+
+    /// Issue #33: among what the workload waited, the most waiting added per second ranks
+    /// first, not the largest ratio: a service whose 4000 calls a second got 1 ms slower
+    /// (+50 %) outranks a process whose 5 calls a second got four times slower (+300 %).
+    #[test]
+    fn the_most_waiting_added_per_second_ranks_first() {
+        let side = |after: bool| {
+            recording_of(8, move |_| {
+                let (db, cron) = if after {
+                    (3_000_000, 400_000)
+                } else {
+                    (2_000_000, 100_000)
+                };
+                vec![
+                    (
+                        "fsync-lat",
+                        json!({"pid": 5, "comm": "db", "count": 4000}),
+                        vec![db; 4000],
+                    ),
+                    (
+                        "fsync-lat",
+                        json!({"pid": 6, "comm": "cron", "count": 5}),
+                        vec![cron; 5],
+                    ),
+                ]
+            })
+        };
+        let (b, a) = (parse(&side(false), "b.tkr"), parse(&side(true), "a.tkr"));
+        let cmp = Comparison::of((Path::new("b.tkr"), b), (Path::new("a.tkr"), a)).unwrap();
+        let lat: Vec<&Change> = cmp
+            .changes
+            .iter()
+            .filter(|c| c.significant && c.metric.ends_with("fsync latency"))
+            .collect();
+        let names: Vec<(&str, &str, Option<i64>, Option<f64>)> = lat
+            .iter()
+            .map(|c| {
+                (
+                    c.subject.as_str(),
+                    c.metric.as_str(),
+                    c.felt_ns_per_s,
+                    c.change_pct,
+                )
+            })
+            .collect();
+        assert_eq!(lat.len(), 4, "{names:#?}");
+        assert!(
+            lat[..2].iter().all(|c| c.subject.starts_with("db ")),
+            "{names:#?}"
+        );
+        // 1 ms more on each of 4000 calls a second: 4 s of waiting per second, within the
+        // histogram's resolution; cron's 300 µs more on 5 a second: 1.5 ms.
+        let db = lat[0].felt_ns_per_s.unwrap();
+        assert!((3_500_000_000..4_500_000_000).contains(&db), "{names:#?}");
+        let cron = lat[2].felt_ns_per_s.unwrap();
+        assert!((1_000_000..2_000_000).contains(&cron), "{names:#?}");
+        assert!(lat[2].change_pct > lat[0].change_pct, "{names:#?}");
+        assert!(
+            lat[0].sentence().contains("adds 4."),
+            "{}",
+            lat[0].sentence()
+        );
     }
 
     /// Issue #31 (10): a side killed after its header (or cut inside its only interval) gave

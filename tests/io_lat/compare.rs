@@ -1,0 +1,163 @@
+//! Issue #33: `tracekit compare` of a real scheduler change, recorded as a user records one
+//! (`tracekit record` with every collector it runs by default, so kernel threads, softirqs and
+//! the node's own processes are in both recordings beside the workload).
+//!
+//! The change: fio's random reads and writes on a loop device of our own, first under `none`,
+//! then under kyber with a 1 µs read target. Kyber finds the reads over their target in every
+//! window and throttles the domains that meet theirs (the writes, 10 ms target) down to a depth
+//! of one or two, so writes wait in the scheduler behind it while the reads keep going: fio's own
+//! write completion latency rises severalfold. compare must rank that, fio's own latency change,
+//! first, with fio's direction, ahead of every kernel thread, the node and tracekit itself.
+
+use std::path::Path;
+
+use serde_json::Value;
+use tracekit_tests::*;
+
+use super::fixtures::*;
+
+/// fio's job report for a 4 s run of random 4 KiB reads and writes (libaio, 16 in flight),
+/// recorded into `out` at 250 ms intervals.
+fn recorded(lo: &LoopDev, out: &Path) -> Value {
+    let tk = start_recording(out, &["--duration", "60s", "--interval", "250ms"]);
+    let job = fio(
+        &lo.dev,
+        &[
+            "--rw=randrw",
+            "--bs=4k",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--time_based",
+            "--runtime=4",
+            "--randseed=7",
+        ],
+    );
+    end_recording(tk);
+    job
+}
+
+/// fio's own completion latency of `op` (`read`, `write`): (p50, p99) in ns.
+fn clat(job: &Value, op: &str) -> (f64, f64) {
+    let q = |p: &str| {
+        job[op]["clat_ns"]["percentile"][p]
+            .as_f64()
+            .unwrap_or_else(|| panic!("fio {op} clat {p}: {}", job[op]))
+    };
+    (q("50.000000"), q("99.000000"))
+}
+
+#[test]
+fn compare_ranks_the_workloads_own_latency_change_first() {
+    let _serial = super::fio_test();
+    let lo = LoopDev::new("iolat-compare");
+    let dir = scratch("iolat-compare");
+    let (before, after) = (dir.join("none.tkr"), dir.join("kyber.tkr"));
+    let jb = recorded(&lo, &before);
+    lo.set("scheduler", "kyber");
+    lo.set("iosched/read_lat_nsec", "1000");
+    let ja = recorded(&lo, &after);
+    lo.set("scheduler", "none");
+
+    // What fio itself felt, per op.
+    let mut felt = Vec::new();
+    for op in ["read", "write"] {
+        let ((b50, b99), (a50, a99)) = (clat(&jb, op), clat(&ja, op));
+        eprintln!(
+            "fio {op}: clat p50 {b50} -> {a50} ns, p99 {b99} -> {a99} ns; {} -> {} I/Os",
+            jb[op]["total_ios"], ja[op]["total_ios"]
+        );
+        felt.push((op, a50 / b50, a99 / b99));
+    }
+    // The staging: fio's writes at least twice as slow at the median under kyber.
+    let (_, write_p50_ratio, _) = felt[1];
+    assert!(
+        write_p50_ratio >= 2.0,
+        "kyber did not slow fio's writes (p50 ×{write_p50_ratio:.2}): the staging failed"
+    );
+
+    let out = std::process::Command::new(tracekit_bin())
+        .args(["compare", "--json", "--fail-on-regression"])
+        .args([&before, &after])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let changes: Vec<&Value> = lines.iter().filter(|l| l["type"] == "change").collect();
+    for c in changes.iter().take(12) {
+        eprintln!(
+            "#{} {} of {}: {} -> {} ({:?} %), {}",
+            c["rank"],
+            c["metric"],
+            c["subject"],
+            c["before"]["p99"],
+            c["after"]["p99"],
+            c["change_pct"],
+            c["verdict"]
+        );
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "a regression was staged: {stderr}"
+    );
+    let first = changes.first().expect("no change lines");
+    let subject = first["subject"].as_str().unwrap();
+    let metric = first["metric"].as_str().unwrap();
+    assert!(
+        subject.starts_with("fio [io-lat summary ")
+            && metric.ends_with(" latency")
+            && first["significant"] == true,
+        "the first change is not fio's own latency: {first}"
+    );
+    // With fio's own direction for that op.
+    let (op, r50, r99) = *felt
+        .iter()
+        .find(|(op, ..)| subject.contains(&format!(" op={op}")))
+        .unwrap_or_else(|| panic!("no op in {subject}"));
+    let fio_ratio = if metric.starts_with("p99") { r99 } else { r50 };
+    let want = if fio_ratio > 1.0 { "worse" } else { "better" };
+    assert_eq!(
+        first["verdict"], want,
+        "fio's {op} {metric} moved ×{fio_ratio:.2} by its own clock: {first}"
+    );
+    // The regression fio reported (its writes) is in the report as worse, above every line
+    // that is not fio's.
+    let pos = |pred: &dyn Fn(&Value) -> bool| changes.iter().position(|c| pred(c));
+    let writes_worse = pos(&|c| {
+        c["subject"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("fio [io-lat summary ") && s.contains(" op=write"))
+            && c["metric"] == "p50 total latency"
+            && c["verdict"] == "worse"
+    })
+    .unwrap_or_else(|| panic!("fio's slower writes are not a worse p50 total latency line"));
+    let not_fio = pos(&|c| {
+        !c["subject"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("fio ["))
+    });
+    assert!(
+        not_fio.is_none_or(|n| writes_worse < n),
+        "fio's writes rank #{} below {}",
+        writes_worse + 1,
+        changes[not_fio.unwrap()]
+    );
+    // The text report says the same first.
+    let text = std::process::Command::new(tracekit_bin())
+        .args(["compare", "--top", "6"])
+        .args([&before, &after])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    eprintln!("{text}");
+    let line1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1. "))
+        .unwrap_or_else(|| panic!("no ranked line: {text}"));
+    assert!(line1.contains(&format!("{metric} of {subject}")), "{line1}");
+    let _ = std::fs::remove_dir_all(dir);
+}
