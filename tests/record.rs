@@ -85,19 +85,6 @@ fn lines(p: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn compare(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(tracekit_bin())
-        .arg("compare")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The `change` line of the workload's fsync `stat` latency.
 fn fsync_line<'a>(changes: &'a [Value], stat: &str) -> &'a Value {
     changes

@@ -249,6 +249,20 @@ pub fn end_recording(tk: Tracer) {
     assert!(stderr.contains("Recorded "), "{stderr}");
 }
 
+/// `tracekit compare ARGS` to its end: (exit code, stdout, stderr).
+pub fn compare(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(tracekit_bin())
+        .arg("compare")
+        .args(args)
+        .output()
+        .expect("spawn tracekit compare");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Spawns `tracekit ARGS` in text mode and waits (at most 20 s) for its announcement on stderr
 /// ("Tracing … Ctrl-C to end."), printed once everything is attached: the text-mode
 /// counterpart of [`Tracer::wait_attached`]. Its stderr is drained and dropped from then on.
