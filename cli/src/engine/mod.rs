@@ -22,6 +22,7 @@ use std::{
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::error::{Context as _, Error, Result};
+use crate::host::facts::Facts;
 
 pub mod collector;
 pub mod emit;
@@ -201,6 +202,7 @@ const FLIP_SETTLE: Duration = Duration::from_millis(2);
 pub fn run(
     collectors: &mut [Box<dyn Collector>],
     opts: &RunOpts,
+    facts: &Facts,
     emit: &mut dyn Emitter,
 ) -> Result<Stop> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -211,7 +213,7 @@ pub fn run(
             what: "starting the event loop".into(),
             source,
         })?;
-    rt.block_on(run_async(collectors, opts, emit))
+    rt.block_on(run_async(collectors, opts, facts, emit))
 }
 
 /// One readiness future per collector event fd, and which collector it belongs to.
@@ -271,6 +273,7 @@ where
 async fn run_async(
     collectors: &mut [Box<dyn Collector>],
     opts: &RunOpts,
+    facts: &Facts,
     emit: &mut dyn Emitter,
 ) -> Result<Stop> {
     let wake = match SIGNALS.get() {
@@ -405,6 +408,8 @@ async fn run_async(
             }
             outs.push(out);
         }
+        // Once, after every collector has named its processes for this window.
+        facts.lock().end_window();
         if !emit.window(&window, &outs)? {
             return Ok(Stop::ReaderGone);
         }

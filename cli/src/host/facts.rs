@@ -6,7 +6,10 @@
 //! Entries are trimmed at each window's end: a process not seen in the last two windows whose
 //! `/proc` entry is gone is forgotten, so a node churning through processes keeps memory flat.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
 
 use super::{proc_path, read_capped, SMALL_FILE};
 
@@ -64,6 +67,20 @@ struct Entry {
 pub struct FactsCache {
     map: HashMap<u32, Entry>,
     window: u64,
+}
+
+/// The run's one [`FactsCache`], shared by every collector of the run (triage's collectors
+/// learn each process once) and aged by the engine once per window, after every collector has
+/// reported it (a collector that aged it first would forget what the next still reports).
+#[derive(Clone, Default)]
+pub struct Facts(Arc<Mutex<FactsCache>>);
+
+impl Facts {
+    /// The cache, for the span of one statement or block (never across a call that locks it).
+    pub fn lock(&self) -> MutexGuard<'_, FactsCache> {
+        // A panic while holding it left at worst a half-learnt entry: keep going.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl FactsCache {

@@ -18,6 +18,8 @@ pub struct LatStats {
     pub p99_ns: u64,
     pub p999_ns: u64,
     pub max_ns: u64,
+    /// The shortest recorded (exact, from the kernel's histogram); 0 when nothing was.
+    pub min_ns: u64,
     pub stddev_ns: u64,
     /// Coefficient of variation (stddev / mean); above 1 the mean misleads.
     pub cv: f64,
@@ -34,6 +36,7 @@ pub enum Stat {
     P99Ns,
     P999Ns,
     MaxNs,
+    MinNs,
     StddevNs,
 }
 
@@ -48,6 +51,7 @@ impl Stat {
             Stat::P99Ns => "p99_ns",
             Stat::P999Ns => "p999_ns",
             Stat::MaxNs => "max_ns",
+            Stat::MinNs => "min_ns",
             Stat::StddevNs => "stddev_ns",
         }
     }
@@ -62,6 +66,7 @@ impl Stat {
             Stat::P99Ns => s.p99_ns,
             Stat::P999Ns => s.p999_ns,
             Stat::MaxNs => s.max_ns,
+            Stat::MinNs => s.min_ns,
             Stat::StddevNs => s.stddev_ns,
         }
     }
@@ -69,21 +74,42 @@ impl Stat {
 
 /// A row's latency statistics, flattened into its JSON under a key prefix (`wake_p99_ns`,
 /// `queue_total_ns`): the one serialiser of every row's latency figures. `keys` says which
-/// statistics the row carries (a tool keeps its key set as it was documented).
+/// statistics the row carries (a tool keeps its key set as it was documented). A row whose
+/// kind of event is not timed (memstall's background THP work) carries every key as `null`:
+/// "not measured" is not 0 ns.
 #[derive(Clone, Debug)]
 pub struct Keyed {
     pub prefix: &'static str,
     pub s: LatStats,
     pub keys: &'static [Stat],
+    pub measured: bool,
 }
 
 impl Keyed {
     pub fn new(prefix: &'static str, s: LatStats, keys: &'static [Stat]) -> Keyed {
-        Keyed { prefix, s, keys }
+        Keyed {
+            prefix,
+            s,
+            keys,
+            measured: true,
+        }
     }
 
     pub fn of(prefix: &'static str, h: &LatHist, keys: &'static [Stat]) -> Keyed {
         Keyed::new(prefix, stats(h), keys)
+    }
+
+    /// The statistic, or `None` when the row's events were not timed.
+    pub fn get(&self, k: Stat) -> Option<u64> {
+        // The shortest of nothing is not 0 ns.
+        let empty = k == Stat::MinNs && self.s.count == 0;
+        (self.measured && !empty).then(|| k.of(&self.s))
+    }
+
+    /// Every key `null`: the events were counted but not timed.
+    pub fn unmeasured(mut self) -> Keyed {
+        self.measured = false;
+        self
     }
 }
 
@@ -92,7 +118,7 @@ impl serde::Serialize for Keyed {
         use serde::ser::SerializeMap;
         let mut m = ser.serialize_map(Some(self.keys.len()))?;
         for k in self.keys {
-            m.serialize_entry(&format!("{}{}", self.prefix, k.key()), &k.of(&self.s))?;
+            m.serialize_entry(&format!("{}{}", self.prefix, k.key()), &self.get(*k))?;
         }
         m.end()
     }
@@ -131,6 +157,7 @@ pub fn stats(h: &LatHist) -> LatStats {
         p99_ns: q(0.99),
         p999_ns: q(0.999),
         max_ns: h.max,
+        min_ns: lo,
         stddev_ns: stddev.round() as u64,
         cv: if mean > 0 { stddev / mean as f64 } else { 0.0 },
     }
@@ -156,6 +183,18 @@ mod tests {
         assert_eq!((s.count, s.total_ns, s.mean_ns, s.max_ns), (5, 15, 3, 5));
         assert_eq!(s.p50_ns, 3);
         assert_eq!(stats(&LatHist::ZERO), LatStats::default());
+    }
+
+    #[test]
+    fn unmeasured_rows_carry_null_not_zero() {
+        let mut h = LatHist::ZERO;
+        h.record(7);
+        h.record(9);
+        const KEYS: &[Stat] = &[Stat::MinNs, Stat::MaxNs];
+        let v = serde_json::to_value(Keyed::of("x_", &h, KEYS)).unwrap();
+        assert_eq!(v, serde_json::json!({"x_min_ns": 7, "x_max_ns": 9}));
+        let v = serde_json::to_value(Keyed::of("x_", &h, KEYS).unmeasured()).unwrap();
+        assert_eq!(v, serde_json::json!({"x_min_ns": null, "x_max_ns": null}));
     }
 
     #[test]

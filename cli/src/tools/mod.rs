@@ -86,13 +86,14 @@ impl ToolInfo {
     }
 }
 
-/// What opening a collector needs: the scope, and the kernel facts shared by every collector
-/// of the run (probed once).
+/// What opening a collector needs: the scope, the kernel facts shared by every collector
+/// of the run (probed once), and the run's one cache of process facts.
 pub struct OpenCtx {
     pub scope: Scope,
     pub opts: RunOpts,
     pub env: Env,
     pub symbols: Symbols,
+    pub facts: crate::host::facts::Facts,
 }
 
 impl OpenCtx {
@@ -103,6 +104,7 @@ impl OpenCtx {
             opts,
             env: Env::detect(),
             symbols: Symbols::default(),
+            facts: Default::default(),
         }
     }
 }
@@ -194,6 +196,8 @@ pub struct Opened {
     pub collectors: Vec<Box<dyn Collector>>,
     pub ran: Vec<&'static str>,
     pub cannot: Vec<(&'static str, String)>,
+    /// The process facts the collectors share.
+    pub facts: crate::host::facts::Facts,
 }
 
 /// Opens, for a command that drives several tools (triage, serve, record), the collectors its
@@ -217,7 +221,10 @@ pub fn open_many(names: &[String], scope: Scope, opts: &RunOpts) -> Result<Opene
                 .join(", ")
         )));
     }
-    let mut o = Opened::default();
+    let mut o = Opened {
+        facts: ctx.facts.clone(),
+        ..Default::default()
+    };
     for t in TOOLS.iter().filter(|t| {
         if names.is_empty() {
             default(t)
@@ -241,11 +248,12 @@ pub fn open_many(names: &[String], scope: Scope, opts: &RunOpts) -> Result<Opene
 /// a signal or the reader ends it, then detaches them fast; returns why it stopped.
 pub fn run_many(
     tool: &str,
-    collectors: &mut Vec<Box<dyn Collector>>,
+    opened: &mut Opened,
     opts: &RunOpts,
     emit: &mut dyn engine::Emitter,
 ) -> Result<engine::Stop> {
-    let run = engine::run(collectors, opts, emit);
+    let collectors = &mut opened.collectors;
+    let run = engine::run(collectors, opts, &opened.facts, emit);
     let stop = end_run(tool, collectors, run, emit)?;
     engine::detach_in_background(collectors.iter_mut().map(|c| c.slow_links()).sum());
     Ok(stop)
@@ -462,7 +470,7 @@ pub fn run_collector_with(
     let mut collectors = vec![open(&ctx)?];
     tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
-    let run = engine::run(&mut collectors, &ctx.opts, emit.as_mut());
+    let run = engine::run(&mut collectors, &ctx.opts, &ctx.facts, emit.as_mut());
     end_run(tool, &mut collectors, run, emit.as_mut())?;
     let slow = collectors.iter_mut().map(|c| c.slow_links()).sum();
     drop(emit);

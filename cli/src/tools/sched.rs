@@ -429,7 +429,7 @@ pub struct SchedSession {
     pub wall_clock: bool,
     /// ... from this event ([`Record::wake_from`]).
     pub wake_from: WakeFrom,
-    facts: crate::host::facts::FactsCache,
+    facts: crate::host::facts::Facts,
     /// `--by container`: rows fold per container.
     pub fold: Folding,
 }
@@ -557,7 +557,7 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
         notes,
         wall_clock,
         wake_from: record.wake_from,
-        facts: crate::host::facts::FactsCache::new(),
+        facts: ctx.facts.clone(),
         fold: Folding::new(scope.by_container),
     })
 }
@@ -665,7 +665,7 @@ impl SchedSession {
                 let from = sanitize::comm_bytes(&v.exec_from);
                 let exec_from =
                     (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
-                let title = Title::cached(&mut self.facts, v.tgid);
+                let title = Title::cached(&mut self.facts.lock(), v.tgid);
                 row(k.id, v.tgid, comm, exec_from, title, &v, alive(&v, span))
             })
             .collect();
@@ -684,7 +684,6 @@ impl SchedSession {
                 span,
             ));
         }
-        self.facts.end_window();
         Ok(Interval {
             rows,
             ids,
@@ -709,7 +708,7 @@ impl SchedSession {
                 Some(m) => m.v.add(&r.v),
                 None => {
                     let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
-                    let title = Title::cached(&mut self.facts, rep);
+                    let title = Title::cached(&mut self.facts.lock(), rep);
                     by.insert(rep, row(rep, rep, comm, None, title, &r.v, span));
                 }
             }

@@ -70,7 +70,7 @@ impl FsyncLat {
                         tgid,
                         threads,
                         comm,
-                        Title::cached(&mut self.facts, tgid),
+                        Title::cached(&mut self.facts.lock(), tgid),
                     ),
                     fd: name.fd,
                     dev: format!("{maj}:{min}"),

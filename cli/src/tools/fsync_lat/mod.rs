@@ -208,7 +208,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         by_file: args.by_file,
         top_files: args.top_files,
         max_rows: args.rows,
-        facts: crate::host::facts::FactsCache::new(),
+        facts: ctx.facts.clone(),
         fold: Folding::new(scope.by_container),
     }))
 }
@@ -335,7 +335,7 @@ struct FsyncLat {
     by_file: bool,
     top_files: usize,
     max_rows: usize,
-    facts: crate::host::facts::FactsCache,
+    facts: crate::host::facts::Facts,
     /// `--by container`.
     fold: Folding,
 }
@@ -425,7 +425,7 @@ impl Collector for FsyncLat {
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| format!("syscall_{nr}"));
             let comm = row_comm(id, tgid, threads, &comm);
-            let title = Title::cached(&mut self.facts, tgid);
+            let title = Title::cached(&mut self.facts.lock(), tgid);
             let mut r = self.summary_row(id, tgid, comm, title, name, counted, &h, secs);
             self.fold.relabel(&mut r.who);
             rows.push(r);
@@ -510,7 +510,6 @@ impl Collector for FsyncLat {
                 .into(),
         );
         out.stats = Some(Stats::new(st).with("calls", calls).with("missed", missed));
-        self.facts.end_window();
         self.fold.end_window();
         Ok(out)
     }

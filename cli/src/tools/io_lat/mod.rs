@@ -37,7 +37,7 @@ use crate::{
     host::{
         cgroup::IdResolver,
         disks::{self, DiskCounters},
-        facts::FactsCache,
+        facts::Facts,
     },
     tools::prelude::*,
 };
@@ -227,7 +227,7 @@ struct IoLat {
     new: RingBuf<MapData>,
     timer: OwnedFd,
     sampler: depth::Sampler,
-    facts: FactsCache,
+    facts: Facts,
     cgroups: IdResolver,
     disk_prev: BTreeMap<(u32, u32), (String, DiskCounters)>,
     names: names::Names,
@@ -337,7 +337,7 @@ impl Collector for IoLat {
             }
         }
         for p in pids {
-            self.facts.learn(p);
+            self.facts.lock().learn(p);
         }
         let mut expirations = 0u64;
         // SAFETY: reads 8 bytes into a local from our non-blocking timerfd (EAGAIN: not yet).
@@ -412,8 +412,12 @@ impl Collector for IoLat {
             only: self.dev.as_ref().map(|d| (d.1, d.2)),
             secs,
         };
-        let (mut summary, devices) =
-            rows::build(&input, &self.names, &mut self.facts, &mut self.cgroups);
+        let (mut summary, devices) = rows::build(
+            &input,
+            &self.names,
+            &mut self.facts.lock(),
+            &mut self.cgroups,
+        );
         for r in &mut summary {
             self.fold.relabel(&mut r.who);
         }
@@ -423,7 +427,7 @@ impl Collector for IoLat {
             self.dirty_bytes,
             self.dev.as_ref().map(|d| (d.1, d.2)),
             &mut self.fold,
-            &mut self.facts,
+            &mut self.facts.lock(),
             secs,
         );
         let requests: u64 = summary.iter().map(|r| r.count).sum();
@@ -514,7 +518,6 @@ impl Collector for IoLat {
                 .with("anomaly_kinds", serde_json::Value::Object(anomalies))
                 .with("recursion_misses", misses),
         );
-        self.facts.end_window();
         Ok(out)
     }
 }

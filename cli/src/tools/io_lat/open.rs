@@ -14,9 +14,7 @@ use crate::{
     error::{Context as _, Error, Result},
     host::{
         cgroup::{IdResolver, Layout},
-        disks,
-        facts::FactsCache,
-        mountinfo,
+        disks, mountinfo,
     },
     kernel::{
         btf::Btf,
@@ -364,7 +362,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         new,
         timer: sample_timer()?,
         sampler: depth::Sampler::default(),
-        facts: FactsCache::new(),
+        facts: ctx.facts.clone(),
         cgroups: cgroup_resolver(),
         disk_prev: disk_now,
         names,

@@ -28,7 +28,7 @@ use aya::maps::{HashMap, MapData, RingBuf};
 use probes_common::memstall::{MsKey, MsLife, MsNew, MsOom, MsVal};
 
 use crate::{
-    host::{facts::FactsCache, thp::ThpSettings, vmstat::Vmstat},
+    host::{facts::Facts, thp::ThpSettings, vmstat::Vmstat},
     tools::prelude::*,
 };
 
@@ -263,7 +263,7 @@ pub struct Memstall {
     news: RingBuf<MapData>,
     ooms: RingBuf<MapData>,
     life: HashMap<MapData, u32, MsLife>,
-    facts: FactsCache,
+    facts: Facts,
     cgroups: memcg::Cgroups,
     /// `AnonHugePages` (KiB) per process, last read while it lived.
     thp_kb: std::collections::HashMap<u32, u64>,
@@ -331,7 +331,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         news,
         ooms,
         life,
-        facts: FactsCache::new(),
+        facts: ctx.facts.clone(),
         cgroups: memcg::Cgroups::new(!s.cgroup_in_kernel),
         thp_kb: Default::default(),
         fold: crate::report::who::Folding::new(ctx.scope.by_container),
@@ -359,7 +359,7 @@ impl Memstall {
                 // SAFETY: the kernel wrote an MsNew (repr(C), plain integers) here; the length
                 // was checked and read_unaligned tolerates any alignment.
                 let e = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const MsNew) };
-                self.facts.learn(e.tgid);
+                self.facts.lock().learn(e.tgid);
                 self.cgroups.learn(&e.cgroup);
                 if let Some(kb) = crate::host::proc::anon_huge_kb(e.tgid) {
                     self.thp_kb.insert(e.tgid, kb);
@@ -370,7 +370,7 @@ impl Memstall {
             if item.len() >= std::mem::size_of::<MsOom>() {
                 // SAFETY: as above, for an MsOom.
                 let e = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const MsOom) };
-                self.facts.learn(e.victim_pid);
+                self.facts.lock().learn(e.victim_pid);
                 self.cgroups.learn(&e.cgroup);
                 self.oom_kills.push(e);
             }
@@ -436,7 +436,6 @@ impl Collector for Memstall {
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let out = self.report(w)?;
         self.win_start_ns = self.flip_ns;
-        self.facts.end_window();
         Ok(out)
     }
 }

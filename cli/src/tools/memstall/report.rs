@@ -24,7 +24,7 @@ use crate::{
     error::{Context as _, Result},
     host::{proc, thp::ThpSettings, vmstat::Vmstat},
     report::{
-        hist::{self, LatStats},
+        hist::{self, Keyed, Stat},
         render::fmt_ns,
         rows::{id_columns, Column, Ctx, Section},
         sanitize::{self, name_fields},
@@ -76,14 +76,10 @@ pub struct Row {
     cgroup_id: u64,
     count: u64,
     timed: bool,
-    total_ns: Option<u64>,
+    /// `null` for kinds not timed (background THP work).
+    #[serde(flatten)]
+    lat: Keyed,
     stall_ns_per_s: Option<u64>,
-    mean_ns: Option<u64>,
-    p50_ns: Option<u64>,
-    p90_ns: Option<u64>,
-    p99_ns: Option<u64>,
-    max_ns: Option<u64>,
-    min_ns: Option<u64>,
     /// Time the process (or thread) was alive in the window.
     alive_ns: u64,
     /// Share of `alive_ns` stalled, in parts per million.
@@ -116,8 +112,6 @@ pub struct Row {
     #[serde(skip)]
     cgroup_raw: Option<Vec<u8>>,
     #[serde(skip)]
-    stats: LatStats,
-    #[serde(skip)]
     hist: LatHist,
     #[serde(skip)]
     detail: String,
@@ -136,6 +130,17 @@ fn timed_cell(r: &Row, v: Option<u64>) -> String {
     }
 }
 
+/// The latency statistics a row carries, in the order of its JSON.
+const STALL_STATS: &[Stat] = &[
+    Stat::TotalNs,
+    Stat::MeanNs,
+    Stat::P50Ns,
+    Stat::P90Ns,
+    Stat::P99Ns,
+    Stat::MaxNs,
+    Stat::MinNs,
+];
+
 const MEMSTALL_SUMMARY: &[Field] = &[
     Field::key("cgroup_id"),
     Field::count("count", LowerIsBetter).export(
@@ -143,13 +148,13 @@ const MEMSTALL_SUMMARY: &[Field] = &[
         "Memory stalls (direct compaction, reclaim, memcg reclaim, THP collapse).",
     ),
     Field::count("total_ns", LowerIsBetter),
-    Field::stat("stall_ns_per_s"),
     Field::stat("mean_ns"),
     Field::stat("p50_ns"),
     Field::stat("p90_ns"),
     Field::stat("p99_ns"),
     Field::stat("max_ns"),
     Field::stat("min_ns"),
+    Field::stat("stall_ns_per_s"),
     Field::count("alive_ns", Neutral),
     Field::level("time_ppm", LowerIsBetter),
     Field::count("anon_huge_kb", Neutral),
@@ -187,15 +192,15 @@ const COLUMNS: &[Column<Row>] = &[
             "-".into()
         }
     }),
-    Column::right("TOTAL", |r, _| timed_cell(r, r.total_ns)),
+    Column::right("TOTAL", |r, _| timed_cell(r, r.lat.get(Stat::TotalNs))),
     Column::right("STALL/s", |r, _| timed_cell(r, r.stall_ns_per_s)),
     Column::right("%ALIVE", |r, _| match r.time_ppm {
         Some(p) if r.timed => format!("{:.1}", p as f64 / 1e4),
         _ => "-".into(),
     }),
-    Column::right("P50", |r, _| timed_cell(r, r.p50_ns)),
-    Column::right("P99", |r, _| timed_cell(r, r.p99_ns)),
-    Column::right("MAX", |r, _| timed_cell(r, r.max_ns)),
+    Column::right("P50", |r, _| timed_cell(r, r.lat.get(Stat::P50Ns))),
+    Column::right("P99", |r, _| timed_cell(r, r.lat.get(Stat::P99Ns))),
+    Column::right("MAX", |r, _| timed_cell(r, r.lat.get(Stat::MaxNs))),
     Column::right("THP_KB", |r, _| {
         r.anon_huge_kb
             .map(|k| k.to_string())
@@ -279,6 +284,7 @@ impl Memstall {
             KIND_THP_FAULT => format!("{} fell back to small pages", v.fallbacks),
             _ => String::new(),
         };
+        let lat = Keyed::new("", s.clone(), STALL_STATS);
         let (cgroup, cgroup_bytes) = match &r.cgroup {
             Some(p) => {
                 let (c, b) = name_fields(p);
@@ -301,14 +307,8 @@ impl Memstall {
             cgroup_id: v.cgroup_id,
             count: s.count,
             timed,
-            total_ns: t(s.total_ns),
+            lat: if timed { lat } else { lat.unmeasured() },
             stall_ns_per_s: t(per_s),
-            mean_ns: t(s.mean_ns),
-            p50_ns: t(s.p50_ns),
-            p90_ns: t(s.p90_ns),
-            p99_ns: t(s.p99_ns),
-            max_ns: t(s.max_ns),
-            min_ns: v.hist.min().filter(|_| timed),
             alive_ns: r.alive_ns,
             time_ppm: t(crate::report::units::ppm(
                 s.total_ns,
@@ -328,7 +328,6 @@ impl Memstall {
             id: r.id,
             kind_id: r.kind,
             cgroup_raw: r.cgroup,
-            stats: s,
             hist: v.hist,
             detail,
         }
@@ -401,7 +400,7 @@ impl Memstall {
         }
         let mut rows = Vec::new();
         for ((id, kind), v) in &merged {
-            let facts = self.facts.get(v.tgid).cloned();
+            let facts = self.facts.lock().get(v.tgid).cloned();
             let comm = row_comm(*id, v.tgid, threads, &v.comm);
             let cgroup = if self.cgroups.reads_proc() {
                 facts.as_ref().and_then(|f| f.cgroup.clone())
@@ -453,9 +452,10 @@ impl Memstall {
             rows.push(r);
         }
         rows.sort_by(|a, b| {
-            b.stats
+            b.lat
+                .s
                 .total_ns
-                .cmp(&a.stats.total_ns)
+                .cmp(&a.lat.s.total_ns)
                 .then(b.collapses.cmp(&a.collapses))
                 .then(a.id.cmp(&b.id))
                 .then(a.kind_id.cmp(&b.kind_id))
@@ -472,7 +472,7 @@ impl Memstall {
             .iter()
             .map(|e| {
                 let mut comm = sanitize::comm_bytes(&e.victim_comm).to_vec();
-                let facts = self.facts.known(e.victim_pid).cloned();
+                let facts = self.facts.lock().known(e.victim_pid).cloned();
                 if comm.is_empty() {
                     comm = facts.as_ref().map(|f| f.comm.clone()).unwrap_or_default();
                 }
@@ -530,7 +530,7 @@ impl Memstall {
     ) -> Result<Output> {
         let secs = w.secs();
         let mut out = Output::default();
-        let stalls: u64 = rows.iter().map(|r| r.stats.count).sum();
+        let stalls: u64 = rows.iter().map(|r| r.lat.s.count).sum();
         let missed = out.note_missed(&st, "event", " (cgroup names may be missing)");
         out.title = format!(
             "memstall: {stalls} timed stalls in {}; {}; missed {missed}",
@@ -578,11 +578,11 @@ impl Memstall {
                 kind: r.kind_id,
                 kthread: r.kthread,
                 cgroup: r.cgroup_raw.as_deref().map(sanitize::text),
-                count: r.stats.count,
-                total_ns: r.stats.total_ns,
-                p50_ns: r.stats.p50_ns,
-                p99_ns: r.stats.p99_ns,
-                max_ns: r.stats.max_ns,
+                count: r.lat.s.count,
+                total_ns: r.lat.s.total_ns,
+                p50_ns: r.lat.s.p50_ns,
+                p99_ns: r.lat.s.p99_ns,
+                max_ns: r.lat.s.max_ns,
                 alive_ns: r.alive_ns,
                 direct: r.direct_stalls.unwrap_or(0),
                 zones: r.zones.unwrap_or(0),

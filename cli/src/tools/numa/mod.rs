@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::{
     host::{
-        facts::FactsCache,
+        facts::Facts,
         numa::{self as hnuma, Topology},
         vmstat::Vmstat,
     },
@@ -207,7 +207,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         vmstat,
         numastat,
         edge: None,
-        facts: FactsCache::new(),
+        facts: ctx.facts.clone(),
         page_kib: (page.max(4096) / 1024) as u64,
     }))
 }
@@ -231,7 +231,7 @@ struct Numa {
     /// The same read at the flip that ended it, so the deltas cover exactly the events of the
     /// generation drained (read after the drain, they would include later ones).
     edge: Option<Edge>,
-    facts: FactsCache,
+    facts: Facts,
     page_kib: u64,
 }
 
@@ -270,7 +270,7 @@ impl Numa {
         let (comm, title) = if id == 0 {
             (b"[other]".to_vec(), Title::default())
         } else {
-            let learnt = self.facts.get(v.tgid).map(|f| f.cmdline.clone());
+            let learnt = self.facts.lock().get(v.tgid).map(|f| f.cmdline.clone());
             (
                 row_comm(id, v.tgid, threads, &v.comm),
                 Title::of_or(v.tgid, learnt.as_deref().unwrap_or(&[])),
@@ -306,7 +306,9 @@ impl Numa {
             if want.len() >= self.maps_top {
                 break;
             }
-            if !want.contains(&r.who.pid) && !self.facts.get(r.who.pid).is_some_and(|f| f.kthread) {
+            if !want.contains(&r.who.pid)
+                && !self.facts.lock().get(r.who.pid).is_some_and(|f| f.kthread)
+            {
                 want.push(r.who.pid);
             }
         }
@@ -448,7 +450,6 @@ impl Collector for Numa {
             _ => Vmstat::default(),
         };
         self.vmstat = vm_now;
-        self.facts.end_window();
         let balancing = hnuma::numa_balancing();
         let node_cpus: Vec<(u32, String)> =
             nodes.iter().map(|n| (n.node, n.cpus.clone())).collect();

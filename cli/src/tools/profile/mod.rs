@@ -205,7 +205,13 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     }
     session.choices.extend(plan);
     let counts = GenMap::take(&mut session, "PROFILE_COUNTS", Some("PROFILE_OTHER"), ZERO)?;
-    let run = StackRun::new(&mut session, "PROFILE_STACKS", args, "samples")?;
+    let run = StackRun::new(
+        &mut session,
+        "PROFILE_STACKS",
+        args,
+        "samples",
+        ctx.facts.clone(),
+    )?;
     let samples = match dwarf {
         true => {
             let m = session.take_map("PROFILE_SAMPLES")?;
@@ -445,7 +451,7 @@ impl Collector for Profile {
                     threads,
                     one_cpu,
                     all,
-                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                    crate::report::who::Title::cached(&mut self.run.facts.lock(), p.tgid),
                 )
             })
             .collect();
@@ -517,7 +523,7 @@ impl Collector for Profile {
                 (
                     **id,
                     *p,
-                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                    crate::report::who::Title::cached(&mut self.run.facts.lock(), p.tgid),
                 )
             })
             .collect();

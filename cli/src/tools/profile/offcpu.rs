@@ -92,7 +92,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let counts = GenMap::take(&mut session, "OFFCPU_COUNTS", Some("OFFCPU_OTHER"), ZERO)?;
-    let run = StackRun::new(&mut session, "OFFCPU_STACKS", args, "ns")?;
+    let run = StackRun::new(&mut session, "OFFCPU_STACKS", args, "ns", ctx.facts.clone())?;
     Ok(Box::new(OffCpu {
         session,
         counts,
@@ -222,7 +222,7 @@ impl Collector for OffCpu {
                     threads,
                     blocks,
                     secs,
-                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                    crate::report::who::Title::cached(&mut self.run.facts.lock(), p.tgid),
                 )
             })
             .collect();
@@ -268,7 +268,7 @@ impl Collector for OffCpu {
                 (
                     **id,
                     *p,
-                    crate::report::who::Title::cached(&mut self.run.facts, p.tgid),
+                    crate::report::who::Title::cached(&mut self.run.facts.lock(), p.tgid),
                 )
             })
             .collect();

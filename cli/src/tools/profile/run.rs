@@ -24,7 +24,7 @@ use crate::{
 pub struct StackRun {
     pub stacks: StackTraceMap<MapData>,
     pub resolver: Resolver,
-    pub facts: crate::host::facts::FactsCache,
+    pub facts: crate::host::facts::Facts,
     /// Processes seen this window (their container and title are remembered).
     seen: HashSet<u32>,
     folded_path: Option<PathBuf>,
@@ -51,11 +51,12 @@ impl StackRun {
         map: &'static str,
         args: &Args,
         unit: &'static str,
+        facts: crate::host::facts::Facts,
     ) -> Result<StackRun> {
         Ok(StackRun {
             stacks: StackTraceMap::try_from(session.take_map(map)?).context(map)?,
             resolver: Resolver::default(),
-            facts: crate::host::facts::FactsCache::new(),
+            facts,
             seen: HashSet::new(),
             folded_path: args.folded.clone(),
             svg_path: args.svg.clone(),
@@ -70,7 +71,7 @@ impl StackRun {
     pub fn see(&mut self, tgid: u32) {
         if self.seen.insert(tgid) {
             let _ = crate::host::container::of_pid(tgid);
-            self.facts.title(tgid);
+            self.facts.lock().title(tgid);
         }
     }
 
@@ -108,7 +109,6 @@ impl StackRun {
     /// Ends a window: forgets what belongs to processes that are gone.
     pub fn end_window(&mut self) {
         self.resolver.end_window();
-        self.facts.end_window();
         self.seen.clear();
     }
 }

@@ -116,14 +116,14 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         dest: args.output.clone(),
         placed: None,
-        ran: opened.ran,
-        cannot: opened.cannot,
+        ran: opened.ran.clone(),
+        cannot: std::mem::take(&mut opened.cannot),
         tools: Vec::new(),
         stat: SysStat::read().ok(),
         intervals: 0,
         rows: 0,
     };
-    let stop = tools::run_many(INFO.name, &mut opened.collectors, &opts, &mut emit)?;
+    let stop = tools::run_many(INFO.name, &mut opened, &opts, &mut emit)?;
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),

@@ -156,7 +156,7 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         interval: args.interval,
     };
-    let run = engine::run(&mut opened.collectors, &opts, &mut emit);
+    let run = engine::run(&mut opened.collectors, &opts, &opened.facts, &mut emit);
     tools::end_run(INFO.name, &mut opened.collectors, run, &mut emit)?;
     // The listener closes now, not with the detaching child's descriptors.
     drop(emit);

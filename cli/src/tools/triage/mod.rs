@@ -105,10 +105,10 @@ pub fn run(args: Args) -> Result<()> {
         sink,
         json: args.json,
         markdown,
-        ran: opened.ran,
-        cannot: opened.cannot,
+        ran: opened.ran.clone(),
+        cannot: std::mem::take(&mut opened.cannot),
     };
-    tools::run_many(INFO.name, &mut opened.collectors, &opts, &mut emit)?;
+    tools::run_many(INFO.name, &mut opened, &opts, &mut emit)?;
     Ok(())
 }
 
