@@ -301,6 +301,12 @@ async fn run_async(
     let deadline = opts.duration.and_then(|d| run_start.checked_add(d));
     let mut win_start = (Instant::now(), SystemTime::now());
     let mut index = 0u32;
+    // Polls and the children check keep their own deadlines across iterations: a timer made
+    // anew each time round would never fire while ring-buffer records arrive more often than
+    // its period (under triage the announcements of new processes did, and net-rx learnt no
+    // socket owner until the window's end, when a receiver that had exited was gone).
+    let mut next_poll = poll.map(|p| tokio::time::Instant::now() + p);
+    let mut next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
     loop {
         let next_tick = opts.interval.and_then(|i| win_start.0.checked_add(i));
         let wake_at = match (next_tick, deadline) {
@@ -315,8 +321,8 @@ async fn run_async(
             tokio::time::sleep(step).await
         };
         let polled = async {
-            match poll {
-                Some(p) => tokio::time::sleep(p).await,
+            match next_poll {
+                Some(t) => tokio::time::sleep_until(t).await,
                 None => std::future::pending().await,
             }
         };
@@ -324,7 +330,7 @@ async fn run_async(
             if opts.children_of.is_empty() {
                 std::future::pending::<()>().await
             }
-            tokio::time::sleep(CHILDREN_EVERY).await
+            tokio::time::sleep_until(next_follow).await
         };
         let signalled = async {
             match &wake {
@@ -362,12 +368,14 @@ async fn run_async(
                     for c in collectors.iter_mut().filter(|c| c.poll_interval().is_some()) {
                         c.on_events()?;
                     }
+                    next_poll = poll.map(|p| tokio::time::Instant::now() + p);
                     continue;
                 }
                 quit = emit.input() => {
                     if quit { Stop::Signal("q") } else { continue }
                 }
                 _ = follow => {
+                    next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
                     let pids = opts.followed_pids();
                     for c in collectors.iter_mut() {
                         if let Some(s) = c.session() {
