@@ -13,7 +13,8 @@
 //! it (postgres, nginx, php-fpm); the title's first two words tell one program's jobs apart
 //! (`python3 a.py` and `python3 b.py`, or two roles of one binary run with different
 //! arguments, are two), while a service that retitles its workers keeps a common start
-//! (`postgres: 15/main: walwriter`, `postgres: 15/main: bench bench [local] COMMIT`). The
+//! (`postgres: walwriter` and `postgres: bench bench [local] COMMIT`: the leading words ending
+//! in `:`, see [`family`]). The
 //! cgroup and container keep two services that share a name apart. The parent is not used: it
 //! is gone with the process, and unrelated jobs share one (a shell, a test harness).
 
@@ -38,10 +39,18 @@ type Key = (
     Option<String>,
 );
 
-/// The first two words of a process title: what one service's processes share.
+/// What one service's processes share in their titles: the first two words, or, for a title
+/// in setproctitle's `program: what it does` form, its leading words that end in `:` (every
+/// PostgreSQL process is `postgres: walwriter` or `postgres: bench bench [local] COMMIT`
+/// without a cluster name, `postgres: 15/main: …` with one; nginx's are `nginx: master
+/// process …` and `nginx: worker process`). By two words the walwriter and the backends of a
+/// cluster without a cluster name were two services, and the walwriter's flushes left the WAL
+/// finding once the backends' titles were known.
 fn family(title: Option<&str>) -> Option<String> {
-    let words: Vec<&str> = title?.split_whitespace().take(2).collect();
-    (!words.is_empty()).then(|| words.join(" "))
+    let words: Vec<&str> = title?.split_whitespace().collect();
+    let labelled = words.iter().take_while(|w| w.ends_with(':')).count();
+    let n = if labelled > 0 { labelled } else { 2 };
+    (!words.is_empty()).then(|| words[..n.min(words.len())].join(" "))
 }
 
 fn key(f: &Finding) -> Option<Key> {
@@ -285,6 +294,18 @@ mod tests {
         .evidence("calls", calls)
         .evidence("total_ns", ns_per_s * 10)
         .evidence("p99_ns", 1_000 + u64::from(pid))
+    }
+
+    #[test]
+    fn title_families() {
+        let fam = |t: &str| family(Some(t)).unwrap();
+        assert_eq!(fam("postgres: walwriter"), fam("postgres: bench bench [local] COMMIT"));
+        assert_eq!(fam("postgres: 15/main: walwriter"), "postgres: 15/main:");
+        assert_ne!(fam("postgres: 15/main: walwriter"), fam("postgres: 16/main: walwriter"));
+        assert_eq!(fam("nginx: worker process"), fam("nginx: master process /usr/sbin/nginx"));
+        assert_ne!(fam("python3 a.py"), fam("python3 b.py"));
+        assert_eq!(fam("dd"), "dd");
+        assert_eq!(family(Some("  ")), None);
     }
 
     /// pgbench against PostgreSQL: 8 backends and the walwriter, one fsync finding each, and
