@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::{json, Value};
 use tracekit_tests::{
-    udp::{delta, drain, send, small_receiver, udp_snmp},
+    udp::{delta, drain, iperf3_one_off_server, send, small_receiver, udp_snmp},
     *,
 };
 
@@ -299,34 +299,8 @@ fn assert_drops_named(lines: &[Value], port: u16, pid: u64, comm: &str) {
 fn iperf3_udp_receiver_that_exited_is_named() {
     let _serial = root_serial();
     let port = closed_port();
-    let mut server = Command::new("iperf3")
-        .args(["-s", "-1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("iperf3 (Debian package iperf3, installed by cargo xtask test)");
+    let mut server = iperf3_one_off_server(port, None);
     let pid = server.id();
-    // Its control port listens (TCP) before the client connects: seen in /proc/net/tcp{,6}
-    // (a connection to check would be the one-off server's one client).
-    let listening = || {
-        let hex = format!(":{port:04X} ");
-        ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-            std::fs::read_to_string(f)
-                .unwrap_or_default()
-                .lines()
-                .any(|l| {
-                    let c: Vec<&str> = l.split_whitespace().collect();
-                    c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
-                })
-        })
-    };
-    let t = std::time::Instant::now();
-    while !listening() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "iperf3 -s never listened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let mut snmp = (BTreeMap::new(), BTreeMap::new());
     let mut client = String::new();
     let lines = trace(&[], || {

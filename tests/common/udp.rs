@@ -75,3 +75,43 @@ pub fn drain(rx: &UdpSocket) -> u64 {
     }
     n
 }
+
+/// iperf3's one-off server (`-s -1`: it exits with its one test) on `port`, pinned to `cpu`
+/// when given (taskset), returned once its control port (TCP) listens, as /proc/net/tcp{,6}
+/// shows (a connection to check would be the one-off server's one client).
+pub fn iperf3_one_off_server(port: u16, cpu: Option<&str>) -> std::process::Child {
+    let mut cmd = match cpu {
+        Some(c) => {
+            let mut t = std::process::Command::new("taskset");
+            t.args(["-c", c, "iperf3"]);
+            t
+        }
+        None => std::process::Command::new("iperf3"),
+    };
+    let server = cmd
+        .args(["-s", "-1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 (Debian package iperf3, installed by cargo xtask test)");
+    let hex = format!(":{port:04X} ");
+    let listening = || {
+        ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| {
+                    let c: Vec<&str> = l.split_whitespace().collect();
+                    c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
+                })
+        })
+    };
+    let t = Instant::now();
+    while !listening() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "iperf3 -s never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}

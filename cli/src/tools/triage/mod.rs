@@ -299,6 +299,7 @@ impl Emitter for Triage {
         dedupe(&mut f);
         fold(&mut f);
         links::link_sync_waits(&mut f, &all);
+        links::link_drops_to_cpu_waits(&mut f);
         crate::report::group::group(&mut f);
         rank(&mut f);
         let text = if self.json {
