@@ -330,13 +330,73 @@ pub fn vm_check() -> Result<String, String> {
     vm_check::check()
 }
 
-/// memstall's workloads for `tk-workload` (`thp-fault N`).
+/// memstall's workloads for `tk-workload` (`thp-fault N`; `memcg-fill PROCS FILE MS`,
+/// `memcg-service PROCS MS`: the two sides of a memory cgroup at its limit).
 pub fn workload(args: &[String]) -> Option<i32> {
     match args {
         [w, n] if w == "thp-fault" => vm_check::thp_fault(n.parse().ok()?),
+        [w, procs, file, ms] if w == "memcg-fill" => memcg_fill(procs, file, ms.parse().ok()?),
+        [w, procs, ms] if w == "memcg-service" => memcg_service(procs, ms.parse().ok()?),
         _ => return None,
     }
     Some(0)
+}
+
+/// Joins the cgroup of `procs`, then rewrites the first 512 MiB of `file` in 1 MiB writes as
+/// fast as it can for `ms` ms (page cache that fills the cgroup; the file stays 512 MiB).
+fn memcg_fill(procs: &str, file: &str, ms: u64) {
+    use std::io::{Seek, Write};
+    std::fs::write(procs, std::process::id().to_string()).expect("join the cgroup");
+    let mut f = std::fs::File::create(file).expect("create the file");
+    let buf = vec![0x5au8; 1 << 20];
+    let end = Instant::now() + Duration::from_millis(ms);
+    let mut bytes = 0u64;
+    while Instant::now() < end {
+        if bytes.is_multiple_of(512 << 20) {
+            f.seek(std::io::SeekFrom::Start(0)).expect("seek");
+        }
+        f.write_all(&buf).expect("write");
+        bytes += buf.len() as u64;
+    }
+    println!(
+        "{}",
+        serde_json::json!({"pid": std::process::id(), "bytes": bytes})
+    );
+}
+
+/// Joins the cgroup of `procs`, then every 20 ms for `ms` ms maps 4 MiB of anonymous memory,
+/// touches every page and unmaps it, as a service handling a request would, timing each on
+/// its own clock: allocations, their p50/p99/max and how many took over 1 ms.
+fn memcg_service(procs: &str, ms: u64) {
+    std::fs::write(procs, std::process::id().to_string()).expect("join the cgroup");
+    const LEN: usize = 4 << 20;
+    let end = Instant::now() + Duration::from_millis(ms);
+    let mut took: Vec<u64> = Vec::new();
+    while Instant::now() < end {
+        let t = Instant::now();
+        let p = anon_map(LEN) as *mut u8;
+        for off in (0..LEN).step_by(4096) {
+            // SAFETY: `off` is inside the LEN-byte mapping just made.
+            unsafe { p.add(off).write_volatile(1) };
+        }
+        // SAFETY: unmapping exactly the mapping made above.
+        unsafe { libc::munmap(p.cast(), LEN) };
+        took.push(t.elapsed().as_nanos() as u64);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    took.sort_unstable();
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    println!(
+        "{}",
+        serde_json::json!({
+            "pid": std::process::id(),
+            "allocs": took.len(),
+            "p50_ns": at(0.5),
+            "p99_ns": at(0.99),
+            "max_ns": took.last(),
+            "over_1ms": took.iter().filter(|t| **t > 1_000_000).count(),
+        })
+    );
 }
 
 /// A setting changed by a test process that was then killed (no guard dropped) is put back by

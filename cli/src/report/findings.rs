@@ -285,6 +285,17 @@ pub struct Finding {
 pub use super::harm::MIN_NS_PER_S;
 
 impl Finding {
+    /// Ranks this finding just below a victim's whose score is `victim`: a culprit's own
+    /// finding, or its cause seen from the other side, is that victim's harm told again. A
+    /// rate, or a score already below, stays.
+    pub fn rank_below(&mut self, victim: Score) {
+        if let (Score::NsPerS(v), Score::NsPerS(c)) = (victim, self.score) {
+            if c >= v {
+                self.score = Score::NsPerS(v.saturating_sub(1));
+            }
+        }
+    }
+
     /// A finding with no culprit, evidence, advice or next command yet (add them after).
     pub fn new(
         tool: &'static str,

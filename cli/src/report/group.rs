@@ -299,10 +299,19 @@ mod tests {
     #[test]
     fn title_families() {
         let fam = |t: &str| family(Some(t)).unwrap();
-        assert_eq!(fam("postgres: walwriter"), fam("postgres: bench bench [local] COMMIT"));
+        assert_eq!(
+            fam("postgres: walwriter"),
+            fam("postgres: bench bench [local] COMMIT")
+        );
         assert_eq!(fam("postgres: 15/main: walwriter"), "postgres: 15/main:");
-        assert_ne!(fam("postgres: 15/main: walwriter"), fam("postgres: 16/main: walwriter"));
-        assert_eq!(fam("nginx: worker process"), fam("nginx: master process /usr/sbin/nginx"));
+        assert_ne!(
+            fam("postgres: 15/main: walwriter"),
+            fam("postgres: 16/main: walwriter")
+        );
+        assert_eq!(
+            fam("nginx: worker process"),
+            fam("nginx: master process /usr/sbin/nginx")
+        );
         assert_ne!(fam("python3 a.py"), fam("python3 b.py"));
         assert_eq!(fam("dd"), "dd");
         assert_eq!(family(Some("  ")), None);

@@ -2,7 +2,7 @@
 //! cgroup counters and the OOM kills of a window. Each names who stalled, in what, for how
 //! much of the time it was alive, the evidence as numbers, the fix and the next command.
 
-use crate::report::harm::{FELT_SHARE_PPM, FELT_STALL_NS};
+use crate::report::harm::{FELT_SHARE_PPM, FELT_STALL_NS, MIN_FILLER_SHARE_PPM};
 use probes_common::memstall::{
     KIND_COMPACTION, KIND_MEMCG_RECLAIM, KIND_RECLAIM, KIND_THP_COLLAPSE, KIND_THP_FAULT,
 };
@@ -10,7 +10,7 @@ use probes_common::memstall::{
 use crate::{
     host::{thp::ThpSettings, vmstat::Vmstat},
     report::{
-        findings::{rank, Cause, Finding, Score, Subject},
+        findings::{rank, Cause, Finding, Num, Score, Subject},
         render::fmt_ns,
         who::Title,
     },
@@ -444,9 +444,89 @@ fn vm_name(k: &str) -> &'static str {
     }
 }
 
+/// Links each process stalled at its memory cgroup's limit to the process that fills the
+/// cgroup: the one whose allocations made the cgroup reclaim most of the pages it reclaimed in
+/// the window (each charge past the limit reclaims about what it allocates, so the pages each
+/// process's reclaim freed measure its part of the pressure), if that is at least
+/// [`MIN_FILLER_SHARE_PPM`] of them and more than the stalled process's own. The victim's
+/// finding names it as culprit; the filler's own finding says whom it stalls and ranks below.
+fn link_fillers(out: &mut [Finding], rows: &[Subj]) {
+    let at_limit = |r: &&Subj| r.kind == KIND_MEMCG_RECLAIM && !r.kthread;
+    let mut notes: Vec<(u32, String, Score)> = Vec::new();
+    for f in out.iter_mut().filter(|f| f.cause == super::MEMCG_LIMIT) {
+        let (Some(pid), Some(cg)) = (f.subject.pid, f.subject.cgroup.clone()) else {
+            continue;
+        };
+        if cg == "/" {
+            continue;
+        }
+        let mut by: std::collections::BTreeMap<u32, (u64, &Subj)> = Default::default();
+        for r in rows
+            .iter()
+            .filter(at_limit)
+            .filter(|r| r.cgroup.as_deref() == Some(cg.as_str()))
+        {
+            by.entry(r.pid).or_insert((0, r)).0 += r.reclaimed_pages;
+        }
+        let total: u64 = by.values().map(|v| v.0).sum();
+        let own = by.get(&pid).map_or(0, |v| v.0);
+        let Some((&filler, &(pages, r))) = by
+            .iter()
+            .filter(|(p, _)| **p != pid)
+            .max_by_key(|(p, v)| (v.0, std::cmp::Reverse(**p)))
+        else {
+            continue;
+        };
+        let ppm = (pages as u128 * 1_000_000 / total.max(1) as u128) as u64;
+        if ppm < MIN_FILLER_SHARE_PPM || pages <= own {
+            continue;
+        }
+        let culprit = r.subject();
+        f.summary.push_str(&format!(
+            " What fills {cg}: {}, whose allocations made it reclaim {pages} of the {total} pages its reclaim freed in the window ({:.0} %; {} its own {own}).",
+            culprit.text(),
+            ppm as f64 / 1e4,
+            f.subject.text(),
+        ));
+        f.advice = format!(
+            "{} stalls for memory {} fills: give that its own memory cgroup (or a memory.high of its own below {cg}'s limit), or cut its page cache (O_DIRECT, posix_fadvise DONTNEED for streaming writes); or {}",
+            f.subject.text(),
+            culprit.text(),
+            f.advice
+        );
+        f.evidence.extend([
+            ("culprit_reclaimed_pages", Num::U(pages)),
+            ("culprit_reclaim_share_ppm", Num::U(ppm)),
+            ("cgroup_reclaimed_pages", Num::U(total)),
+        ]);
+        notes.push((
+            filler,
+            format!(
+                " It fills {cg}, where {} stalled {} (p99 {}).",
+                f.subject.text(),
+                times(f.ev("stalls").unwrap_or(0.0) as u64),
+                ns_text(f.ev("p99_ns").unwrap_or(0.0) as u64)
+            ),
+            f.score,
+        ));
+        f.culprit = Some(culprit);
+    }
+    for (filler, note, victim) in notes {
+        for g in out
+            .iter_mut()
+            .filter(|g| g.cause == super::MEMCG_LIMIT && g.subject.pid == Some(filler))
+        {
+            g.summary.push_str(&note);
+            // Its stalls are its own limit's cost: the victim it slows ranks first.
+            g.rank_below(victim);
+        }
+    }
+}
+
 /// Findings, most harmful first, and notes about what was not seen.
 pub fn findings(e: &Evidence) -> (Vec<Finding>, Vec<String>) {
     let mut out: Vec<Finding> = e.rows.iter().filter_map(|r| e.one(r)).collect();
+    link_fillers(&mut out, e.rows);
     out.extend(e.oom_findings());
     rank(&mut out);
     let mut notes = Vec::new();

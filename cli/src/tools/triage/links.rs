@@ -228,11 +228,7 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
                 y.summary.push_str(&note);
                 // The culprit's own finding is the victim's harm seen from the other side
                 // (its request time counts requests in flight at once): it ranks after it.
-                if let (Score::NsPerS(v), Score::NsPerS(c)) = (victim, y.score) {
-                    if c >= v {
-                        y.score = Score::NsPerS(v.saturating_sub(1));
-                    }
-                }
+                y.rank_below(victim);
             }
         }
     }
@@ -246,7 +242,7 @@ pub(super) fn link_sync_waits(f: &mut [Finding], links: &[Link]) {
 /// 178,543 datagrams; beside them it waited 21 % of its time for its CPU (1 in 56 wakeups over
 /// 1 ms, max 9.2 ms) and lost 17.4 %, all at a full 128 KiB buffer.
 pub(super) fn link_drops_to_cpu_waits(f: &mut [Finding]) {
-    let mut linked: Vec<u64> = Vec::new();
+    let mut linked: Vec<Score> = Vec::new();
     for i in 0..f.len() {
         let x = &f[i];
         let Some(pid) = x.subject.pid else { continue };
@@ -292,18 +288,12 @@ pub(super) fn link_drops_to_cpu_waits(f: &mut [Finding]) {
             ("receiver_max_wait_ns", Num::U(max_ns)),
         ]);
         x.culprit = Some(culprit);
-        if let Score::NsPerS(v) = x.score {
-            linked.push(v);
-        }
+        linked.push(x.score);
     }
     // The saturation the holders are part of is the drops' cause seen from the other side.
-    if let Some(v) = linked.into_iter().min() {
+    for v in linked {
         for y in f.iter_mut().filter(|y| y.cause == runq_lat::CPU_SATURATED) {
-            if let Score::NsPerS(c) = y.score {
-                if c >= v {
-                    y.score = Score::NsPerS(v.saturating_sub(1));
-                }
-            }
+            y.rank_below(v);
         }
     }
 }

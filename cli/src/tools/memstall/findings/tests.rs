@@ -299,3 +299,48 @@ fn nothing_seen_says_so_with_evidence() {
     let (_, notes) = run(1.0, &s, &Vmstat::default(), &[]);
     has(&notes[0], "compact_stall n/a");
 }
+
+/// The memory-cgroup incident of the README's harm model: `dd` fills a 32 MiB cgroup with page
+/// cache, a service in the same cgroup stalls in reclaim for it. The service's finding names
+/// `dd` (87 % of the cgroup's reclaimed pages) and ranks above `dd`'s own, which says whom it
+/// stalls; a process of another cgroup that reclaimed more is nobody's filler here, and a
+/// neighbour with less than half the pages is no culprit.
+#[test]
+fn a_stall_at_the_cgroup_limit_names_who_fills_the_cgroup() {
+    let memcg = |comm: &str, pid: u32, count: u64, total_ns: u64, pages: u64, cg: &str| Subj {
+        cgroup: Some(cg.into()),
+        reclaimed_pages: pages,
+        alive_ns: 6_000_000_000,
+        ..row(comm, pid, KIND_MEMCG_RECLAIM, count, total_ns)
+    };
+    let rows = [
+        memcg("dd", 1, 6_167, 3_678_000_000, 1_578_752, "/tk"),
+        memcg("svc", 2, 885, 574_000_000, 226_560, "/tk"),
+        memcg("big", 3, 9_000, 5_000_000_000, 9_000_000, "/other"),
+    ];
+    let (f, _) = run(6.0, &thp("madvise"), &vm(&[]), &rows);
+    let svc = f.iter().find(|x| x.subject.pid == Some(2)).unwrap();
+    let dd = f.iter().position(|x| x.subject.pid == Some(1)).unwrap();
+    assert_eq!(svc.culprit.as_ref().and_then(|c| c.pid), Some(1));
+    has(&svc.summary, "What fills /tk: dd (pid 1), whose allocations made it reclaim 1578752 of the 1805312 pages its reclaim freed in the window (87 %; svc (pid 2) its own 226560)");
+    assert_eq!(svc.ev("culprit_reclaim_share_ppm"), Some(874_503.0));
+    has(&svc.advice, "give that its own memory cgroup");
+    has(
+        &f[dd].summary,
+        "It fills /tk, where svc (pid 2) stalled 885 times",
+    );
+    assert!(f[dd].score.ns_per_s() < svc.score.ns_per_s());
+    let svc_rank = f.iter().position(|x| x.subject.pid == Some(2)).unwrap();
+    assert!(svc_rank < dd, "{f:?}");
+    assert_eq!(
+        f.iter().find(|x| x.subject.pid == Some(3)).unwrap().culprit,
+        None
+    );
+    let rows = [
+        memcg("a", 1, 100, 100_000_000, 400, "/tk"),
+        memcg("b", 2, 100, 100_000_000, 350, "/tk"),
+        memcg("c", 4, 100, 100_000_000, 300, "/tk"),
+    ];
+    let (f, _) = run(6.0, &thp("madvise"), &vm(&[]), &rows);
+    assert!(f.iter().all(|x| x.culprit.is_none()), "{f:?}");
+}
