@@ -342,14 +342,17 @@ pub fn workload(args: &[String]) -> Option<i32> {
     Some(0)
 }
 
-/// Joins the cgroup of `procs`, then rewrites the first 512 MiB of `file` in 1 MiB writes as
-/// fast as it can for `ms` ms (page cache that fills the cgroup; the file stays 512 MiB).
+/// Joins the cgroup of `procs`, then rewrites the first 512 MiB of `file` in 1 MiB writes at
+/// 400 MiB/s for `ms` ms (page cache that fills the cgroup; the file stays 512 MiB). Paced:
+/// as fast as it could (1.6 GB/s here) the cgroup's writeback fell so far behind that its
+/// journal's allocations invoked the cgroup's OOM killer beside a CPU hog.
 fn memcg_fill(procs: &str, file: &str, ms: u64) {
     use std::io::{Seek, Write};
     std::fs::write(procs, std::process::id().to_string()).expect("join the cgroup");
     let mut f = std::fs::File::create(file).expect("create the file");
     let buf = vec![0x5au8; 1 << 20];
-    let end = Instant::now() + Duration::from_millis(ms);
+    let start = Instant::now();
+    let end = start + Duration::from_millis(ms);
     let mut bytes = 0u64;
     while Instant::now() < end {
         if bytes.is_multiple_of(512 << 20) {
@@ -357,6 +360,8 @@ fn memcg_fill(procs: &str, file: &str, ms: u64) {
         }
         f.write_all(&buf).expect("write");
         bytes += buf.len() as u64;
+        let due = start + Duration::from_secs_f64(bytes as f64 / f64::from(400u32 << 20));
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
     }
     println!(
         "{}",
@@ -364,12 +369,12 @@ fn memcg_fill(procs: &str, file: &str, ms: u64) {
     );
 }
 
-/// Joins the cgroup of `procs`, then every 20 ms for `ms` ms maps 4 MiB of anonymous memory,
+/// Joins the cgroup of `procs`, then every 20 ms for `ms` ms maps 2 MiB of anonymous memory,
 /// touches every page and unmaps it, as a service handling a request would, timing each on
 /// its own clock: allocations, their p50/p99/max and how many took over 1 ms.
 fn memcg_service(procs: &str, ms: u64) {
     std::fs::write(procs, std::process::id().to_string()).expect("join the cgroup");
-    const LEN: usize = 4 << 20;
+    const LEN: usize = 2 << 20;
     let end = Instant::now() + Duration::from_millis(ms);
     let mut took: Vec<u64> = Vec::new();
     while Instant::now() < end {

@@ -20,7 +20,8 @@
 //! [`LOW_PRIORITY_NICE`] or more, `SCHED_BATCH`, `SCHED_IDLE`) is never a victim of run-queue
 //! delay, and a kernel thread is never the culprit to renice. Nor is a kernel thread judged by
 //! its tail: per-CPU workers woken beside a hog always have one, and what their delay costs is
-//! felt in the work they serve, which its own tool measures (net-rx drops, io-lat).
+//! felt in the work they serve, which its own tool measures (net-rx drops, io-lat): a starved
+//! kernel thread's finding ranks as a rate, after any time a process lost.
 //!
 //! A stall (fsync, compaction, reclaim) is scored per second of the time its victim was alive
 //! in the window ([`per_second_alive`]).

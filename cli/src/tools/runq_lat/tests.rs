@@ -3,7 +3,7 @@
 use super::findings::*;
 use super::*;
 use crate::host::proc::SchedClass;
-use crate::report::findings::Finding;
+use crate::report::findings::{Finding, Score};
 use probes_common::hist::LatHist;
 use probes_common::sched::STEAL_ID;
 
@@ -288,6 +288,11 @@ fn low_priority_victims_and_kernel_culprits_are_not_named() {
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].culprit, None);
     assert!(f[0].advice.contains("kernel work"), "{}", f[0].advice);
+    // A kernel thread starved by a hog is named, ranked as a rate (its waits per second).
+    let kworker_starved = row(8, &[2_000_000; 200], &[], vec![peer(9, 200, 400_000_000)]);
+    let f = super::findings(&[kworker_starved], 1.0, node, &kworker);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].score, Score::RatePerS(200.0));
 }
 
 /// Hogs that may run only on CPU 1 saturate CPU 1, not the node.
