@@ -77,6 +77,22 @@ pub const MIN_LATE_WAITS: u64 = 5;
 /// an idle CPU: memory pressure, which memstall names.
 pub const MIN_CULPRIT_SHARE_PPM: u64 = 500_000;
 
+/// A latency victim's long waits are the kernel's deferred interrupt work when its CPU's
+/// `ksoftirqd/N` held the CPU for at least [`MIN_CULPRIT_SHARE_PPM`] of them and that CPU spent
+/// at least this share of the window in softirqs (`/proc/stat`, parts per million): 10 %,
+/// irq-lat's storm line. ksoftirqd runs softirq work that overflowed what an interrupt's exit
+/// may do (2 ms or 10 rounds), so on a CPU this busy with softirqs its runs are that work, and
+/// what to change is where the work runs (RPS, IRQ affinity) or where the victim runs. Staged:
+/// lo's receive work steered to CPU 1 with RPS under a UDP flood sent from CPU 0, a sleeper
+/// woken every 250 µs (or 1 ms) pinned to CPU 1. With iperf3 as the sender CPU 1 spent 20-26 %
+/// of its time in softirqs (irq-lat: 21.9 %, NET_RX) and ksoftirqd/1 held 28-85 % of the
+/// sleeper's long waits in six runs, over half in four (kdamond and the idle CPU most of the
+/// rest), 10-28 of its 4,200-12,500 waits over 1 ms: a mild tail, at most 13 ms/s. With the
+/// root test's sender (a send loop at SCHED_IDLE) CPU 1 spent 78-89 % of the sleeper's run in
+/// softirqs and ksoftirqd/1 held 92-94 % of its waits: 1 in 3-5 wakeups late, or (its median
+/// wait 1.0-1.1 ms) half its time waiting.
+pub const MIN_SOFTIRQ_CPU_PPM: u64 = 100_000;
+
 /// A process slowed in its sync calls is linked to another issuer of the disk under its file
 /// when that issuer took at least this share of the disk's request time charged to someone in
 /// the window (parts per million: half), and more than the victim's own requests: then most of

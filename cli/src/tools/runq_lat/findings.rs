@@ -31,8 +31,8 @@ pub fn waits_are_handoffs(f: &Finding) -> bool {
         && f.ev(ev::CULPRIT_DELAY_NS).unwrap_or(0.0) * 2.0 < wait_ns
 }
 
-/// What the node looked like over the window, for the saturation finding.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the node looked like over the window, for the saturation and softirq findings.
+#[derive(Clone, Debug, Default)]
 pub(super) struct NodeLoad {
     pub(super) cpus: usize,
     /// `/proc/pressure/cpu` "some" share of the window, in parts per million.
@@ -40,6 +40,59 @@ pub(super) struct NodeLoad {
     /// The machine is a virtual machine (`hypervisor` in /proc/cpuinfo): the guest does not
     /// choose its CPUs' idle states.
     pub(super) virtual_machine: bool,
+    /// Per CPU, its share of the window spent in softirqs (`/proc/stat`), in ppm.
+    pub(super) softirq_ppm: Vec<Option<u64>>,
+}
+
+/// The kernel's softirq work on one CPU, held a victim's long waits (see
+/// [`harm::MIN_SOFTIRQ_CPU_PPM`]).
+#[derive(Clone, Copy, Debug)]
+struct Softirq {
+    cpu: u32,
+    /// The part of the victim's long waits (of all its waits, for a victim judged by its total
+    /// wait: `late` false) `ksoftirqd/cpu` held its CPU, and in how many.
+    late: bool,
+    held_ns: u64,
+    waits: u64,
+    /// The CPU's softirq share of the window.
+    cpu_ppm: u64,
+}
+
+/// The CPU whose `ksoftirqd` held most of `held`'s waits (`long_ns` in all), when it held at
+/// least [`harm::MIN_CULPRIT_SHARE_PPM`] of them on a CPU that spent at least
+/// [`harm::MIN_SOFTIRQ_CPU_PPM`] of the window in softirqs.
+fn softirq_holder(
+    (held, long_ns, late): (&Held, u64, bool),
+    node: &NodeLoad,
+    class: &ClassOf,
+) -> Option<Softirq> {
+    let mut by: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (pid, (comm, ns, n)) in held {
+        let Some(cpu) = comm
+            .strip_prefix("ksoftirqd/")
+            .and_then(|c| c.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !class(*pid).kthread {
+            continue;
+        }
+        let e = by.entry(cpu).or_default();
+        e.0 += ns;
+        e.1 += n;
+    }
+    let (cpu, (held_ns, waits)) = by.into_iter().max_by_key(|(c, v)| (v.0, u32::MAX - c))?;
+    let share = (held_ns as u128 * 1_000_000 / long_ns.max(1) as u128) as u64;
+    let cpu_ppm = node.softirq_ppm.get(cpu as usize).copied().flatten()?;
+    (share >= harm::MIN_CULPRIT_SHARE_PPM && cpu_ppm >= harm::MIN_SOFTIRQ_CPU_PPM).then_some(
+        Softirq {
+            cpu,
+            late,
+            held_ns,
+            waits,
+            cpu_ppm,
+        },
+    )
 }
 
 /// Per process: its waits merged over its rows, and who held the CPU meanwhile.
@@ -74,6 +127,8 @@ struct Victim<'a> {
     tail: Tail,
     /// Judged by its tail (a latency-sensitive process), not by the share of time it waited.
     by_tail: bool,
+    /// Its long waits were held by softirq work rather than by processes (a tail victim only).
+    softirq: Option<Softirq>,
 }
 
 /// A holder of the CPU that a finding can name as its culprit: a process someone could change
@@ -113,7 +168,7 @@ pub(super) type ClassOf<'a> = dyn Fn(u32) -> SchedClass + 'a;
 pub(super) fn findings(
     rows: &[RunqRow],
     secs: f64,
-    node: NodeLoad,
+    node: &NodeLoad,
     class: &ClassOf,
 ) -> Vec<Finding> {
     // Each process's class is read once per window, however many victims it held a CPU for.
@@ -165,23 +220,39 @@ pub(super) fn findings(
         // of all its waits: the task a process usually follows on its CPU holds most of its
         // short waits and need not be why the long ones are long). The score is then the
         // larger of its excess wait and (when it is starved as well) its whole wait.
-        let by_tail = sensitive
-            && !c.kthread
-            && harm::tail_is_harm(&tail, secs)
+        // Or when the kernel's softirq work on its CPU held them (a CPU busy with a NIC's
+        // receive work, say): what to change is where that work or the victim runs.
+        let tail_victim = sensitive && !c.kthread && harm::tail_is_harm(&tail, secs);
+        let by_holders = tail_victim
             && changeable_share_ppm(&a.late_behind, *pid, tail.long_ns, class)
                 >= harm::MIN_CULPRIT_SHARE_PPM;
+        let softirq = (tail_victim && !by_holders)
+            .then(|| softirq_holder((&a.late_behind, tail.long_ns, true), node, class))
+            .flatten();
+        let by_tail = by_holders || softirq.is_some();
         let starved = (starved >= MIN_WAKE_NS_PER_S).then_some(starved);
         let score = match (by_tail, starved) {
             (true, s) => tail.excess_ns_per_s(secs).max(s.unwrap_or(0)),
             (false, Some(s)) => s,
             (false, None) => continue,
         };
+        // Starved (its median wait itself long, so no wait is late) behind softirq work
+        // rather than processes: beside a UDP flood steered to its CPU a sleeper's median
+        // wait was 1.02 ms, ksoftirqd/1 holding 3.02 s of its 3.35 s.
+        let softirq = softirq.or_else(|| {
+            let by_procs = changeable_share_ppm(&a.behind, *pid, a.wake.sum, class)
+                >= harm::MIN_CULPRIT_SHARE_PPM;
+            (!by_tail && !by_procs)
+                .then(|| softirq_holder((&a.behind, a.wake.sum, false), node, class))
+                .flatten()
+        });
         victims.push(Victim {
             pid: *pid,
             a,
             score,
             tail,
             by_tail,
+            softirq,
         });
     }
     let mut out: Vec<Finding> = victims
@@ -203,7 +274,7 @@ pub(super) fn findings(
 }
 
 /// The finding of one victim: what it felt, behind whom, and what to change.
-fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Finding {
+fn victim_finding(v: &Victim, secs: f64, node: &NodeLoad, class: &ClassOf) -> Finding {
     let (pid, a, t) = (v.pid, v.a, &v.tail);
     // A tail victim is told whom its long waits were spent behind, the others whom all.
     let held_by = if v.by_tail { &a.late_behind } else { &a.behind };
@@ -234,7 +305,8 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
         .collect();
     let culprit = behind
         .iter()
-        .find(|(p, (c, _, _))| changeable(*p, c, pid, class));
+        .find(|(p, (c, _, _))| changeable(*p, c, pid, class))
+        .filter(|_| v.softirq.is_none());
     let share = a.wake.sum as f64 / secs / 1e7;
     let mut summary = if v.by_tail {
         format!(
@@ -270,8 +342,17 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
     } else if !held.is_empty() {
         summary.push_str(&format!("; the CPU was held by {}", held.join(", ")));
     }
+    if let Some(s) = v.softirq {
+        summary.push_str(&format!(
+            "; CPU {} spent {:.1} % of the window in softirqs (/proc/stat), the deferred interrupt work ksoftirqd/{} runs",
+            s.cpu,
+            s.cpu_ppm as f64 / 1e4,
+            s.cpu
+        ));
+    }
     summary.push('.');
     let advice = match (behind.first(), culprit) {
+        _ if v.softirq.is_some() => "softirq work on its CPU (a NIC's receive or transmit work, block completions) held its wakeups: keep it off that CPU (taskset, cpusets) or move the work away (for NET_RX: RPS in /sys/class/net/<dev>/queues/rx-*/rps_cpus, the NIC's IRQ affinity, more queues); irq-lat names the vector",
         (Some((0, _)), _) if node.virtual_machine => "its wakeups wait for an idle vCPU to be run again by the hypervisor (a guest does not choose C-states): poll before halting in the guest (the cpuidle-haltpoll driver, guest_halt_poll_ns), or ask for dedicated vCPUs",
         (Some((STEAL_ID, _)), _) => "most of its waits were the hypervisor running other work on its vCPU (CPU steal): ask for dedicated or less contended vCPUs, or move it to a host with headroom; renicing on the node cannot help",
         (Some((0, _)), _) => "its wakeups wait for idle CPUs to wake: limit deep C-states (cpupower idle-set, the PM QoS latency target) or keep it on a busy CPU",
@@ -282,7 +363,10 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
         tool: INFO.name,
         cause: RUNQ_DELAY,
         subject: a.subject.clone(),
-        culprit: culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
+        culprit: match v.softirq {
+            Some(s) => Some(Subject::named("cpu", format!("CPU {}", s.cpu))),
+            None => culprit.map(|(p, (c, _, _))| Subject::process(*p, c.clone())),
+        },
         // A kernel thread's delay is felt in the work it serves (writeback, receive, vmstat
         // updates), which that work's own tool measures: its waits rank as a rate, after any
         // time a process lost. Beside two nice-0 hogs pinned to a CPU, that CPU's kworker and
@@ -296,9 +380,10 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
         summary,
         evidence: vec![],
         advice: advice.into(),
-        next: Some(format!(
-            "tracekit runq-lat --pid {pid} --threads --duration 10s"
-        )),
+        next: Some(match v.softirq {
+            Some(_) => "tracekit irq-lat --duration 10s".to_string(),
+            None => format!("tracekit runq-lat --pid {pid} --threads --duration 10s"),
+        }),
         fold: None,
         members: Vec::new(),
     }
@@ -324,6 +409,27 @@ fn victim_finding(v: &Victim, secs: f64, node: NodeLoad, class: &ClassOf) -> Fin
                 .evidence(ev::CULPRIT_LATE_DELAY_NS, x.1)
                 .evidence("culprit_late_waits", x.2);
         }
+    }
+    if let Some(s) = v.softirq {
+        f = f
+            .evidence(ev::SOFTIRQ_CPU, s.cpu)
+            .evidence(ev::CPU_SOFTIRQ_PPM, s.cpu_ppm)
+            .evidence(
+                if s.late {
+                    ev::CULPRIT_LATE_DELAY_NS
+                } else {
+                    ev::CULPRIT_DELAY_NS
+                },
+                s.held_ns,
+            )
+            .evidence(
+                if s.late {
+                    "culprit_late_waits"
+                } else {
+                    "culprit_waits"
+                },
+                s.waits,
+            );
     }
     f = f.evidence(WINDOW_NS, (secs * 1e9) as u64);
     handoffs(f)
@@ -389,7 +495,7 @@ fn saturation_finding(
     rows: &[RunqRow],
     hogs: &[(u32, &Acc)],
     victims: &[Victim],
-    (secs, node, floor): (f64, NodeLoad, Option<u64>),
+    (secs, node, floor): (f64, &NodeLoad, Option<u64>),
     class: &ClassOf,
 ) -> Finding {
     let mut hogs: Vec<&(u32, &Acc)> = hogs.iter().collect();

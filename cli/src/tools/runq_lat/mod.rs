@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::{
     engine::{Collector, Output, Window},
     error::Result,
+    host::sysstat::SysStat,
     options::Common,
     report::{
         findings::Cause,
@@ -73,6 +74,10 @@ pub mod ev {
     pub const CULPRIT_DELAY_NS: Ev = Ev("culprit_delay_ns");
     /// The part of the waits of 1 ms or more the named culprit held the CPU.
     pub const CULPRIT_LATE_DELAY_NS: Ev = Ev("culprit_late_delay_ns");
+    /// Where the culprit is a CPU's softirq work: the CPU, and its softirq share of the window
+    /// (`/proc/stat`, ppm).
+    pub const SOFTIRQ_CPU: Ev = Ev("softirq_cpu");
+    pub const CPU_SOFTIRQ_PPM: Ev = Ev("cpu_softirq_ppm");
 }
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
@@ -137,6 +142,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         s: sched::open(ctx, record(args))?,
         max_rows: args.rows,
         psi: cpu_psi(),
+        stat: SysStat::read().ok(),
         virtual_machine: virtual_machine(),
     }))
 }
@@ -146,6 +152,8 @@ struct RunqLat {
     max_rows: usize,
     /// `/proc/pressure/cpu` at the start of the window (None without PSI).
     psi: Option<crate::host::psi::Psi>,
+    /// `/proc/stat` at the start of the window: each CPU's softirq time.
+    stat: Option<SysStat>,
     virtual_machine: bool,
 }
 
@@ -459,6 +467,7 @@ impl Collector for RunqLat {
         let nothing = rows.is_empty().then_some("no run-queue waits seen");
         out.notes.extend(self.s.window_notes(&iv, nothing));
         let psi = cpu_psi();
+        let stat = SysStat::read().ok();
         let node = NodeLoad {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_pressure_ppm: match (psi, self.psi) {
@@ -466,9 +475,14 @@ impl Collector for RunqLat {
                 _ => None,
             },
             virtual_machine: self.virtual_machine,
+            softirq_ppm: match (&stat, &self.stat) {
+                (Some(now), Some(before)) => now.softirq_ppm(before),
+                _ => Vec::new(),
+            },
         };
         self.psi = psi;
-        out.findings = findings(&rows, secs, node, &|pid| {
+        self.stat = stat;
+        out.findings = findings(&rows, secs, &node, &|pid| {
             crate::host::proc::sched_class(pid).unwrap_or_default()
         });
         let ctx = Ctx { secs };

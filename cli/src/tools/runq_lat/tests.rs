@@ -13,7 +13,7 @@ fn findings(rows: &[RunqRow], secs: f64) -> Vec<Finding> {
         cpus: 2,
         ..NodeLoad::default()
     };
-    super::findings(rows, secs, node, &|_| SchedClass::default())
+    super::findings(rows, secs, &node, &|_| SchedClass::default())
 }
 
 fn row(pid: u32, wake: &[u64], preempt: &[u64], behind: Vec<Peer>) -> RunqRow {
@@ -275,24 +275,107 @@ fn low_priority_victims_and_kernel_culprits_are_not_named() {
         nice: if pid == 5 { 19 } else { 0 },
         ..SchedClass::default()
     };
-    assert!(super::findings(&[sleeper()], 1.0, node, &niced).is_empty());
+    assert!(super::findings(&[sleeper()], 1.0, &node, &niced).is_empty());
     let kworker = |pid| SchedClass {
         kthread: pid == 8,
         ..SchedClass::default()
     };
     // Late waits behind a kernel thread only: its cause is another tool's (memstall, irq-lat).
-    assert!(super::findings(&[sleeper()], 1.0, node, &kworker).is_empty());
+    assert!(super::findings(&[sleeper()], 1.0, &node, &kworker).is_empty());
     // Starved behind it: named, with no culprit to renice.
     let starved = row(5, &[2_000_000; 200], &[], vec![peer(8, 200, 400_000_000)]);
-    let f = super::findings(&[starved], 1.0, node, &kworker);
+    let f = super::findings(&[starved], 1.0, &node, &kworker);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].culprit, None);
     assert!(f[0].advice.contains("kernel work"), "{}", f[0].advice);
     // A kernel thread starved by a hog is named, ranked as a rate (its waits per second).
     let kworker_starved = row(8, &[2_000_000; 200], &[], vec![peer(9, 200, 400_000_000)]);
-    let f = super::findings(&[kworker_starved], 1.0, node, &kworker);
+    let f = super::findings(&[kworker_starved], 1.0, &node, &kworker);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].score, Score::RatePerS(200.0));
+}
+
+/// The staged incident: a sleeper pinned to the CPU that runs lo's receive work (RPS) under a
+/// UDP flood. Its long waits were held by that CPU's ksoftirqd: a kernel thread, nobody to
+/// renice, but the CPU's softirq work is the culprit when the CPU spent a tenth of the window
+/// in softirqs; below that, or held by another kernel thread, no finding.
+#[test]
+fn long_waits_held_by_a_busy_cpus_softirq_work_name_that_cpu() {
+    let mut wake = vec![10_000; 12_000];
+    wake.extend([3_000_000; 20]);
+    let ksoftirqd = |cpu: u32, pid: u32, ns: u64| Peer {
+        who: Who::named(pid, None, format!("ksoftirqd/{cpu}").into_bytes()),
+        count: 12,
+        delay_ns: Some(ns),
+        id: pid,
+        name: format!("ksoftirqd/{cpu}").into_bytes(),
+    };
+    let sleeper = |late: Vec<Peer>| RunqRow {
+        late_waits_behind: late,
+        ..row(5, &wake, &[], vec![peer(8, 30, 4_000_000)])
+    };
+    let kthreads = |pid| SchedClass {
+        kthread: pid == 24 || pid == 83,
+        ..SchedClass::default()
+    };
+    let node = |cpu1_ppm| NodeLoad {
+        cpus: 2,
+        softirq_ppm: vec![Some(3_000), Some(cpu1_ppm)],
+        ..NodeLoad::default()
+    };
+    let held = vec![ksoftirqd(1, 24, 40_000_000), peer(83, 5, 15_000_000)];
+    let f = super::findings(&[sleeper(held.clone())], 5.0, &node(250_000), &kthreads);
+    assert_eq!(f.len(), 1, "{f:?}");
+    let c = f[0].culprit.as_ref().expect("a culprit");
+    assert_eq!(
+        (c.kind, c.name.as_deref(), c.pid),
+        ("cpu", Some("CPU 1"), None)
+    );
+    assert_eq!(f[0].ev(ev::SOFTIRQ_CPU), Some(1.0));
+    assert_eq!(f[0].ev(ev::CPU_SOFTIRQ_PPM), Some(250_000.0));
+    assert_eq!(f[0].ev(ev::CULPRIT_LATE_DELAY_NS), Some(40e6));
+    assert!(
+        f[0].summary
+            .contains("CPU 1 spent 25.0 % of the window in softirqs (/proc/stat)"),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].advice.contains("rps_cpus"), "{}", f[0].advice);
+    assert_eq!(
+        f[0].next.as_deref(),
+        Some("tracekit irq-lat --duration 10s")
+    );
+    let j = f[0].json();
+    assert_eq!(j["culprit"]["kind"], "cpu");
+    assert!(j.get("culprit_pid").is_none(), "{j}");
+    // A CPU that was not busy with softirqs: ksoftirqd ran for another reason; no finding.
+    assert!(super::findings(&[sleeper(held)], 5.0, &node(40_000), &kthreads).is_empty());
+    // Held mostly by another kernel thread (kdamond): not softirq work, no finding.
+    let other = vec![ksoftirqd(1, 24, 15_000_000), peer(83, 15, 40_000_000)];
+    assert!(super::findings(&[sleeper(other)], 5.0, &node(250_000), &kthreads).is_empty());
+    // A process held them: it is the culprit, whatever the CPU's softirqs.
+    let hog = vec![ksoftirqd(1, 24, 15_000_000), peer(9, 15, 40_000_000)];
+    let f = super::findings(&[sleeper(hog)], 5.0, &node(250_000), &kthreads);
+    assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(9), "{f:?}");
+    assert_eq!(f[0].ev(ev::SOFTIRQ_CPU), None);
+    // A flood heavy enough that nearly every wakeup waits out a softirq run: its median wait
+    // is 1 ms, so no wait is late, and it is starved (half its time) behind ksoftirqd/1.
+    let starved = row(
+        5,
+        &[1_000_000; 4_000],
+        &[],
+        vec![ksoftirqd(1, 24, 3_000_000_000), peer(0, 2_000, 150_000_000)],
+    );
+    let f = super::findings(&[starved], 7.0, &node(600_000), &kthreads);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].culprit.as_ref().map(|c| c.kind), Some("cpu"), "{f:?}");
+    assert_eq!(f[0].ev(ev::CULPRIT_DELAY_NS), Some(3e9));
+    assert_eq!(f[0].ev(ev::CULPRIT_LATE_DELAY_NS), None);
+    assert!(
+        f[0].summary.contains("waited 4.00s of 7.00s"),
+        "{}",
+        f[0].summary
+    );
 }
 
 /// Hogs that may run only on CPU 1 saturate CPU 1, not the node.
@@ -310,7 +393,7 @@ fn pinned_hogs_saturate_their_cpus() {
         cpus_allowed: Some(0b10),
         ..SchedClass::default()
     };
-    let f = super::findings(&rows, 1.0, node, &pinned);
+    let f = super::findings(&rows, 1.0, &node, &pinned);
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(
         f[0].summary.contains("CPU 1 (of 2) saturated"),

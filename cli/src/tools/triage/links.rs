@@ -267,20 +267,35 @@ pub(super) fn link_drops_to_cpu_waits(f: &mut [Finding]) {
             Some(v) => (v as u64, format!("its waits over {floor}")),
             None => (ev(runq_lat::ev::CULPRIT_DELAY_NS), "its waits".into()),
         };
+        // The holder is a process, or a CPU's softirq work (runq-lat names the CPU whose
+        // ksoftirqd held the waits: the receive work of the very packets, often).
+        let softirq = culprit.kind == "cpu";
+        let holder = if softirq {
+            format!("{}'s softirq work (ksoftirqd)", culprit.text())
+        } else {
+            culprit.text()
+        };
         let sentence = format!(
-            " Meanwhile it waited for a CPU {:.1} % of the time ({waits} waits, {late} of them over {floor}, max {}); {} held its CPU for {} of {of}: a reader that is not running does not drain its buffer.",
+            " Meanwhile it waited for a CPU {:.1} % of the time ({waits} waits, {late} of them over {floor}, max {}); {holder} held its CPU for {} of {of}: a reader that is not running does not drain its buffer.",
             wait_ns as f64 * 100.0 / window_ns.max(1) as f64,
             fmt_ns(max_ns),
-            culprit.text(),
             fmt_ns(held_ns),
         );
         let x = &mut f[i];
         x.summary.push_str(&sentence);
-        x.advice = format!(
-            "give the reader its CPU first (keep {} off its CPU with cpusets or taskset, or lower its weight: nice 19, a smaller cpu.weight), then size the buffer: {}",
-            culprit.text(),
-            x.advice
-        );
+        x.advice = if softirq {
+            format!(
+                "keep the reader off {} (taskset, cpusets), or move the softirq work there to other CPUs (RPS in /sys/class/net/<dev>/queues/rx-*/rps_cpus, the NIC's IRQ affinity), then size the buffer: {}",
+                culprit.text(),
+                x.advice
+            )
+        } else {
+            format!(
+                "give the reader its CPU first (keep {} off its CPU with cpusets or taskset, or lower its weight: nice 19, a smaller cpu.weight), then size the buffer: {}",
+                culprit.text(),
+                x.advice
+            )
+        };
         x.evidence.extend([
             ("culprit_delay_ns", Num::U(held_ns)),
             ("receiver_wait_ns", Num::U(wait_ns)),
@@ -294,6 +309,56 @@ pub(super) fn link_drops_to_cpu_waits(f: &mut [Finding]) {
     for v in linked {
         for y in f.iter_mut().filter(|y| y.cause == runq_lat::CPU_SATURATED) {
             y.rank_below(v);
+        }
+    }
+}
+
+/// Links a process whose wakeups waited behind a CPU's softirq work (runq-lat's finding with
+/// that CPU as culprit: its ksoftirqd held most of the long waits, on a CPU busy with softirqs)
+/// to the other findings about the same CPU (net-rx's: the CPU doing most of the receive
+/// softirq work, its input backlog overflowing). They are the cause seen from the CPU's side:
+/// each says whom it delays, with the victim's late waits, and ranks below the victim, the
+/// first line of whose finding names the CPU.
+pub(super) fn link_cpu_waits_to_softirq(f: &mut [Finding]) {
+    let mut victims: Vec<(String, String, Score)> = Vec::new();
+    for x in f
+        .iter()
+        .filter(|x| x.cause == runq_lat::RUNQ_DELAY && x.ev(runq_lat::ev::SOFTIRQ_CPU).is_some())
+    {
+        let Some(cpu) = x.culprit.as_ref().and_then(|c| c.name.clone()) else {
+            continue;
+        };
+        let ev = |n| x.ev(n).unwrap_or(0.0) as u64;
+        let felt = match x.ev(runq_lat::ev::CULPRIT_LATE_DELAY_NS) {
+            Some(held) => format!(
+                "{} of them waited over {} (max {}), {} of those waits behind this CPU's ksoftirqd",
+                ev(runq_lat::ev::WAKE_LATE),
+                fmt_ns(ev(runq_lat::ev::WAKE_LATE_OVER_NS)),
+                fmt_ns(ev(runq_lat::ev::WAKE_MAX_NS)),
+                fmt_ns(held as u64),
+            ),
+            None => format!(
+                "they waited {} in {} waits (p50 {}, max {}), {} of it behind this CPU's ksoftirqd",
+                fmt_ns(ev(runq_lat::ev::WAKE_WAIT_TOTAL_NS)),
+                ev(runq_lat::ev::WAKE_WAITS),
+                fmt_ns(ev(runq_lat::ev::WAKE_P50_NS)),
+                fmt_ns(ev(runq_lat::ev::WAKE_MAX_NS)),
+                fmt_ns(ev(runq_lat::ev::CULPRIT_DELAY_NS)),
+            ),
+        };
+        victims.push((
+            cpu,
+            format!(" It delays {}'s wakeups: {felt}.", x.subject.text()),
+            x.score,
+        ));
+    }
+    for (cpu, note, score) in victims {
+        for y in f
+            .iter_mut()
+            .filter(|y| y.subject.kind == "cpu" && y.subject.name.as_deref() == Some(&cpu))
+        {
+            y.summary.push_str(&note);
+            y.rank_below(score);
         }
     }
 }
@@ -529,5 +594,57 @@ mod tests {
             assert_eq!(f[1].culprit, None);
             assert_eq!(f[1].summary, "udp :5999: 31016 drops.");
         }
+    }
+
+    /// A process whose wakeups waited behind CPU 1's softirq work: net-rx's finding about CPU
+    /// 1 says whom it delays and ranks below; a finding about CPU 0 is untouched; a receiver's
+    /// drops name CPU 1's softirq work and are told to move off it or move the work.
+    #[test]
+    fn softirq_work_on_a_cpu_is_linked_to_whom_it_delays() {
+        let mut w = waits(7, None)
+            .evidence(runq_lat::ev::SOFTIRQ_CPU, 1u64)
+            .evidence(runq_lat::ev::CPU_SOFTIRQ_PPM, 250_000u64)
+            .evidence(runq_lat::ev::WAKE_LATE_OVER_NS, 1_000_000u64)
+            .evidence(runq_lat::ev::CULPRIT_LATE_DELAY_NS, 35_000_000u64);
+        w.culprit = Some(Subject::named("cpu", "CPU 1"));
+        w.score = Score::NsPerS(12_000_000);
+        let cpu = |n: u32, score| {
+            Finding::new(
+                "net-rx",
+                net_rx::SOFTIRQ_IMBALANCE,
+                Subject::named("cpu", format!("CPU {n}")),
+                Score::NsPerS(score),
+                format!("CPU {n} handles NET_RX."),
+            )
+        };
+        let mut f = vec![
+            w,
+            cpu(1, 220_000_000),
+            cpu(0, 50_000_000),
+            drops(7, 173_000_000),
+        ];
+        link_drops_to_cpu_waits(&mut f);
+        link_cpu_waits_to_softirq(&mut f);
+        assert_eq!(f[1].score, Score::NsPerS(11_999_999));
+        assert_eq!(
+            f[1].summary,
+            "CPU 1 handles NET_RX. It delays iperf3 (pid 7)'s wakeups: 289 of them waited over 1.00ms (max 9.17ms), 35.0ms of those waits behind this CPU's ksoftirqd."
+        );
+        assert_eq!(f[2].score, Score::NsPerS(50_000_000));
+        assert_eq!(f[2].summary, "CPU 0 handles NET_RX.");
+        let d = &f[3];
+        assert_eq!(d.culprit.as_ref().map(|c| c.kind), Some("cpu"));
+        assert!(
+            d.summary.contains(
+                "CPU 1's softirq work (ksoftirqd) held its CPU for 35.0ms of its waits over 1.00ms"
+            ),
+            "{}",
+            d.summary
+        );
+        assert!(
+            d.advice.starts_with("keep the reader off CPU 1"),
+            "{}",
+            d.advice
+        );
     }
 }

@@ -300,6 +300,7 @@ impl Emitter for Triage {
         fold(&mut f);
         links::link_sync_waits(&mut f, &all);
         links::link_drops_to_cpu_waits(&mut f);
+        links::link_cpu_waits_to_softirq(&mut f);
         crate::report::group::group(&mut f);
         rank(&mut f);
         let text = if self.json {
