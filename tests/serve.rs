@@ -9,140 +9,13 @@ use std::{
     io::{Read, Write},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use tracekit::tools::serve::buckets::MAX_QUANTILE_ERROR;
-use tracekit_tests::*;
-
-/// `tracekit serve` on a free port (`--listen 127.0.0.1:0`, the port read from its meta line).
-struct Serve {
-    tk: Tracer,
-    addr: String,
-    meta: Value,
-}
-
-impl Serve {
-    fn start(extra: &[&str]) -> Serve {
-        let mut args = vec!["serve", "--interval", "1s"];
-        if !extra.contains(&"--listen") {
-            args.extend(["--listen", "127.0.0.1:0"]);
-        }
-        args.extend_from_slice(extra);
-        let mut tk = Tracer::spawn(&args);
-        let meta = tk.wait_attached();
-        let addr = meta["listen"].as_str().expect("listen in meta").to_string();
-        Serve { tk, addr, meta }
-    }
-
-    fn metrics(&self) -> String {
-        let (code, body) = http_get(&self.addr, "/metrics");
-        assert_eq!(code, 200, "{body}");
-        body
-    }
-
-    /// Scrapes until `pred` holds (at most 30 s); the last scrape.
-    fn metrics_until(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let m = self.metrics();
-            if pred(&m) {
-                return m;
-            }
-            assert!(Instant::now() < deadline, "{what}: never seen in\n{m}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// SIGTERM: exit 0 and every program it loaded gone.
-    fn stop(self) {
-        let ids = program_ids(&self.meta);
-        assert!(!ids.is_empty(), "serve attached no program: {}", self.meta);
-        self.tk.signal(libc::SIGTERM);
-        let (status, _, stderr) = self.tk.finish(Duration::from_secs(20));
-        assert!(status.success(), "SIGTERM: exit {status}: {stderr}");
-        assert_eq!(
-            wait_unloaded(&ids),
-            Vec::<u32>::new(),
-            "programs left loaded"
-        );
-    }
-}
-
-/// One HTTP/1.1 GET over loopback: status and body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    http_get_as(addr, path, None)
-}
-
-/// [`http_get`] with basic auth (`user:password`).
-fn http_get_as(addr: &str, path: &str, basic: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let auth = basic.map_or(String::new(), |b| {
-        format!("Authorization: Basic {}\r\n", base64(b.as_bytes()))
-    });
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let out = String::from_utf8_lossy(&out).into_owned();
-    let code = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {out:?}"));
-    let body = out.split_once("\r\n\r\n").map_or("", |b| b.1).to_string();
-    (code, body)
-}
-
-/// The value of sample `name` whose labels include every pair of `labels`, summed over matches.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut found = None;
-    for l in text.lines().filter(|l| !l.starts_with('#')) {
-        let (series, value) = l.rsplit_once(' ')?;
-        let (n, ls) = series.split_once('{').unwrap_or((series, ""));
-        if n == name
-            && labels
-                .iter()
-                .all(|(k, v)| ls.contains(&format!("{k}=\"{v}\"")))
-        {
-            *found.get_or_insert(0.0) += value.parse::<f64>().unwrap();
-        }
-    }
-    found
-}
-
-/// Standard base64 with padding (the Authorization header's encoding).
-fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tracekit_tests::{prometheus::*, *};
 
 /// A copy of tk-workload under a name no other process has (its comm), for exact counts by
 /// comm while other tests run on the machine.
@@ -173,130 +46,31 @@ fn run_fsyncs(bin: &Path, file: &Path, n: usize) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// A real Prometheus scraping `target` every second, killed on drop.
-struct Prometheus {
-    child: Child,
-    addr: String,
-    dir: PathBuf,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Installs Debian's `prometheus` (which brings `promtool`) when it is missing.
-fn ensure_prometheus() {
-    if Command::new("prometheus").arg("--version").output().is_ok() {
-        return;
-    }
-    eprintln!("serve tests: installing Debian's prometheus package (apt-get install prometheus)");
-    let ok = Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "prometheus",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "these tests need Debian's prometheus package: apt-get install prometheus failed"
+/// Fresh at scrape, whatever --interval is: with 60 s windows, a workload's 120 fsyncs are in
+/// the first scrape after it (the scrape ends the window), not only when the window would end.
+#[test]
+fn a_scrape_sees_fsyncs_long_before_the_window_ends() {
+    require_root();
+    let dir = scratch("serve-fresh");
+    let comm = format!("tkfresh{}", std::process::id() % 1_000_000);
+    let bin = named_workload(&dir, &comm);
+    let serve = Serve::start(&["--tools", "fsync-lat", "--interval", "60s"]);
+    let _ = run_fsyncs(&bin, &dir.join("data"), 120);
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    let m = serve.metrics();
+    let took = t0.elapsed();
+    let labels = [("comm", comm.as_str()), ("syscall", "fsync")];
+    assert_eq!(
+        sample(&m, "tracekit_fsync_calls_total", &labels),
+        Some(120.0),
+        "the first scrape after the workload, {took:?} to answer:\n{m}"
     );
-    // The package starts a system instance on :9090; these tests run their own.
-    let _ = Command::new("systemctl")
-        .args(["stop", "prometheus"])
-        .status();
-}
-
-impl Prometheus {
-    fn start(target: &str) -> Prometheus {
-        Prometheus::start_jobs(&format!(
-            "  - job_name: tracekit\n    static_configs:\n      - targets: [\"{target}\"]\n"
-        ))
-    }
-
-    /// Scrapes every second with `jobs`, the YAML list under `scrape_configs:`.
-    fn start_jobs(jobs: &str) -> Prometheus {
-        ensure_prometheus();
-        let dir = scratch("prometheus");
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"
-            ),
-        )
-        .unwrap();
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(dir.join("log")).unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        let p = Prometheus { child, addr, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(&p.addr).is_err() || http_get(&p.addr, "/-/ready").0 != 200 {
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready in 60 s: {}",
-                std::fs::read_to_string(p.dir.join("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    /// An instant PromQL query: the result vector.
-    fn query(&self, q: &str) -> Vec<Value> {
-        let enc: String = q
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let (code, body) = http_get(&self.addr, &format!("/api/v1/query?query={enc}"));
-        assert_eq!(code, 200, "{q}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["status"], "success", "{q}: {body}");
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// The single value of `q`, if it has one.
-    fn value(&self, q: &str) -> Option<f64> {
-        let r = self.query(q);
-        r.first()
-            .and_then(|s| s["value"][1].as_str())
-            .and_then(|v| v.parse().ok())
-    }
-
-    /// Waits (at most 60 s) until `q` has the value `want`; the last value seen.
-    fn wait_value(&self, q: &str, want: f64) -> Option<f64> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let v = self.value(q);
-            if v == Some(want) || Instant::now() > deadline {
-                return v;
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
+    assert_eq!(sample(&m, "tracekit_windows_total", &[]), Some(1.0), "{m}");
+    // A second scrape at once reads the same totals without ending another window.
+    let again = serve.metrics();
+    assert_eq!(sample(&again, "tracekit_windows_total", &[]), Some(1.0));
+    serve.stop();
 }
 
 const N_FSYNC: usize = 200;

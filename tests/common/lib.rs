@@ -16,6 +16,7 @@ pub mod block;
 pub mod held;
 pub mod mm;
 pub mod podman;
+pub mod prometheus;
 pub mod udp;
 pub mod vm;
 pub mod workloads;

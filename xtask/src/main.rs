@@ -143,8 +143,8 @@ fn test(extra: &[String]) -> Result<()> {
         "the container tests run named podman containers (runc: crun refuses the v1 hybrid) from an image built offline with busybox",
     )?;
     toolchain::ensure_debian(
-        &["prometheus", "python3-yaml"],
-        "the exporter test has a real Prometheus scrape `tracekit serve`; the deploy/ manifests are parsed",
+        &["prometheus", "prometheus-alertmanager", "python3-yaml"],
+        "the exporter test has a real Prometheus scrape `tracekit serve`, and the fleet test a real Alertmanager send the shipped alerts to a webhook; the deploy/ manifests are parsed",
     )?;
     toolchain::ensure_debian(
         &["nginx", "apache2-utils", "postgresql", "iperf3"],

@@ -57,6 +57,11 @@ pub trait Emitter {
     fn input(&mut self) -> Pin<Box<dyn Future<Output = bool> + '_>> {
         Box::pin(std::future::pending())
     }
+    /// Notified when the emitter wants the window ended now, before its interval (serve, when
+    /// a scrape asks for data fresher than the last window); None (the default): never.
+    fn early(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// The keys every JSON line of a window carries.

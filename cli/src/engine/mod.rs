@@ -307,6 +307,7 @@ async fn run_async(
     // socket owner until the window's end, when a receiver that had exited was gone).
     let mut next_poll = poll.map(|p| tokio::time::Instant::now() + p);
     let mut next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
+    let early = emit.early();
     loop {
         let next_tick = opts.interval.and_then(|i| win_start.0.checked_add(i));
         let wake_at = match (next_tick, deadline) {
@@ -344,6 +345,12 @@ async fn run_async(
                 None => std::future::pending().await,
             }
         };
+        let ended_early = async {
+            match &early {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         // A signal that arrived before the loop started (during start-up) ends it at once.
         let stop = if let Some(sig) = stop_signal() {
             Stop::Signal(sig)
@@ -374,6 +381,7 @@ async fn run_async(
                 quit = emit.input() => {
                     if quit { Stop::Signal("q") } else { continue }
                 }
+                _ = ended_early => Stop::Running,
                 _ = follow => {
                     next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
                     let pids = opts.followed_pids();

@@ -90,6 +90,11 @@ pub struct Subject {
     pub cgroup: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// Kubernetes: the pod and namespace of the container (set with it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The process title (`postgres: walwriter`), shown beside the name in text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,

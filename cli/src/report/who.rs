@@ -344,9 +344,12 @@ impl crate::report::findings::Subject {
         self
     }
 
-    /// Names the container the subject runs in (its label: `pg-main`, `shop/web/nginx`).
+    /// Names the container the subject runs in (its label: `pg-main`, `shop/web/nginx`), and
+    /// for Kubernetes its pod and namespace.
     pub fn with_container(mut self, c: Option<&crate::host::container::Container>) -> Self {
         self.container = c.map(|c| c.label());
+        self.pod = c.and_then(|c| c.pod.clone());
+        self.namespace = c.and_then(|c| c.namespace.clone());
         self
     }
 }

@@ -5,7 +5,7 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex, MutexGuard},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use prometheus_client::{
@@ -36,12 +36,27 @@ pub struct State {
     /// How long the previous scrape took to render.
     pub scrape_seconds: f64,
     pub listen: String,
+    /// The last window's findings as series (see [`super::findings`]), at most `max_findings`,
+    /// how many it had in all, and how many were left out since the start.
+    pub findings: Vec<super::findings::Series>,
+    pub max_findings: usize,
+    pub findings_last: u64,
+    pub findings_dropped: u64,
+    /// When the last window ended (the run's start before the first).
+    pub last_end: Instant,
 }
 
 impl State {
     /// Adds one window's outputs (one per collector of `ran`, in order).
     pub fn window(&mut self, outs: &[Output]) {
         self.totals.ingest(&self.ran, outs);
+        let f = crate::tools::triage::judge(outs);
+        let (series, dropped) =
+            super::findings::series(&f, self.max_findings, self.totals.pid_labels());
+        self.findings = series;
+        self.findings_last = f.len() as u64;
+        self.findings_dropped += dropped;
+        self.last_end = Instant::now();
         for (tool, o) in self.ran.iter().zip(outs) {
             if let Some(s) = &o.stats {
                 use probes_common::stats::{RINGBUF_FULL, START_MAP_FULL};
@@ -65,17 +80,28 @@ impl Shared {
     }
 }
 
+/// A scrape this long after the last window ended ends the window first.
+pub const FRESH: Duration = Duration::from_secs(1);
+/// How long a scrape waits for the window it asked for before rendering what there is.
+const FRESH_WAIT: Duration = Duration::from_secs(5);
+
 /// The `/metrics` and `/` pages.
 pub struct Exporter {
     shared: Shared,
     registry: Registry,
+    /// Ends the run loop's window early (the emitter's [`crate::engine::Emitter::early`]).
+    early: Arc<tokio::sync::Notify>,
 }
 
 impl Exporter {
-    pub fn new(shared: Shared) -> Exporter {
+    pub fn new(shared: Shared, early: Arc<tokio::sync::Notify>) -> Exporter {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(shared.clone()));
-        Exporter { shared, registry }
+        Exporter {
+            shared,
+            registry,
+            early,
+        }
     }
 }
 
@@ -88,6 +114,28 @@ impl Pages for Exporter {
         }
         self.shared.lock().scrape_seconds = t0.elapsed().as_secs_f64();
         s
+    }
+
+    /// Fresh at scrape, whatever --interval is: a scrape more than [`FRESH`] after the last
+    /// window ended ends the window now and waits for it (at most [`FRESH_WAIT`]), so what
+    /// happened up to the scrape is in its answer, and the windows follow the scrapes. Scrapes
+    /// closer together than that read the totals as they are (no window per scrape under a
+    /// flood of them).
+    fn fresh(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let seen = {
+                let st = self.shared.lock();
+                if st.last_end.elapsed() < FRESH {
+                    return;
+                }
+                st.windows
+            };
+            self.early.notify_one();
+            let deadline = tokio::time::Instant::now() + FRESH_WAIT;
+            while self.shared.lock().windows <= seen && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
     }
 
     fn index(&self) -> String {
@@ -190,6 +238,30 @@ impl Collector for Shared {
                 .iter()
                 .filter(|f| f.dropped > 0)
                 .map(|f| (vec![("metric", f.name.to_string())], f.dropped)),
+            counter,
+        )?;
+        family(
+            &mut enc,
+            "tracekit_finding_score",
+            "Each finding of the last window (triage's judgement): its score in its unit (seconds_per_second: the victim's time lost per second, or the share of its packets lost; per_second: a rate). Gone when the finding is.",
+            MetricType::Gauge,
+            st.findings.iter().map(|s| (s.labels.clone(), s.value)),
+            gauge,
+        )?;
+        family(
+            &mut enc,
+            "tracekit_findings",
+            "Findings in the last window, before the --max-series cap.",
+            MetricType::Gauge,
+            no_labels(st.findings_last as f64),
+            gauge,
+        )?;
+        family(
+            &mut enc,
+            "tracekit_findings_dropped",
+            "Findings left out of tracekit_finding_score by the --max-series cap, since the start.",
+            MetricType::Counter,
+            no_labels(st.findings_dropped),
             counter,
         )?;
         let up = st

@@ -43,6 +43,11 @@ pub trait Pages: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// The `/` body.
     fn index(&self) -> String;
+    /// Awaited before an authorised `/metrics` is rendered: brings what it serves up to date
+    /// (the exporter ends the window, see [`super::exporter::Exporter`]).
+    fn fresh(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The content type of the Prometheus text format 0.0.4.
@@ -313,6 +318,9 @@ async fn exchange(
                 Some(a) => a.allows(h.authorization.as_deref()).await,
             };
             if allowed {
+                if h.path.split('?').next() == Some("/metrics") {
+                    pages.fresh().await;
+                }
                 let (code, ctype, body) = route(&h.method, &h.path, pages);
                 response(code, ctype, &body, h.method == "HEAD")
             } else {

@@ -137,6 +137,11 @@ impl Totals {
         Totals::of(crate::tools::TOOLS, max_series, pid_labels)
     }
 
+    /// Whether series carry a `pid` label (`--pid-labels`).
+    pub fn pid_labels(&self) -> bool {
+        self.pid_labels
+    }
+
     /// Totals of every metric `tools` declare.
     pub fn of(tools: &[ToolInfo], max_series: usize, pid_labels: bool) -> Totals {
         let exported = exported(tools);

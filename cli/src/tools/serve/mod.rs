@@ -6,8 +6,10 @@
 //! run loop) spawns it on the listener bound before anything was loaded, so a port in use fails
 //! at once, and it ends with the run (SIGTERM, SIGINT, `--duration`), when the runtime is
 //! dropped and the collectors detach. Scrapes read the totals accumulated at the last window's
-//! end ([`exporter::State`]); see [`metrics`] for what is exported and how series are bounded,
-//! [`buckets`] for the histogram buckets and their quantile error.
+//! end ([`exporter::State`]), a scrape more than a second after it ending the window first
+//! (fresh at scrape, whatever `--interval` is); see [`metrics`] for what is exported and how series are bounded,
+//! [`findings`] for the findings (triage's judgement of each window) as series, [`buckets`]
+//! for the histogram buckets and their quantile error.
 
 use std::{
     net::SocketAddr,
@@ -25,9 +27,12 @@ use crate::{
     tools::{self, ToolInfo},
 };
 
+#[cfg(test)]
+mod alerts;
 pub mod auth;
 pub mod buckets;
 pub mod exporter;
+pub mod findings;
 pub mod http;
 pub mod metrics;
 
@@ -145,6 +150,11 @@ pub fn run(args: Args) -> Result<()> {
         windows: 0,
         scrape_seconds: 0.0,
         listen: listen.to_string(),
+        findings: Vec::new(),
+        max_findings: args.max_series as usize,
+        findings_last: 0,
+        findings_dropped: 0,
+        last_end: std::time::Instant::now(),
     };
     // The meta and log lines go through a queue: a log reader that stalls holds tracekit
     // for the output's grace at the end, never the event loop in write().
@@ -155,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
         shared: exporter::Shared(Arc::new(Mutex::new(state))),
         sink,
         interval: args.interval,
+        early: Arc::new(tokio::sync::Notify::new()),
     };
     let run = engine::run(&mut opened.collectors, &opts, &opened.facts, &mut emit);
     tools::end_run(INFO.name, &mut opened.collectors, run, &mut emit)?;
@@ -206,6 +217,8 @@ struct Serve {
     shared: exporter::Shared,
     sink: Sink,
     interval: Duration,
+    /// Scrapes end the window early through it (see [`exporter::Exporter`]'s `fresh`).
+    early: Arc<tokio::sync::Notify>,
 }
 
 impl Serve {
@@ -260,7 +273,10 @@ impl Emitter for Serve {
         };
         tokio::spawn(http::serve(
             listener,
-            Arc::new(exporter::Exporter::new(self.shared.clone())),
+            Arc::new(exporter::Exporter::new(
+                self.shared.clone(),
+                self.early.clone(),
+            )),
             self.auth.clone(),
         ));
         // Nobody reads stdout (a DaemonSet's log may be gone): keep serving.
@@ -276,5 +292,9 @@ impl Emitter for Serve {
 
     fn sink(&mut self) -> Option<&mut Sink> {
         Some(&mut self.sink)
+    }
+
+    fn early(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.early.clone())
     }
 }

@@ -121,6 +121,27 @@ struct Triage {
     cannot: Vec<(&'static str, String)>,
 }
 
+/// Triage's judgement of one window's outputs: node checks a collector's finding covers
+/// dropped, waits folded into the storms that cause them, causes linked across collectors
+/// ([`links`]), a service's processes grouped, every finding ranked by harm. `serve` exports
+/// the same judgement of each of its windows.
+pub fn judge(outs: &[Output]) -> Vec<Finding> {
+    let mut f: Vec<Finding> = outs
+        .iter()
+        .flat_map(|o| o.findings.iter().cloned())
+        .collect();
+    let all: Vec<crate::report::links::Link> =
+        outs.iter().flat_map(|o| o.links.iter().cloned()).collect();
+    dedupe(&mut f);
+    fold(&mut f);
+    links::link_sync_waits(&mut f, &all);
+    links::link_drops_to_cpu_waits(&mut f);
+    links::link_cpu_waits_to_softirq(&mut f);
+    crate::report::group::group(&mut f);
+    rank(&mut f);
+    f
+}
+
 /// A node-check finding that a collector's finding covers (same cause and cgroup) is dropped:
 /// the collector's names the process and the advice is given once. CPU pressure is covered by
 /// runq-lat's saturation finding, which carries the pressure and names the hogs.
@@ -290,19 +311,7 @@ impl Emitter for Triage {
     }
 
     fn window(&mut self, w: &Window, outs: &[Output]) -> Result<bool> {
-        let mut f: Vec<Finding> = outs
-            .iter()
-            .flat_map(|o| o.findings.iter().cloned())
-            .collect();
-        let all: Vec<crate::report::links::Link> =
-            outs.iter().flat_map(|o| o.links.iter().cloned()).collect();
-        dedupe(&mut f);
-        fold(&mut f);
-        links::link_sync_waits(&mut f, &all);
-        links::link_drops_to_cpu_waits(&mut f);
-        links::link_cpu_waits_to_softirq(&mut f);
-        crate::report::group::group(&mut f);
-        rank(&mut f);
+        let f = judge(outs);
         let text = if self.json {
             let mut s = String::new();
             for (i, x) in f.iter().enumerate() {
