@@ -18,7 +18,7 @@
 //! ([`MIN_PREEMPT_NS_PER_S`]) the node (or their CPUs) is saturated: one finding, the hogs as its
 //! culprits, ranked below any victim they hurt. A process that asked to wait (nice
 //! [`LOW_PRIORITY_NICE`] or more, `SCHED_BATCH`, `SCHED_IDLE`) is never a victim of run-queue
-//! delay, and a kernel thread is never the culprit to renice. Nor is a kernel thread judged by
+//! delay nor a hog of the saturation (it yields to the others), and a kernel thread is never the culprit to renice. Nor is a kernel thread judged by
 //! its tail: per-CPU workers woken beside a hog always have one, and what their delay costs is
 //! felt in the work they serve, which its own tool measures (net-rx drops, io-lat): a starved
 //! kernel thread's finding ranks as a rate, after any time a process lost.

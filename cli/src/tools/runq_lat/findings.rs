@@ -200,12 +200,17 @@ pub(super) fn findings(
     let mut hogs: Vec<(u32, &Acc)> = Vec::new();
     for (pid, a) in &per {
         let c = class(*pid);
+        // A process that asked to wait (nice 10 or more, SCHED_BATCH, SCHED_IDLE) is neither a
+        // victim nor a hog saturating the CPUs: it yields to the others, and its own waits
+        // after preemptions are what it asked for (a UDP sender at SCHED_IDLE waited 25 % of
+        // the time and was named the saturation's culprit of a node whose work it never
+        // delayed).
+        if harm::asked_to_wait(c.nice, c.policy) {
+            continue;
+        }
         let sensitive = harm::latency_sensitive(a.wake.count, a.preempt_n, secs);
         if !sensitive && (a.preempt_ns as f64 / secs) as u64 >= MIN_PREEMPT_NS_PER_S {
             hogs.push((*pid, a));
-        }
-        if harm::asked_to_wait(c.nice, c.policy) {
-            continue;
         }
         // Time spent while the CPU was idle and waking up (its exit from a sleep state, the
         // IPI) is wakeup latency, not contention: nobody held the CPU. A ping-pong whose every

@@ -378,6 +378,29 @@ fn long_waits_held_by_a_busy_cpus_softirq_work_name_that_cpu() {
     );
 }
 
+/// CPU-bound processes that asked to wait (SCHED_IDLE, nice 19) saturate nothing: no
+/// saturation finding names them; beside a nice-0 hog they are not counted either.
+#[test]
+fn low_priority_hogs_saturate_nothing() {
+    let hogs = [8, 9].map(|p| row(p, &[], &[3_000_000; 300], vec![]));
+    let node = NodeLoad {
+        cpus: 2,
+        ..NodeLoad::default()
+    };
+    let idle = |pid| SchedClass {
+        policy: if pid == 8 { 5 } else { 0 },
+        nice: if pid == 9 { 19 } else { 0 },
+        ..SchedClass::default()
+    };
+    assert!(super::findings(&hogs, 1.0, &node, &idle).is_empty());
+    let mut rows = Vec::from(hogs);
+    rows.push(row(7, &[], &[3_000_000; 300], vec![]));
+    let f = super::findings(&rows, 1.0, &node, &idle);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(7));
+    assert_eq!(f[0].ev("hogs"), Some(1.0));
+}
+
 /// Hogs that may run only on CPU 1 saturate CPU 1, not the node.
 #[test]
 fn pinned_hogs_saturate_their_cpus() {
