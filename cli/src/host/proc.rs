@@ -399,6 +399,28 @@ mod tests {
     }
 
     #[test]
+    fn classes_remember_an_exited_task() {
+        // A child at nice 15 that exits: learnt while it lived, known after.
+        let mut child = std::process::Command::new("nice")
+            .args(["-n", "15", "sleep", "0.3"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // `nice` execs sleep: wait for the exec to apply the nice level.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while sched_class(pid).is_some_and(|c| c.nice != 15) && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut c = Classes::default();
+        assert_eq!(c.learn([pid, pid, 0]), 1);
+        assert_eq!(c.learn([pid]), 0, "learnt once");
+        child.wait().unwrap();
+        assert_eq!(c.of(pid).nice, 15);
+        assert_eq!(Classes::default().of(pid), SchedClass::default());
+    }
+
+    #[test]
     fn resolves_own_fd() {
         let f = fs::File::open("/proc/self/status").unwrap();
         use std::os::fd::AsRawFd;
@@ -452,4 +474,49 @@ pub fn sched_class(pid: u32) -> Option<SchedClass> {
         kthread: st.flags & PF_KTHREAD != 0,
         cpus_allowed,
     })
+}
+
+/// Most tasks whose class is remembered; past it the memory starts over.
+const CLASSES_CAP: usize = 16_384;
+/// Most `/proc` reads of one [`Classes::learn`]: a fork storm's tasks are learnt over a few
+/// polls, at a bounded cost each.
+const CLASSES_PER_LEARN: usize = 512;
+
+/// Scheduling classes learnt while the tasks lived, so one that exits before the window ends
+/// is still judged by how it asked to be scheduled (a SCHED_IDLE UDP sender that ended a
+/// second before triage's window was named the saturation's hog, as if at nice 0).
+#[derive(Default)]
+pub struct Classes {
+    by_id: std::collections::HashMap<u32, SchedClass>,
+}
+
+impl Classes {
+    /// Reads the class of those of `ids` (pids or tids) not known yet, at most
+    /// [`CLASSES_PER_LEARN`] of them; returns how many it read.
+    pub fn learn(&mut self, ids: impl IntoIterator<Item = u32>) -> usize {
+        let mut new: Vec<u32> = ids
+            .into_iter()
+            .filter(|i| *i != 0 && !self.by_id.contains_key(i))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        new.truncate(CLASSES_PER_LEARN);
+        if self.by_id.len() + new.len() > CLASSES_CAP {
+            self.by_id.clear();
+        }
+        for id in &new {
+            if let Some(c) = sched_class(*id) {
+                self.by_id.insert(*id, c);
+            }
+        }
+        new.len()
+    }
+
+    /// The class of `id` now, or as learnt while it lived; the default (nice 0, normal) when
+    /// neither is known.
+    pub fn of(&self, id: u32) -> SchedClass {
+        sched_class(id)
+            .or_else(|| self.by_id.get(&id).copied())
+            .unwrap_or_default()
+    }
 }

@@ -605,6 +605,16 @@ fn row(
 }
 
 impl SchedSession {
+    /// The tasks recorded so far, in either generation: every row's id and every task seen
+    /// holding a CPU a woken task waited for (their classes are learnt while they live).
+    pub fn task_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.agg.keys().into_iter().map(|k| k.id).collect();
+        for m in [&self.culprits, &self.late_culprits].into_iter().flatten() {
+            ids.extend(m.keys().into_iter().map(|k| k.b));
+        }
+        ids
+    }
+
     /// A window's notes after the tool's own: what the skipped hooks cost, what the programs
     /// could not record ([`stats_notes`]), and `nothing` (`no context switches seen`) for a
     /// window without rows.

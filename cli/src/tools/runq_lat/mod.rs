@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::{
     engine::{Collector, Output, Window},
     error::Result,
-    host::sysstat::SysStat,
+    host::{proc::Classes, sysstat::SysStat},
     options::Common,
     report::{
         findings::Cause,
@@ -144,6 +144,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         psi: cpu_psi(),
         stat: SysStat::read().ok(),
         virtual_machine: virtual_machine(),
+        classes: Classes::default(),
     }))
 }
 
@@ -155,7 +156,13 @@ struct RunqLat {
     /// `/proc/stat` at the start of the window: each CPU's softirq time.
     stat: Option<SysStat>,
     virtual_machine: bool,
+    /// How each task asked to be scheduled, learnt while it lived.
+    classes: Classes,
 }
+
+/// How often the classes of new tasks are learnt (a task that ran and exited within it is
+/// judged as nice 0).
+const LEARN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// System-wide CPU pressure now, if the kernel has PSI.
 fn cpu_psi() -> Option<crate::host::psi::Psi> {
@@ -417,6 +424,15 @@ impl Collector for RunqLat {
         Some(&mut self.s.session)
     }
 
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        Some(LEARN_EVERY)
+    }
+
+    fn on_events(&mut self) -> Result<()> {
+        self.classes.learn(self.s.task_ids());
+        Ok(())
+    }
+
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let secs = w.secs();
         // A process a finding could name keeps its row whatever the cap.
@@ -482,9 +498,7 @@ impl Collector for RunqLat {
         };
         self.psi = psi;
         self.stat = stat;
-        out.findings = findings(&rows, secs, &node, &|pid| {
-            crate::host::proc::sched_class(pid).unwrap_or_default()
-        });
+        out.findings = findings(&rows, secs, &node, &|pid| self.classes.of(pid));
         let ctx = Ctx { secs };
         let cols = id_columns(COLUMNS, threads);
         out.sections.push(
