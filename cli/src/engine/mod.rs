@@ -253,6 +253,41 @@ async fn any_readable(fds: &[(usize, AsyncFd<Fd>)]) -> usize {
     futures_select_all(futs).await
 }
 
+/// When each collector's [`Collector::on_events`] is next due, at its own
+/// [`Collector::poll_interval`]: at the shortest one (memstall's 10 ms) for all, runq-lat's and
+/// net-rx's walks of their maps' keys took 46 % of serve's CPU on an idle node.
+struct Polls {
+    every: Vec<Option<Duration>>,
+    due: Vec<Option<Instant>>,
+}
+
+impl Polls {
+    fn new(every: impl Iterator<Item = Option<Duration>>, now: Instant) -> Polls {
+        let every: Vec<_> = every.collect();
+        let due = every.iter().map(|p| p.map(|p| now + p)).collect();
+        Polls { every, due }
+    }
+
+    /// The earliest deadline, `None` when no collector polls.
+    fn next(&self) -> Option<Instant> {
+        self.due.iter().flatten().min().copied()
+    }
+
+    /// The collectors due at `now`, each given its next deadline one interval from `now`.
+    fn due(&mut self, now: Instant) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (i, (due, every)) in self.due.iter_mut().zip(&self.every).enumerate() {
+            if let (Some(t), Some(p)) = (*due, every) {
+                if t <= now {
+                    out.push(i);
+                    *due = Some(now + *p);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// `select_all` over boxed futures without pulling in the futures crate: polls each in turn.
 async fn futures_select_all<F>(futs: impl Iterator<Item = std::pin::Pin<Box<F>>>) -> usize
 where
@@ -288,7 +323,7 @@ async fn run_async(
         None => None,
     };
     let events = register(collectors)?;
-    let poll = collectors.iter().filter_map(|c| c.poll_interval()).min();
+    let mut polls = Polls::new(collectors.iter().map(|c| c.poll_interval()), Instant::now());
     let metas: Vec<Meta> = collectors.iter().map(|c| c.meta()).collect();
     tracing::debug!("metas built");
     if !emit.begin(&metas, opts)? {
@@ -305,7 +340,6 @@ async fn run_async(
     // anew each time round would never fire while ring-buffer records arrive more often than
     // its period (under triage the announcements of new processes did, and net-rx learnt no
     // socket owner until the window's end, when a receiver that had exited was gone).
-    let mut next_poll = poll.map(|p| tokio::time::Instant::now() + p);
     let mut next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
     let early = emit.early();
     loop {
@@ -322,8 +356,8 @@ async fn run_async(
             tokio::time::sleep(step).await
         };
         let polled = async {
-            match next_poll {
-                Some(t) => tokio::time::sleep_until(t).await,
+            match polls.next() {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
                 None => std::future::pending().await,
             }
         };
@@ -372,10 +406,9 @@ async fn run_async(
                     continue;
                 }
                 _ = polled => {
-                    for c in collectors.iter_mut().filter(|c| c.poll_interval().is_some()) {
-                        c.on_events()?;
+                    for i in polls.due(Instant::now()) {
+                        collectors[i].on_events()?;
                     }
-                    next_poll = poll.map(|p| tokio::time::Instant::now() + p);
                     continue;
                 }
                 quit = emit.input() => {
@@ -498,5 +531,38 @@ pub fn detach_in_background(slow_links: usize) {
             // SAFETY: closing the read end this function made; the child has its own copy.
             unsafe { libc::close(rd) };
         }
+    }
+}
+
+#[cfg(test)]
+mod polls_tests {
+    use super::*;
+
+    #[test]
+    fn each_collector_is_polled_at_its_own_interval() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut p = Polls::new([Some(ms(10)), None, Some(ms(1000))].into_iter(), t0);
+        assert_eq!(p.next(), Some(t0 + ms(10)));
+        assert!(p.due(t0 + ms(5)).is_empty());
+        // A hundred ticks of the 10 ms one: the 1 s one is due once, the other never.
+        let mut calls = [0; 3];
+        for k in 1..=100 {
+            for i in p.due(t0 + ms(10 * k)) {
+                calls[i] += 1;
+            }
+        }
+        assert_eq!(calls, [100, 0, 1]);
+        assert_eq!(p.next(), Some(t0 + ms(1010)));
+        // A late tick (the loop was busy) runs each due one once, from then on.
+        assert_eq!(p.due(t0 + ms(5000)), vec![0, 2]);
+        assert_eq!(p.next(), Some(t0 + ms(5010)));
+    }
+
+    #[test]
+    fn nothing_to_poll_never_wakes() {
+        let mut p = Polls::new([None, None].into_iter(), Instant::now());
+        assert_eq!(p.next(), None);
+        assert!(p.due(Instant::now() + Duration::from_secs(60)).is_empty());
     }
 }
