@@ -397,3 +397,170 @@ fn finding_series_stay_within_max_series() {
     );
     serve.stop();
 }
+
+/// The series of each family with a process label (`comm`, or the overflow series), by family:
+/// a histogram's `_bucket`/`_sum`/`_count` are one series per label set without `le`.
+fn series_by_family(page: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut sets: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for l in page.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, rest)) = l.split_once('{') else {
+            continue;
+        };
+        let Some((labels, _)) = rest.rsplit_once('}') else {
+            continue;
+        };
+        if !labels.contains("comm=\"") && !labels.contains("overflow=\"true\"") {
+            continue;
+        }
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        let set: Vec<&str> = labels
+            .split("\",")
+            .map(|kv| kv.trim_end_matches('"'))
+            .filter(|kv| !kv.starts_with("le="))
+            .collect();
+        sets.entry(family.to_string())
+            .or_default()
+            .insert(set.join("\","));
+    }
+    sets.into_iter().map(|(k, v)| (k, v.len())).collect()
+}
+
+/// A fork storm: 3,000 short-lived processes, each under its own name doing one fsync, beside
+/// eight fsync loops under their own names, against every default collector with
+/// `--max-series 5`. Every scrape during and after the storm keeps each family with a process
+/// label within 5 series plus the overflow one, and at most 5 finding series; the storm went
+/// past the bound (series and findings left out were counted), so the bound was tested.
+#[test]
+fn a_fork_storm_stays_within_the_series_bound() {
+    require_root();
+    let dir = scratch("fleet-forks");
+    let serve = Serve::start(&["--interval", "2s", "--max-series", "5"]);
+    let file = dir.join("f");
+    let path = file.to_str().unwrap().to_string();
+    // Beside it, eight fsync loops under their own names: eight findings a window, past the
+    // five the bound keeps (a process living a millisecond for one fsync is no finding).
+    let loops: Vec<Bg> = (0..8)
+        .map(|i| {
+            let name: String = format!("tkloop{i}")
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let f = dir.join(format!("loop{i}"));
+            Bg::of(Command::new(workload_bin()).args([
+                "named",
+                &name,
+                f.to_str().unwrap(),
+                "1000000",
+            ]))
+        })
+        .collect();
+    let storm = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut n = 0;
+        while n < 3000 && t0.elapsed() < Duration::from_secs(40) {
+            let name: String = format!("tkf{n}")
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let ok = Command::new(workload_bin())
+                .args(["named", &name, &path, "1"])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            n += usize::from(ok);
+        }
+        (n, t0.elapsed())
+    });
+    let (mut worst, mut scrapes, mut findings_worst) = (0usize, 0, 0usize);
+    let mut families = std::collections::BTreeMap::new();
+    let mut check = |m: &str| {
+        for (f, n) in series_by_family(m) {
+            assert!(n <= 6, "{f}: {n} series with --max-series 5:\n{m}");
+            worst = worst.max(n);
+            let e = families.entry(f).or_insert(0);
+            *e = (*e).max(n);
+        }
+        let findings = m
+            .lines()
+            .filter(|l| l.starts_with("tracekit_finding_score{"))
+            .count();
+        assert!(findings <= 5, "{findings} finding series:\n{m}");
+        findings_worst = findings_worst.max(findings);
+    };
+    while !storm.is_finished() {
+        check(&serve.metrics());
+        scrapes += 1;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let (forked, took) = storm.join().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let last = serve.metrics();
+    check(&last);
+    drop(loops);
+    eprintln!(
+        "{forked} processes in {took:?}, {scrapes} scrapes; most series of a family {worst}, most finding series {findings_worst}; {families:?}"
+    );
+    assert!(forked >= 1000, "the storm forked only {forked}");
+    let dropped: f64 = last
+        .lines()
+        .filter(|l| l.starts_with("tracekit_series_dropped_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(
+        dropped > 0.0,
+        "no series left out: the storm never reached the bound\n{last}"
+    );
+    assert!(
+        sample(&last, "tracekit_findings_dropped_total", &[]).is_some_and(|n| n > 0.0),
+        "no finding left out: the storm never reached the findings' bound\n{last}"
+    );
+    serve.stop();
+}
+
+/// `--no-findings`: the windows' data only, nothing judged. Beside a judged serve over the same
+/// fsync loop, it exports the loop's fsyncs and no finding series and no finding count (0 would
+/// say "nothing found"), while the judged one exports the loop's fsync finding.
+#[test]
+fn no_findings_exports_the_data_and_no_judgement() {
+    require_root();
+    let dir = scratch("fleet-nofind");
+    let judged = Serve::start(&["--tools", "fsync-lat", "--interval", "2s"]);
+    let plain = Serve::start(&["--tools", "fsync-lat", "--interval", "2s", "--no-findings"]);
+    let file = dir.join("wal");
+    let looping = Bg::of(Command::new(workload_bin()).args([
+        "triage-fsync",
+        file.to_str().unwrap(),
+        "20000",
+    ]));
+    let j = judged.metrics_until("the fsync loop's finding", |m| {
+        m.lines()
+            .any(|l| l.starts_with("tracekit_finding_score{") && l.contains("cause=\"fsync\""))
+    });
+    let p = plain.metrics_until("the fsync loop's fsyncs", |m| {
+        sample(
+            m,
+            "tracekit_fsync_calls_total",
+            &[("comm", "tk-workload"), ("syscall", "fsync")],
+        )
+        .is_some_and(|n| n > 0.0)
+            && sample(m, "tracekit_windows_total", &[]).is_some_and(|n| n >= 2.0)
+    });
+    drop(looping);
+    assert!(
+        sample(&j, "tracekit_findings", &[]).is_some_and(|n| n >= 1.0),
+        "{j}"
+    );
+    assert!(!p.contains("tracekit_finding_score{"), "{p}");
+    assert_eq!(sample(&p, "tracekit_findings", &[]), None, "{p}");
+    assert_eq!(
+        sample(&p, "tracekit_findings_dropped_total", &[]),
+        None,
+        "{p}"
+    );
+    judged.stop();
+    plain.stop();
+}

@@ -14,6 +14,7 @@ mod config;
 mod parse;
 mod passes;
 mod render;
+mod serve;
 mod tracer;
 mod workload;
 
@@ -138,6 +139,13 @@ pub fn run(args: &[String]) -> Result<()> {
 
     let startup = passes::startup(&st_cases, rounds)?;
 
+    // serve's own cost with findings and without: ten minutes of churn (one and a half with
+    // --quick), both at once.
+    let serve_cost = match &only {
+        Some(p) if !p.iter().any(|p| "tracekit serve".contains(p.as_str())) => Value::Null,
+        _ => serve::cost(&tk, &wl, &scratch, if quick { 90 } else { 600 }),
+    };
+
     let doc = json!({
         "date": humantime_now(),
         "machine": machine(),
@@ -148,6 +156,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "startup": startup,
         "bpf_stats": prog_stats,
         "bpf_per_call": per_call,
+        "serve": serve_cost,
     });
     let docs = if only.is_some() {
         scratch.clone()

@@ -204,6 +204,49 @@ fn profilers(m: &mut String, doc: &Value) {
 }
 
 /// The report as Markdown: one table per workload, then start-up.
+/// `serve`'s own cost, with findings and without (`--no-findings`), over the same churn.
+fn serve(m: &mut String, s: &Value) {
+    if s.is_null() {
+        return;
+    }
+    m.push_str("## serve: its own cost with findings and without\n\n");
+    if let Some(status) = s["status"].as_str() {
+        m.push_str(&format!("{status}\n\n"));
+        return;
+    }
+    m.push_str(&format!(
+        "Measured {}. Both at once, default collectors and 10 s windows, scraped every 15 s, over {} s while {} short-lived processes (`dd … conv=fsync`, `sleep`) came and went, beside an fsync loop (a finding every window). CPU per window: utime + stime over the windows after the first, over their number (a scrape may end a window early); RSS: VmRSS every 10 s.\n\n",
+        text(&s["date"]),
+        s["seconds"],
+        s["churn_processes"]
+    ));
+    m.push_str("| configuration | windows | CPU per window | RSS after the first window | at 1 min | at the end | highest | findings (most in a window) |\n|---|---|---|---|---|---|---|---|\n");
+    let mib = |v: &Value| {
+        v.as_f64()
+            .map(|k| format!("{:.1} MiB", k / 1024.0))
+            .unwrap_or_else(|| "–".into())
+    };
+    for r in s["rows"].as_array().into_iter().flatten() {
+        row(
+            m,
+            &[
+                text(&r["config"]).to_string(),
+                r["windows"].to_string(),
+                format!("{} ms", fmt_opt(&r["cpu_ms_per_window"], 1)),
+                mib(&r["rss_kib_first_window"]),
+                mib(&r["rss_kib_1min"]),
+                mib(&r["rss_kib_end"]),
+                mib(&r["rss_kib_max"]),
+                r["findings_max"]
+                    .as_u64()
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "not judged".into()),
+            ],
+        );
+    }
+    m.push('\n');
+}
+
 pub fn markdown(doc: &Value) -> String {
     let mut m = String::new();
     m.push_str("# tracekit benchmarks\n\n");
@@ -250,6 +293,7 @@ pub fn markdown(doc: &Value) -> String {
     }
     profilers(&mut m, doc);
     kernel_time(&mut m, doc);
+    serve(&mut m, &doc["serve"]);
     m.push_str(
         "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
     );
@@ -336,6 +380,40 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("## Profilers"), "{m}");
+    }
+
+    #[test]
+    fn serve_cost_has_a_row_per_configuration() {
+        let mut m = String::new();
+        serve(
+            &mut m,
+            &json!({"date": "2026-12-06", "seconds": 600, "churn_processes": 7200, "rows": [
+                {"config": "tracekit serve", "windows": 61, "cpu_ms_per_window": 41.25,
+                 "rss_kib_first_window": 37888, "rss_kib_1min": 38400, "rss_kib_end": 38912,
+                 "rss_kib_max": 40960, "findings_max": 3},
+                {"config": "tracekit serve --no-findings", "windows": 61, "cpu_ms_per_window": 40.0,
+                 "rss_kib_first_window": 37000, "rss_kib_1min": null, "rss_kib_end": 38000,
+                 "rss_kib_max": 39000, "findings_max": null}
+            ]}),
+        );
+        assert!(m.contains("Measured 2026-12-06. Both"), "{m}");
+        assert!(m.contains("over 600 s while 7200 short-lived"), "{m}");
+        assert!(
+            m.contains(
+                "| tracekit serve | 61 | 41.2 ms | 37.0 MiB | 37.5 MiB | 38.0 MiB | 40.0 MiB | 3 |"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("| – | 37.1 MiB | 38.1 MiB | not judged |"),
+            "{m}"
+        );
+        let mut na = String::new();
+        serve(&mut na, &json!({"status": "N/A: dd: not found"}));
+        assert!(na.ends_with("N/A: dd: not found\n\n"), "{na}");
+        let mut none = String::new();
+        serve(&mut none, &Value::Null);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub struct State {
     /// The last window's findings as series (see [`super::findings`]), at most `max_findings`,
     /// how many it had in all, and how many were left out since the start.
     pub findings: Vec<super::findings::Series>,
-    pub max_findings: usize,
+    /// `None` with --no-findings: windows are not judged.
+    pub max_findings: Option<usize>,
     pub findings_last: u64,
     pub findings_dropped: u64,
     /// When the last window ended (the run's start before the first).
@@ -50,12 +51,13 @@ impl State {
     /// Adds one window's outputs (one per collector of `ran`, in order).
     pub fn window(&mut self, outs: &[Output]) {
         self.totals.ingest(&self.ran, outs);
-        let f = crate::tools::triage::judge(outs);
-        let (series, dropped) =
-            super::findings::series(&f, self.max_findings, self.totals.pid_labels());
-        self.findings = series;
-        self.findings_last = f.len() as u64;
-        self.findings_dropped += dropped;
+        if let Some(max) = self.max_findings {
+            let f = crate::tools::triage::judge(outs);
+            let (series, dropped) = super::findings::series(&f, max, self.totals.pid_labels());
+            self.findings = series;
+            self.findings_last = f.len() as u64;
+            self.findings_dropped += dropped;
+        }
         self.last_end = Instant::now();
         for (tool, o) in self.ran.iter().zip(outs) {
             if let Some(s) = &o.stats {
@@ -248,22 +250,25 @@ impl Collector for Shared {
             st.findings.iter().map(|s| (s.labels.clone(), s.value)),
             gauge,
         )?;
-        family(
-            &mut enc,
-            "tracekit_findings",
-            "Findings in the last window, before the --max-series cap.",
-            MetricType::Gauge,
-            no_labels(st.findings_last as f64),
-            gauge,
-        )?;
-        family(
-            &mut enc,
-            "tracekit_findings_dropped",
-            "Findings left out of tracekit_finding_score by the --max-series cap, since the start.",
-            MetricType::Counter,
-            no_labels(st.findings_dropped),
-            counter,
-        )?;
+        // Not judged (--no-findings): no count, which 0 would misstate.
+        if st.max_findings.is_some() {
+            family(
+                &mut enc,
+                "tracekit_findings",
+                "Findings in the last window, before the --max-series cap.",
+                MetricType::Gauge,
+                no_labels(st.findings_last as f64),
+                gauge,
+            )?;
+            family(
+                &mut enc,
+                "tracekit_findings_dropped",
+                "Findings left out of tracekit_finding_score by the --max-series cap, since the start.",
+                MetricType::Counter,
+                no_labels(st.findings_dropped),
+                counter,
+            )?;
+        }
         let up = st
             .ran
             .iter()

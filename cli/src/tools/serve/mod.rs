@@ -82,6 +82,11 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
     pub max_keys: Option<u32>,
 
+    /// Export no findings (no tracekit_finding_score, tracekit_findings): the windows' data
+    /// only, as before serve judged them (the benchmark's baseline; or a fleet that alerts on
+    /// its own rules).
+    #[arg(long)]
+    pub no_findings: bool,
     /// Stop after this long (humantime); default: until SIGTERM or Ctrl-C.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
@@ -151,7 +156,7 @@ pub fn run(args: Args) -> Result<()> {
         scrape_seconds: 0.0,
         listen: listen.to_string(),
         findings: Vec::new(),
-        max_findings: args.max_series as usize,
+        max_findings: (!args.no_findings).then_some(args.max_series as usize),
         findings_last: 0,
         findings_dropped: 0,
         last_end: std::time::Instant::now(),
