@@ -22,12 +22,11 @@ use std::{collections::BTreeMap, net::UdpSocket, os::unix::fs::OpenOptionsExt, t
 use serde_json::{json, Value};
 use tracekit_tests::{udp::send, *};
 
-/// The tests of this file run one at a time (each floods loopback and reads node-wide counters).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+/// After the root check: one test at a time (each floods loopback and reads node-wide
+/// counters).
 fn root_serial() -> std::sync::MutexGuard<'static, ()> {
     require_root();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    serial()
 }
 
 /// `/proc/softirqs`: count per (vector name, CPU).

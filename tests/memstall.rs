@@ -4,19 +4,11 @@
 
 use std::{
     process::{Command, Stdio},
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use tracekit_tests::{mm::*, *};
-
-/// The triggers move global counters (`/proc/vmstat`) and compete for memory: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The collapse workload faults 4 KiB pages, then collapses them: with `enabled=always` (the
 /// default on some distributions, or left behind by a killed run) the faults would already map

@@ -17,14 +17,11 @@ use tracekit_tests::{
     *,
 };
 
-/// The tests of this file run one at a time: they compare system-wide counters, which a
-/// concurrent test's traffic would disturb.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// After the root check: the lock every test here holds while it runs.
+/// After the root check: the lock every test here holds while it runs (they compare
+/// system-wide counters, which a concurrent test's traffic would disturb).
 fn root_serial() -> std::sync::MutexGuard<'static, ()> {
     require_root();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    serial()
 }
 
 /// A port on 127.0.0.1 nobody listens on (bound, then released).

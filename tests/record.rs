@@ -68,15 +68,6 @@ fn record(out: &Path, file: &Path, kib: u32) -> Value {
     w
 }
 
-/// Tests that record run one at a time: a recording is system-wide, so one test's workloads
-/// (every collector beside a ping-pong, an fsync loop and a UDP flood) land in another's
-/// recording and load the CPUs its comparison judges.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn lines(p: &Path) -> Vec<Value> {
     std::fs::read_to_string(p)
         .unwrap()

@@ -93,7 +93,7 @@ fn check_path(args: &[&str], how: &str) {
 #[test]
 fn no_programs_remain_after_any_exit() {
     require_root();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial(); // they compare the kernel's program list
     for args in invocations() {
         let args = args.as_slice();
         for how in [
@@ -103,9 +103,6 @@ fn no_programs_remain_after_any_exit() {
         }
     }
 }
-
-/// Tests here compare the kernel's program list, so they must not overlap each other.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Programs with tracekit's name prefix loaded now.
 fn tracekit_programs() -> Vec<u32> {
@@ -128,7 +125,7 @@ fn left_since(before: &[u32]) -> Vec<u32> {
 #[test]
 fn bad_output_is_refused_before_attaching() {
     require_root();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial(); // they compare the kernel's program list
     let dir = scratch("bad-output");
     let trailing = format!("{}/", dir.join("new").display());
     for args in invocations() {
@@ -438,7 +435,7 @@ fn inherited_ignored_sighup_is_respected() {
 #[test]
 fn detaching_takes_milliseconds() {
     require_root();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial(); // they compare the kernel's program list
     for tool in tools() {
         let mut best = Duration::MAX;
         let mut gone_worst = Duration::ZERO;
@@ -589,7 +586,7 @@ fn wait_with_rusage(mut child: std::process::Child) -> (i32, i64, String) {
 #[test]
 fn a_dead_tests_tracekit_stops_and_detaches() {
     require_root();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial(); // they compare the kernel's program list
     let before = tracekit_programs();
     let pid = std::thread::spawn(|| {
         let mut tk = Tracer::spawn(&["ctxsw", "--json"]);

@@ -23,13 +23,6 @@ use probes_common::hist::{bucket_index, bucket_mid, bucket_width};
 use serde_json::Value;
 use tracekit_tests::{mm::Setting, *};
 
-/// The tests of this file share the CPUs on purpose (pinned workloads, hogs): one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn compare(workload: &[&str]) -> (Vec<Value>, Value) {
     require_root();
     let _one = serial();

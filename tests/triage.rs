@@ -4,7 +4,6 @@
 
 use std::{
     process::{Child, Command, Stdio},
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -18,13 +17,6 @@ use tracekit_tests::{mm::*, *};
 #[allow(dead_code)]
 #[allow(clippy::duplicate_mod)] // tk-workload's unit-test build holds it through io-lat's file too
 mod io;
-
-/// Incidents overlap if run at once (each is "the" culprit of the node): one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Two innocent busy processes: one on the CPU a third of the time in 0.5 ms bursts, one
 /// writing to the page cache every 10 ms without syncing. Killed when dropped.

@@ -295,6 +295,15 @@ pub fn spawn_text_attached(args: &[&str]) -> Tracer {
     }
 }
 
+/// This test binary's tests one at a time, for those that stage incidents (each is "the"
+/// culprit of the node), move global counters (`/proc/vmstat`, diskstats) or compare latencies
+/// another test's load would disturb: hold the guard for the whole test. Cargo runs a binary's
+/// tests on several threads, and the binaries one after another.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A test that fails (panics) before `finish` must not leave its tracekit running.
 /// A tracekit the test starts gets SIGTERM when the test's thread dies: a test binary killed
 /// with SIGKILL (a CI timeout) would otherwise leave it running, its programs attached. SIGTERM,

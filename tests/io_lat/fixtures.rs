@@ -8,14 +8,6 @@ use tracekit_tests::*;
 
 pub(crate) use tracekit_tests::block::LoopDev;
 
-/// The tests of this file run one at a time: they compare counters and time latencies, which a
-/// concurrent test's traffic (on the same backing disk) would disturb.
-pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// fio from Debian, installed on first use.
 pub(crate) fn ensure_fio() {
     if Command::new("fio").arg("--version").output().is_ok() {
