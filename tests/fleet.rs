@@ -328,7 +328,10 @@ fn alerts_name_the_culprit_through_prometheus_and_alertmanager() {
         drop(w);
         let t_end = Instant::now();
         let fingerprint = a["fingerprint"].as_str().unwrap_or("").to_string();
-        assert!(!fingerprint.is_empty(), "Alertmanager sent no fingerprint: {a}");
+        assert!(
+            !fingerprint.is_empty(),
+            "Alertmanager sent no fingerprint: {a}"
+        );
         // Its resolution: the same alert (its fingerprint: a storm may fire a second alert
         // for the same process with other labels, a culprit named in one window and not in
         // another), in a notification after the one that fired it.
