@@ -16,6 +16,7 @@ pub mod numa;
 pub mod profile;
 pub mod sched;
 pub mod stats;
+pub mod why;
 
 /// Length of a task's `comm` as the kernel stores it (`TASK_COMM_LEN`), including the NUL.
 pub const COMM_LEN: usize = 16;

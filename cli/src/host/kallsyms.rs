@@ -58,6 +58,11 @@ impl Symbolizer {
         })
     }
 
+    /// No text symbol could be read (addresses hidden): nothing can be named.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The function name alone (without the offset) of `addr`.
     pub fn function(&self, addr: u64) -> Option<&str> {
         let i = self.0.partition_point(|(a, _)| *a <= addr).checked_sub(1)?;

@@ -31,6 +31,7 @@ pub mod runq_lat;
 pub mod sched;
 pub mod serve;
 pub mod triage;
+pub mod why;
 
 /// What the registry knows of a tool or command.
 #[derive(Clone, Copy, Debug)]
@@ -171,6 +172,8 @@ registry! {
         Numa => numa,
         /// Where the CPU goes per process: top functions by self and total samples, folded stacks and an SVG flame graph, without perf.
         Profile => profile,
+        /// Where one process's wall-clock time goes: running, waiting for a CPU, storage, memory, locks, network, sleep, in parts that add up to 100 %, with the culprit behind each.
+        Why => why,
         /// Benchmark control: the cheapest program on a hook (used by `cargo xtask bench`).
         #[command(hide = true)]
         BenchFloor => bench_floor,

@@ -37,7 +37,7 @@ mod offcpu_rows;
 mod perf_map;
 mod rows;
 mod run;
-mod stacks;
+pub(crate) mod stacks;
 mod symbols;
 mod unwind;
 

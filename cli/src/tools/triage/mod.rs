@@ -237,6 +237,9 @@ impl Triage {
                 if let Some(n) = &x.next {
                     s.push_str(&format!("   - Next: {}\n", sanitize::markdown_code(n)));
                 }
+                if let Some(n) = why_next(x) {
+                    s.push_str(&format!("   - Why: {}\n", sanitize::markdown_code(&n)));
+                }
             } else {
                 s.push_str(&format!(
                     "{}\n",
@@ -246,6 +249,10 @@ impl Triage {
                     }
                     .text(&format!("{}. ", i + 1))
                 ));
+                if let Some(n) = why_next(x) {
+                    let pad = " ".repeat(format!("{}. ", i + 1).len());
+                    s.push_str(&format!("{pad}Why: {n}\n"));
+                }
             }
         }
         let checked = format!(
@@ -264,6 +271,17 @@ impl Triage {
         });
         s
     }
+}
+
+/// Where the whole of a process's time goes, for a finding about a process: `tracekit why`
+/// splits its wall time into parts with the culprit of each, the step after any one tool's
+/// detail.
+fn why_next(f: &Finding) -> Option<String> {
+    let pid = f
+        .subject
+        .pid
+        .filter(|_| f.subject.kind == "process" && f.tool != "why")?;
+    Some(format!("tracekit why --pid {pid} --duration 10s"))
 }
 
 impl Emitter for Triage {
@@ -320,6 +338,9 @@ impl Emitter for Triage {
                 v["type"] = "finding".into();
                 v["rank"] = (i + 1).into();
                 v["from"] = x.tool.into();
+                if let Some(w) = why_next(x) {
+                    v["why"] = w.into();
+                }
                 s.push_str(&v.to_string());
                 s.push('\n');
             }
