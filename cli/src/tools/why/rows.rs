@@ -134,7 +134,7 @@ const SUMMARY_FIELDS: &[Field] = &[
 pub const SUMMARY_ROWS: Rows = Rows {
     kind: "summary",
     labels: &[],
-    fields: &[SUMMARY_FIELDS],
+    fields: &[crate::report::who::ID_FIELDS, SUMMARY_FIELDS],
     dists: &[],
 };
 
@@ -272,7 +272,7 @@ const PART_FIELDS: &[Field] = &[
 pub const PART_ROWS: Rows = Rows {
     kind: "part",
     labels: &["part", "what"],
-    fields: &[PART_FIELDS],
+    fields: &[crate::report::who::ID_FIELDS, PART_FIELDS],
     dists: &[Dist::kept("occurrence")],
 };
 
