@@ -466,11 +466,32 @@ pub fn run_collector_with(
     open: impl FnOnce(&OpenCtx) -> Result<Box<dyn Collector>>,
     emitter: impl FnOnce(Sink, &RunOpts) -> Box<dyn engine::Emitter>,
 ) -> Result<()> {
+    run_collectors_with(tool, common, |ctx| Ok(vec![open(ctx)?]), emitter)
+}
+
+/// [`run_collector`] for a tool that runs other tools' collectors beside its own in the same
+/// windows (`why --detail`): one output, each collector's sections and findings in order.
+pub fn run_collectors(
+    tool: &str,
+    common: &Common,
+    open: impl FnOnce(&OpenCtx) -> Result<Vec<Box<dyn Collector>>>,
+) -> Result<()> {
+    run_collectors_with(tool, common, open, |sink, opts| {
+        Box::new(Stream::new(sink, opts))
+    })
+}
+
+fn run_collectors_with(
+    tool: &str,
+    common: &Common,
+    open: impl FnOnce(&OpenCtx) -> Result<Vec<Box<dyn Collector>>>,
+    emitter: impl FnOnce(Sink, &RunOpts) -> Box<dyn engine::Emitter>,
+) -> Result<()> {
     tracing::debug!("{tool}: arguments parsed");
     let sink = preflight(tool, common)?;
     let ctx = OpenCtx::new(common.scope(), common.run_opts());
     tracing::debug!("{tool}: host facts read, opening");
-    let mut collectors = vec![open(&ctx)?];
+    let mut collectors = open(&ctx)?;
     tracing::debug!("{tool}: attached");
     let mut emit = emitter(sink, &ctx.opts);
     let run = engine::run(&mut collectors, &ctx.opts, &ctx.facts, emit.as_mut());

@@ -201,13 +201,47 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         })
         .cloned()
         .collect();
+    // `why` (issue 27) on the pinned pipe only: on the switches of the process it follows
+    // (`--comm sched-pipe`: both ends of the pipe, every switch of the run), and on everyone else's
+    // (`--pid 1`: the filter first, in the kernel), beside libbpf-tools' offcputime and
+    // runqlat filtered the same way and offcputime on every thread.
+    let mut pinned = sched.clone();
+    pinned.extend([
+        tk_tool(
+            tk,
+            "tracekit why --comm sched-pipe (the traced process's switches)",
+            "why",
+            tkj("why", &["--comm", "sched-pipe"]),
+        ),
+        tk_tool(
+            tk,
+            "tracekit why --pid 1 (every switch another process's)",
+            "why",
+            tkj("why", &["--pid", "1"]),
+        ),
+        Tracer {
+            name: "libbpf-tools offcputime (every thread)".into(),
+            argv: s(&["offcputime"]),
+            ready: Ready::Programs,
+        },
+        Tracer {
+            name: "libbpf-tools offcputime -p 1".into(),
+            argv: s(&["offcputime", "-p", "1"]),
+            ready: Ready::Programs,
+        },
+        Tracer {
+            name: "libbpf-tools runqlat -p 1".into(),
+            argv: s(&["stdbuf", "-oL", "runqlat", "-p", "1"]),
+            ready: Ready::Line("Tracing"),
+        },
+    ]);
     let mut cases: Vec<(Workload, Vec<Tracer>)> = vec![
         (
             Workload::Pipe {
                 loops,
                 pinned: true,
             },
-            sched.clone(),
+            pinned,
         ),
         (
             Workload::Pipe {

@@ -34,6 +34,9 @@ pub(super) enum Ready {
     /// `perf record` prints nothing until it ends: attached once the process holds a perf
     /// event fd per online CPU (or more) and the count has not changed for 300 ms.
     PerfEvents,
+    /// A BPF tool that prints nothing when it attaches (libbpf-tools offcputime): attached once
+    /// the process holds programs and the set has not changed for 300 ms.
+    Programs,
 }
 
 #[derive(Clone, Debug)]
@@ -121,6 +124,15 @@ fn start(t: &Tracer) -> Result<Running> {
         settle_perf_events(r.child.id(), deadline(20))?;
         return Ok(r);
     }
+    if let Ready::Programs = t.ready {
+        settle_programs(r.child.id(), deadline(20));
+        anyhow::ensure!(
+            !prog_ids(r.child.id()).is_empty(),
+            "{} loaded no BPF program",
+            t.name
+        );
+        return Ok(r);
+    }
     let deadline = deadline(20);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -131,7 +143,7 @@ fn start(t: &Tracer) -> Result<Running> {
         let ok = match &t.ready {
             Ready::JsonMeta => line.contains("\"type\":\"meta\""),
             Ready::Line(s) => line.contains(s),
-            Ready::NotHere(_) | Ready::PerfEvents => false,
+            Ready::NotHere(_) | Ready::PerfEvents | Ready::Programs => false,
         };
         if ok {
             if !matches!(t.ready, Ready::JsonMeta) {

@@ -108,6 +108,7 @@ pub const HOOKS: &[Hook] = &[
 
 const EXAMPLES: &str = "  tracekit why --pid 4711 --duration 10s             # where its time goes, and who is behind each part
   tracekit why --pid 4711 --threads --duration 10s   # per thread: which thread waits on which
+  tracekit why --pid 4711 --detail --cpu             # and the fsyncs, stalls, devices and functions behind the parts
   tracekit why --comm postgres --interval 2s --duration 30s --json";
 
 const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on a kernel with BTF (task_struct's \
@@ -123,10 +124,58 @@ pub struct Args {
     /// Part rows shown, most time first (0: all). JSON has every row.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub rows: usize,
+
+    /// Also sample its CPU (`profile`'s sampler, same scope): the top functions of its running
+    /// part, in the same windows.
+    #[arg(long)]
+    pub cpu: bool,
+
+    /// Also run the collectors behind the blocked parts in the same windows: fsync-lat (which
+    /// calls, how long) and memstall (which stall, which cgroup) for the same processes, and
+    /// io-lat for the whole node (the devices it waits on and who else issues to them).
+    #[arg(long)]
+    pub detail: bool,
+}
+
+/// The other tools `--cpu` and `--detail` run beside why, and whether each follows why's
+/// scope (io-lat does not: a device's other issuers are the point).
+fn companions(args: &Args) -> Vec<(&'static str, bool)> {
+    let mut v = Vec::new();
+    if args.cpu {
+        v.push(("profile", true));
+    }
+    if args.detail {
+        v.extend([("fsync-lat", true), ("memstall", true), ("io-lat", false)]);
+    }
+    v
 }
 
 pub fn run(args: Args) -> Result<()> {
-    tools::run_collector(INFO.name, &args.common, |ctx| open(&args, ctx))
+    tools::run_collectors(INFO.name, &args.common, |ctx| {
+        let mut why = open_why(&args, ctx)?;
+        let mut all: Vec<Box<dyn Collector>> = Vec::new();
+        for (tool, scoped) in companions(&args) {
+            let node;
+            let c = if scoped {
+                ctx
+            } else {
+                let mut n = OpenCtx::new(Scope::default(), ctx.opts.clone());
+                n.facts = ctx.facts.clone();
+                node = n;
+                &node
+            };
+            match tools::open_default(tool, c) {
+                Some(Ok(col)) => all.push(col),
+                Some(Err(e)) => why.cannot.push(format!(
+                    "{tool} could not run beside it: {}",
+                    crate::error::one_line(&e)
+                )),
+                None => {}
+            }
+        }
+        all.insert(0, Box::new(why));
+        Ok(all)
+    })
 }
 
 /// A thread's state as `/proc/<tid>/stat` tells it, for seeding.
@@ -171,6 +220,10 @@ fn processes(scope: &Scope) -> Vec<u32> {
 
 /// Loads why's programs, attaches them, and seeds the threads in scope.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(open_why(args, ctx)?))
+}
+
+fn open_why(args: &Args, ctx: &OpenCtx) -> Result<Why> {
     let scope = &ctx.scope;
     if scope.by_container {
         return Err(Error::Usage(
@@ -226,9 +279,10 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         has_state,
         rows: args.rows,
         seeded: 0,
+        cannot: Vec::new(),
     };
     why.seed()?;
-    Ok(Box::new(why))
+    Ok(why)
 }
 
 /// The part of an interval still going at a window's end that the window counted.
@@ -256,6 +310,8 @@ struct Why {
     has_state: bool,
     rows: usize,
     seeded: usize,
+    /// Companions of `--cpu`/`--detail` that could not run here, and why.
+    cannot: Vec<String>,
 }
 
 /// A row's threads added up: tgid, comm, threads, parts, waits.
@@ -644,6 +700,7 @@ impl Collector for Why {
             ));
         }
         out.note_skipped(&self.session.skipped);
+        out.notes.extend(self.cannot.iter().cloned());
         if summaries.is_empty() {
             out.notes
                 .push("no thread in scope ran or waited in the window".into());
