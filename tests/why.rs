@@ -358,6 +358,16 @@ fn memcg_reclaim_is_the_memory_part_and_agrees_with_memstall() {
     let _ = std::fs::remove_dir_all(&dir);
     cg.remove();
     let pid = n(&w, "pid");
+    let f: Vec<&Value> = why
+        .iter()
+        .filter(|l| l["type"] == "finding" && l["pid"] == pid)
+        .collect();
+    // (It exits before the window ends: its cgroup is not named, the cause is.)
+    assert!(
+        f.iter().any(|f| f["cause"] == "memcg-limit"
+            && f["summary"].as_str().unwrap().contains("memcg reclaim")),
+        "{f:?}"
+    );
     let s = rows(&why, "summary", pid);
     assert_eq!(s.len(), 1, "{why_err} {why:?}");
     let p = parts(s[0]);

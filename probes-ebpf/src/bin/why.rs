@@ -38,7 +38,7 @@ use probes_common::{
     },
 };
 use probes_ebpf::{
-    allowed, atomic_add, generation, get_or_insert_copy, hist_record,
+    allowed, atomic_add, filtering_pids, generation, get_or_insert_copy, hist_record,
     kread::{Direct, Kread, Probe},
     ro, slot, stat,
 };
@@ -147,49 +147,12 @@ fn credit_by(t: &WhyTask, pid: u32, state: u32, stack: i32, ns: u64, gen: u32) {
 
 #[inline(always)]
 fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, state: u64) {
-    // SAFETY: no arguments; reads the monotonic clock.
-    let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, pid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    let gen = generation();
-    let runnable = preempt || (ro(&WHY_HAS_STATE) != 0 && state == 0);
-    if pid != 0 {
-        if let Some(t) = WHY_TASKS.get_ptr_mut(pid) {
-            // SAFETY: a live map value; only this thread's own events change it.
-            let t = unsafe { &mut *t };
-            stat(stats::EVENTS);
-            if t.state == EXITING {
-                let _ = WHY_TASKS.remove(pid);
-            } else if ro(&WHY_HAS_STATE) != 0 && state & TASK_DEAD != 0 && !preempt {
-                credit_running(t, pid, now, gen);
-                let _ = WHY_TASKS.remove(pid);
-            } else {
-                credit_running(t, pid, now, gen);
-                t.since_ns = now;
-                if runnable {
-                    t.state = RUNNABLE_PREEMPT;
-                    t.stack = NO_STACK;
-                } else {
-                    t.state = BLOCKED;
-                    t.stack = kernel_stack(ctx);
-                }
-            }
-        } else if allowed(tgid) {
-            // In scope but never seen: created before the wakeup_new hook was attached, or
-            // missed by the seeding. Its time from here on counts.
-            stat(STAT_UNSEEN);
-            let t = WhyTask {
-                since_ns: now,
-                tgid,
-                state: if runnable { RUNNABLE_PREEMPT } else { BLOCKED },
-                stack: if runnable { NO_STACK } else { kernel_stack(ctx) },
-                mem: 0,
-                comm: bpf_get_current_comm().unwrap_or([0; 16]),
-            };
-            if WHY_TASKS.insert(pid, t, 0).is_err() {
-                stat(stats::START_MAP_FULL);
-            }
-        }
+    // With --pid the filter comes first: a switch-out of a process out of scope costs one
+    // lookup, and the clock is read only for threads in scope.
+    if pid != 0 && (!filtering_pids() || allowed(tgid)) {
+        on_switch_out(ctx, preempt, state, tgid, pid);
     }
     let npid = R::u32(next, ro(&WHY_PID_OFF));
     if npid == 0 {
@@ -200,6 +163,9 @@ fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, sta
     };
     // SAFETY: a live map value; only this thread's own events change it.
     let t = unsafe { &mut *t };
+    // SAFETY: no arguments; reads the monotonic clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let gen = generation();
     let ns = now.saturating_sub(t.since_ns);
     match t.state {
         RUNNABLE_WAKEUP | RUNNABLE_PREEMPT => {
@@ -220,6 +186,52 @@ fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, sta
     t.state = RUNNING;
     t.stack = NO_STACK;
     t.since_ns = now;
+}
+
+/// The outgoing thread (`current`, in scope as far as `--pid` goes) ends its time on the CPU.
+#[inline(always)]
+fn on_switch_out<C: StackIdContext>(ctx: &C, preempt: bool, state: u64, tgid: u32, pid: u32) {
+    let runnable = preempt || (ro(&WHY_HAS_STATE) != 0 && state == 0);
+    if let Some(t) = WHY_TASKS.get_ptr_mut(pid) {
+        // SAFETY: a live map value; only this thread's own events change it.
+        let t = unsafe { &mut *t };
+        stat(stats::EVENTS);
+        // SAFETY: no arguments; reads the monotonic clock.
+        let now = unsafe { bpf_ktime_get_ns() };
+        let gen = generation();
+        if t.state == EXITING {
+            let _ = WHY_TASKS.remove(pid);
+        } else if ro(&WHY_HAS_STATE) != 0 && state & TASK_DEAD != 0 && !preempt {
+            credit_running(t, pid, now, gen);
+            let _ = WHY_TASKS.remove(pid);
+        } else {
+            credit_running(t, pid, now, gen);
+            t.since_ns = now;
+            if runnable {
+                t.state = RUNNABLE_PREEMPT;
+                t.stack = NO_STACK;
+            } else {
+                t.state = BLOCKED;
+                t.stack = kernel_stack(ctx);
+            }
+        }
+    } else if allowed(tgid) {
+        // In scope but never seen: created before the wakeup_new hook was attached, renamed
+        // into --comm, or missed by the seeding. Its time from here on counts.
+        stat(STAT_UNSEEN);
+        let t = WhyTask {
+            // SAFETY: no arguments; reads the monotonic clock.
+            since_ns: unsafe { bpf_ktime_get_ns() },
+            tgid,
+            state: if runnable { RUNNABLE_PREEMPT } else { BLOCKED },
+            stack: if runnable { NO_STACK } else { kernel_stack(ctx) },
+            mem: 0,
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        };
+        if WHY_TASKS.insert(pid, t, 0).is_err() {
+            stat(stats::START_MAP_FULL);
+        }
+    }
 }
 
 /// `sched_switch`'s `prev_state` argument, or 0 on kernels that do not pass it.

@@ -153,6 +153,9 @@ pub fn findings(summaries: &[SummaryRow], parts: &[PartRow], secs: f64) -> Vec<F
             fmt_ns(top.lat.s.p99_ns),
             fmt_ns(top.lat.s.max_ns)
         );
+        if part == Part::Memory {
+            subject = subject.with_cgroup(s.cgroup.clone());
+        }
         let culprit_text = match (part, top.by_ppm) {
             (Part::Runnable | Part::Lock, Some(p)) if top.by_pid.is_some() => format!(
                 "; mostly {} {} ({:.0} % of it)",
@@ -164,6 +167,16 @@ pub fn findings(summaries: &[SummaryRow], parts: &[PartRow], secs: f64) -> Vec<F
                 top.by_text(),
                 p as f64 / 1e4
             ),
+            (Part::Memory, _) if top.what == "memcg reclaim" => s
+                .cgroup
+                .as_ref()
+                .map(|c| {
+                    format!(
+                        "; its memory cgroup {} is at its limit",
+                        crate::report::sanitize::text(c.as_bytes())
+                    )
+                })
+                .unwrap_or_default(),
             _ => String::new(),
         };
         let rest = the_rest(s, part);
@@ -255,6 +268,37 @@ mod tests {
             Some("tracekit fsync-lat --pid 42 --duration 10s")
         );
         assert_eq!(f[0].score, Score::NsPerS(300_000_000));
+    }
+
+    #[test]
+    fn memcg_reclaim_names_the_cgroup_at_its_limit() {
+        let mut s = SummaryRow::new(
+            id(),
+            1,
+            &[1_000_000_000, 0, 0, 2_000_000_000, 0, 0, 7_000_000_000, 0],
+        );
+        s.cgroup = Some("/batch".into());
+        let p = PartRow::new(
+            id(),
+            Part::Memory,
+            "memcg reclaim".into(),
+            2_000_000_000,
+            s.wall_ns,
+            &hist(&[5_000_000; 400]),
+        );
+        let f = findings(&[s], &[p], 10.0);
+        assert_eq!(f[0].cause, memstall::MEMCG_LIMIT);
+        assert_eq!(f[0].subject.cgroup.as_deref(), Some("/batch"));
+        assert!(
+            f[0].summary
+                .contains("its memory cgroup /batch is at its limit"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(
+            f[0].next.as_deref(),
+            Some("tracekit memstall --pid 42 --duration 10s")
+        );
     }
 
     #[test]

@@ -510,6 +510,25 @@ impl Collector for Why {
         Some(&mut self.session)
     }
 
+    /// Often enough to learn the facts (title, memory cgroup, container) of a process in scope
+    /// that lives a fraction of a second, before it exits.
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(250))
+    }
+
+    fn on_events(&mut self) -> Result<()> {
+        let tgids: std::collections::BTreeSet<u32> =
+            self.tasks()?.into_iter().map(|(_, t)| t.tgid).collect();
+        let mut facts = self.facts.lock();
+        for tgid in tgids {
+            if facts.known(tgid).is_none() {
+                facts.learn(tgid);
+                let _ = crate::host::container::of_pid(tgid);
+            }
+        }
+        Ok(())
+    }
+
     fn collect(&mut self, w: &Window) -> Result<Output> {
         let drained = self
             .parts
@@ -640,7 +659,13 @@ impl Collector for Why {
         for (id, (tgid, comm, nthreads, parts, waits)) in groups {
             let title = Title::cached(&mut self.facts.lock(), tgid);
             let who = || Id::new(id, tgid, threads, comm.clone(), title.clone());
-            let s = SummaryRow::new(who(), nthreads, &parts);
+            let mut s = SummaryRow::new(who(), nthreads, &parts);
+            // Read again while it lives (it may have moved since it was first seen), else as
+            // learnt.
+            let cg = crate::host::facts::ProcFacts::read(tgid)
+                .and_then(|f| f.cgroup)
+                .or_else(|| self.facts.lock().get(tgid).and_then(|f| f.cgroup.clone()));
+            s.cgroup = cg.map(|c| String::from_utf8_lossy(&c).into_owned());
             for ((part, what), wt) in waits {
                 if wt.ns == 0 && wt.hist.count == 0 {
                     continue;

@@ -35,6 +35,9 @@ pub struct SummaryRow {
     /// Runnable, storage, memory and lock time: what it lost to others, parts per million of
     /// its wall time.
     pub harm_ppm: u64,
+    /// Its memory cgroup (the findings' subject carries it: a memory part is its limit at work).
+    #[serde(skip)]
+    pub cgroup: Option<String>,
 }
 
 impl crate::report::rows::Row for SummaryRow {
@@ -65,6 +68,7 @@ impl SummaryRow {
             sleep_ns: parts[6],
             other_ns: parts[7],
             harm_ppm: ppm(harm, wall as f64),
+            cgroup: None,
         }
     }
 
