@@ -38,9 +38,11 @@ use crate::{
 pub mod classify;
 mod findings;
 pub mod rows;
+mod threads;
 
 use classify::{classify, Part};
 use rows::*;
+use threads::*;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "why",
@@ -178,46 +180,6 @@ pub fn run(args: Args) -> Result<()> {
     })
 }
 
-/// A thread's state as `/proc/<tid>/stat` tells it, for seeding.
-fn seed_of(pid: u32, tid: u32) -> Option<(u32, Vec<u8>, Vec<String>)> {
-    let base = format!("{pid}/task/{tid}");
-    let stat = crate::host::read_text_capped(
-        &crate::host::proc_path(&format!("{base}/stat")),
-        crate::host::SMALL_FILE,
-    )
-    .ok()?;
-    // `tid (comm) S ...`: the comm may hold spaces and parentheses; the state follows the last `)`.
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.as_bytes().to_vec();
-    let state = rest.trim_start().chars().next()?;
-    if matches!(state, 'S' | 'D' | 'I') {
-        let stack = crate::host::read_text_capped(
-            &crate::host::proc_path(&format!("{base}/stack")),
-            crate::host::SMALL_FILE,
-        )
-        .map(|t| classify::proc_stack(&t))
-        .unwrap_or_default();
-        Some((BLOCKED_BEFORE, comm, stack))
-    } else if matches!(state, 'R') {
-        Some((RUNNING, comm, Vec::new()))
-    } else {
-        None
-    }
-}
-
-/// The processes in scope now (by `--pid`/`--container`, else every process whose comm or a
-/// thread's comm is `--comm`).
-fn processes(scope: &Scope) -> Vec<u32> {
-    if !scope.pids.is_empty() {
-        return scope.pids.clone();
-    }
-    let Ok(dir) = std::fs::read_dir(crate::host::proc_path("")) else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
 /// Loads why's programs, attaches them, and seeds the threads in scope.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     Ok(Box::new(open_why(args, ctx)?))
@@ -285,14 +247,6 @@ fn open_why(args: &Args, ctx: &OpenCtx) -> Result<Why> {
     Ok(why)
 }
 
-/// The part of an interval still going at a window's end that the window counted.
-#[derive(Clone, Debug)]
-struct Carry {
-    since_ns: u64,
-    part: Part,
-    what: String,
-}
-
 struct Why {
     session: Session,
     parts: GenMap<WhyKey, WhyVal>,
@@ -312,60 +266,6 @@ struct Why {
     seeded: usize,
     /// Companions of `--cpu`/`--detail` that could not run here, and why.
     cannot: Vec<String>,
-}
-
-/// A row's threads added up: tgid, comm, threads, parts, waits.
-type Group = (u32, Vec<u8>, u64, [u64; 8], BTreeMap<(Part, String), Wait>);
-
-/// One thread's window.
-#[derive(Default)]
-struct ThreadAcc {
-    tgid: u32,
-    comm: Vec<u8>,
-    parts: [u64; 8],
-    waits: BTreeMap<(Part, String), Wait>,
-}
-
-#[derive(Clone)]
-struct Wait {
-    ns: u64,
-    hist: LatHist,
-    /// Who ended them: (tgid, tid) → (comm, ns).
-    by: BTreeMap<(u32, u32), (Vec<u8>, u64)>,
-}
-
-impl Default for Wait {
-    fn default() -> Wait {
-        Wait {
-            ns: 0,
-            hist: LatHist::ZERO,
-            by: BTreeMap::new(),
-        }
-    }
-}
-
-impl ThreadAcc {
-    fn add(&mut self, part: Part, what: &str, ns: i128, hist: Option<&LatHist>) {
-        let w = self.waits.entry((part, what.to_string())).or_default();
-        w.ns = (w.ns as i128 + ns).max(0) as u64;
-        let p = &mut self.parts[part as usize];
-        *p = (*p as i128 + ns).max(0) as u64;
-        if let Some(h) = hist {
-            w.hist.merge(h);
-        }
-    }
-}
-
-/// Whether process `tgid` holds a socket (a poll or epoll wait is then a network wait).
-fn holds_sockets(tgid: u32) -> bool {
-    let Ok(dir) = std::fs::read_dir(crate::host::proc_path(&format!("{tgid}/fd"))) else {
-        return false;
-    };
-    dir.take(4096).filter_map(|e| e.ok()).any(|e| {
-        std::fs::read_link(e.path())
-            .map(|l| l.to_string_lossy().starts_with("socket:"))
-            .unwrap_or(false)
-    })
 }
 
 impl Why {
