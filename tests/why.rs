@@ -120,6 +120,59 @@ fn computing_sleeping_and_fsyncing_add_up_to_the_wall_time() {
     assert!(n(fsync, "max_ns") >= n(fsync, "p99_ns"), "{fsync}");
 }
 
+/// `--container NAME` follows the container's processes and the children they fork (a shell
+/// running `sleep` in a loop): each row is in the container and adds up, the sleeps are sleep,
+/// and the shell's waits for its children are no finding.
+#[test]
+fn a_container_is_followed_with_the_children_it_forks() {
+    require_root();
+    let _g = serial();
+    tracekit_tests::podman::podman_ready();
+    let me = std::process::id();
+    let dir = scratch("why-container");
+    let name = format!("tk-why-ct-{me}");
+    let mut pod =
+        tracekit_tests::podman::Pod::import(&format!("localhost/tk-why-{me}:latest"), &dir, &[])
+            .owning(&dir);
+    let shell = pod.run(&name, &["sh", "-c", "while :; do sleep 0.05; done"]);
+    let tk = Tracer::spawn(&["why", "--container", &name, "--json", "--duration", "3s"]);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    drop(pod);
+    assert!(status.success(), "{stderr}");
+    let rows: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["tool"] == "why" && l["type"] == "summary")
+        .collect();
+    assert!(
+        rows.len() >= 10,
+        "the shell and the sleeps it forked: {rows:?}"
+    );
+    let (mut wall, mut sleep) = (0, 0);
+    for r in &rows {
+        assert_eq!(r["container"], name.as_str(), "{r}");
+        let p = parts(r);
+        wall += n(r, "wall_ns");
+        sleep += p[6];
+    }
+    assert!(
+        rows.iter().any(|r| n(r, "pid") == u64::from(shell)),
+        "the container's first process {shell}: {rows:?}"
+    );
+    // The sleeps sleep; the shell waits for them (other: a child process, not harm).
+    assert!(sleep * 4 >= wall, "sleep {sleep} of {wall} ns: {rows:?}");
+    // (Beside other load a child may really wait for a CPU: only the waits for children are
+    // held to no finding.)
+    assert!(
+        !lines.iter().any(|l| l["type"] == "finding"
+            && (l["cause"] == "off-cpu"
+                || l["summary"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("child process"))),
+        "a shell waiting for its children is no finding: {lines:?}"
+    );
+}
+
 /// `--detail --cpu` runs the collectors behind the parts in the same run and the same output:
 /// fsync-lat's calls for the same process hold why's fsync part (its blocked time inside them,
 /// never more than the calls' time), profile samples its running part, and io-lat sees the

@@ -217,8 +217,6 @@ const LOCK: &[(&str, &str)] = &[
     ("pipe_read", "pipe (another process)"),
     ("pipe_write", "pipe (another process)"),
     ("pipe_wait", "pipe (another process)"),
-    ("do_wait", "a child process (wait4)"),
-    ("kernel_wait4", "a child process (wait4)"),
     ("flock_lock_inode_wait", "file lock"),
     ("posix_lock_inode_wait", "file lock"),
     ("locks_lock_inode_wait", "file lock"),
@@ -252,6 +250,13 @@ const POLL: &[&str] = &[
     "do_select",
     "do_sys_poll",
     "do_poll",
+];
+
+/// A parent waiting for its child (a shell, a supervisor): the child's time, not harm.
+const CHILD: &[(&str, &str)] = &[
+    ("do_wait", "a child process (wait4)"),
+    ("kernel_wait4", "a child process (wait4)"),
+    ("kernel_waitid", "a child process (waitid)"),
 ];
 
 const SLEEP: &[(&str, &str)] = &[
@@ -322,6 +327,9 @@ pub fn classify(frames: &[&str], sockets: bool) -> Class {
     }
     if let Some(w) = find(frames, SLEEP) {
         return Class::of(Part::Sleep, w);
+    }
+    if let Some(w) = find(frames, CHILD) {
+        return Class::of(Part::Other, w);
     }
     let wait = frames
         .iter()
@@ -445,6 +453,16 @@ mod tests {
                 "filemap_fault"
             ]),
             (Part::Storage, "page-cache read".into())
+        );
+        assert_eq!(
+            c(&[
+                "__schedule",
+                "schedule",
+                "do_wait",
+                "kernel_wait4",
+                "__do_sys_wait4"
+            ]),
+            (Part::Other, "a child process (wait4)".into())
         );
         // The flush under an fsync is still the fsync.
         assert_eq!(

@@ -31,7 +31,7 @@ use probes_common::{
 
 use crate::{
     host::kallsyms::Symbolizer,
-    report::who::{Id, Title},
+    report::who::{Id, InContainer, Title},
     tools::prelude::*,
 };
 
@@ -66,9 +66,13 @@ pub const INFO: ToolInfo = ToolInfo {
 
 const OBJECT: Object = crate::object!("why");
 
-/// The wakeup hook first, so no block is seen before its wakeups are; the switch last.
+/// The wakeup hook first, so no block is seen before its wakeups are; then the switch, so
+/// every state the later hooks create is followed from its start (a child forked while
+/// `sched_wakeup_new` was attached but `sched_switch` not yet was left runnable from its fork
+/// until its last switch-in: one such child in each run of a shell forking every 50 ms).
 pub const HOOKS: &[Hook] = &[
     crate::hook!("sched:sched_waking", "tk_why_waking", [TpBtf, RawTp]),
+    crate::hook!("sched:sched_switch", "tk_why_switch", [TpBtf, RawTp]),
     crate::hook!(
         "sched:sched_wakeup_new",
         "tk_why_wakeup_new",
@@ -105,7 +109,6 @@ pub const HOOKS: &[Hook] = &[
         [TpBtf, RawTp],
         optional: true,
     ),
-    crate::hook!("sched:sched_switch", "tk_why_switch", [TpBtf, RawTp]),
 ];
 
 const EXAMPLES: &str = "  tracekit why --pid 4711 --duration 10s             # where its time goes, and who is behind each part
@@ -242,6 +245,10 @@ fn open_why(args: &Args, ctx: &OpenCtx) -> Result<Why> {
         rows: args.rows,
         seeded: 0,
         cannot: Vec::new(),
+        container: scope
+            .container
+            .as_deref()
+            .and_then(|q| crate::host::container::pids_of(q).1),
     };
     why.seed()?;
     Ok(why)
@@ -266,6 +273,8 @@ struct Why {
     seeded: usize,
     /// Companions of `--cpu`/`--detail` that could not run here, and why.
     cannot: Vec<String>,
+    /// The container `--container` named.
+    container: Option<std::sync::Arc<crate::host::container::Container>>,
 }
 
 impl Why {
@@ -413,7 +422,14 @@ impl Collector for Why {
     /// Often enough to learn the facts (title, memory cgroup, container) of a process in scope
     /// that lives a fraction of a second, before it exits.
     fn poll_interval(&self) -> Option<std::time::Duration> {
-        Some(std::time::Duration::from_millis(250))
+        // Narrowed to a few processes, often; over the whole node (a walk of every thread's
+        // state), once a second.
+        let scoped = !self.scope.pids.is_empty() || self.scope.comm.is_some();
+        Some(std::time::Duration::from_millis(if scoped {
+            100
+        } else {
+            1000
+        }))
     }
 
     fn on_events(&mut self) -> Result<()> {
@@ -558,7 +574,15 @@ impl Collector for Why {
         let mut part_rows = Vec::new();
         for (id, (tgid, comm, nthreads, parts, waits)) in groups {
             let title = Title::cached(&mut self.facts.lock(), tgid);
-            let who = || Id::new(id, tgid, threads, comm.clone(), title.clone());
+            let who = || {
+                let mut who = Id::new(id, tgid, threads, comm.clone(), title.clone());
+                // With --container every process in scope is the container's, those that
+                // exited before they could be looked up too (a shell's short-lived children).
+                if who.container.container.is_none() && self.container.is_some() {
+                    who.container = InContainer::of(self.container.clone());
+                }
+                who
+            };
             let mut s = SummaryRow::new(who(), nthreads, &parts);
             // Read again while it lives (it may have moved since it was first seen), else as
             // learnt.
