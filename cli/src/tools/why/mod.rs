@@ -112,8 +112,7 @@ pub const HOOKS: &[Hook] = &[
 ];
 
 const EXAMPLES: &str = "  tracekit why --pid 4711 --duration 10s             # where its time goes, and who is behind each part
-  tracekit why --pid 4711 --threads --duration 10s   # per thread: which thread waits on which
-  tracekit why --pid 4711 --detail --cpu             # and the fsyncs, stalls, devices and functions behind the parts
+  tracekit why --pid 4711 --threads --detail --cpu --duration 10s   # per thread, with the fsyncs, stalls, devices and functions behind it
   tracekit why --comm postgres --interval 2s --duration 30s --json";
 
 const NEEDS: &str = "root, or exactly CAP_BPF and CAP_PERFMON on a kernel with BTF (task_struct's \
