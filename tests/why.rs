@@ -37,6 +37,15 @@ fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The summary row of thread `tid` of process `pid` (a `--threads` run).
+fn thread_row(lines: &[Value], pid: u64, tid: u64) -> &Value {
+    let s = rows(lines, "summary", pid);
+    s.iter()
+        .find(|r| r["tid"] == tid)
+        .copied()
+        .unwrap_or_else(|| panic!("no row for thread {tid}: {s:?}"))
+}
+
 /// The parts of a summary row, and that they add up to its wall time.
 fn parts(s: &Value) -> [u64; 8] {
     let p = [
@@ -272,11 +281,7 @@ fn a_thread_waiting_on_a_mutex_names_the_holder() {
     let pid = n(&w, "pid");
     let waiter = n(&w, "waiter_tid");
     let holder = n(&w, "holder_tid");
-    let s = rows(&lines, "summary", pid);
-    let ws = s
-        .iter()
-        .find(|r| r["tid"] == waiter)
-        .unwrap_or_else(|| panic!("no row for the waiter {waiter}: {s:?}"));
+    let ws = thread_row(&lines, pid, waiter);
     let p = parts(ws);
     let wall = n(ws, "wall_ns");
     eprintln!("waiter: {ws}\nworkload: {w}");
@@ -328,11 +333,7 @@ fn a_reader_of_a_slow_socket_waits_on_the_network_without_a_finding() {
     let (w, lines) = why_around(&["--comm", "tkwhy-net", "--threads"], &["why-net", "3"]);
     let pid = n(&w, "pid");
     let reader = n(&w, "reader_tid");
-    let s = rows(&lines, "summary", pid);
-    let rs = s
-        .iter()
-        .find(|r| r["tid"] == reader)
-        .unwrap_or_else(|| panic!("no row for the reader {reader}: {s:?}"));
+    let rs = thread_row(&lines, pid, reader);
     let p = parts(rs);
     eprintln!("reader: {rs}");
     let got = pct(p[5], n(rs, "wall_ns"));
