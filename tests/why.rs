@@ -30,6 +30,23 @@ fn why_around(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
     (w, lines)
 }
 
+/// `why --pid` on a workload started first and parked until `why` is attached (the
+/// `tracekit why --pid N` of the field: a process that is already running).
+fn why_pid_around(args: &[&str], workload: &[&str]) -> (Value, Vec<Value>) {
+    let parked = Parked::start(workload);
+    let pid = parked.pid.to_string();
+    let mut a = vec!["why", "--pid", &pid];
+    a.extend_from_slice(args);
+    a.push("--json");
+    let mut tk = Tracer::spawn(&a);
+    tk.wait_attached();
+    let w = parked.go();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "exit {status}: {stderr}");
+    (w, lines)
+}
+
 fn rows<'a>(lines: &'a [Value], kind: &str, pid: u64) -> Vec<&'a Value> {
     lines
         .iter()
@@ -275,12 +292,13 @@ fn each_interval_adds_up_to_its_own_length() {
 }
 
 /// A thread blocked on a mutex another thread holds: the lock part, the holder named as the
-/// one who ended its waits.
+/// one who ended its waits. With `--pid` (one process: the kernel's filter is a compare), on a
+/// process already running when `why` starts, whose threads it creates later.
 #[test]
 fn a_thread_waiting_on_a_mutex_names_the_holder() {
     require_root();
     let _g = serial();
-    let (w, lines) = why_around(&["--comm", "tkwhy-lock", "--threads"], &["why-lock", "3"]);
+    let (w, lines) = why_pid_around(&["--threads"], &["why-lock", "3"]);
     let pid = n(&w, "pid");
     let waiter = n(&w, "waiter_tid");
     let holder = n(&w, "holder_tid");

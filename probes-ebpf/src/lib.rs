@@ -58,6 +58,10 @@ pub fn second_arg(args: *const u64) -> u64 {
 static FILTER_PIDS_ON: u8 = 0;
 #[no_mangle]
 static FILTER_COMM_ON: u8 = 0;
+/// `--pid N` alone (one process, no `--children`, so the set never changes): its tgid, and the
+/// pid filter is one compare instead of a hash lookup on every event; 0 otherwise.
+#[no_mangle]
+static FILTER_ONE_PID: u32 = 0;
 #[no_mangle]
 static FILTER_COMM: [u8; COMM_LEN] = [0; COMM_LEN];
 
@@ -166,12 +170,27 @@ pub fn filtering_pids() -> bool {
     ro(&FILTER_PIDS_ON) != 0
 }
 
+/// False when a task (any task, not only the current one) of the process whose tgid `tgid`
+/// reads certainly fails `--pid`: with one process to trace that costs a compare, and lets a
+/// hook on other tasks' events (the incoming task of a switch, the woken one) skip its own map
+/// lookup. `tgid` is read only then.
+#[inline(always)]
+pub fn may_pass_pid(tgid: impl FnOnce() -> u32) -> bool {
+    let one = ro(&FILTER_ONE_PID);
+    one == 0 || tgid() == one
+}
+
 /// Whether the current task passes `--pid` / `--comm`.
 #[inline(always)]
 pub fn allowed(tgid: u32) -> bool {
     if ro(&FILTER_PIDS_ON) != 0 {
+        let one = ro(&FILTER_ONE_PID);
+        if one != 0 {
+            if tgid != one {
+                return false;
+            }
         // SAFETY: the value is only tested for presence.
-        if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
+        } else if unsafe { FILTER_PIDS.get(tgid) }.is_none() {
             return false;
         }
     }

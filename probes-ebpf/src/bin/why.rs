@@ -16,7 +16,9 @@
 //!   `memstall` times it; blocks inside reclaim are memory by their stack anyway.
 //!
 //! The pid filter comes first: only threads in `WHY_TASKS` cost more than one hash lookup, and
-//! only a thread whose process passes `--pid`/`--comm` gets there. Task fields read:
+//! only a thread whose process passes `--pid`/`--comm` gets there. With `--pid N` alone the
+//! filter is a compare of tgids (`may_pass_pid`) on the outgoing, incoming and woken task, and
+//! another process's switch costs no lookup at all. Task fields read:
 //! `task_struct.pid` and `.tgid` (offsets from BTF).
 #![no_std]
 #![no_main]
@@ -38,7 +40,7 @@ use probes_common::{
     },
 };
 use probes_ebpf::{
-    allowed, atomic_add, filtering_pids, generation, get_or_insert_copy, hist_record,
+    allowed, atomic_add, filtering_pids, generation, get_or_insert_copy, hist_record, may_pass_pid,
     kread::{Direct, Kread, Probe},
     ro, slot, stat,
 };
@@ -155,7 +157,7 @@ fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, sta
         on_switch_out(ctx, preempt, state, tgid, pid);
     }
     let npid = R::u32(next, ro(&WHY_PID_OFF));
-    if npid == 0 {
+    if npid == 0 || !may_pass_pid(|| R::u32(next, ro(&WHY_TGID_OFF))) {
         return;
     }
     let Some(t) = WHY_TASKS.get_ptr_mut(npid) else {
@@ -261,6 +263,9 @@ pub fn tk_why_switch_raw(ctx: RawTracePointContext) -> i32 {
 /// A blocked thread in scope is woken: its block ends, charged to the waker.
 #[inline(always)]
 fn on_waking<R: Kread>(task: u64) {
+    if !may_pass_pid(|| R::u32(task, ro(&WHY_TGID_OFF))) {
+        return;
+    }
     let pid = R::u32(task, ro(&WHY_PID_OFF));
     let Some(t) = WHY_TASKS.get_ptr_mut(pid) else {
         return;

@@ -54,6 +54,17 @@ pub struct Filter<'a> {
     pub children: bool,
 }
 
+impl Filter<'_> {
+    /// The one process of `--pid N` without `--children`: a set that never changes, which the
+    /// programs test with a compare (`FILTER_ONE_PID`); 0 for none or several.
+    pub fn one_pid(&self) -> u32 {
+        match self.pids {
+            [p] if !self.children => *p,
+            _ => 0,
+        }
+    }
+}
+
 /// The event `--children` follows forks on: it runs in the parent, before the child can run,
 /// and carries `clone_flags` (to skip new threads); present since Linux 3.x.
 static FOLLOW_FORKS: Hook = Hook::event("task:task_newtask");
@@ -273,6 +284,7 @@ impl Session {
             .global("FOLLOW_FLAGS_OFF", &flags_off)
             .global("FILTER_PIDS_ON", &u8::from(!filter.pids.is_empty()))
             .global("FILTER_COMM_ON", &u8::from(filter.comm.is_some()))
+            .global("FILTER_ONE_PID", &filter.one_pid())
             .global("FILTER_COMM", &filter.comm.unwrap_or([0; 16]));
         let t = std::time::Instant::now();
         let mut loader = loader_without_vmlinux_btf();
@@ -566,7 +578,21 @@ fn span_secs((from, to): (u64, u64)) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{span_secs, verifier_reason};
+    use super::{span_secs, verifier_reason, Filter};
+
+    #[test]
+    fn one_pid_only_for_a_set_that_never_changes() {
+        let f = |pids: &'static [u32], children| Filter {
+            pids,
+            comm: None,
+            children,
+        };
+        assert_eq!(f(&[42], false).one_pid(), 42);
+        // --children adds descendants to the map while running: the compare would miss them.
+        assert_eq!(f(&[42], true).one_pid(), 0);
+        assert_eq!(f(&[42, 43], false).one_pid(), 0);
+        assert_eq!(f(&[], false).one_pid(), 0);
+    }
 
     #[test]
     fn spans_are_seconds_and_never_zero() {
