@@ -202,8 +202,8 @@ fn a_container_is_followed_with_the_children_it_forks() {
 
 /// `--detail --cpu` runs the collectors behind the parts in the same run and the same output:
 /// fsync-lat's calls for the same process hold why's fsync part (its blocked time inside them,
-/// never more than the calls' time), profile samples its running part, and io-lat sees the
-/// whole node's devices.
+/// never more than the calls' time) and name the file, profile samples its running part, and
+/// io-lat sees the whole node's devices.
 #[test]
 fn detail_runs_the_collectors_behind_the_parts_in_the_same_run() {
     require_root();
@@ -240,6 +240,15 @@ fn detail_runs_the_collectors_behind_the_parts_in_the_same_run() {
     assert!(
         fsync_part <= calls && fsync_part * 2 >= calls,
         "why's fsync part {fsync_part} ns against fsync-lat's {calls} ns"
+    );
+    // Which file: fsync-lat runs with --by-file beside why.
+    let journal = file.to_str().unwrap();
+    assert!(
+        lines.iter().any(|l| l["tool"] == "fsync-lat"
+            && l["type"] == "file"
+            && l["pid"] == pid
+            && l["file"] == journal),
+        "fsync-lat names {journal}: {lines:?}"
     );
     let samples: u64 = lines
         .iter()

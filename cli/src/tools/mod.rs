@@ -137,9 +137,19 @@ macro_rules! registry {
 
         /// Opens collector `name` with its default options, for `triage` and the exporter.
         pub fn open_default(name: &str, ctx: &OpenCtx) -> Option<Result<Box<dyn Collector>>> {
+            open_with(name, &[], ctx)
+        }
+
+        /// Opens collector `name` with `flags` on top of its defaults, as on its command line
+        /// (`why --detail` asks fsync-lat for `--by-file`).
+        pub fn open_with(
+            name: &str,
+            flags: &[&str],
+            ctx: &OpenCtx,
+        ) -> Option<Result<Box<dyn Collector>>> {
             $(
                 if name == $tmodule::INFO.name {
-                    return Some(default_args::<$tmodule::Args>().and_then(|a| $tmodule::open(&a, ctx)));
+                    return Some(args_from::<$tmodule::Args>(flags).and_then(|a| $tmodule::open(&a, ctx)));
                 }
             )*
             None
@@ -304,11 +314,11 @@ pub fn could_not_run(cannot: &[(&'static str, String)]) -> Vec<serde_json::Value
         .collect()
 }
 
-/// A tool's options as its defaults would be on the command line (clap's `default_value`s
-/// included), for collectors opened without one.
-fn default_args<A: clap::Args + clap::FromArgMatches>() -> Result<A> {
+/// A tool's options as `flags` and its defaults would give them on the command line (clap's
+/// `default_value`s included), for collectors opened without one.
+fn args_from<A: clap::Args + clap::FromArgMatches>(flags: &[&str]) -> Result<A> {
     let cmd = A::augment_args(clap::Command::new("tracekit"));
-    cmd.try_get_matches_from(["tracekit"])
+    cmd.try_get_matches_from(std::iter::once("tracekit").chain(flags.iter().copied()))
         .and_then(|m| A::from_arg_matches(&m))
         .map_err(|e| crate::error::Error::Usage(e.to_string()))
 }
@@ -548,7 +558,9 @@ mod tests {
             assert!(sub.is_some(), "{} is not a subcommand", t.name);
             assert_eq!(sub.unwrap().is_hide_set(), t.hidden, "{}", t.name);
         }
-        assert!(default_args::<fsync_lat::Args>().is_ok());
+        assert!(args_from::<fsync_lat::Args>(&[]).is_ok());
+        assert!(args_from::<fsync_lat::Args>(&["--by-file"]).is_ok_and(|a| a.by_file));
+        assert!(args_from::<fsync_lat::Args>(&["--no-such-flag"]).is_err());
     }
 
     /// The README's generated blocks (`<!-- NAME:begin -->` … `<!-- NAME:end -->`) are what the

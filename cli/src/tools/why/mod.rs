@@ -135,21 +135,26 @@ pub struct Args {
     pub cpu: bool,
 
     /// Also run the collectors behind the blocked parts in the same windows: fsync-lat (which
-    /// calls, how long) and memstall (which stall, which cgroup) for the same processes, and
+    /// calls, on which files, how long) and memstall (which stall, which cgroup) for the same processes, and
     /// io-lat for the whole node (the devices it waits on and who else issues to them).
     #[arg(long)]
     pub detail: bool,
 }
 
-/// The other tools `--cpu` and `--detail` run beside why, and whether each follows why's
-/// scope (io-lat does not: a device's other issuers are the point).
-fn companions(args: &Args) -> Vec<(&'static str, bool)> {
+/// The other tools `--cpu` and `--detail` run beside why, with the flags they get, and whether
+/// each follows why's scope (io-lat does not: a device's other issuers are the point).
+/// fsync-lat names the file of each call (`--by-file`), which why's stacks cannot.
+fn companions(args: &Args) -> Vec<(&'static str, &'static [&'static str], bool)> {
     let mut v = Vec::new();
     if args.cpu {
-        v.push(("profile", true));
+        v.push(("profile", &[][..], true));
     }
     if args.detail {
-        v.extend([("fsync-lat", true), ("memstall", true), ("io-lat", false)]);
+        v.extend([
+            ("fsync-lat", &["--by-file"][..], true),
+            ("memstall", &[][..], true),
+            ("io-lat", &[][..], false),
+        ]);
     }
     v
 }
@@ -158,7 +163,7 @@ pub fn run(args: Args) -> Result<()> {
     tools::run_collectors(INFO.name, &args.common, |ctx| {
         let mut why = open_why(&args, ctx)?;
         let mut all: Vec<Box<dyn Collector>> = Vec::new();
-        for (tool, scoped) in companions(&args) {
+        for (tool, flags, scoped) in companions(&args) {
             let node;
             let c = if scoped {
                 ctx
@@ -168,7 +173,20 @@ pub fn run(args: Args) -> Result<()> {
                 node = n;
                 &node
             };
-            match tools::open_default(tool, c) {
+            // Without its flags (fsync-lat's --by-file needs the kernel's BTF) it still times
+            // the calls.
+            let opened = match tools::open_with(tool, flags, c) {
+                Some(Err(e)) if !flags.is_empty() => {
+                    why.cannot.push(format!(
+                        "{tool} {} could not run beside it ({}); it runs without",
+                        flags.join(" "),
+                        crate::error::one_line(&e)
+                    ));
+                    tools::open_default(tool, c)
+                }
+                o => o,
+            };
+            match opened {
                 Some(Ok(col)) => all.push(col),
                 Some(Err(e)) => why.cannot.push(format!(
                     "{tool} could not run beside it: {}",
