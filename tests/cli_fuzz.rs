@@ -116,6 +116,7 @@ fn own_flags(tool: &str) -> &'static [Flag] {
             ("--unwind", &["auto", "fp", "dwarf"], &["lbr", ""]),
             ("--folded", OUT, OUT),
             ("--svg", OUT, OUT),
+            ("--pprof", OUT, OUT),
         ],
         _ => &[],
     }

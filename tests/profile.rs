@@ -242,6 +242,74 @@ fn hot_function_matches_perf_and_is_in_the_flame_graph() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--pprof`: `go tool pprof -top` (Debian's golang-go) reads the file and lists the same
+/// functions with the same self counts as tracekit's own table, over the same total.
+#[test]
+fn pprof_output_reads_in_go_tool_pprof_as_the_table_says() {
+    require_root();
+    let dir = scratch("profile-pprof");
+    let bin = build_c(&dir, "tk_hot", &hot_c());
+    let pb = dir.join("cpu.pb.gz");
+    let tk = profile_fp("tk_hot", &["--pprof", pb.to_str().unwrap()]);
+    let run = Command::new(&bin).arg("3").status().expect("tk_hot");
+    assert!(run.success());
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    let out = output_ok(
+        Command::new("go")
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                "-nodecount=1000",
+                "-sample_index=samples",
+                "-symbolize=none",
+            ])
+            .arg(&pb)
+            .env("HOME", &dir),
+        "go tool pprof -top (Debian package golang-go)",
+    );
+    let text = String::from_utf8_lossy(&out);
+    // `flat flat% sum% cum cum% name`, one function per line after the header.
+    let mut flat: HashMap<String, u64> = HashMap::new();
+    for l in text.lines() {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        if t.len() >= 6 && t[1].ends_with('%') && t[2].ends_with('%') {
+            if let Ok(n) = t[0].parse::<u64>() {
+                flat.insert(t[5..].join(" "), n);
+            }
+        }
+    }
+    let procs: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["tool"] == "profile" && l["type"] == "process")
+        .collect();
+    let total: u64 = procs.iter().filter_map(|r| r["samples"].as_u64()).sum();
+    let mut table: HashMap<String, u64> = HashMap::new();
+    for r in lines
+        .iter()
+        .filter(|l| l["tool"] == "profile" && l["type"] == "function")
+    {
+        *table
+            .entry(r["function"].as_str().unwrap_or("").to_string())
+            .or_default() += r["self_samples"].as_u64().unwrap_or(0);
+    }
+    eprintln!("pprof: {flat:?}\ntracekit: {table:?}, {total} samples\n{text}");
+    assert!(total >= 100, "{total} samples: {lines:?}");
+    assert!(
+        text.contains(&format!("of {total} total")),
+        "pprof's total is tracekit's {total}: {text}"
+    );
+    // The table lists each process's top functions: each is in pprof with the same count.
+    assert!(table.contains_key(HOT), "{table:?}");
+    // (`[unknown]` of several binaries is one name in both: not comparable line by line.)
+    for (f, n) in table.iter().filter(|(f, _)| !f.starts_with('[')) {
+        assert_eq!(flat.get(f), Some(n), "{f}: pprof {flat:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A stripped binary has no symbols: its frames are `[unknown]`, but in that binary (as perf
 /// names the DSO), not in an unknown object (Debian's stripped /usr/bin/python3 showed ~60 %
 /// `[unknown] ([unknown])` before).

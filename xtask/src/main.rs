@@ -159,6 +159,10 @@ fn test(extra: &[String]) -> Result<()> {
         "the profile tests compare with `perf record` on a C program the test builds (libc6-dev: crt files and libc.a, which gcc does not pull in without recommends)",
     )?;
     toolchain::ensure_debian(
+        &["golang-go"],
+        "the profile test reads `--pprof`'s file with `go tool pprof`, the reader Pyroscope and Grafana follow",
+    )?;
+    toolchain::ensure_debian(
         &["util-linux"],
         "the capability tests run tracekit as nobody with exact capabilities (setpriv), the --output tests mount small tmpfs",
     )?;

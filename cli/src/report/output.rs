@@ -565,31 +565,32 @@ impl Sink {
     }
 
     pub fn write(&mut self, s: &str) -> Result<(), OutputError> {
+        self.write_bytes(s.as_bytes())
+    }
+
+    pub fn write_bytes(&mut self, s: &[u8]) -> Result<(), OutputError> {
         let (res, path) = match self {
             Sink::Stdout if STDOUT_PACED.load(Ordering::Relaxed) => {
-                (STDOUT.put(s.as_bytes(), PENDING_CAP), Path::new("<stdout>"))
+                (STDOUT.put(s, PENDING_CAP), Path::new("<stdout>"))
             }
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
                 (
-                    out.write_all(s.as_bytes()).and_then(|_| out.flush()),
+                    out.write_all(s).and_then(|_| out.flush()),
                     Path::new("<stdout>"),
                 )
             }
-            Sink::Replace { tmp, file, .. } => (file.write_all(s.as_bytes()), tmp.as_path()),
+            Sink::Replace { tmp, file, .. } => (file.write_all(s), tmp.as_path()),
             Sink::Direct {
                 dest,
                 file,
                 pace: Some(pace),
-            } => (
-                pace.put(file.as_raw_fd(), s.as_bytes(), PENDING_CAP),
-                dest.as_path(),
-            ),
+            } => (pace.put(file.as_raw_fd(), s, PENDING_CAP), dest.as_path()),
             Sink::Direct {
                 dest,
                 file,
                 pace: None,
-            } => (file.write_all(s.as_bytes()), dest.as_path()),
+            } => (file.write_all(s), dest.as_path()),
         };
         res.map_err(|e| {
             if e.kind() == io::ErrorKind::BrokenPipe {

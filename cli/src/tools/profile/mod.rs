@@ -35,6 +35,7 @@ mod captured;
 mod offcpu;
 mod offcpu_rows;
 mod perf_map;
+mod pprof;
 mod rows;
 mod run;
 pub(crate) mod stacks;
@@ -48,7 +49,7 @@ use symbols::Resolver;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "profile",
-    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`) and an SVG flame graph (`--svg`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function. `--off-cpu`: where threads wait instead — blocked time by stack from `sched_switch`, so an fsync or a lock wait shows with its call path.",
+    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`), an SVG flame graph (`--svg`) and a pprof profile for `go tool pprof`, Pyroscope or Grafana (`--pprof`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function. `--off-cpu`: where threads wait instead — blocked time by stack from `sched_switch`, so an fsync or a lock wait shows with its call path.",
     hooks: HOOKS,
     triage: false,
     hidden: false,
@@ -117,6 +118,12 @@ pub struct Args {
     /// Write an SVG flame graph of the whole run to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// Write the whole run as a gzip-compressed pprof profile (`profile.proto`) to FILE, for
+    /// `go tool pprof`, Pyroscope or Grafana: samples and CPU time on-CPU, blocked ns with
+    /// `--off-cpu`, labelled with pid and comm (and tid with `--threads`).
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
 
     /// Processes shown in the text tables, most samples first (0: all). JSON has every process.
     #[arg(long, default_value_t = 10, value_name = "N")]

@@ -1,6 +1,6 @@
 //! What the on-CPU and off-CPU collectors share: the kernel's stack map, the resolver, the
 //! processes' titles, and the run's folded stacks with the files they go to (`--folded`,
-//! `--svg`).
+//! `--svg`, `--pprof`).
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -11,7 +11,8 @@ use aya::maps::{stack_trace::StackTraceMap, MapData};
 use probes_common::profile::ProfileKey;
 
 use super::{
-    stacks::{fold_into, key_frames, resolve_new_users, write_outputs, Sample},
+    pprof,
+    stacks::{fold_into, key_frames, resolve_new_users, write_file_bytes, write_outputs, Sample},
     symbols::{Frame, Resolver},
     Args,
 };
@@ -32,6 +33,9 @@ pub struct StackRun {
     /// Folded stacks of the whole run (for `--folded` and `--svg`), counted in `unit`.
     folded: BTreeMap<String, u64>,
     unit: &'static str,
+    /// `--pprof`: the file and the run's profile so far, and when the run started.
+    pprof: Option<(PathBuf, pprof::Builder)>,
+    started: (std::time::Instant, std::time::SystemTime),
 }
 
 impl StackRun {
@@ -39,13 +43,14 @@ impl StackRun {
     /// directory, a missing directory or a dangling symlink is exit 2; a device is written
     /// into, never replaced). The check's temporary file goes with the sink.
     pub fn check_files(args: &Args) -> Result<()> {
-        for p in [&args.folded, &args.svg].into_iter().flatten() {
+        for p in [&args.folded, &args.svg, &args.pprof].into_iter().flatten() {
             Sink::open(Some(p), false)?;
         }
         Ok(())
     }
 
-    /// Takes the stack map `map` from `session`; the flame graph counts in `unit`.
+    /// Takes the stack map `map` from `session`; the flame graph counts in `unit` (`samples`
+    /// taken at `args.freq`, or blocked `ns`).
     pub fn new(
         session: &mut Session,
         map: &'static str,
@@ -62,6 +67,16 @@ impl StackRun {
             svg_path: args.svg.clone(),
             folded: BTreeMap::new(),
             unit,
+            pprof: args.pprof.clone().map(|p| {
+                let kind = match unit {
+                    "samples" => pprof::Kind::Cpu {
+                        period_ns: (1_000_000_000 / args.freq.max(1)) as i64,
+                    },
+                    _ => pprof::Kind::OffCpu,
+                };
+                (p, pprof::Builder::new(kind, args.common.threads))
+            }),
+            started: (std::time::Instant::now(), std::time::SystemTime::now()),
         })
     }
 
@@ -93,6 +108,9 @@ impl StackRun {
     /// Adds a window's samples to the run's folded stacks.
     pub fn fold(&mut self, samples: &[Sample]) {
         fold_into(&mut self.folded, samples);
+        if let Some((_, b)) = &mut self.pprof {
+            b.add(samples);
+        }
     }
 
     /// Writes the run's folded stacks and flame graph (titled `title`), those asked for.
@@ -103,7 +121,23 @@ impl StackRun {
             &self.folded,
             title,
             self.unit,
-        )
+        )?;
+        if let Some((path, b)) = &self.pprof {
+            let start = self
+                .started
+                .1
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            let took = self.started.0.elapsed().as_nanos() as i64;
+            let gz = pprof::encode_gz(&b.profile(start, took)).map_err(|e| {
+                crate::error::Error::other(format!(
+                    "encoding the pprof profile {}: {e}",
+                    path.display()
+                ))
+            })?;
+            write_file_bytes(path, &gz)?;
+        }
+        Ok(())
     }
 
     /// Ends a window: forgets what belongs to processes that are gone.

@@ -164,8 +164,13 @@ pub fn folded_text(acc: &BTreeMap<String, u64>) -> String {
 /// replaced atomically, a device or FIFO is written into and never replaced, a directory is
 /// refused.
 pub fn write_file(path: &Path, text: &str) -> Result<(), OutputError> {
+    write_file_bytes(path, text.as_bytes())
+}
+
+/// [`write_file`] for bytes (`--pprof`'s gzip).
+pub fn write_file_bytes(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     let mut sink = Sink::open(Some(path), false)?;
-    sink.write(text)?;
+    sink.write_bytes(bytes)?;
     sink.finish()
 }
 
