@@ -36,6 +36,7 @@ use crate::{
 };
 
 pub mod classify;
+mod detail;
 mod findings;
 pub mod rows;
 mod threads;
@@ -141,61 +142,12 @@ pub struct Args {
     pub detail: bool,
 }
 
-/// The other tools `--cpu` and `--detail` run beside why, with the flags they get, and whether
-/// each follows why's scope (io-lat does not: a device's other issuers are the point).
-/// fsync-lat names the file of each call (`--by-file`), which why's stacks cannot.
-fn companions(args: &Args) -> Vec<(&'static str, &'static [&'static str], bool)> {
-    let mut v = Vec::new();
-    if args.cpu {
-        v.push(("profile", &[][..], true));
-    }
-    if args.detail {
-        v.extend([
-            ("fsync-lat", &["--by-file"][..], true),
-            ("memstall", &[][..], true),
-            ("io-lat", &[][..], false),
-        ]);
-    }
-    v
-}
-
 pub fn run(args: Args) -> Result<()> {
     tools::run_collectors(INFO.name, &args.common, |ctx| {
         let mut why = open_why(&args, ctx)?;
-        let mut all: Vec<Box<dyn Collector>> = Vec::new();
-        for (tool, flags, scoped) in companions(&args) {
-            let node;
-            let c = if scoped {
-                ctx
-            } else {
-                let mut n = OpenCtx::new(Scope::default(), ctx.opts.clone());
-                n.facts = ctx.facts.clone();
-                node = n;
-                &node
-            };
-            // Without its flags (fsync-lat's --by-file needs the kernel's BTF) it still times
-            // the calls.
-            let opened = match tools::open_with(tool, flags, c) {
-                Some(Err(e)) if !flags.is_empty() => {
-                    why.cannot.push(format!(
-                        "{tool} {} could not run beside it ({}); it runs without",
-                        flags.join(" "),
-                        crate::error::one_line(&e)
-                    ));
-                    tools::open_default(tool, c)
-                }
-                o => o,
-            };
-            match opened {
-                Some(Ok(col)) => all.push(col),
-                Some(Err(e)) => why.cannot.push(format!(
-                    "{tool} could not run beside it: {}",
-                    crate::error::one_line(&e)
-                )),
-                None => {}
-            }
-        }
-        all.insert(0, Box::new(why));
+        let companions = detail::open(&args, ctx, &mut why.cannot);
+        let mut all: Vec<Box<dyn Collector>> = vec![Box::new(why)];
+        all.extend(companions);
         Ok(all)
     })
 }
