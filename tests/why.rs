@@ -663,12 +663,23 @@ fn mix(file: &str, secs: Duration) -> Value {
     // wakeup is runnable; on a busy guest both are points of the wall time).
     // Run time from the thread's CPU clock, which includes the slice it is in (schedstat's
     // first value is brought up to date only at a tick or a switch); run delay from schedstat
-    // (complete whenever the thread is on a CPU to read it).
+    // (complete whenever the thread is on a CPU to read it). The reads sit outside the calls'
+    // clocks: before a call the wall clock is read last, after it first (reading /proc costs
+    // a millisecond of CPU in the emulated VM guests).
     let (mut sleep_blocked, mut sync_blocked) = (0u64, 0u64);
-    let now = || (Instant::now(), thread_cpu_ns(), schedstat().1);
-    let blocked = |from: (Instant, u64, u64)| {
-        let (t, cpu, delay) = now();
-        ns(t - from.0).saturating_sub((cpu - from.1) + (delay - from.2))
+    let before = || {
+        let delay = schedstat().1;
+        let cpu = thread_cpu_ns();
+        (Instant::now(), cpu, delay)
+    };
+    // The call's end, and the time it was blocked: its wall time less its CPU and run delay.
+    let after = |from: (Instant, u64, u64)| {
+        let t = Instant::now();
+        let (cpu, delay) = (thread_cpu_ns(), schedstat().1);
+        (
+            t,
+            ns(t - from.0).saturating_sub((cpu - from.1) + (delay - from.2)),
+        )
     };
     while start.elapsed() < secs {
         let t = Instant::now();
@@ -677,17 +688,17 @@ fn mix(file: &str, secs: Duration) -> Value {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         f.write_all(&block).unwrap();
-        let t1 = Instant::now();
-        cpu += ns(t1 - t);
-        let at1 = now();
+        cpu += ns(t.elapsed());
+        let at = before();
         std::thread::sleep(Duration::from_millis(3));
-        sleep_blocked += blocked(at1);
-        let t2 = Instant::now();
-        sleep += ns(t2 - t1);
-        let at2 = now();
+        let (end, blocked) = after(at);
+        sleep += ns(end - at.0);
+        sleep_blocked += blocked;
+        let at = before();
         f.sync_all().unwrap();
-        sync_blocked += blocked(at2);
-        sync += ns(t2.elapsed());
+        let (end, blocked) = after(at);
+        sync += ns(end - at.0);
+        sync_blocked += blocked;
         fsyncs += 1;
     }
     let s1 = schedstat();
