@@ -117,6 +117,7 @@ fn own_flags(tool: &str) -> &'static [Flag] {
             ("--folded", OUT, OUT),
             ("--svg", OUT, OUT),
             ("--pprof", OUT, OUT),
+            ("--no-python", &[], &[]),
         ],
         _ => &[],
     }

@@ -23,6 +23,8 @@ mod container;
 mod exited;
 #[path = "profile/offcpu.rs"]
 mod offcpu;
+#[path = "profile/python.rs"]
+mod python;
 
 /// The hot function of the C program.
 const HOT: &str = "tk_hot_spin";

@@ -14,6 +14,7 @@ pub mod memstall;
 pub mod net_rx;
 pub mod numa;
 pub mod profile;
+pub mod python;
 pub mod sched;
 pub mod stats;
 pub mod why;

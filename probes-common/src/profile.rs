@@ -31,7 +31,8 @@ pub struct ProfileKey {
     pub kernel_stack: i32,
     /// Interval generation (see [`crate::stats::Control`]).
     pub gen: u32,
-    pub _pad: u32,
+    /// Id in `PY_STACKS` of the Python stack, or 0 (not a Python thread, or none found).
+    pub py_stack: u32,
 }
 
 /// Aggregated value per key.
@@ -58,6 +59,9 @@ pub struct DwarfSample {
     pub kernel_stack: i32,
     /// Bytes of `stack` that hold the user stack from `sp` up (0: it could not be read).
     pub len: u32,
+    /// Id in `PY_STACKS` of the Python stack, or 0.
+    pub py_stack: u32,
+    pub _pad: u32,
     /// User registers at the sample (the task's saved user registers when the sample hit the
     /// kernel).
     pub ip: u64,
@@ -87,7 +91,8 @@ pub struct OffCpuStart {
     /// Ids in the stack-trace map, or [`NO_STACK`].
     pub user_stack: i32,
     pub kernel_stack: i32,
-    pub _pad: u32,
+    /// Id in `PY_STACKS` of the Python stack, or 0.
+    pub py_stack: u32,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -114,7 +119,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<ProfileKey>(), 24);
         assert_eq!(size_of::<ProfileVal>(), COMM_LEN + 8);
-        assert_eq!(size_of::<DwarfSample>(), 40 + COMM_LEN + DWARF_STACK);
+        assert_eq!(size_of::<DwarfSample>(), 48 + COMM_LEN + DWARF_STACK);
         assert_eq!(size_of::<OffCpuStart>(), 32 + COMM_LEN);
         assert_eq!(size_of::<OffCpuVal>(), COMM_LEN + 16);
     }

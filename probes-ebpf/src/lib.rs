@@ -31,6 +31,7 @@ use probes_common::{
 /// Readers of kernel struct members at BTF offsets (plain loads for tp_btf, probe reads else).
 /// Declares no maps: every map of this library lands in every object.
 pub mod kread;
+pub mod python;
 
 /// The second argument of a tp_btf or raw_tp context (an array of u64), loaded at a constant
 /// offset from the context register. Where a program takes argument 0 or 1 by a frozen global

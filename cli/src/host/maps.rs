@@ -47,6 +47,20 @@ fn parse_line(line: &str) -> Option<ExecMap> {
     })
 }
 
+/// Load bias of a file mapped at `start` from file offset `offset` (avma = svma + bias), from
+/// its ELF segments as (file offset, file size, virtual address).
+pub fn load_bias(segments: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
+    let &(off, _, vaddr) = segments
+        .iter()
+        .find(|&&(o, sz, _)| o & !0xfff <= offset && offset < o + sz)?;
+    Some(
+        start
+            .wrapping_sub(offset)
+            .wrapping_add(off)
+            .wrapping_sub(vaddr),
+    )
+}
+
 /// The executable file mappings of process `pid`.
 pub fn read_exec(pid: u32) -> Result<Vec<ExecMap>, HostError> {
     Ok(parse_exec(&read_text(&proc_path(&format!("{pid}/maps")))?))

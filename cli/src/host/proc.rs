@@ -12,6 +12,17 @@ pub fn exists(pid: u32) -> bool {
     super::proc_path(&pid.to_string()).exists()
 }
 
+/// The processes running now (the numeric entries of /proc).
+pub fn pids() -> Vec<u32> {
+    fs::read_dir(super::proc_path(""))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The thread group of task `tid` (`Tgid:` in `/proc/<tid>/status`): `tid` itself for a
 /// process, its process's pid for a thread.
 pub fn tgid_of(tid: u32) -> Option<u32> {

@@ -32,8 +32,10 @@ use probes_common::{
     },
     stats,
 };
+use probes_common::python::{PyProc, PyStack, PY_NSTATS};
 use probes_ebpf::{
     allowed, atomic_add, generation,
+    python::python_stack,
     kread::{Direct, Kread, Probe},
     ro, slot, stat,
 };
@@ -71,6 +73,21 @@ static OFFCPU_OTHER: Array<OffCpuVal> = Array::with_max_entries(2, 0);
 #[map]
 static OFFCPU_SCRATCH: PerCpuArray<OffCpuVal> = PerCpuArray::with_max_entries(1, 0);
 
+/// Python processes in scope, by tgid (filled by userspace; see `probes_ebpf::python`).
+#[map]
+static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+
+/// Python stacks by id. Sized by userspace.
+#[map]
+static PY_STACKS: HashMap<u32, PyStack> = HashMap::with_max_entries(4096, BPF_F_NO_PREALLOC);
+
+#[map]
+static PY_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Python walk counters (`probes_common::python::PY_STAT_*`).
+#[map]
+static PY_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PY_NSTATS, 0);
+
 const EEXIST: i32 = 17;
 const EFAULT: i32 = 14;
 
@@ -107,7 +124,7 @@ fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, sta
                 tgid,
                 user_stack: stack_id(ctx, BPF_F_USER_STACK as u64),
                 kernel_stack: stack_id(ctx, 0),
-                _pad: 0,
+                py_stack: python_stack(tgid, pid, &PY_PROCS, &PY_STACKS, &PY_SCRATCH, &PY_STATS),
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
             };
             if OFFCPU_START.insert(pid, s, 0).is_err() {
@@ -137,7 +154,7 @@ fn on_switch<C: StackIdContext, R: Kread>(ctx: &C, preempt: bool, next: u64, sta
         user_stack: s.user_stack,
         kernel_stack: s.kernel_stack,
         gen,
-        _pad: 0,
+        py_stack: s.py_stack,
     };
     let init = |v: *mut OffCpuVal| {
         // SAFETY: this CPU's scratch slot (see `slot`).

@@ -37,7 +37,8 @@ use probes_common::{
     },
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, slot, stat};
+use probes_common::python::{PyProc, PyStack, PY_NSTATS};
+use probes_ebpf::{allowed, atomic_add, generation, python::python_stack, slot, stat};
 
 /// Stacks by id (frame addresses, innermost first). Sized by userspace.
 #[map]
@@ -63,6 +64,21 @@ static PROFILE_SCRATCH: PerCpuArray<ProfileVal> = PerCpuArray::with_max_entries(
 /// userspace.
 #[map]
 static PROFILE_SAMPLES: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Python processes in scope, by tgid (filled by userspace; see `probes_ebpf::python`).
+#[map]
+static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(1024, 0);
+
+/// Python stacks by id. Preallocated, as `PROFILE_COUNTS`. Sized by userspace.
+#[map]
+static PY_STACKS: HashMap<u32, PyStack> = HashMap::with_max_entries(4096, 0);
+
+#[map]
+static PY_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Python walk counters (`probes_common::python::PY_STAT_*`).
+#[map]
+static PY_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PY_NSTATS, 0);
 
 const EEXIST: i32 = 17;
 /// `BPF_RB_NO_WAKEUP`: userspace polls the ring buffer.
@@ -97,7 +113,7 @@ fn copy_stack(dst: *mut u8, sp: u64) -> u32 {
 
 /// Streams one DWARF-mode sample; a full ring buffer is counted.
 #[inline(always)]
-fn stream(tgid: u32, pid: u32, kernel_stack: i32) {
+fn stream(tgid: u32, pid: u32, kernel_stack: i32, py_stack: u32) {
     let Some(mut e) = PROFILE_SAMPLES.reserve::<DwarfSample>(0) else {
         stat(stats::RINGBUF_FULL);
         return;
@@ -111,6 +127,8 @@ fn stream(tgid: u32, pid: u32, kernel_stack: i32) {
         (*s).tgid = tgid;
         (*s).pid = pid;
         (*s).kernel_stack = kernel_stack;
+        (*s).py_stack = py_stack;
+        (*s)._pad = 0;
         (*s).ip = reg(REGS_IP);
         (*s).sp = reg(REGS_SP);
         (*s).bp = reg(REGS_BP);
@@ -165,8 +183,9 @@ fn sample(ctx: &PerfEventContext, dwarf: bool) -> u32 {
     }
     stat(stats::EVENTS);
     let (kernel_stack, _) = stack_id(ctx, 0);
+    let py_stack = python_stack(tgid, pid, &PY_PROCS, &PY_STACKS, &PY_SCRATCH, &PY_STATS);
     if dwarf {
-        stream(tgid, pid, kernel_stack);
+        stream(tgid, pid, kernel_stack, py_stack);
         return 0;
     }
     let (user_stack, uerr) = stack_id(ctx, BPF_F_USER_STACK as u64);
@@ -181,7 +200,7 @@ fn sample(ctx: &PerfEventContext, dwarf: bool) -> u32 {
         user_stack,
         kernel_stack,
         gen,
-        _pad: 0,
+        py_stack,
     };
     let init = |v: *mut ProfileVal| {
         // SAFETY: this CPU's scratch slot (see `slot`).

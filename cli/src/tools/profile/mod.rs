@@ -36,6 +36,7 @@ mod offcpu;
 mod offcpu_rows;
 mod perf_map;
 mod pprof;
+mod python;
 mod rows;
 mod run;
 pub(crate) mod stacks;
@@ -49,7 +50,7 @@ use symbols::Resolver;
 
 pub const INFO: ToolInfo = ToolInfo {
     name: "profile",
-    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`), an SVG flame graph (`--svg`) and a pprof profile for `go tool pprof`, Pyroscope or Grafana (`--pprof`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); findings name a busy process's hot function. `--off-cpu`: where threads wait instead — blocked time by stack from `sched_switch`, so an fsync or a lock wait shows with its call path.",
+    summary: "Where the CPU goes, per process: samples every CPU on the CPU clock with kernel and user stacks, names the top functions by self and total time, writes folded stacks (`--folded`), an SVG flame graph (`--svg`) and a pprof profile for `go tool pprof`, Pyroscope or Grafana (`--pprof`) without perf on the node; `--unwind dwarf` gives full stacks of code built without frame pointers (Python, most distribution binaries); CPython 3.10–3.13 processes get their Python frames (function, file, line) read in the kernel and spliced into the native stack; findings name a busy process's hot function, for Python the application's function and the library call under it. `--off-cpu`: where threads wait instead — blocked time by stack from `sched_switch`, so an fsync or a lock wait shows with its call path.",
     hooks: HOOKS,
     triage: false,
     hidden: false,
@@ -140,6 +141,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Unwind::Auto)]
     pub unwind: Unwind,
 
+    /// Leave CPython's frames out: no interpreter state is read (each sample of a Python
+    /// process then shows only the native stack, `_PyEval_EvalFrameDefault` where Python ran).
+    #[arg(long)]
+    pub no_python: bool,
+
     /// Off-CPU instead of on-CPU: where threads wait — blocked time by stack (kernel stack and
     /// frame-pointer user stack at the switch-out, from `sched_switch` to the wakeup), so an
     /// fsync or a lock wait shows with the call path that led to it. --freq does not apply.
@@ -185,7 +191,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     };
     let spec = LoadSpec::new()
         .max_entries("PROFILE_COUNTS", scope.key_cap())
-        .max_entries("PROFILE_STACKS", 16384);
+        .max_entries("PROFILE_STACKS", 16384)
+        .max_entries(python::STACKS_MAP, python::STACKS_CAP);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     let mut fallback = None;
     let tried = dwarf.then(|| session.attach_cpu_clock(PROGRAM_DWARF, args.freq));
@@ -218,6 +225,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         args,
         "samples",
         ctx.facts.clone(),
+        scope,
+        !args.no_python,
     )?;
     let samples = match dwarf {
         true => {
@@ -297,7 +306,7 @@ impl Dwarf {
             user_stack,
             kernel_stack: s.kernel_stack,
             gen: 0,
-            _pad: 0,
+            py_stack: s.py_stack,
         };
         let v = self.counts.entry(key).or_insert(ProfileVal {
             comm: s.comm,
@@ -383,6 +392,7 @@ impl Collector for Profile {
             return Ok(());
         };
         self.run.resolver.begin_poll();
+        let mut py = std::collections::HashSet::new();
         {
             d.unwinder.begin_poll();
             loop {
@@ -394,8 +404,12 @@ impl Collector for Profile {
                 };
                 self.run.see(s.tgid);
                 d.take(&s, &mut self.run.resolver);
+                if s.py_stack != 0 {
+                    py.insert((s.tgid, s.py_stack));
+                }
             }
         }
+        self.run.python.poll(py);
         Ok(())
     }
 
@@ -512,6 +526,7 @@ impl Collector for Profile {
             ),
         });
         out.notes.extend(not_unwound);
+        out.notes.extend(self.run.python.notes());
         out.notes.extend(self.run.resolver.refused_notes());
         if no_user > 0 {
             out.notes.push(format!(

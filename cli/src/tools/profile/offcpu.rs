@@ -88,11 +88,20 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("OFFCPU_START", crate::tools::sched::task_cap())
         .max_entries("OFFCPU_COUNTS", scope.key_cap())
         .max_entries("OFFCPU_STACKS", 16384)
+        .max_entries(super::python::STACKS_MAP, super::python::STACKS_CAP)
         .tp_btf_planned(HOOKS, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let counts = GenMap::take(&mut session, "OFFCPU_COUNTS", Some("OFFCPU_OTHER"), ZERO)?;
-    let run = StackRun::new(&mut session, "OFFCPU_STACKS", args, "ns", ctx.facts.clone())?;
+    let run = StackRun::new(
+        &mut session,
+        "OFFCPU_STACKS",
+        args,
+        "ns",
+        ctx.facts.clone(),
+        scope,
+        !args.no_python,
+    )?;
     Ok(Box::new(OffCpu {
         session,
         counts,
@@ -254,6 +263,7 @@ impl Collector for OffCpu {
             "user stacks by frame pointers (DWARF unwinding is for on-CPU samples); stacks lost to collisions {}, user stacks not walked {}",
             st[STAT_STACK_COLLIDED as usize], st[STAT_USTACK_FAILED as usize]
         ));
+        out.notes.extend(self.run.python.notes());
         out.note_skipped(&self.session.skipped);
         if by_ns.is_empty() {
             out.notes.push(format!(

@@ -65,7 +65,11 @@ pub struct OffFnRow {
     #[serde(flatten)]
     pub who: Id,
     pub function: String,
+    /// The binary's name; for a Python frame its source file.
     pub module: String,
+    /// A Python frame's line (absent for native frames).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
     /// Blocked time of the stacks this function is on.
     pub total_ns: u64,
     pub blocks: u64,
@@ -129,6 +133,7 @@ pub fn off_fn_rows(
             who: who.clone(),
             function: f.function.to_string(),
             module: f.module.to_string(),
+            line: (f.line > 0).then_some(f.line),
             total_ns: ns,
             blocks: blocks.and_then(|b| b.total.get(&f)).copied().unwrap_or(0),
             total_ppm: ppm(ns, p.samples as f64),

@@ -94,6 +94,9 @@ pub struct Location {
 pub struct Line {
     #[prost(uint64, tag = "1")]
     pub function_id: u64,
+    /// The source line (Python frames), 0 when not known.
+    #[prost(int64, tag = "2")]
+    pub line: i64,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -124,7 +127,7 @@ pub struct Builder {
     string_ix: HashMap<String, i64>,
     functions: HashMap<(i64, i64), u64>,
     mappings: HashMap<i64, u64>,
-    locations: HashMap<(u64, u64), u64>,
+    locations: HashMap<(u64, u64, u32), u64>,
     /// (locations leaf first, row id, tgid, comm) → count.
     samples: HashMap<(Vec<u64>, u32, u32, i64), u64>,
     profile: Profile,
@@ -179,7 +182,7 @@ impl Builder {
         i
     }
 
-    fn location(&mut self, function: &str, module: &str) -> u64 {
+    fn location(&mut self, function: &str, module: &str, line: u32) -> u64 {
         let file = if module == "kernel" {
             "[kernel]"
         } else {
@@ -206,12 +209,15 @@ impl Builder {
             });
         }
         let next = self.profile.location.len() as u64 + 1;
-        let loc = *self.locations.entry((func, mapping)).or_insert(next);
+        let loc = *self.locations.entry((func, mapping, line)).or_insert(next);
         if loc == next {
             self.profile.location.push(Location {
                 id: loc,
                 mapping_id: mapping,
-                line: vec![Line { function_id: func }],
+                line: vec![Line {
+                    function_id: func,
+                    line: line as i64,
+                }],
             });
         }
         loc
@@ -224,7 +230,7 @@ impl Builder {
                 .frames
                 .iter()
                 .rev()
-                .map(|f| self.location(&f.function, &f.module))
+                .map(|f| self.location(&f.function, &f.module, f.line))
                 .collect();
             let comm = self.string(&crate::report::sanitize::text(&s.comm));
             *self.samples.entry((locs, s.id, s.tgid, comm)).or_default() += s.count;

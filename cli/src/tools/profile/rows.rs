@@ -4,6 +4,7 @@ use crate::report::units::ppm;
 use serde::Serialize;
 
 use super::stacks::{label, top, ProcAgg};
+use super::symbols::Frame;
 use crate::report::{
     findings::{Finding, Score},
     rows::Column,
@@ -41,6 +42,7 @@ const PROFILE_PROCESS: &[Field] = &[
 ];
 
 const PROFILE_FUNCTION: &[Field] = &[
+    Field::key("line"),
     Field::count("self_samples", Neutral),
     Field::count("total_samples", Neutral),
     Field::level("self_ppm", Neutral),
@@ -101,7 +103,11 @@ pub struct FnRow {
     #[serde(flatten)]
     pub who: Id,
     pub function: String,
+    /// The binary's name; for a Python frame its source file.
     pub module: String,
+    /// A Python frame's line (absent for native frames).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
     /// Samples with this function innermost.
     pub self_samples: u64,
     /// Samples with this function anywhere on the stack.
@@ -157,6 +163,7 @@ pub fn fn_rows(
                 who: who.clone(),
                 function: f.function.to_string(),
                 module: f.module.to_string(),
+                line: (f.line > 0).then_some(f.line),
                 self_samples: s,
                 total_samples: t,
                 self_ppm: ppm(s, p.samples as f64),
@@ -212,6 +219,85 @@ fn known(f: &str, module: &str) -> Option<(&'static str, &'static str, bool)> {
     None
 }
 
+/// A busy Python process's finding in Python terms: where in the application's code most of
+/// its CPU went ("61 % under `save` (app.py:12) → `dumps` (json/__init__.py:231)"), with the
+/// native function it ended in when one is known (the C JSON encoder).
+fn python_finding(
+    tool: &'static str,
+    id: u32,
+    p: &ProcAgg,
+    title: &Title,
+    freq: u64,
+    secs: f64,
+) -> Option<Finding> {
+    let ((app, callee), n) = p
+        .python
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(k, n)| (k.clone(), *n))?;
+    let share = n as f64 / p.samples as f64;
+    let cpu = p.samples as f64 / freq as f64 / secs;
+    if share < MIN_SELF_SHARE || cpu < MIN_CPU {
+        return None;
+    }
+    let native = top(&p.total, 0)
+        .into_iter()
+        .find(|(f, _)| f.line == 0 && known(&f.function, &f.module).is_some_and(|k| k.2));
+    let subject = Id::new(id, p.tgid, false, p.comm.clone(), title.clone()).subject();
+    let at = |f: &Frame| {
+        format!(
+            "`{}` ({}:{})",
+            sanitize::text(f.function.as_bytes()),
+            sanitize::text(f.module.as_bytes()),
+            f.line
+        )
+    };
+    let path = match &callee {
+        Some(c) => format!("{} → {}", at(&app), at(c)),
+        None => at(&app),
+    };
+    let what = native
+        .as_ref()
+        .and_then(|(f, _)| known(&f.function, &f.module));
+    let fname = sanitize::text(app.function.as_bytes());
+    Some(
+        Finding {
+            tool,
+            cause: super::CPU_HOT,
+            subject: subject.clone(),
+            culprit: None,
+            score: Score::NsPerS((n as f64 / freq as f64 / secs * 1e9) as u64),
+            summary: format!(
+                "{}: {:.0} % of its CPU under {path}{}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
+                subject.text(),
+                share * 100.0,
+                match (&native, what) {
+                    (Some((f, _)), Some(w)) if f.function.starts_with('[') => format!(", in {} ({})", w.0, sanitize::text(f.module.as_bytes())),
+                    (Some((f, _)), Some(w)) => format!(", in {} (`{}`)", w.0, sanitize::text(f.function.as_bytes())),
+                    _ => String::new(),
+                },
+                cpu * 100.0,
+                p.samples,
+            ),
+            evidence: vec![],
+            advice: match what {
+                Some(w) => format!("in `{fname}`: {}", w.1),
+                None => format!("make `{fname}` cheaper or call it less: the flame graph shows what it calls"),
+            },
+            next: Some(format!(
+                "tracekit profile --pid {} --duration 30s --svg cpu.svg",
+                p.tgid
+            )),
+            fold: None,
+            members: Vec::new(),
+        }
+        .evidence("samples", p.samples)
+        .evidence("function_samples", n)
+        .evidence("freq_hz", freq)
+        .evidence("function_ppm", ppm(n, p.samples as f64)),
+    )
+}
+
 /// One finding per busy process whose CPU goes mostly to one function.
 pub fn findings(
     tool: &'static str,
@@ -236,6 +322,10 @@ pub fn findings(
         let Some((f, n)) = library.or_else(|| top(&p.self_, 1).into_iter().next()) else {
             continue;
         };
+        if let Some(found) = python_finding(tool, *id, p, title, freq, secs) {
+            out.push(found);
+            continue;
+        }
         let share = n as f64 / p.samples as f64;
         if cpu < MIN_CPU || share < MIN_SELF_SHARE || f.function.starts_with('[') {
             continue;

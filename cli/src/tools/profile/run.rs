@@ -24,6 +24,8 @@ use crate::{
 
 pub struct StackRun {
     pub stacks: StackTraceMap<MapData>,
+    /// The Python processes' frames (see `python.rs`).
+    pub python: super::python::Python,
     pub resolver: Resolver,
     pub facts: crate::host::facts::Facts,
     /// Processes seen this window (their container and title are remembered).
@@ -57,9 +59,12 @@ impl StackRun {
         args: &Args,
         unit: &'static str,
         facts: crate::host::facts::Facts,
+        scope: &crate::engine::Scope,
+        python: bool,
     ) -> Result<StackRun> {
         Ok(StackRun {
             stacks: StackTraceMap::try_from(session.take_map(map)?).context(map)?,
+            python: super::python::Python::new(session, scope, python)?,
             resolver: Resolver::default(),
             facts,
             seen: HashSet::new(),
@@ -98,11 +103,13 @@ impl StackRun {
             self.see(k.tgid);
         }
         resolve_new_users(&mut self.resolver, &self.stacks, keys);
+        self.python.poll(keys.iter().map(|k| (k.tgid, k.py_stack)));
     }
 
     /// The frames of one key, outermost first (`user`: already unwound).
     pub fn frames(&mut self, k: &ProfileKey, user: Option<std::rc::Rc<[Frame]>>) -> Vec<Frame> {
-        key_frames(&mut self.resolver, &self.stacks, k, user)
+        let python = self.python.segments(k.tgid, k.py_stack);
+        key_frames(&mut self.resolver, &self.stacks, k, user, python)
     }
 
     /// Adds a window's samples to the run's folded stacks.
@@ -143,6 +150,7 @@ impl StackRun {
     /// Ends a window: forgets what belongs to processes that are gone.
     pub fn end_window(&mut self) {
         self.resolver.end_window();
+        self.python.end_window();
         self.seen.clear();
     }
 }

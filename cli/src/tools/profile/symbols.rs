@@ -25,11 +25,14 @@ use blazesym::{
     Pid,
 };
 
-/// One frame as shown: the function and the object it is in (its file name's stem).
+/// One frame as shown: the function and the object it is in (its file name's stem); for a
+/// Python frame, the function's qualified name, its source file and the line it is at.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frame {
     pub function: Rc<str>,
     pub module: Rc<str>,
+    /// The source line (Python frames; 0: none).
+    pub line: u32,
 }
 
 /// Resolved stacks kept at most (user stacks per process plus kernel stacks).
@@ -109,10 +112,12 @@ impl Resolver {
                         (None, Some(m)) => Rc::from(module_stem(&m.to_string_lossy())),
                         (None, None) => self.unknown.clone(),
                     },
+                    line: 0,
                 },
                 Symbolized::Unknown(_) => Frame {
                     function: self.unknown.clone(),
                     module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
+                    line: 0,
                 },
             })
             .collect()
@@ -216,6 +221,7 @@ impl Resolver {
                 Some(name) if Rc::ptr_eq(&f.function, &self.unknown) => Frame {
                     function: name.clone(),
                     module: map.module.clone(),
+                    line: 0,
                 },
                 _ => f.clone(),
             })
@@ -283,6 +289,7 @@ impl Resolver {
                 Some(at) if Rc::ptr_eq(&f.module, &self.unknown) => Frame {
                     function: f.function.clone(),
                     module: Rc::from(module_stem(&at.mapped_as)),
+                    line: 0,
                 },
                 _ => f.clone(),
             })
@@ -293,6 +300,7 @@ impl Resolver {
         Frame {
             function: self.unknown.clone(),
             module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
+            line: 0,
         }
     }
 
@@ -320,6 +328,7 @@ impl Resolver {
                 .map(|_| Frame {
                     function: self.unknown.clone(),
                     module: km.clone(),
+                    line: 0,
                 })
                 .collect()
         };

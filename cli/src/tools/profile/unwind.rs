@@ -137,16 +137,7 @@ impl FileInfo {
 
     /// Load bias of a mapping of file offset `offset` at `start`: avma = svma + bias.
     fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        let &(off, _, vaddr) = self
-            .segments
-            .iter()
-            .find(|&&(o, sz, _)| o & !0xfff <= offset && offset < o + sz)?;
-        Some(
-            start
-                .wrapping_sub(offset)
-                .wrapping_add(off)
-                .wrapping_sub(vaddr),
-        )
+        crate::host::maps::load_bias(&self.segments, start, offset)
     }
 }
 
