@@ -105,7 +105,7 @@ pub fn run(args: &[String]) -> Result<()> {
             Workload::Fsync { n } => Some(f64::from(*n)),
             // Kernel time per sample: ns per run of the sampling program (one run per
             // sample). perf record runs no BPF program: only tracekit is measured.
-            Workload::Cpu { .. } => {
+            Workload::Cpu { .. } | Workload::Python { .. } => {
                 let tk: Vec<_> = tracers
                     .iter()
                     .filter(|t| t.name.starts_with("tracekit"))

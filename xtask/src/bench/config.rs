@@ -190,6 +190,7 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     ];
 
     let profilers = profilers(tk, &tkj);
+    let py_profilers = py_profilers(tk, &tkj);
 
     let loops = pipe_loops(quick);
     // The unpinned pipe and the switch storm: the same tracers without the classic floor,
@@ -306,6 +307,12 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             },
             profilers,
         ),
+        (
+            Workload::Python {
+                loops: if quick { 6_000 } else { 10_000 },
+            },
+            py_profilers,
+        ),
     ];
     if let Some(base) = std::env::var_os("TK_BENCH_BASELINE") {
         with_baseline(&mut cases, &tk_s, &base.to_string_lossy());
@@ -380,6 +387,65 @@ fn profilers(tk: &Path, tkj: &dyn Fn(&str, &[&str]) -> Vec<String>) -> Vec<Trace
             ready: Ready::PerfEvents,
         });
     }
+    out
+}
+
+/// `tracekit profile` on a Python workload (issue 29), per sample with and without Python
+/// frames, beside `perf record -g` and py-spy, which reads the interpreter's frames from
+/// outside with process_vm_readv (`--native`: merged with native stacks, as tracekit does).
+/// py-spy attaches by pid: a shell waits for the workload's process and execs it, so its
+/// start-up is in its CPU but not in the workload's.
+fn py_profilers(tk: &Path, tkj: &dyn Fn(&str, &[&str]) -> Vec<String>) -> Vec<Tracer> {
+    let Some(py) = super::workload::python_exe() else {
+        return vec![Tracer {
+            name: "Python profilers".into(),
+            argv: Vec::new(),
+            ready: Ready::NotHere("no python3 on PATH".into()),
+        }];
+    };
+    let comm: String = py
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(15).collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (name, extra) in [
+        ("--unwind dwarf", &["--unwind", "dwarf"][..]),
+        (
+            "--unwind dwarf --no-python",
+            &["--unwind", "dwarf", "--no-python"],
+        ),
+        ("--unwind fp", &["--unwind", "fp"]),
+    ] {
+        let mut a = vec!["--freq", "99", "--comm", &comm];
+        a.extend_from_slice(extra);
+        out.push(tk_tool(
+            tk,
+            &format!("tracekit profile --freq 99 {name} --comm {comm}"),
+            "profile",
+            tkj("profile", &a),
+        ));
+    }
+    out.push(Tracer {
+        name: "perf record -F 99 -a -g".into(),
+        argv: s(&["perf", "record", "-F", "99", "-a", "-g", "-o", "perf.data"]),
+        ready: Ready::PerfEvents,
+    });
+    let py_spy = super::workload::py_spy();
+    out.push(Tracer {
+        name: "py-spy record --native -r 99".into(),
+        argv: s(&[
+            "sh",
+            "-c",
+            &format!(
+                "echo py-spy waiting; while ! p=$(pgrep -n -x {comm}); do sleep 0.002; done; exec {} record --native -r 99 -f raw -o py-spy.txt -p $p",
+                py_spy.as_deref().unwrap_or(Path::new("py-spy")).display()
+            ),
+        ]),
+        ready: match py_spy {
+            Some(_) => Ready::Line("py-spy waiting"),
+            None => Ready::NotHere("py-spy is not installed (pip install py-spy)".into()),
+        },
+    });
     out
 }
 

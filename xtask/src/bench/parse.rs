@@ -167,6 +167,15 @@ pub fn parse_perf_record_samples(line: &str) -> Option<u64> {
     rest[open + 1..].split_whitespace().next()?.parse().ok()
 }
 
+/// py-spy record's closing line: `py-spy> Wrote raw flamegraph data to 'x'. Samples: 295
+/// Errors: 0`.
+pub fn parse_py_spy_samples(line: &str) -> Option<u64> {
+    let rest = line.split("Samples: ").nth(1)?;
+    line.contains("py-spy>")
+        .then(|| rest.split_whitespace().next()?.parse().ok())
+        .flatten()
+}
+
 /// utime + stime of a rusage, in ms (the workload's and the tracer's CPU time).
 pub(super) fn rusage_ms(ru: &libc::rusage) -> f64 {
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
@@ -176,6 +185,17 @@ pub(super) fn rusage_ms(ru: &libc::rusage) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_py_spy_closing_line() {
+        assert_eq!(
+            parse_py_spy_samples(
+                "py-spy> Wrote raw flamegraph data to 'py-spy.txt'. Samples: 295 Errors: 0"
+            ),
+            Some(295)
+        );
+        assert_eq!(parse_py_spy_samples("Samples: 3"), None);
+    }
 
     #[test]
     fn medians_and_spread() {

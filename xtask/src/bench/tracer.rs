@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use super::{
     parse::{
         parse_fdinfo_prog_id, parse_perf_record_samples, parse_proc_stat_cpu_ticks,
-        parse_strace_attach_ms, parse_strace_exit_ms, parse_sum_exec_runtime_ms,
+        parse_py_spy_samples, parse_strace_attach_ms, parse_strace_exit_ms,
+        parse_sum_exec_runtime_ms,
     },
     workload::Workload,
 };
@@ -386,6 +387,7 @@ fn samples_taken(lines: &[String]) -> Option<u64> {
         .map(|v| v["samples"].as_u64().unwrap_or(0) + v["idle_samples"].as_u64().unwrap_or(0))
         .reduce(|a, b| a + b);
     tk.or_else(|| lines.iter().find_map(|l| parse_perf_record_samples(l)))
+        .or_else(|| lines.iter().find_map(|l| parse_py_spy_samples(l)))
 }
 
 /// Waits (until `deadline`) for `pid` to hold a perf event fd per online CPU, the same number

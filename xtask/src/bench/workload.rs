@@ -47,6 +47,58 @@ pub(super) enum Workload {
     /// CPU (this kernel has no IRQ time accounting, so the sampling interrupt and the BPF
     /// program run in it are charged to the task they interrupt).
     Cpu { ops: u32 },
+    /// `taskset -c 1 python3 -c PY_JSON_BENCH LOOPS` (the Python on PATH): a request handler's
+    /// call path, `handler → save → json.dumps` of a 2,000-key dict, `loops` times; the Python
+    /// profilers' workload (issue 29). Metric: the CPU time of the fixed work, as [`Cpu`].
+    Python { loops: u32 },
+}
+
+/// The Python workload: the same call path as `tests/profile/python.rs`.
+const PY_JSON_BENCH: &str = "import json, sys
+def save(doc):
+    return json.dumps(doc)
+def handler(doc):
+    return save(doc)
+doc = {'key%d' % i: i for i in range(2000)}
+for _ in range(int(sys.argv[1])):
+    handler(doc)
+";
+
+/// py-spy in the scripts directory of the Python on PATH, installed there with pip when
+/// missing (the bench's one peer that Debian does not package).
+pub(super) fn py_spy() -> Option<std::path::PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()?;
+    let bin = std::path::Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("py-spy");
+    if !bin.is_file() {
+        eprintln!("xtask: installing py-spy with pip: the Python profiler the bench compares with");
+        let _ = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "py-spy"])
+            .status();
+    }
+    bin.is_file().then_some(bin)
+}
+
+/// The interpreter the Python on PATH runs (pyenv's `python3` is a shell shim; profilers
+/// scope by the comm of the real one).
+/// Asked once: a `python3` started during a run would be one more process of the profilers'
+/// comm (py-spy attached to it once instead of the workload).
+pub(super) fn python_exe() -> Option<std::path::PathBuf> {
+    static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .ok()?;
+        let p = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        p.is_file().then_some(p)
+    })
+    .clone()
 }
 
 /// The comm of stress-ng's CPU stressor (the profilers' `--comm`).
@@ -85,6 +137,9 @@ impl Workload {
             Workload::Cpu { ops } => format!(
                 "CPU-bound (profilers): taskset -c 1 stress-ng --cpu 1 --cpu-method int64 --cpu-ops {ops}, CPU time of the fixed work"
             ),
+            Workload::Python { loops } => format!(
+                "Python (profilers): taskset -c 1 python3, handler → save → json.dumps of a 2,000-key dict × {loops}, CPU time of the fixed work"
+            ),
         }
     }
 
@@ -98,7 +153,7 @@ impl Workload {
             Workload::UdpDrops { .. } => "ns/datagram",
             Workload::TcpStream { .. } => "ns/MiB",
             Workload::BlockRead { .. } => "ns/read",
-            Workload::Cpu { .. } => "ms CPU",
+            Workload::Cpu { .. } | Workload::Python { .. } => "ms CPU",
         }
     }
 
@@ -115,7 +170,7 @@ impl Workload {
             Workload::Syscalls { loops } => *loops,
             Workload::TcpStream { mib } => *mib,
             // CPU time, not wall time: the untraced CPU time stands for the run.
-            Workload::Cpu { .. } => return Some(metric * 1e6),
+            Workload::Cpu { .. } | Workload::Python { .. } => return Some(metric * 1e6),
         };
         Some(metric * f64::from(units))
     }
@@ -238,6 +293,20 @@ impl Workload {
                 }
                 Ok(children_cpu_ms() - before)
             }
+            Workload::Python { loops } => {
+                let py = python_exe().context("python3 on PATH")?;
+                let before = children_cpu_ms();
+                let out = Command::new("taskset")
+                    .args(["-c", "1"])
+                    .arg(&py)
+                    .args(["-c", PY_JSON_BENCH, &loops.to_string()])
+                    .output()
+                    .context("python3")?;
+                if !out.status.success() {
+                    bail!("python3: {}", String::from_utf8_lossy(&out.stderr));
+                }
+                Ok(children_cpu_ms() - before)
+            }
             Workload::Compaction { n } => {
                 let mut total = 0.0;
                 for _ in 0..*n {
@@ -277,7 +346,8 @@ impl Workload {
             Workload::Fsync { .. }
             | Workload::Compaction { .. }
             | Workload::Syscalls { .. }
-            | Workload::Cpu { .. } => None,
+            | Workload::Cpu { .. }
+            | Workload::Python { .. } => None,
         }
     }
 
@@ -291,7 +361,7 @@ impl Workload {
             Workload::Fsync { .. } => "fsync call",
             Workload::Compaction { .. } => "compaction run",
             Workload::Syscalls { .. } => "syscall",
-            Workload::Cpu { .. } => "sample",
+            Workload::Cpu { .. } | Workload::Python { .. } => "sample",
         }
     }
 }
