@@ -16,7 +16,8 @@ use super::{proc_path, read_capped, SMALL_FILE};
 /// Facts about one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcFacts {
-    /// `comm` from `/proc/<pid>/comm` when first learnt.
+    /// `comm` from `/proc/<pid>/comm`, read again by [`FactsCache::get`] and
+    /// [`FactsCache::title`] while the process lives (the last name it had is kept after).
     pub comm: Vec<u8>,
     /// The process title as the process set it (`/proc/<pid>/cmdline`, NULs as spaces):
     /// `postgres: walwriter`, `nginx: worker process`. Empty for kernel threads.
@@ -30,15 +31,21 @@ pub struct ProcFacts {
 
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// `/proc/<pid>/comm` without its newline; `None` when the process is gone.
+fn read_comm(pid: u32) -> Option<Vec<u8>> {
+    let mut comm = read_capped(&proc_path(&format!("{pid}/comm")), SMALL_FILE).ok()?;
+    if comm.last() == Some(&b'\n') {
+        comm.pop();
+    }
+    Some(comm)
+}
+
 impl ProcFacts {
     /// Reads what /proc says about `pid`; `None` when the process is gone.
     pub fn read(pid: u32) -> Option<ProcFacts> {
         let dir = proc_path(&pid.to_string());
         let read = |f: &str| read_capped(&dir.join(f), SMALL_FILE).ok();
-        let mut comm = read("comm")?;
-        if comm.last() == Some(&b'\n') {
-            comm.pop();
-        }
+        let comm = read_comm(pid)?;
         let stat = read("stat").unwrap_or_default();
         Some(ProcFacts {
             comm,
@@ -101,9 +108,16 @@ impl FactsCache {
     }
 
     /// Facts of `pid`, learning them now if never learnt (the process may be gone: `None`).
+    /// The name is read again while the process lives: facts are often learnt at a fork,
+    /// before the child's exec or `prctl(PR_SET_NAME)` gave it the name it is known by (io-lat
+    /// named a service `bash` for a whole run).
     pub fn get(&mut self, pid: u32) -> Option<&ProcFacts> {
         self.learn(pid);
-        self.map.get(&pid).and_then(|e| e.facts.as_ref())
+        let e = self.map.get_mut(&pid)?;
+        if let (Some(f), Some(comm)) = (e.facts.as_mut(), read_comm(pid)) {
+            f.comm = comm;
+        }
+        e.facts.as_ref()
     }
 
     /// Facts already learnt, without touching /proc.
@@ -126,6 +140,9 @@ impl FactsCache {
                 e.seen = w;
                 let f = e.facts.get_or_insert_with(ProcFacts::default);
                 f.cmdline = t;
+                if let Some(comm) = read_comm(pid) {
+                    f.comm = comm;
+                }
             }
             // Gone: what was learnt stands, and is kept for the windows it is still reported in.
             None => {
@@ -187,6 +204,40 @@ mod tests {
         }
         assert_eq!(c.len(), 1, "the dead pid is forgotten, the live one kept");
         assert!(c.known(me).is_some());
+    }
+
+    /// A name learnt at a fork (the shell's) is replaced by the one the process has after its
+    /// exec, and kept once it exits.
+    #[test]
+    fn names_follow_an_exec_and_outlive_the_process() {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x; exec sleep 30"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // spawn returns while execve may still be replacing the image.
+        for _ in 0..200 {
+            if read_comm(pid).as_deref() == Some(b"sh") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut c = FactsCache::new();
+        c.learn(pid);
+        assert_eq!(c.known(pid).unwrap().comm, b"sh");
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        for _ in 0..200 {
+            if read_comm(pid).as_deref() == Some(b"sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(c.get(pid).unwrap().comm, b"sleep");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(c.get(pid).unwrap().comm, b"sleep");
     }
 
     /// A title is read fresh while the process lives, kept after it exits for as long as it is
