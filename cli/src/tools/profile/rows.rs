@@ -260,42 +260,65 @@ fn python_finding(
         .as_ref()
         .and_then(|(f, _)| known(&f.function, &f.module));
     let fname = sanitize::text(app.function.as_bytes());
-    Some(
-        Finding {
-            tool,
-            cause: super::CPU_HOT,
-            subject: subject.clone(),
-            culprit: None,
-            score: Score::NsPerS((n as f64 / freq as f64 / secs * 1e9) as u64),
-            summary: format!(
-                "{}: {:.0} % of its CPU under {path}{}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
-                subject.text(),
-                share * 100.0,
-                match (&native, what) {
-                    (Some((f, _)), Some(w)) if f.function.starts_with('[') => format!(", in {} ({})", w.0, sanitize::text(f.module.as_bytes())),
-                    (Some((f, _)), Some(w)) => format!(", in {} (`{}`)", w.0, sanitize::text(f.function.as_bytes())),
-                    _ => String::new(),
-                },
-                cpu * 100.0,
-                p.samples,
-            ),
-            evidence: vec![],
-            advice: match what {
-                Some(w) => format!("in `{fname}`: {}", w.1),
-                None => format!("make `{fname}` cheaper or call it less: the flame graph shows what it calls"),
-            },
-            next: Some(format!(
-                "tracekit profile --pid {} --duration 30s --svg cpu.svg",
-                p.tgid
-            )),
-            fold: None,
-            members: Vec::new(),
+    let summary = format!(
+        "{}: {:.0} % of its CPU under {path}{}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
+        subject.text(),
+        share * 100.0,
+        match (&native, what) {
+            (Some((f, _)), Some(w)) if f.function.starts_with('[') => {
+                format!(", in {} ({})", w.0, sanitize::text(f.module.as_bytes()))
+            }
+            (Some((f, _)), Some(w)) => {
+                format!(", in {} (`{}`)", w.0, sanitize::text(f.function.as_bytes()))
+            }
+            _ => String::new(),
+        },
+        cpu * 100.0,
+        p.samples,
+    );
+    let advice = match what {
+        Some(w) => format!("in `{fname}`: {}", w.1),
+        None => {
+            format!("make `{fname}` cheaper or call it less: the flame graph shows what it calls")
         }
-        .evidence("samples", p.samples)
-        .evidence("function_samples", n)
-        .evidence("freq_hz", freq)
-        .evidence("function_ppm", ppm(n, p.samples as f64)),
-    )
+    };
+    Some(hot_finding(
+        tool, subject, p, n, freq, secs, summary, advice,
+    ))
+}
+
+/// A `cpu-hot` finding about `p`, `n` of whose samples the summary names.
+#[allow(clippy::too_many_arguments)]
+fn hot_finding(
+    tool: &'static str,
+    subject: crate::report::findings::Subject,
+    p: &ProcAgg,
+    n: u64,
+    freq: u64,
+    secs: f64,
+    summary: String,
+    advice: String,
+) -> Finding {
+    Finding {
+        tool,
+        cause: super::CPU_HOT,
+        subject,
+        culprit: None,
+        score: Score::NsPerS((n as f64 / freq as f64 / secs * 1e9) as u64),
+        summary,
+        evidence: vec![],
+        advice,
+        next: Some(format!(
+            "tracekit profile --pid {} --duration 30s --svg cpu.svg",
+            p.tgid
+        )),
+        fold: None,
+        members: Vec::new(),
+    }
+    .evidence("samples", p.samples)
+    .evidence("function_samples", n)
+    .evidence("freq_hz", freq)
+    .evidence("function_ppm", ppm(n, p.samples as f64))
 }
 
 /// One finding per busy process whose CPU goes mostly to one function.
@@ -334,38 +357,20 @@ pub fn findings(
         let what = known(&f.function, &f.module);
         let fname = sanitize::text(f.function.as_bytes());
         let module = sanitize::text(f.module.as_bytes());
-        let ns_per_s = (n as f64 / freq as f64 / secs * 1e9) as u64;
-        out.push(
-            Finding {
-                tool,
-                cause: super::CPU_HOT,
-                subject: subject.clone(),
-                culprit: None,
-                score: Score::NsPerS(ns_per_s),
-                summary: format!(
-                    "{}: {:.0} % of its CPU in `{fname}` ({module}){}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
-                    subject.text(),
-                    share * 100.0,
-                    what.map(|w| format!(", {}", w.0)).unwrap_or_default(),
-                    cpu * 100.0,
-                    p.samples,
-                ),
-                evidence: vec![],
-                advice: what
-                    .map(|w| w.1.to_string())
-                    .unwrap_or_else(|| format!("make `{fname}` cheaper or call it less: the flame graph shows who calls it")),
-                next: Some(format!(
-                    "tracekit profile --pid {} --duration 30s --svg cpu.svg",
-                    p.tgid
-                )),
-                fold: None,
-                members: Vec::new(),
-            }
-            .evidence("samples", p.samples)
-            .evidence("function_samples", n)
-            .evidence("freq_hz", freq)
-            .evidence("function_ppm", ppm(n, p.samples as f64)),
+        let summary = format!(
+            "{}: {:.0} % of its CPU in `{fname}` ({module}){}; it used {:.0} % of a CPU ({} samples at {freq} Hz).",
+            subject.text(),
+            share * 100.0,
+            what.map(|w| format!(", {}", w.0)).unwrap_or_default(),
+            cpu * 100.0,
+            p.samples,
         );
+        let advice = what.map(|w| w.1.to_string()).unwrap_or_else(|| {
+            format!("make `{fname}` cheaper or call it less: the flame graph shows who calls it")
+        });
+        out.push(hot_finding(
+            tool, subject, p, n, freq, secs, summary, advice,
+        ));
     }
     crate::report::findings::rank(&mut out);
     out

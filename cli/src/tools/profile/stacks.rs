@@ -152,30 +152,22 @@ pub fn top(m: &HashMap<Frame, u64>, n: usize) -> Vec<(Frame, u64)> {
 /// A name as one folded-stack frame: `;` separates frames and the last space the count, so
 /// both are replaced; kernel frames carry inferno's `_[k]` suffix (coloured as kernel).
 fn folded_name(f: &Frame) -> String {
-    let name: String = f
-        .function
-        .chars()
-        .map(|c| match c {
-            ';' => ':',
-            c if c.is_whitespace() || c.is_control() => '_',
-            c => c,
-        })
-        .collect();
-    if &*f.module == "kernel" {
-        format!("{name}_[k]")
-    } else if f.line > 0 {
-        // A Python frame, as py-spy folds it: `save (app.py:12)`. Folded readers split the
-        // count at the last space, so the one space inside a frame is safe.
-        let file: String = f
-            .module
-            .chars()
+    let fold = |s: &str| -> String {
+        s.chars()
             .map(|c| match c {
                 ';' => ':',
                 c if c.is_whitespace() || c.is_control() => '_',
                 c => c,
             })
-            .collect();
-        format!("{name} ({file}:{})", f.line)
+            .collect()
+    };
+    let name = fold(&f.function);
+    if &*f.module == "kernel" {
+        format!("{name}_[k]")
+    } else if f.line > 0 {
+        // A Python frame, as py-spy folds it: `save (app.py:12)`. Folded readers split the
+        // count at the last space, so the one space inside a frame is safe.
+        format!("{name} ({}:{})", fold(&f.module), f.line)
     } else {
         name
     }
