@@ -17,6 +17,7 @@
 //! (json/__init__.py:231) → encoder_call`.
 
 mod code;
+mod layout;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -27,9 +28,8 @@ use std::{
 
 use aya::maps::{HashMap as BpfHash, MapData, PerCpuArray};
 use probes_common::python::{
-    PyFrame, PyProc, PyStack, PY_ENTRY, PY_NONE, PY_NO_SHIM, PY_NSTATS, PY_OWNED_BY_CSTACK,
-    PY_STAT_MAP_FULL, PY_STAT_NO_FRAME, PY_STAT_NO_THREAD, PY_STAT_STACKS, PY_STAT_TRUNCATED,
-    PY_TID_FSBASE, PY_TID_NATIVE,
+    PyFrame, PyProc, PyStack, PY_ENTRY, PY_NSTATS, PY_STAT_MAP_FULL, PY_STAT_NO_FRAME,
+    PY_STAT_NO_THREAD, PY_STAT_STACKS, PY_STAT_TRUNCATED, PY_TID_FSBASE,
 };
 
 use super::symbols::Frame;
@@ -39,6 +39,7 @@ use crate::{
     kernel::loader::Session,
 };
 use code::{CodeCache, Mem};
+use layout::{apply_debug_offsets, layout};
 
 /// The maps each profile object declares for Python (see `probes-ebpf/src/python.rs`).
 pub const PROCS_MAP: &str = "PY_PROCS";
@@ -58,117 +59,6 @@ struct ProcMem(std::fs::File);
 impl Mem for ProcMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.0.read_exact_at(buf, addr)
-    }
-}
-
-/// The offsets of one minor version that the kernel and the setup need.
-struct Layout {
-    runtime_interpreters_head: u64,
-    interp_threads_head: u64,
-    proc: PyProc,
-}
-
-/// Offsets measured with `offsetof()` against each version's headers (x86_64, release builds;
-/// CPython keeps them within a minor version). Field by field, see `PyProc`.
-fn layout(minor: u8) -> Option<Layout> {
-    let base = PyProc {
-        tstate_next: 8,
-        cframe_frame: PY_NONE,
-        owner_shim: PY_NO_SHIM,
-        tid_kind: PY_TID_NATIVE,
-        ..PyProc::default()
-    };
-    let (rih, ith, proc) = match minor {
-        10 => (
-            32,
-            8,
-            PyProc {
-                tstate_tid: 176,
-                tid_kind: PY_TID_FSBASE,
-                tstate_frame: 24,
-                frame_previous: 24,
-                frame_code: 32,
-                frame_instr: 96,
-                ..base
-            },
-        ),
-        11 => (
-            40,
-            16,
-            PyProc {
-                tstate_tid: 160,
-                tstate_frame: 56,
-                cframe_frame: 8,
-                frame_previous: 48,
-                frame_code: 32,
-                frame_instr: 56,
-                frame_is_entry: 68,
-                entry_mask: 0xff,
-                ..base
-            },
-        ),
-        12 => (
-            40,
-            72,
-            PyProc {
-                tstate_tid: 144,
-                tstate_frame: 56,
-                cframe_frame: 0,
-                frame_previous: 8,
-                frame_code: 0,
-                frame_instr: 56,
-                frame_owner: 70,
-                owner_shim: PY_OWNED_BY_CSTACK as u32,
-                ..base
-            },
-        ),
-        13 => (
-            632,
-            7344,
-            PyProc {
-                tstate_tid: 160,
-                tstate_frame: 72,
-                frame_previous: 8,
-                frame_code: 0,
-                frame_instr: 56,
-                frame_owner: 70,
-                owner_shim: PY_OWNED_BY_CSTACK as u32,
-                ..base
-            },
-        ),
-        _ => return None,
-    };
-    Some(Layout {
-        runtime_interpreters_head: rih,
-        interp_threads_head: ith,
-        proc,
-    })
-}
-
-/// 3.13+: `_Py_DebugOffsets` at the start of `_PyRuntime` (cookie `xdebugpy`): the offsets
-/// that the 3.13 headers place at these positions in it override the table's.
-fn apply_debug_offsets(mem: &dyn Mem, runtime: u64, l: &mut Layout) {
-    let mut b = [0u8; 272];
-    if mem.read(runtime, &mut b).is_err() || &b[..8] != b"xdebugpy" {
-        return;
-    }
-    let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
-    let small = |v: u64| u32::try_from(v).ok().filter(|&v| v < 65536);
-    l.runtime_interpreters_head = at(40);
-    l.interp_threads_head = at(72);
-    let p = &mut l.proc;
-    for (field, o) in [
-        (&mut p.tstate_next, 168),
-        (&mut p.tstate_frame, 184),
-        (&mut p.tstate_tid, 200),
-        (&mut p.frame_previous, 232),
-        (&mut p.frame_code, 240),
-        (&mut p.frame_instr, 248),
-        (&mut p.frame_owner, 264),
-    ] {
-        if let Some(v) = small(at(o)) {
-            *field = v;
-        }
     }
 }
 
