@@ -5,7 +5,8 @@
 //! binaries are stripped and built without frame pointers, so a JIT with a perf map is the
 //! hot function a guest can name. Beside it: `profile/container.rs` (a binary that exists only
 //! in a podman container's root), `profile/exited.rs` (the same, symbolised after the process
-//! exited) and `profile/offcpu.rs` (`--off-cpu` against schedstat).
+//! exited), `profile/offcpu.rs` (`--off-cpu` against schedstat) and `profile/python.rs` (CPython
+//! frames on every interpreter of the host, on-CPU and off-CPU).
 
 use std::{
     collections::HashMap,

@@ -120,7 +120,9 @@ pub struct Python {
     /// Processes unwound (pid → "CPython 3.11 (/usr/bin/python3.11)") and not (→ why).
     pub unwound: BTreeMap<u32, String>,
     pub not_unwound: BTreeMap<u32, String>,
-    fsbase_off: Option<u32>,
+    /// `task_struct.thread.fsbase`, from the kernel's BTF when the first 3.10 needs it (parsing
+    /// BTF is start-up time the other versions do not need).
+    fsbase_off: Option<Option<u32>>,
     scope: Scope,
     last_scan: Option<Instant>,
     py_module: Rc<str>,
@@ -135,11 +137,6 @@ impl Python {
         let procs_map = BpfHash::try_from(take(session, PROCS_MAP)?).context(PROCS_MAP)?;
         let stacks_map = BpfHash::try_from(take(session, STACKS_MAP)?).context(STACKS_MAP)?;
         let stats = PerCpuArray::try_from(take(session, "PY_STATS")?).context("PY_STATS")?;
-        let fsbase_off = crate::kernel::btf::vmlinux().ok().and_then(|btf| {
-            let thread = btf.member("task_struct", "thread").ok()?.offset;
-            let fsbase = btf.member("thread_struct", "fsbase").ok()?.offset;
-            Some(thread + fsbase)
-        });
         let mut p = Python {
             procs_map,
             stacks_map,
@@ -150,7 +147,7 @@ impl Python {
             decoded: HashMap::new(),
             unwound: BTreeMap::new(),
             not_unwound: BTreeMap::new(),
-            fsbase_off,
+            fsbase_off: None,
             scope: scope.clone(),
             last_scan: None,
             py_module: Rc::from("python"),
@@ -259,7 +256,13 @@ impl Python {
             apply_debug_offsets(&mem, runtime, &mut l);
         }
         if l.proc.tid_kind == PY_TID_FSBASE {
-            l.proc.fsbase_off = self.fsbase_off.ok_or(NotUnwound::NoFsbase)?;
+            let off = *self.fsbase_off.get_or_insert_with(|| {
+                let btf = crate::kernel::btf::vmlinux().ok()?;
+                let thread = btf.member("task_struct", "thread").ok()?.offset;
+                let fsbase = btf.member("thread_struct", "fsbase").ok()?.offset;
+                Some(thread + fsbase)
+            });
+            l.proc.fsbase_off = off.ok_or(NotUnwound::NoFsbase)?;
         }
         let mut b = [0u8; 8];
         mem.read(runtime + l.runtime_interpreters_head, &mut b)
