@@ -627,3 +627,83 @@ fn every_number_a_tool_records_is_declared() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Run together (triage, serve, record), ctxsw and runq-lat read one `sched` object: one
+/// program per sched hook where each loaded its own before, and the one drain per window
+/// feeds both whole: ctxsw's switches of a pipe ping-pong match /proc, and in every interval
+/// runq-lat's waits of each task are exactly ctxsw's.
+#[test]
+fn ctxsw_and_runq_lat_share_one_program_per_hook_and_stay_exact() {
+    require_root();
+    let _g = serial();
+    let dir = scratch("record-composed");
+    let out = dir.join("sched.tkr");
+    let before = program_ids_named("tk_sched_");
+    let tk = Tracer::spawn(&[
+        "record",
+        "--tools",
+        "ctxsw,runq-lat",
+        "--duration",
+        "60s",
+        "--interval",
+        "1s",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains('\n')) {
+        assert!(Instant::now() < deadline, "no header in {}", out.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ours: Vec<u32> = program_ids_named("tk_sched_")
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    let switch: Vec<u32> = program_ids_named("tk_sched_switch")
+        .into_iter()
+        .filter(|id| ours.contains(id))
+        .collect();
+    assert_eq!(switch.len(), 1, "sched_switch programs: {}", tracers_now());
+    // free, exec, exit, waking, wakeup_new, switch, and the steal clock's wakeup on a guest.
+    assert!((6..=7).contains(&ours.len()), "{ours:?}: {}", tracers_now());
+    let w = run_workload(&["pingpong", "20000"]);
+    tk.signal(libc::SIGINT);
+    let (status, _, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let rows: Vec<Value> = lines(&out)
+        .into_iter()
+        .filter(|l| l["type"] == "row" && l["kind"] == "summary")
+        .collect();
+    let of = |tool: &str, pid: u64, key: &str| -> Vec<(u64, u64)> {
+        rows.iter()
+            .filter(|l| l["tool"] == tool && l["row"]["pid"] == pid)
+            .map(|l| (l["i"].as_u64().unwrap(), l["row"][key].as_u64().unwrap()))
+            .collect()
+    };
+    for p in w["procs"].as_array().unwrap() {
+        let pid = p["pid"].as_u64().unwrap();
+        let own = p["voluntary"].as_u64().unwrap() + p["involuntary"].as_u64().unwrap();
+        let switches: u64 = of("ctxsw", pid, "voluntary")
+            .iter()
+            .chain(&of("ctxsw", pid, "involuntary"))
+            .map(|(_, n)| n)
+            .sum();
+        eprintln!("pid {pid}: ctxsw {switches} switches, /proc {own}");
+        // The child counts from its first /proc read to its last; tracekit from fork to exit.
+        assert!(
+            switches >= own && switches <= own + own / 100 + 5,
+            "pid {pid}: ctxsw {switches}, /proc {own}"
+        );
+        let waits = of("ctxsw", pid, "runq_count");
+        assert!(
+            waits.iter().map(|(_, n)| n).sum::<u64>() >= 19_000,
+            "{waits:?}"
+        );
+        assert_eq!(
+            of("runq-lat", pid, "count"),
+            waits,
+            "pid {pid}: runq-lat's waits per interval against ctxsw's"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

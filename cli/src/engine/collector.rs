@@ -44,6 +44,14 @@ pub trait Collector {
         }
         Ok(())
     }
+    /// Refreshes the `--pid --children` filter to `pids` (the session's; a collector sharing
+    /// another's object overrides it).
+    fn set_filter_pids(&mut self, pids: &[u32]) -> Result<()> {
+        if let Some(s) = self.session() {
+            s.set_filter_pids(pids)?;
+        }
+        Ok(())
+    }
     /// Everything recorded in `window`.
     fn collect(&mut self, window: &Window) -> Result<Output>;
     /// Links whose detach is slow (see [`super::detach_in_background`]).
@@ -52,7 +60,8 @@ pub trait Collector {
     }
     /// The loaded object, for what the engine does to every collector alike (flipping,
     /// refreshing the `--pid --children` filter, counting slow links). A collector with a
-    /// session returns it; one without (the node checks) keeps this default.
+    /// session of its own returns it; one without (the node checks) keeps this default, and one
+    /// sharing an object ([`crate::tools::sched`]) overrides those three instead.
     fn session(&mut self) -> Option<&mut Session> {
         None
     }

@@ -419,9 +419,7 @@ async fn run_async(
                     next_follow = tokio::time::Instant::now() + CHILDREN_EVERY;
                     let pids = opts.followed_pids();
                     for c in collectors.iter_mut() {
-                        if let Some(s) = c.session() {
-                            s.set_filter_pids(&pids)?;
-                        }
+                        c.set_filter_pids(&pids)?;
                     }
                     continue;
                 }

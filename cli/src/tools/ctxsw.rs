@@ -635,8 +635,16 @@ impl Collector for Ctxsw {
         self.s.meta(INFO.name, "context switches")
     }
 
-    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
-        Some(&mut self.s.session)
+    fn flip(&mut self) -> Result<()> {
+        self.s.flip()
+    }
+
+    fn set_filter_pids(&mut self, pids: &[u32]) -> Result<()> {
+        self.s.set_filter_pids(pids)
+    }
+
+    fn slow_links(&mut self) -> usize {
+        self.s.slow_links()
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
@@ -707,7 +715,7 @@ impl Collector for Ctxsw {
                 "*/s: a process's rates are per second of its life in the window (alive_ns in JSON; a second at least), the system line's per second of the window.".into(),
             );
         }
-        if !self.s.wall_clock {
+        if !self.s.wall_clock() {
             out.footnotes.push(
                 "RQ_*: waits after a wakeup are the kernel's run_delay here (no wakeup hook), which misses most of a wait after a wakeup that preempts.".into(),
             );

@@ -41,7 +41,8 @@ pub struct ToolInfo {
     /// One sentence: what it answers (the README's tool table, `--help`).
     pub summary: &'static str,
     /// Kernel hooks, cheapest attach mode first (`doctor` checks them; the loader follows the
-    /// same policy). Empty for commands that load nothing of their own.
+    /// same policy). Empty for commands that load nothing of their own. Tools that declare
+    /// the same table load one object when they run together ([`composed_plan`]).
     pub hooks: &'static [Hook],
     /// A collector `triage` runs by default (cheap enough for every node).
     pub triage: bool,
@@ -95,6 +96,8 @@ pub struct OpenCtx {
     pub env: Env,
     pub symbols: Symbols,
     pub facts: crate::host::facts::Facts,
+    /// The `sched` object the run's collectors share (ctxsw and runq-lat in `triage`).
+    pub sched: sched::Pool,
 }
 
 impl OpenCtx {
@@ -106,6 +109,7 @@ impl OpenCtx {
             env: Env::detect(),
             symbols: Symbols::default(),
             facts: Default::default(),
+            sched: Default::default(),
         }
     }
 }
@@ -200,6 +204,37 @@ registry! {
         /// Compare two recordings: settings that changed, then every metric with its verdict, largest changes first.
         Compare => compare,
     }
+}
+
+/// What `tools` attach to each event they share when they run together (triage, serve,
+/// record): per event, the programs, each as the tools it serves. Tools declaring the same
+/// hook table share one loaded object whose programs do the union of their work
+/// ([`sched::open`]); any other tool on the event brings a program of its own.
+pub fn composed_plan(tools: &[&ToolInfo]) -> Vec<(&'static str, Vec<Vec<&'static str>>)> {
+    let mut plan: Vec<(&'static str, Vec<(*const Hook, Vec<&'static str>)>)> = Vec::new();
+    for t in tools {
+        for h in t.hooks {
+            let at = match plan.iter().position(|(e, _)| *e == h.event) {
+                Some(i) => i,
+                None => {
+                    plan.push((h.event, Vec::new()));
+                    plan.len() - 1
+                }
+            };
+            let progs = &mut plan[at].1;
+            match progs
+                .iter_mut()
+                .find(|(table, _)| *table == t.hooks.as_ptr())
+            {
+                Some((_, names)) => names.push(t.name),
+                None => progs.push((t.hooks.as_ptr(), vec![t.name])),
+            }
+        }
+    }
+    plan.into_iter()
+        .filter(|(_, progs)| progs.iter().map(|(_, n)| n.len()).sum::<usize>() > 1)
+        .map(|(e, progs)| (e, progs.into_iter().map(|(_, n)| n).collect()))
+        .collect()
 }
 
 /// Collectors opened for a command that runs several at once (`triage`, the exporter,
@@ -561,6 +596,32 @@ mod tests {
         assert!(args_from::<fsync_lat::Args>(&[]).is_ok());
         assert!(args_from::<fsync_lat::Args>(&["--by-file"]).is_ok_and(|a| a.by_file));
         assert!(args_from::<fsync_lat::Args>(&["--no-such-flag"]).is_err());
+    }
+
+    /// ctxsw and runq-lat declare one hook table, so run together they cost one program per
+    /// sched hook; numa's own switch program is a second on `sched_switch`.
+    #[test]
+    fn tools_declaring_one_table_compose_into_one_program_per_hook() {
+        let triage: Vec<&ToolInfo> = TOOLS.iter().filter(|t| t.triage && !t.hidden).collect();
+        let plan = composed_plan(&triage);
+        let switch = &plan
+            .iter()
+            .find(|(e, _)| *e == "sched:sched_switch")
+            .expect("sched_switch is shared")
+            .1;
+        assert!(switch.contains(&vec!["ctxsw", "runq-lat"]), "{switch:?}");
+        assert!(switch.iter().all(|names| !names.is_empty()));
+        let waking = &plan
+            .iter()
+            .find(|(e, _)| *e == "sched:sched_waking")
+            .unwrap()
+            .1;
+        assert_eq!(waking[0], vec!["ctxsw", "runq-lat"], "{waking:?}");
+        // An event only one tool attaches is not listed.
+        assert!(
+            plan.iter().all(|(e, _)| !e.starts_with("syscalls:")),
+            "{plan:?}"
+        );
     }
 
     /// The README's generated blocks (`<!-- NAME:begin -->` … `<!-- NAME:end -->`) are what the

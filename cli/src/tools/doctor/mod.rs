@@ -362,10 +362,14 @@ impl Report {
         } else {
             format!("{ok} of {n} tool(s) can run on this kernel.")
         };
+        let (composed, composed_json) = composed();
         let tools = Output {
             sections,
-            footnotes: vec![closing],
-            extra_json: vec![json!({"type": "summary", "tools": n, "runnable": ok})],
+            footnotes: vec![composed, closing],
+            extra_json: vec![
+                composed_json,
+                json!({"type": "summary", "tools": n, "runnable": ok}),
+            ],
             ..Default::default()
         };
         [node, tools]
@@ -412,6 +416,43 @@ impl Report {
             cannot.join("; ")
         )))
     }
+}
+
+/// triage's plan (serve's and record's too, with their `--tools`): the events several of its
+/// collectors attach to, and how many programs each costs there (`tools::composed_plan`).
+fn composed() -> (String, Value) {
+    let triage: Vec<&ToolInfo> = tools::TOOLS
+        .iter()
+        .filter(|t| t.triage && !t.hidden)
+        .collect();
+    let plan = tools::composed_plan(&triage);
+    let text = plan
+        .iter()
+        .map(|(event, progs)| {
+            let each: Vec<String> = progs.iter().map(|names| names.join(" + ")).collect();
+            format!(
+                "{event} runs {} program(s) ({})",
+                progs.len(),
+                each.join("; ")
+            )
+        })
+        .collect::<Vec<_>>();
+    let text = if text.is_empty() {
+        "Run together (triage, serve, record), no two collectors share a hook.".to_string()
+    } else {
+        format!(
+            "Run together (triage, serve, record), collectors declaring one hook table share one object, one program per hook doing their union: {}.",
+            text.join(", ")
+        )
+    };
+    let json = json!({
+        "type": "composed",
+        "events": plan
+            .iter()
+            .map(|(event, progs)| json!({"event": event, "programs": progs}))
+            .collect::<Vec<_>>(),
+    });
+    (text, json)
 }
 
 pub fn run(args: Args) -> Result<()> {

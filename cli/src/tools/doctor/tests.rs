@@ -361,9 +361,20 @@ fn json_lines_keep_their_types_and_keys() {
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(
         types,
-        ["system", "hook", "hook", "hook", "hook", "hook", "tool", "tool", "summary"]
+        ["system", "hook", "hook", "hook", "hook", "hook", "tool", "tool", "composed", "summary"]
     );
     assert!(lines.iter().all(|l| l["tool"] == "doctor"));
+    // triage's plan: ctxsw and runq-lat share one program on sched_switch.
+    let switch = lines[8]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "sched:sched_switch")
+        .unwrap();
+    assert!(switch["programs"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(["ctxsw", "runq-lat"])));
     assert_eq!(lines[0]["kernel"], "6.18.0-test");
     let sw = &lines[1];
     assert_eq!(sw["for"], "broken");
@@ -388,7 +399,7 @@ fn json_lines_keep_their_types_and_keys() {
                "hooks": 3, "usable": 1})
     );
     assert_eq!(
-        lines[8],
+        lines[9],
         json!({"tool": "doctor", "type": "summary", "tools": 2, "runnable": 1})
     );
 }

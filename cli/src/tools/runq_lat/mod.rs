@@ -420,8 +420,16 @@ impl Collector for RunqLat {
         self.s.meta(INFO.name, "run-queue latency")
     }
 
-    fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
-        Some(&mut self.s.session)
+    fn flip(&mut self) -> Result<()> {
+        self.s.flip()
+    }
+
+    fn set_filter_pids(&mut self, pids: &[u32]) -> Result<()> {
+        self.s.set_filter_pids(pids)
+    }
+
+    fn slow_links(&mut self) -> usize {
+        self.s.slow_links()
     }
 
     fn poll_interval(&self) -> Option<std::time::Duration> {
@@ -476,7 +484,7 @@ impl Collector for RunqLat {
                 fmt_ns(total),
                 self.s.scope.describe(),
                 w.span(),
-                self.s.wake_from.definition(self.s.wall_clock),
+                self.s.wake_from().definition(self.s.wall_clock()),
             ),
             ..Output::default()
         };
@@ -520,7 +528,7 @@ impl Collector for RunqLat {
             "%TIME: share of the window spent waiting (summed over the threads); WAKE: waits after a wakeup, to running on the wall clock, from sched_waking (the wakeup path and any IPI included) or with --from wakeup from sched_wakeup (the task enqueued), where runqlat and perf sched start; PREEMPT: waits after being preempted while runnable; RUN_DELAY: the kernel's own run_delay (/proc/<pid>/schedstat), which misses most of a wait after a wakeup that preempts; WAITED_BEHIND: who held the CPU while it waited after a wakeup (the two tasks that ran last before it, for their part of each wait of 20 us or more)."
                 .into(),
         );
-        if !self.s.wall_clock {
+        if !self.s.wall_clock() {
             out.footnotes.push(
                 "No wakeup hook on this kernel: WAKE waits are the kernel's run_delay.".into(),
             );

@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 use probes_common::{
     hist::LatHist,
     sched::{
-        PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, STAT_IDLE_SWITCHES, STAT_NO_BASELINE,
-        STAT_PAIR_MAP_FULL, STEAL_ID,
+        SchedVal, TaskOffsets, STAT_IDLE_SWITCHES, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, STEAL_ID,
     },
     stats::{self, NSTATS},
 };
@@ -19,19 +18,17 @@ use serde::Serialize;
 
 use crate::{
     engine::{Meta, Scope, Stats},
-    error::{Error, Result},
-    kernel::{
-        btf::Btf,
-        hooks::Hook,
-        loader::{self, LoadSpec, Object, Session},
-        maps::GenMap,
-    },
+    error::Result,
+    kernel::{btf::Btf, hooks::Hook, loader::Object},
     report::{
         sanitize,
-        who::{Folding, Id, Title},
+        who::{Id, Title},
     },
-    tools::{row_comm, OpenCtx},
 };
+
+mod session;
+
+pub use session::{open, Interval, Pool, SchedSession};
 
 const OBJECT: Object = crate::object!("sched");
 
@@ -124,7 +121,7 @@ readable by anyone.";
 pub const CULPRIT_MIN_NS: u64 = 20_000;
 
 /// What the programs record besides the per-task aggregates.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     /// Who preempted whom (involuntary switches by pair).
     pub preemptors: bool,
@@ -135,6 +132,18 @@ pub struct Record {
     pub wakers: bool,
     /// Where waits after a wakeup start.
     pub wake_from: WakeFrom,
+}
+
+impl Record {
+    /// What one object records for two collectors (same `wake_from`, see [`open`]).
+    pub fn union(self, o: Record) -> Record {
+        Record {
+            preemptors: self.preemptors || o.preemptors,
+            culprits: self.culprits || o.culprits,
+            wakers: self.wakers || o.wakers,
+            wake_from: self.wake_from,
+        }
+    }
 }
 
 /// Rows a window resolves in full by default: a storm of short-lived processes (3,000 forks/s)
@@ -395,195 +404,6 @@ pub struct Pair {
     pub ns: u64,
 }
 
-/// One window: per-task rows (the `[other]` row last, if non-empty), pairs, and what the
-/// programs could not record.
-pub struct Interval {
-    pub rows: Vec<Row>,
-    /// Every task id the window counted, sorted: the rows' and those summed into `[other]` by
-    /// the row cap (a pair's end is "in scope" when it is here).
-    pub ids: Vec<u32>,
-    /// Tasks summed into the `[other]` row by the row cap (see [`Cap`]), not by the kernel.
-    pub folded: usize,
-    /// The kernel's names of those tasks, for the peers that name them (most have exited).
-    pub folded_names: Vec<(u32, Vec<u8>)>,
-    pub preemptors: Vec<Pair>,
-    pub culprits: Vec<Pair>,
-    /// As `culprits`, over the waits of `harm::LATE_FLOOR_NS` or more.
-    pub late_culprits: Vec<Pair>,
-    pub wakers: Vec<Pair>,
-    pub stats: [u64; NSTATS as usize],
-}
-
-/// The loaded `sched` object and its maps.
-pub struct SchedSession {
-    pub session: Session,
-    agg: GenMap<SchedKey, SchedVal>,
-    preemptors: Option<GenMap<PairKey, PairVal>>,
-    culprits: Option<GenMap<PairKey, PairVal>>,
-    late_culprits: Option<GenMap<PairKey, PairVal>>,
-    wakers: Option<GenMap<PairKey, PairVal>>,
-    pub scope: Scope,
-    /// What a skipped optional hook costs the report.
-    pub notes: Vec<String>,
-    /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).
-    pub wall_clock: bool,
-    /// ... from this event ([`Record::wake_from`]).
-    pub wake_from: WakeFrom,
-    facts: crate::host::facts::Facts,
-    /// `--by container`: rows fold per container.
-    pub fold: Folding,
-}
-
-fn pair_map(
-    s: &mut Session,
-    name: &'static str,
-    on: bool,
-) -> Result<Option<GenMap<PairKey, PairVal>>> {
-    if !on {
-        return Ok(None);
-    }
-    Ok(Some(GenMap::take(s, name, None, PairVal::default())?))
-}
-
-/// Loads the `sched` object and attaches it as the attach policy chose on this kernel.
-pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
-    let btf = crate::kernel::btf::vmlinux().map_err(|e| {
-        Error::KernelFeature(format!(
-            "the scheduler tools need the kernel's BTF to find task_struct fields ({}, or TRACEKIT_BTF): {e}",
-            crate::kernel::btf::vmlinux_path().display()
-        ))
-    })?;
-    let mut offs = task_offsets(btf)?;
-    let mut notes = Vec::new();
-    // Steal is charged where culprits are recorded on a guest that has any; elsewhere the
-    // wakeup hook stays out (its `when`), and the meta line says why.
-    let left_out = if !record.culprits {
-        Some("this tool records no culprits".to_string())
-    } else if !node_has_steal() {
-        Some("this node has had no CPU steal since boot (/proc/stat)".to_string())
-    } else if let Err(e) = steal_offsets(btf, &mut offs) {
-        notes.push(format!(
-            "CPU steal is charged to whoever held the CPU: this kernel has no run-queue steal clock ({e})"
-        ));
-        Some(format!("this kernel has no run-queue steal clock ({e})"))
-    } else {
-        None
-    };
-    let steal = left_out.is_none();
-    let from_wakeup = record.wake_from == WakeFrom::Wakeup;
-    let left_out = left_out.filter(|_| !from_wakeup);
-    let hooks = hooks_for(steal, record.wake_from);
-    let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
-    // `btf_trace_sched_switch` is (void *, bool preempt, prev, next[, unsigned int prev_state]);
-    // prev_state was added in 5.18. Without BTF for it, assume the modern layout.
-    let has_state = btf
-        .proto_params("btf_trace_sched_switch")
-        .is_none_or(|n| n >= 5);
-    let start_ns = crate::host::proc::mono_ns();
-    let scope = &ctx.scope;
-    let slots = wake_slots();
-    let spec = LoadSpec::new()
-        .global("SCHED_OFFS", &offs)
-        .global("SCHED_START_NS", &start_ns)
-        .global("SCHED_PER_THREAD", &u8::from(scope.threads))
-        .global("SCHED_PREEMPTORS", &u8::from(record.preemptors))
-        .global("SCHED_CULPRITS", &u8::from(record.culprits))
-        .global("SCHED_CULPRIT_MIN_NS", &CULPRIT_MIN_NS)
-        .global("SCHED_LATE_MIN_NS", &crate::report::harm::LATE_FLOOR_NS)
-        .global("SCHED_WAKERS", &u8::from(record.wakers))
-        .global("SCHED_STEAL", &u8::from(steal))
-        .global("SCHED_FROM_WAKEUP", &u8::from(from_wakeup))
-        .global("SCHED_WAKE_MASK", &(slots - 1))
-        .global("SCHED_HAS_STATE", &u8::from(has_state))
-        .max_entries("TASKS", task_cap())
-        .max_entries("WAKE", slots)
-        .max_entries("SCHED_AGG", scope.key_cap())
-        .max_entries("PREEMPTORS", scope.key_cap())
-        .max_entries("CULPRITS", scope.key_cap())
-        .max_entries("LATE_CULPRITS", scope.key_cap())
-        .max_entries("WAKERS", scope.key_cap())
-        .tp_btf_planned(&hooks, &plan);
-    let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    session.attach_planned(&hooks, &plan)?;
-    session
-        .left_out
-        .extend(left_out.map(|why| (STEAL_HOOK, why)));
-    let mut wall_clock = true;
-    for (event, why) in &session.skipped {
-        let cost = match *event {
-            "sched:sched_process_free" => {
-                "a reused tid may inherit an exited task's baseline".to_string()
-            }
-            "sched:sched_process_exec" => {
-                "a process that exec'd may be shown under its name before the exec".to_string()
-            }
-            "sched:sched_process_exit" => {
-                "a process that exited during a window is rated per second of the window from its start, not of its life".to_string()
-            }
-            STEAL_HOOK if from_wakeup => {
-                return Err(Error::KernelFeature(format!(
-                    "--from wakeup needs sched:sched_wakeup, which cannot be attached here ({why}); the default, --from waking, times waits from sched_waking"
-                ))
-                );
-            }
-            STEAL_HOOK => {
-                "the hypervisor's steal is charged to whoever held the CPU, as without a steal clock".to_string()
-            }
-            _ => {
-                wall_clock = false;
-                "waits after a wakeup are the kernel's run_delay, which misses most of a wait after a wakeup that preempts".to_string()
-            }
-        };
-        notes.push(format!("{event} unavailable ({why}): {cost}"));
-    }
-    let agg = GenMap::take(
-        &mut session,
-        "SCHED_AGG",
-        Some("SCHED_OTHER"),
-        SchedVal::ZERO,
-    )?;
-    let preemptors = pair_map(&mut session, "PREEMPTORS", record.preemptors)?;
-    let culprits = pair_map(&mut session, "CULPRITS", record.culprits)?;
-    let late_culprits = pair_map(&mut session, "LATE_CULPRITS", record.culprits)?;
-    let wakers = pair_map(&mut session, "WAKERS", record.wakers)?;
-    Ok(SchedSession {
-        session,
-        agg,
-        preemptors,
-        culprits,
-        late_culprits,
-        wakers,
-        scope: scope.clone(),
-        notes,
-        wall_clock,
-        wake_from: record.wake_from,
-        facts: ctx.facts.clone(),
-        fold: Folding::new(scope.by_container),
-    })
-}
-
-fn drain_pairs(m: &mut Option<GenMap<PairKey, PairVal>>, gen: u32) -> Result<Vec<Pair>> {
-    let Some(m) = m.as_mut() else {
-        return Ok(Vec::new());
-    };
-    let mut v: Vec<Pair> = m
-        .drain(gen)?
-        .rows
-        .into_iter()
-        .map(|(k, v)| Pair {
-            a: k.a,
-            a_tgid: k.a_tgid,
-            b: k.b,
-            b_tgid: k.b_tgid,
-            count: v.count,
-            ns: v.ns,
-        })
-        .collect();
-    // Most time first, then most events: the order every list of peers shows.
-    v.sort_by(|x, y| (y.ns, y.count, x.a, x.b).cmp(&(x.ns, x.count, y.a, y.b)));
-    Ok(v)
-}
-
 fn row(
     id: u32,
     tgid: u32,
@@ -601,143 +421,6 @@ fn row(
         title,
         v: *v,
         alive,
-    }
-}
-
-impl SchedSession {
-    /// The tasks recorded so far, in either generation: every row's id and every task seen
-    /// holding a CPU a woken task waited for (their classes are learnt while they live).
-    pub fn task_ids(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.agg.keys().into_iter().map(|k| k.id).collect();
-        for m in [&self.culprits, &self.late_culprits].into_iter().flatten() {
-            ids.extend(m.keys().into_iter().map(|k| k.b));
-        }
-        ids
-    }
-
-    /// A window's notes after the tool's own: what the skipped hooks cost, what the programs
-    /// could not record ([`stats_notes`]), and `nothing` (`no context switches seen`) for a
-    /// window without rows.
-    pub fn window_notes(&self, iv: &Interval, nothing: Option<&str>) -> Vec<String> {
-        let mut out = self.notes.clone();
-        out.extend(stats_notes(&iv.stats));
-        if iv.folded > 0 {
-            out.push(format!(
-                "{} {} with the least to show are summed in the [other] row ({} of {} resolved, the largest)",
-                iv.folded,
-                if self.scope.threads { "thread(s)" } else { "process(es)" },
-                iv.ids.len() - iv.folded,
-                iv.ids.len()
-            ));
-        }
-        out.extend(nothing.map(str::to_string));
-        out
-    }
-
-    /// What the window just flipped away from recorded, with at most `cap.rows` rows resolved
-    /// in full (names, titles): the tasks largest by `cap.rank` and every task `cap.keep`
-    /// accepts; the others are summed into the `[other]` row, so every total stays exact.
-    pub fn drain(&mut self, cap: &Cap) -> Result<Interval> {
-        let threads = self.scope.threads;
-        let span = self.session.drained_span_ns();
-        let mut drained = self.agg.drain(self.session.drained())?;
-        let mut ids: Vec<u32> = drained.rows.iter().map(|(k, _)| k.id).collect();
-        ids.sort_unstable();
-        let mut other = drained.other;
-        let mut folded = 0;
-        let mut folded_names = Vec::new();
-        // A fork storm leaves tens of thousands of short-lived tasks in one window: ranking the
-        // raw aggregates first spares reading /proc for, and copying, the ones never shown.
-        if !self.fold.on() && drained.rows.len() > cap.rows {
-            let rank = cap.rank;
-            drained
-                .rows
-                .sort_unstable_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.id.cmp(&b.0.id)));
-            let mut kept = 0;
-            drained.rows.retain(|(k, v)| {
-                if kept < cap.rows || (cap.keep)(v) {
-                    kept += 1;
-                    true
-                } else {
-                    other.add(v);
-                    folded += 1;
-                    folded_names.push((k.id, sanitize::comm_bytes(&v.comm).to_vec()));
-                    false
-                }
-            });
-            drained.rows.shrink_to_fit();
-        }
-        let mut rows: Vec<Row> = drained
-            .rows
-            .drain(..)
-            .map(|(k, v)| {
-                let comm = row_comm(k.id, v.tgid, threads, &v.comm);
-                let from = sanitize::comm_bytes(&v.exec_from);
-                let exec_from =
-                    (!from.is_empty() && from != comm.as_slice()).then(|| from.to_vec());
-                let title = Title::cached(&mut self.facts.lock(), v.tgid);
-                row(k.id, v.tgid, comm, exec_from, title, &v, alive(&v, span))
-            })
-            .collect();
-        drop(drained);
-        if self.fold.on() {
-            rows = self.fold_rows(rows, span);
-        }
-        if other.voluntary + other.involuntary > 0 || other.wake.count + other.preempt.count > 0 {
-            rows.push(row(
-                0,
-                0,
-                b"[other]".to_vec(),
-                None,
-                Title::default(),
-                &other,
-                span,
-            ));
-        }
-        Ok(Interval {
-            rows,
-            ids,
-            folded,
-            folded_names,
-            preemptors: drain_pairs(&mut self.preemptors, self.session.drained())?,
-            culprits: drain_pairs(&mut self.culprits, self.session.drained())?,
-            late_culprits: drain_pairs(&mut self.late_culprits, self.session.drained())?,
-            wakers: drain_pairs(&mut self.wakers, self.session.drained())?,
-            stats: self.session.stats_delta()?,
-        })
-    }
-
-    /// `--by container`: one row per container's representative, its processes' counters
-    /// summed and their histograms merged.
-    fn fold_rows(&mut self, rows: Vec<Row>, span: (u64, u64)) -> Vec<Row> {
-        self.fold.end_window();
-        let mut by: BTreeMap<u32, Row> = BTreeMap::new();
-        for r in rows {
-            let rep = self.fold.rep(r.tgid);
-            match by.get_mut(&rep) {
-                Some(m) => m.v.add(&r.v),
-                None => {
-                    let comm = crate::host::proc::comm(rep).unwrap_or(r.comm.clone());
-                    let title = Title::cached(&mut self.facts.lock(), rep);
-                    by.insert(rep, row(rep, rep, comm, None, title, &r.v, span));
-                }
-            }
-        }
-        by.into_values().collect()
-    }
-
-    /// Who row `r` is: its process, or its container's row with `--by container`.
-    pub fn who(&self, r: &Row) -> Who {
-        let mut w = Who::of(r, self.scope.threads && !self.fold.on());
-        self.fold.relabel(&mut w.id);
-        w
-    }
-
-    /// The meta line: what was attached, and what a skipped hook costs.
-    pub fn meta(&self, tool: &'static str, what: &str) -> Meta {
-        let meta =
-            Meta::of(tool, what, &self.scope, &self.session).with("notes", self.notes.clone());
-        self.wake_from.meta(meta, self.wall_clock)
     }
 }
 
