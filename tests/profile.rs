@@ -310,6 +310,58 @@ fn pprof_output_reads_in_go_tool_pprof_as_the_table_says() {
     for (f, n) in table.iter().filter(|(f, _)| !f.starts_with('[')) {
         assert_eq!(flat.get(f), Some(n), "{f}: pprof {flat:?}");
     }
+    // The binary's mapping carries its range, path and GNU build id (as readelf reads it), and
+    // the hot function's location an address inside that range.
+    let notes = output_ok(
+        Command::new("readelf").arg("-n").arg(&bin),
+        "readelf (binutils)",
+    );
+    let notes = String::from_utf8_lossy(&notes);
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {notes}"))
+        .trim()
+        .to_string();
+    let raw = output_ok(
+        Command::new("go")
+            .args(["tool", "pprof", "-raw", "-symbolize=none"])
+            .arg(&pb)
+            .env("HOME", &dir),
+        "go tool pprof -raw",
+    );
+    let raw = String::from_utf8_lossy(&raw);
+    // `1: 0x5600…/0x5600…/0x1000 /path/tk_hot 3f2a… [FN]`
+    let mapping = raw
+        .lines()
+        .find(|l| l.contains(bin.to_str().unwrap()) && l.contains(&build_id))
+        .unwrap_or_else(|| {
+            panic!(
+                "no mapping of {} with build id {build_id}:\n{raw}",
+                bin.display()
+            )
+        });
+    let (id, range) = mapping.trim().split_once(": ").unwrap();
+    let bounds: Vec<u64> = range
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split('/')
+        .map(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    let hot_addrs: Vec<u64> = raw
+        .lines()
+        .filter(|l| l.contains(&format!(" M={id} {HOT} ")))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert!(
+        !hot_addrs.is_empty(),
+        "no location of {HOT} in mapping {id}:\n{raw}"
+    );
+    for a in hot_addrs {
+        assert!(bounds[0] <= a && a < bounds[1], "{a:#x} outside {mapping}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

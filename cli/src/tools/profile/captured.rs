@@ -12,6 +12,7 @@
 
 use std::{collections::HashMap, fs::File, os::fd::AsRawFd, path::PathBuf, rc::Rc};
 
+use super::symbols::MapInfo;
 use crate::host::{maps, open_regular, proc_path};
 
 /// Files kept open at most (one descriptor each).
@@ -28,6 +29,8 @@ struct Mapping {
     /// The path as the process saw it (for the module name).
     path: Rc<str>,
     file: Rc<File>,
+    /// The same for pprof, with the file's build id.
+    info: Rc<MapInfo>,
 }
 
 /// Where an address of an exited process is: the open file (a path this process can read it
@@ -41,8 +44,22 @@ pub struct FileAddr {
 
 #[derive(Default)]
 pub struct Captured {
-    files: HashMap<(i32, i32, u64), Rc<File>>,
+    files: HashMap<(i32, i32, u64), (Rc<File>, Rc<str>)>,
     procs: HashMap<u32, Vec<Mapping>>,
+}
+
+/// The GNU build id of an ELF file, in hex; empty when it has none or is not ELF (read from
+/// its headers and notes only, through `object::ReadCache`).
+fn build_id(f: &File) -> Rc<str> {
+    use object::Object as _;
+    let data = object::ReadCache::new(f);
+    let id = object::File::parse(&data)
+        .ok()
+        .and_then(|elf| elf.build_id().ok().flatten().map(<[u8]>::to_vec));
+    match id {
+        Some(id) => Rc::from(id.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        None => Rc::from(""),
+    }
 }
 
 impl Captured {
@@ -57,21 +74,29 @@ impl Captured {
         };
         let mut out = Vec::with_capacity(maps.len());
         for m in maps {
-            let Some(file) = self.open(tgid, &m) else {
+            let Some((file, build_id)) = self.open(tgid, &m) else {
                 continue;
             };
+            let path: Rc<str> = Rc::from(m.path.as_str());
             out.push(Mapping {
                 start: m.start,
                 end: m.end,
                 offset: m.offset,
-                path: Rc::from(m.path.as_str()),
+                info: Rc::new(MapInfo {
+                    path: path.clone(),
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    build_id,
+                }),
+                path,
                 file,
             });
         }
         self.procs.insert(tgid, out);
     }
 
-    fn open(&mut self, tgid: u32, m: &maps::ExecMap) -> Option<Rc<File>> {
+    fn open(&mut self, tgid: u32, m: &maps::ExecMap) -> Option<(Rc<File>, Rc<str>)> {
         let key = (m.dev.0, m.dev.1, m.inode);
         if let Some(f) = self.files.get(&key) {
             return Some(f.clone());
@@ -86,9 +111,10 @@ impl Captured {
         let f = open_regular(&by_map, u64::MAX)
             .or_else(|_| open_regular(&by_root, u64::MAX))
             .ok()?;
-        let f = Rc::new(f);
-        self.files.insert(key, f.clone());
-        Some(f)
+        let id = build_id(&f);
+        let opened = (Rc::new(f), id);
+        self.files.insert(key, opened.clone());
+        Some(opened)
     }
 
     /// Whether `tgid`'s mappings were captured.
@@ -110,6 +136,15 @@ impl Captured {
         })
     }
 
+    /// The file mapping address `addr` of `tgid` falls in, if captured (pprof's mappings).
+    pub fn map_info(&self, tgid: u32, addr: u64) -> Option<Rc<MapInfo>> {
+        self.procs
+            .get(&tgid)?
+            .iter()
+            .find(|m| (m.start..m.end).contains(&addr))
+            .map(|m| m.info.clone())
+    }
+
     /// Forgets the processes `gone`, and closes the files no process kept maps any more; returns
     /// the paths closed (for the symboliser to forget what it cached under them).
     pub fn forget(&mut self, gone: &[u32]) -> Vec<PathBuf> {
@@ -117,7 +152,7 @@ impl Captured {
             self.procs.remove(p);
         }
         let mut closed = Vec::new();
-        self.files.retain(|_, f| {
+        self.files.retain(|_, (f, _)| {
             let used = Rc::strong_count(f) > 1;
             if !used {
                 closed.push(PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));

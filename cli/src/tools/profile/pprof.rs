@@ -6,14 +6,20 @@
 //! What the file holds: one sample per (stack, process or thread) with its count and, on-CPU,
 //! its CPU time (count × the sampling period); a location per (function, module), whose one
 //! line names the function; a mapping per module (the binary, `[kernel]` for kernel frames).
-//! The resolver keeps names, not addresses, so locations carry no address and mappings no
-//! address range or build id.
+//! A native user frame's location also carries an address sampled in it (the first seen: the
+//! report merges a function's samples), and its mapping the range the process mapped, the file
+//! offset, the path and the file's GNU build id, so a backend can fetch the debug info. Kernel
+//! locations carry their address in the `[kernel]` mapping; Python frames (file and line)
+//! carry none.
 
 use std::collections::HashMap;
 
 use prost::Message;
 
-use super::stacks::Sample;
+use super::{
+    stacks::Sample,
+    symbols::{At, Frame},
+};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
@@ -74,8 +80,16 @@ pub struct Label {
 pub struct Mapping {
     #[prost(uint64, tag = "1")]
     pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
     #[prost(int64, tag = "5")]
     pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
     #[prost(bool, tag = "7")]
     pub has_functions: bool,
 }
@@ -86,6 +100,8 @@ pub struct Location {
     pub id: u64,
     #[prost(uint64, tag = "2")]
     pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
     #[prost(message, repeated, tag = "4")]
     pub line: Vec<Line>,
 }
@@ -111,6 +127,29 @@ pub struct Function {
     pub filename: i64,
 }
 
+/// The GNU build id (`NT_GNU_BUILD_ID`, hex) in a sequence of ELF notes, as the kernel
+/// publishes its own in `/sys/kernel/notes`: each note is its name and descriptor sizes, its
+/// type, then the name and the descriptor, each padded to 4 bytes.
+pub fn gnu_build_id(notes: &[u8]) -> Option<String> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(notes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let pad = |n: usize| n.div_ceil(4) * 4;
+    let mut at = 0;
+    while at + 12 <= notes.len() {
+        let (namesz, descsz, kind) = (word(at)? as usize, word(at + 4)? as usize, word(at + 8)?);
+        let name = notes.get(at + 12..at + 12 + namesz)?;
+        let desc_at = at + 12 + pad(namesz);
+        let desc = notes.get(desc_at..desc_at + descsz)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && !desc.is_empty() {
+            return Some(desc.iter().map(|b| format!("{b:02x}")).collect());
+        }
+        at = desc_at + pad(descsz);
+    }
+    None
+}
+
 /// What a sample's values are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -126,8 +165,13 @@ pub struct Builder {
     strings: Vec<String>,
     string_ix: HashMap<String, i64>,
     functions: HashMap<(i64, i64), u64>,
+    /// By module name, for frames without a file mapping.
     mappings: HashMap<i64, u64>,
-    locations: HashMap<(u64, u64, u32), u64>,
+    /// By file mapping (path, range, offset).
+    file_mappings: HashMap<(i64, u64, u64, u64), u64>,
+    locations: HashMap<(u64, u64, u32, u64), u64>,
+    /// The running kernel's build id (hex, empty if unknown), for the `[kernel]` mapping.
+    kernel_build_id: String,
     /// (locations leaf first, row id, tgid, comm) → count.
     samples: HashMap<(Vec<u64>, u32, u32, i64), u64>,
     profile: Profile,
@@ -142,7 +186,15 @@ impl Builder {
             string_ix: HashMap::new(),
             functions: HashMap::new(),
             mappings: HashMap::new(),
+            file_mappings: HashMap::new(),
             locations: HashMap::new(),
+            kernel_build_id: crate::host::read_capped(
+                &crate::host::sys_path("kernel/notes"),
+                crate::host::SMALL_FILE,
+            )
+            .ok()
+            .and_then(|b| gnu_build_id(&b))
+            .unwrap_or_default(),
             samples: HashMap::new(),
             profile: Profile::default(),
             threads,
@@ -182,22 +234,56 @@ impl Builder {
         i
     }
 
-    fn location(&mut self, function: &str, module: &str, line: u32) -> u64 {
-        let file = if module == "kernel" {
+    /// The mapping of a frame: its file mapping when the resolver placed it, else one per
+    /// module name.
+    fn mapping(&mut self, module: &str, at: &At) -> (u64, i64) {
+        let next = self.profile.mapping.len() as u64 + 1;
+        if let Some(m) = &at.map {
+            let (file, build_id) = (self.string(&m.path), self.string(&m.build_id));
+            let id = *self
+                .file_mappings
+                .entry((file, m.start, m.end, m.offset))
+                .or_insert(next);
+            if id == next {
+                self.profile.mapping.push(Mapping {
+                    id,
+                    memory_start: m.start,
+                    memory_limit: m.end,
+                    file_offset: m.offset,
+                    filename: file,
+                    build_id,
+                    has_functions: true,
+                });
+            }
+            return (id, self.string(module));
+        }
+        let file = self.string(if module == "kernel" {
             "[kernel]"
         } else {
             module
-        };
-        let (name, file) = (self.string(function), self.string(file));
-        let next = self.profile.mapping.len() as u64 + 1;
-        let mapping = *self.mappings.entry(file).or_insert(next);
-        if mapping == next {
+        });
+        let id = *self.mappings.entry(file).or_insert(next);
+        if id == next {
+            let build_id = if module == "kernel" {
+                let id = self.kernel_build_id.clone();
+                self.string(&id)
+            } else {
+                0
+            };
             self.profile.mapping.push(Mapping {
-                id: mapping,
+                id,
                 filename: file,
+                build_id,
                 has_functions: true,
+                ..Default::default()
             });
         }
+        (id, file)
+    }
+
+    fn location(&mut self, f: &Frame) -> u64 {
+        let (mapping, file) = self.mapping(&f.module, &f.at);
+        let name = self.string(&f.function);
         let next = self.profile.function.len() as u64 + 1;
         let func = *self.functions.entry((name, file)).or_insert(next);
         if func == next {
@@ -209,14 +295,16 @@ impl Builder {
             });
         }
         let next = self.profile.location.len() as u64 + 1;
-        let loc = *self.locations.entry((func, mapping, line)).or_insert(next);
+        let key = (func, mapping, f.line, f.at.addr);
+        let loc = *self.locations.entry(key).or_insert(next);
         if loc == next {
             self.profile.location.push(Location {
                 id: loc,
                 mapping_id: mapping,
+                address: f.at.addr,
                 line: vec![Line {
                     function_id: func,
-                    line: line as i64,
+                    line: f.line as i64,
                 }],
             });
         }
@@ -226,12 +314,7 @@ impl Builder {
     /// Adds a window's samples (frames outermost first, as [`Sample`] holds them).
     pub fn add(&mut self, samples: &[Sample]) {
         for s in samples {
-            let locs: Vec<u64> = s
-                .frames
-                .iter()
-                .rev()
-                .map(|f| self.location(&f.function, &f.module, f.line))
-                .collect();
+            let locs: Vec<u64> = s.frames.iter().rev().map(|f| self.location(f)).collect();
             let comm = self.string(&crate::report::sanitize::text(&s.comm));
             *self.samples.entry((locs, s.id, s.tgid, comm)).or_default() += s.count;
         }
@@ -303,8 +386,11 @@ pub fn encode_gz(p: &Profile) -> std::io::Result<Vec<u8>> {
 mod tests {
     use std::io::Read;
 
+    use std::rc::Rc;
+
     use super::*;
     use crate::tools::profile::stacks::marker;
+    use crate::tools::profile::symbols::MapInfo;
 
     fn sample(id: u32, frames: &[(&str, &str)], count: u64) -> Sample {
         Sample {
@@ -386,6 +472,48 @@ mod tests {
         assert_eq!((p.time_nanos, p.duration_nanos), (1, 2_000_000_000));
     }
 
+    /// A placed frame (its address and file mapping) gets a location with that address in a
+    /// mapping with the range, offset, path and build id; a frame without one keeps the
+    /// module's mapping and no address.
+    #[test]
+    fn placed_frames_carry_addresses_and_build_ids() {
+        let mut b = Builder::new(Kind::Cpu { period_ns: 1 }, false);
+        let map = Rc::new(MapInfo {
+            path: Rc::from("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            start: 0x7f00_0002_8000,
+            end: 0x7f00_0018_0000,
+            offset: 0x28000,
+            build_id: Rc::from("93ac61ec5a8eb1396f9fbd350e3169a558528a40"),
+        });
+        let mut s = sample(3, &[("main", "hot"), ("memcpy", "libc")], 4);
+        s.frames[1].at = At {
+            addr: 0x7f00_0003_0001,
+            map: Some(map),
+        };
+        b.add(&[s]);
+        let p = decode(&encode_gz(&b.profile(0, 1)).unwrap());
+        let st = |i: i64| p.string_table[i as usize].as_str();
+        let leaf = &p.location[(p.sample[0].location_id[0] - 1) as usize];
+        assert_eq!(leaf.address, 0x7f00_0003_0001);
+        let m = &p.mapping[(leaf.mapping_id - 1) as usize];
+        assert_eq!(
+            (m.memory_start, m.memory_limit, m.file_offset),
+            (0x7f00_0002_8000, 0x7f00_0018_0000, 0x28000)
+        );
+        assert_eq!(st(m.filename), "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(st(m.build_id), "93ac61ec5a8eb1396f9fbd350e3169a558528a40");
+        // The function keeps the module's short name.
+        let f = &p.function[(leaf.line[0].function_id - 1) as usize];
+        assert_eq!((st(f.name), st(f.filename)), ("memcpy", "libc"));
+        let outer = &p.location[(p.sample[0].location_id[1] - 1) as usize];
+        assert_eq!(outer.address, 0);
+        let m = &p.mapping[(outer.mapping_id - 1) as usize];
+        assert_eq!(
+            (st(m.filename), m.memory_limit, st(m.build_id)),
+            ("hot", 0, "")
+        );
+    }
+
     #[test]
     fn off_cpu_values_are_blocked_nanoseconds() {
         let mut b = Builder::new(Kind::OffCpu, true);
@@ -399,5 +527,25 @@ mod tests {
             .label
             .iter()
             .any(|l| p.string_table[l.key as usize] == "tid" && l.num == 9));
+    }
+
+    /// /sys/kernel/notes of a 6.18 kernel: the build id note, then Xen's and Linux's notes.
+    #[test]
+    fn kernel_build_id_is_read_from_its_notes() {
+        let mut notes = Vec::new();
+        let mut note = |name: &[u8], kind: u32, desc: &[u8]| {
+            notes.extend((name.len() as u32).to_ne_bytes());
+            notes.extend((desc.len() as u32).to_ne_bytes());
+            notes.extend(kind.to_ne_bytes());
+            for part in [name, desc] {
+                notes.extend(part);
+                notes.resize(notes.len().div_ceil(4) * 4, 0);
+            }
+        };
+        note(b"Linux\0", 6, b"\x01\x01");
+        note(b"GNU\0", 3, &[0x32, 0xa7, 0xf3, 0xba, 0x0e]);
+        assert_eq!(gnu_build_id(&notes).as_deref(), Some("32a7f3ba0e"));
+        assert_eq!(gnu_build_id(&notes[..20]), None, "truncated");
+        assert_eq!(gnu_build_id(b""), None);
     }
 }

@@ -277,6 +277,7 @@ pub fn marker(name: &str, module: &str) -> Frame {
         function: Rc::from(name),
         module: Rc::from(module),
         line: 0,
+        at: super::symbols::At::NONE,
     }
 }
 

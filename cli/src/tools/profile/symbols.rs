@@ -33,6 +33,54 @@ pub struct Frame {
     pub module: Rc<str>,
     /// The source line (Python frames; 0: none).
     pub line: u32,
+    /// Where it was (pprof only).
+    pub at: At,
+}
+
+/// Where a frame was, for pprof's mappings and locations only: a sampled address in the
+/// frame's function and the file mapping it fell in. It is never part of a frame's identity
+/// (equal, hashed and ordered as nothing), so every table still merges a function's samples
+/// taken at different instructions, and the address kept is the first one seen.
+#[derive(Clone, Debug, Default)]
+pub struct At {
+    pub addr: u64,
+    pub map: Option<Rc<MapInfo>>,
+}
+
+impl At {
+    pub const NONE: At = At { addr: 0, map: None };
+}
+
+impl PartialEq for At {
+    fn eq(&self, _: &At) -> bool {
+        true
+    }
+}
+impl Eq for At {}
+impl std::hash::Hash for At {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+impl PartialOrd for At {
+    fn partial_cmp(&self, o: &At) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for At {
+    fn cmp(&self, _: &At) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+/// A file mapping as pprof's `Mapping` describes it: the range a process mapped, the offset in
+/// the file, the path the process mapped it from and the file's GNU build id (hex, empty when
+/// the file has none), which lets a backend find its debug info.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct MapInfo {
+    pub path: Rc<str>,
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub build_id: Rc<str>,
 }
 
 /// Resolved stacks kept at most (user stacks per process plus kernel stacks).
@@ -113,11 +161,13 @@ impl Resolver {
                         (None, None) => self.unknown.clone(),
                     },
                     line: 0,
+                    at: At::NONE,
                 },
                 Symbolized::Unknown(_) => Frame {
                     function: self.unknown.clone(),
                     module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
                     line: 0,
+                    at: At::NONE,
                 },
             })
             .collect()
@@ -198,9 +248,25 @@ impl Resolver {
             self.name_modules(tgid, &addrs, frames)
         };
         let frames = self.name_jit(tgid, &addrs, frames);
+        let frames = self.place(tgid, &addrs, frames);
         self.bound();
         self.user.insert((tgid, id), frames.clone());
         frames
+    }
+
+    /// Each frame's address and the file mapping it is in, for pprof.
+    fn place(&self, tgid: u32, addrs: &[u64], frames: Rc<[Frame]>) -> Rc<[Frame]> {
+        frames
+            .iter()
+            .zip(addrs)
+            .map(|(f, &addr)| Frame {
+                at: At {
+                    addr,
+                    map: self.captured.map_info(tgid, addr),
+                },
+                ..f.clone()
+            })
+            .collect()
     }
 
     /// Frames still unknown that fall in a function of `tgid`'s perf map take its name.
@@ -222,6 +288,7 @@ impl Resolver {
                     function: name.clone(),
                     module: map.module.clone(),
                     line: 0,
+                    at: At::NONE,
                 },
                 _ => f.clone(),
             })
@@ -290,6 +357,7 @@ impl Resolver {
                     function: f.function.clone(),
                     module: Rc::from(module_stem(&at.mapped_as)),
                     line: 0,
+                    at: At::NONE,
                 },
                 _ => f.clone(),
             })
@@ -301,6 +369,7 @@ impl Resolver {
             function: self.unknown.clone(),
             module: module.cloned().unwrap_or_else(|| self.unknown.clone()),
             line: 0,
+            at: At::NONE,
         }
     }
 
@@ -320,15 +389,24 @@ impl Resolver {
             .symbolize(&src, Input::AbsAddr(&addrs))
             .unwrap_or_default();
         let km = self.kernel_module.clone();
-        let frames = if syms.len() == addrs.len() {
-            self.frames(syms, Some(&km))
+        let frames: Rc<[Frame]> = if syms.len() == addrs.len() {
+            let frames = self.frames(syms, Some(&km));
+            frames
+                .iter()
+                .zip(&addrs)
+                .map(|(f, &addr)| Frame {
+                    at: At { addr, map: None },
+                    ..f.clone()
+                })
+                .collect()
         } else {
             addrs
                 .iter()
-                .map(|_| Frame {
+                .map(|&addr| Frame {
                     function: self.unknown.clone(),
                     module: km.clone(),
                     line: 0,
+                    at: At { addr, map: None },
                 })
                 .collect()
         };

@@ -349,11 +349,13 @@ impl Python {
                     function: i.function,
                     module: i.file,
                     line: i.line,
+                    at: crate::tools::profile::symbols::At::NONE,
                 }),
                 Err(_) => Some(Frame {
                     function: Rc::from("[unreadable Python frame]"),
                     module: self.py_module.clone(),
                     line: 0,
+                    at: crate::tools::profile::symbols::At::NONE,
                 }),
             };
             if let (Some(fr), Some(seg)) = (frame, segs.last_mut()) {
@@ -372,6 +374,7 @@ impl Python {
                     function: Rc::from("[deeper Python frames]"),
                     module: self.py_module.clone(),
                     line: 0,
+                    at: crate::tools::profile::symbols::At::NONE,
                 });
             }
         }
@@ -506,6 +509,7 @@ mod tests {
             function: Rc::from(name),
             module: Rc::from("app.py"),
             line,
+            at: crate::tools::profile::symbols::At::NONE,
         }
     }
     fn names(v: &[Frame]) -> Vec<String> {
