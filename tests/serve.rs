@@ -680,3 +680,98 @@ fn a_public_address_without_auth_warns_and_a_bad_web_config_is_one_line() {
     assert!(err.contains("/nonexistent/web.yml"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `GET /debug/pprof/profile?seconds=N` (#29): `go tool pprof` fetches a node-wide CPU profile
+/// from serve as from a Go service, and it holds the samples of a shell spinning beside it; a
+/// second request while one runs gets 429, a bad `seconds` 400; the run leaves no file behind
+/// and no program loaded, and nothing is loaded before it is asked for.
+#[test]
+fn pprof_endpoint_profiles_the_node_on_demand() {
+    require_root();
+    let _g = serial();
+    let serve = Serve::start(&[]);
+    let before = program_ids_named("tk_prof");
+    assert!(
+        before.is_empty(),
+        "profile programs loaded before any request: {before:?}"
+    );
+    let dir = scratch("serve-pprof");
+    let mut spin = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let url = format!("http://{}/debug/pprof/profile?seconds=3", serve.addr);
+    let go = {
+        let (url, dir) = (url.clone(), dir.clone());
+        std::thread::spawn(move || {
+            Command::new("go")
+                .args([
+                    "tool",
+                    "pprof",
+                    "-top",
+                    "-nodecount=1000",
+                    "-symbolize=none",
+                    &url,
+                ])
+                .env("HOME", &dir)
+                .env("PPROF_TMPDIR", &dir)
+                .output()
+                .expect("go tool pprof (Debian package golang-go)")
+        })
+    };
+    // The first request is running: its programs are loaded, and a second one is refused.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while program_ids_named("tk_prof").is_empty() {
+        assert!(Instant::now() < deadline, "no profile program loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let busy = try_get(
+        &serve.addr,
+        "/debug/pprof/profile?seconds=1",
+        Duration::from_secs(5),
+    );
+    assert_eq!(busy, Ok(429));
+    let out = go.join().unwrap();
+    let _ = spin.kill();
+    let _ = spin.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "go tool pprof: {err}");
+    // `Showing nodes accounting for 3.11s, 97.78% of 3.18s total`: the CPU time sampled.
+    let total = text
+        .split(" of ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no total in {text}"));
+    let secs: f64 = match total.strip_suffix("ms") {
+        Some(ms) => ms.parse::<f64>().unwrap() / 1e3,
+        None => total.trim_end_matches('s').parse().unwrap(),
+    };
+    eprintln!("{secs} s sampled\n{text}");
+    assert!(
+        secs >= 1.5,
+        "{total} sampled in 3 s of a spinning shell: {text}"
+    );
+    assert!(text.contains("dash") || text.contains(" sh"), "{text}");
+    assert_eq!(
+        try_get(
+            &serve.addr,
+            "/debug/pprof/profile?seconds=0",
+            Duration::from_secs(5)
+        ),
+        Ok(400)
+    );
+    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tracekit-serve-pprof-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_eq!(
+        wait_unloaded(&program_ids_named("tk_prof")),
+        Vec::<u32>::new()
+    );
+    serve.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}

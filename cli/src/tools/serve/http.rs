@@ -3,7 +3,8 @@
 //!
 //! Limits: a request head of at most [`MAX_REQUEST`] bytes (431 beyond), read within
 //! [`HEAD_TIMEOUT`] (408 after: a client trickling its head a byte at a time is dropped), the
-//! whole exchange within [`TIMEOUT`]. `GET`/`HEAD` only (405 otherwise); unknown paths get 404;
+//! answer within [`TIMEOUT`] (a CPU profile, [`super::pprof`], within its seconds and
+//! [`super::pprof::SLACK`] more). `GET`/`HEAD` only (405 otherwise); unknown paths get 404;
 //! with `--web-config`, 401 without the right credentials.
 //!
 //! Slots: at most [`MAX_CONNS`] connections at once, at most [`PER_PEER`] of them from one
@@ -32,8 +33,15 @@ use super::auth::WebConfig;
 pub const MAX_REQUEST: usize = 8192;
 /// The whole request head must arrive within this.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-/// The whole exchange (head and answer) must end within this.
+/// The answer must be written within this once the head is in.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest exchange: a head, then the longest profile and its answer.
+const EXCHANGE_MAX: Duration = Duration::from_secs(
+    HEAD_TIMEOUT.as_secs()
+        + super::pprof::MAX_SECS
+        + super::pprof::SLACK.as_secs()
+        + TIMEOUT.as_secs(),
+);
 pub const MAX_CONNS: usize = 512;
 pub const PER_PEER: usize = 64;
 
@@ -187,7 +195,7 @@ pub async fn serve(listener: TcpListener, pages: Arc<dyn Pages>, auth: Option<Ar
         let auth = auth.clone();
         let task = tokio::spawn(async move {
             let _ = tokio::time::timeout(
-                TIMEOUT,
+                EXCHANGE_MAX,
                 exchange(stream, peer, pages.as_ref(), auth.as_deref(), &slot),
             )
             .await;
@@ -210,7 +218,11 @@ pub fn route(method: &str, path: &str, pages: &dyn Pages) -> (u16, &'static str,
     match path {
         "/metrics" => (200, METRICS_TYPE, pages.metrics()),
         "/" => (200, "text/html; charset=utf-8", pages.index()),
-        _ => (404, "text/plain", "not found: try /metrics\n".into()),
+        _ => (
+            404,
+            "text/plain",
+            format!("not found: try /metrics or {}\n", super::pprof::PATH),
+        ),
     }
 }
 
@@ -222,6 +234,8 @@ fn reason(code: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
         431 => "Request Header Fields Too Large",
         _ => "Error",
     }
@@ -229,9 +243,17 @@ fn reason(code: u16) -> &'static str {
 
 /// The bytes of a response.
 pub fn response(code: u16, ctype: &str, body: &str, head_only: bool) -> Vec<u8> {
+    response_bytes(code, ctype, body.as_bytes(), head_only)
+}
+
+/// The bytes of a response with a binary body.
+pub fn response_bytes(code: u16, ctype: &str, body: &[u8], head_only: bool) -> Vec<u8> {
     let extra = match code {
         405 => "Allow: GET, HEAD\r\n",
         401 => "WWW-Authenticate: Basic realm=\"tracekit\", charset=\"UTF-8\"\r\n",
+        _ if ctype == super::pprof::CONTENT_TYPE => {
+            "Content-Disposition: attachment; filename=\"profile.pb.gz\"\r\n"
+        }
         _ => "",
     };
     let mut r = format!(
@@ -241,7 +263,7 @@ pub fn response(code: u16, ctype: &str, body: &str, head_only: bool) -> Vec<u8> 
     )
     .into_bytes();
     if !head_only {
-        r.extend_from_slice(body.as_bytes());
+        r.extend_from_slice(body);
     }
     r
 }
@@ -310,26 +332,49 @@ async fn exchange(
     if let Some(c) = lock(&slot.table).conns.get_mut(&slot.id) {
         c.answering = true;
     }
-    let answer = match head {
-        Err(refusal) => refusal,
-        Ok(h) => {
-            let allowed = match auth {
-                None => true,
-                Some(a) => a.allows(h.authorization.as_deref()).await,
-            };
-            if allowed {
-                if h.path.split('?').next() == Some("/metrics") {
-                    pages.fresh().await;
-                }
-                let (code, ctype, body) = route(&h.method, &h.path, pages);
-                response(code, ctype, &body, h.method == "HEAD")
-            } else {
-                tracing::debug!("{peer}: {} {}: no valid credentials", h.method, h.path);
-                response(401, "text/plain", "unauthorized\n", h.method == "HEAD")
-            }
-        }
+    let profile = matches!(&head, Ok(h) if h.method == "GET"
+        && h.path.split('?').next() == Some(super::pprof::PATH));
+    // A profile has the seconds it asks for on top (bounded by its own deadline).
+    let budget = if profile {
+        Duration::from_secs(super::pprof::MAX_SECS) + super::pprof::SLACK + TIMEOUT
+    } else {
+        TIMEOUT
     };
-    write_all(&stream, &answer).await
+    let answered = tokio::time::timeout(budget, async {
+        let answer = match head {
+            Err(refusal) => refusal,
+            Ok(h) => answer(h, peer, pages, auth).await,
+        };
+        write_all(&stream, &answer).await
+    });
+    match answered.await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// The response to an authorised or refused request head.
+async fn answer(h: Head, peer: SocketAddr, pages: &dyn Pages, auth: Option<&WebConfig>) -> Vec<u8> {
+    let allowed = match auth {
+        None => true,
+        Some(a) => a.allows(h.authorization.as_deref()).await,
+    };
+    let (path, query) = h.path.split_once('?').unwrap_or((&h.path, ""));
+    if !allowed {
+        tracing::debug!("{peer}: {} {}: no valid credentials", h.method, h.path);
+        return response(401, "text/plain", "unauthorized\n", h.method == "HEAD");
+    }
+    if path == super::pprof::PATH && h.method == "GET" {
+        return match super::pprof::profile(query).await {
+            Ok(gz) => response_bytes(200, super::pprof::CONTENT_TYPE, &gz, false),
+            Err((code, why)) => response(code, "text/plain", &why, false),
+        };
+    }
+    if path == "/metrics" {
+        pages.fresh().await;
+    }
+    let (code, ctype, body) = route(&h.method, &h.path, pages);
+    response(code, ctype, &body, h.method == "HEAD")
 }
 
 async fn write_all(stream: &TcpStream, mut data: &[u8]) -> io::Result<()> {

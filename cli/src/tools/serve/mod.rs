@@ -35,6 +35,7 @@ pub mod exporter;
 pub mod findings;
 pub mod http;
 pub mod metrics;
+pub mod pprof;
 
 pub const INFO: ToolInfo = ToolInfo::command(
     "serve",
