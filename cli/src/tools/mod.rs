@@ -211,7 +211,9 @@ registry! {
 /// hook table share one loaded object whose programs do the union of their work
 /// ([`sched::open`]); any other tool on the event brings a program of its own.
 pub fn composed_plan(tools: &[&ToolInfo]) -> Vec<(&'static str, Vec<Vec<&'static str>>)> {
-    let mut plan: Vec<(&'static str, Vec<(*const Hook, Vec<&'static str>)>)> = Vec::new();
+    // Per event, each program as (the hook table it is from, the tools it serves).
+    type Programs = Vec<(*const Hook, Vec<&'static str>)>;
+    let mut plan: Vec<(&'static str, Programs)> = Vec::new();
     for t in tools {
         for h in t.hooks {
             let at = match plan.iter().position(|(e, _)| *e == h.event) {

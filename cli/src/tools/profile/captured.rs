@@ -42,9 +42,12 @@ pub struct FileAddr {
     pub mapped_as: Rc<str>,
 }
 
+/// An open file by (device, inode), with its build id.
+type OpenFiles = HashMap<(i32, i32, u64), (Rc<File>, Rc<str>)>;
+
 #[derive(Default)]
 pub struct Captured {
-    files: HashMap<(i32, i32, u64), (Rc<File>, Rc<str>)>,
+    files: OpenFiles,
     procs: HashMap<u32, Vec<Mapping>>,
 }
 
