@@ -544,6 +544,28 @@ fn record_into_a_removed_directory_fails_naming_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `record --tools TOOLS` into `out` every second for up to a minute, once its header is
+/// written (the collectors are attached by then).
+fn record_started(tools: &str, out: &Path) -> Tracer {
+    let tk = Tracer::spawn(&[
+        "record",
+        "--tools",
+        tools,
+        "--duration",
+        "60s",
+        "--interval",
+        "1s",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(out).is_ok_and(|s| s.contains('\n')) {
+        assert!(Instant::now() < deadline, "no header in {}", out.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tk
+}
+
 /// Issue #32: `serve`, `compare` and `record` know a row's numbers only by its tool's
 /// declaration (`report::schema::Rows`), so a number a tool emits but does not declare is
 /// silently neither compared nor exported. Every collector records at once beside an fsync
@@ -560,22 +582,7 @@ fn every_number_a_tool_records_is_declared() {
         .filter(|t| !t.hidden)
         .map(|t| t.name)
         .collect();
-    let tk = Tracer::spawn(&[
-        "record",
-        "--tools",
-        &tools.join(","),
-        "--duration",
-        "60s",
-        "--interval",
-        "1s",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains('\n')) {
-        assert!(Instant::now() < deadline, "no header in {}", out.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tk = record_started(&tools.join(","), &out);
     let file = dir.join("f");
     let pp = std::thread::spawn(|| run_workload(&["pingpong", "20000"]));
     // Datagrams to a loopback port nobody listens on: receive work and NO_SOCKET drops.
@@ -639,22 +646,7 @@ fn ctxsw_and_runq_lat_share_one_program_per_hook_and_stay_exact() {
     let dir = scratch("record-composed");
     let out = dir.join("sched.tkr");
     let before = program_ids_named("tk_sched_");
-    let tk = Tracer::spawn(&[
-        "record",
-        "--tools",
-        "ctxsw,runq-lat",
-        "--duration",
-        "60s",
-        "--interval",
-        "1s",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains('\n')) {
-        assert!(Instant::now() < deadline, "no header in {}", out.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tk = record_started("ctxsw,runq-lat", &out);
     let ours: Vec<u32> = program_ids_named("tk_sched_")
         .into_iter()
         .filter(|id| !before.contains(id))
