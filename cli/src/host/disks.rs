@@ -149,6 +149,15 @@ pub struct DiskCounters {
 }
 
 impl DiskCounters {
+    /// The counters of a disk just added (all zero), with the fields this kernel has.
+    pub fn zero(&self) -> DiskCounters {
+        DiskCounters {
+            discards: self.discards.map(|_| 0),
+            flushes: self.flushes.map(|_| 0),
+            ..DiskCounters::default()
+        }
+    }
+
     /// `self - before` (in_flight is a level, kept as the later value).
     pub fn since(&self, b: &DiskCounters) -> DiskCounters {
         let opt = |a: Option<u64>, b: Option<u64>| Some(a?.wrapping_sub(b?));

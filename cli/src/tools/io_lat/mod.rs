@@ -444,7 +444,9 @@ impl Collector for IoLat {
         for d in devices.iter().filter(|d| d.unseen() != 0) {
             out.notes.push(format!(
                 "{}: /proc/diskstats counted {} read(s) and {} write(s) more than the programs saw end (recursion misses this window: {misses}); see unseen_* in the device line",
-                d.dev, d.unseen_reads, d.unseen_writes
+                d.dev,
+                d.unseen_reads.unwrap_or(0),
+                d.unseen_writes.unwrap_or(0)
             ));
         }
         if self.slots.unslotted > 0 {

@@ -172,8 +172,9 @@ pub struct DeviceRow {
     pub reads: u64,
     pub writes: u64,
     pub discards: u64,
-    pub diskstats_reads: u64,
-    pub diskstats_writes: u64,
+    /// `None` when /proc/diskstats gave no count for the window (not read, or the disk gone).
+    pub diskstats_reads: Option<u64>,
+    pub diskstats_writes: Option<u64>,
     pub diskstats_discards: Option<u64>,
     pub diskstats_flushes: Option<u64>,
     /// Completions the programs saw without a start (in flight at attach, `--pid`/`--comm`
@@ -183,8 +184,8 @@ pub struct DeviceRow {
     /// diskstats − counted − untracked: completions the kernel accounted but never ran the
     /// programs for (0 when every completion was seen; a request still in flight at a window
     /// edge may shift one to the next window).
-    pub unseen_reads: i64,
-    pub unseen_writes: i64,
+    pub unseen_reads: Option<i64>,
+    pub unseen_writes: Option<i64>,
     /// Busy time (diskstats `io_ticks`) per window, %.
     pub util_pct: f64,
     /// Average requests in flight by diskstats (`weighted time` / window: iostat's aqu-sz).
@@ -219,7 +220,7 @@ pub struct OpLat {
 
 impl DeviceRow {
     pub fn unseen(&self) -> i64 {
-        self.unseen_reads.abs() + self.unseen_writes.abs()
+        self.unseen_reads.unwrap_or(0).abs() + self.unseen_writes.unwrap_or(0).abs()
     }
 }
 
@@ -453,7 +454,8 @@ pub const DEVICES: &[Column<DeviceRow>] = &[
     Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
     Column::right("D P99", |r, _| fmt_ns(r.lat.device.s.p99_ns)),
     Column::right("DISKSTATS R/W", |r, _| {
-        format!("{}/{}", r.diskstats_reads, r.diskstats_writes)
+        let n = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+        format!("{}/{}", n(r.diskstats_reads), n(r.diskstats_writes))
     }),
     Column::right("UNSEEN", |r, _| r.unseen().to_string()),
 ];
@@ -596,11 +598,10 @@ fn device_rows(input: &Input, names: &Names, rows: &[SummaryRow]) -> Vec<DeviceR
         .into_iter()
         .map(|(_, maj, min)| (maj, min))
         .collect();
-    for (d, (_, now)) in input.disk_now {
-        let Some((_, before)) = input.disk_before.get(d) else {
+    for d in input.disk_now.keys() {
+        let Some(delta) = window_delta(input, *d) else {
             continue;
         };
-        let delta = now.since(before);
         if whole.contains(d)
             && delta.reads + delta.writes > 0
             && disks::QueueFacts::read(d.0, d.1).nr_hw_queues.is_some()
@@ -616,6 +617,21 @@ fn device_rows(input: &Input, names: &Names, rows: &[SummaryRow]) -> Vec<DeviceR
         .into_iter()
         .map(|kdev| device_row(input, names, rows, kdev))
         .collect()
+}
+
+/// `/proc/diskstats`' counts of disk `d` over the window, `None` when not measured (the
+/// snapshots were not read, or the disk is gone).
+fn window_delta(input: &Input, d: (u32, u32)) -> Option<DiskCounters> {
+    let (_, now) = input.disk_now.get(&d)?;
+    match input.disk_before.get(&d) {
+        Some((_, before)) => Some(now.since(before)),
+        // Missing from the window's first snapshot (one that was read): the disk was added
+        // during the window, and a new disk's counters start at zero, so all of them are this
+        // window's. Counting none showed a loop device attached mid-window as diskstats 0,
+        // unseen -96 (CI, 12-06).
+        None if !input.disk_before.is_empty() => Some(now.since(&now.zero())),
+        None => None,
+    }
 }
 
 fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> DeviceRow {
@@ -660,17 +676,13 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
             *a += b;
         }
     }
-    let delta = match (
-        input.disk_now.get(&(major, minor)),
-        input.disk_before.get(&(major, minor)),
-    ) {
-        (Some((_, n)), Some((_, b))) => n.since(b),
-        _ => DiskCounters::default(),
-    };
+    let measured = window_delta(input, (major, minor));
+    let delta = measured.unwrap_or_default();
     let ms = secs * 1000.0;
     let count: u64 = mine.iter().map(|r| r.count).sum();
     let bytes: u64 = mine.iter().map(|r| r.bytes).sum();
     let unseen = |ds: u64, g: usize| ds as i64 - by_group[g] as i64 - dv.untracked[g] as i64;
+    let ds = |f: fn(&DiskCounters) -> u64| measured.as_ref().map(f);
     let (queue_limit, _) = limits_of(&facts);
     DeviceRow {
         dev: disks::name(major, minor),
@@ -685,14 +697,14 @@ fn device_row(input: &Input, names: &Names, rows: &[SummaryRow], kdev: u32) -> D
         reads: by_group[GROUP_READ],
         writes: by_group[GROUP_WRITE],
         discards: by_group[GROUP_DISCARD],
-        diskstats_reads: delta.reads,
-        diskstats_writes: delta.writes,
+        diskstats_reads: ds(|d| d.reads),
+        diskstats_writes: ds(|d| d.writes),
         diskstats_discards: delta.discards,
         diskstats_flushes: delta.flushes,
         untracked_reads: dv.untracked[GROUP_READ],
         untracked_writes: dv.untracked[GROUP_WRITE],
-        unseen_reads: unseen(delta.reads, GROUP_READ),
-        unseen_writes: unseen(delta.writes, GROUP_WRITE),
+        unseen_reads: ds(|d| d.reads).map(|n| unseen(n, GROUP_READ)),
+        unseen_writes: ds(|d| d.writes).map(|n| unseen(n, GROUP_WRITE)),
         util_pct: round2((delta.io_ms as f64 / ms * 100.0).min(100.0)),
         aqu_sz: round2(delta.weighted_ms as f64 / ms),
         sync_time_ns: sync_time,
@@ -722,6 +734,32 @@ mod tests {
         assert_eq!(sizes_text(&[0; NSIZES]), "-");
         s[0] = 1;
         assert!(sizes_text(&s).starts_with("128K"));
+    }
+
+    #[test]
+    fn a_disk_added_in_the_window_counts_from_zero() {
+        let text = "   7       0 loop0 5 0 40 1 0 0 0 0 0 1 1 0 0 0 0 0 0\n";
+        let added = "   7     407 loop407 100 0 800 9 0 0 0 0 0 10 9 0 0 0 0 0 0\n";
+        let before = disks::parse_diskstats(text);
+        let now = disks::parse_diskstats(&format!("{text}{added}"));
+        let empty = BTreeMap::new();
+        let depth = Default::default();
+        let input = |before| Input {
+            agg: &[],
+            other: &IoVal::ZERO,
+            devs: &[],
+            depth: &depth,
+            disk_before: before,
+            disk_now: &now,
+            only: None,
+            secs: 1.0,
+        };
+        let d = window_delta(&input(&before), (7, 407)).unwrap();
+        assert_eq!((d.reads, d.writes, d.discards), (100, 0, Some(0)));
+        assert_eq!(window_delta(&input(&before), (7, 0)).unwrap().reads, 0);
+        // No first snapshot at all: nothing was measured.
+        assert!(window_delta(&input(&empty), (7, 407)).is_none());
+        assert!(window_delta(&input(&before), (7, 1)).is_none());
     }
 
     #[test]
