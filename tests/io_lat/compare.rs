@@ -52,28 +52,43 @@ fn compare_ranks_the_workloads_own_latency_change_first() {
     let lo = LoopDev::new("iolat-compare");
     let dir = scratch("iolat-compare");
     let (before, after) = (dir.join("none.tkr"), dir.join("kyber.tkr"));
-    let jb = recorded(&lo, &before);
-    lo.set("scheduler", "kyber");
-    lo.set("iosched/read_lat_nsec", "1000");
-    let ja = recorded(&lo, &after);
-    lo.set("scheduler", "none");
-
-    // What fio itself felt, per op.
+    // The staging: fio's writes at least 1.3× as slow at the median under kyber, by fio's own
+    // clock. Kyber's throttled writes take 1.8–2.9 ms here, but the baseline under `none` grows
+    // with the machine's other work: a busy host staged ×1.49 to ×1.51 in runs where a quiet
+    // one staged ×2.2 to ×2.9 (12-06), while io-lat's own view of the same writes moved ×10
+    // (their queue time in kyber). So the bar is that fio felt it, and the pair is recorded
+    // again, at most three times, until it did.
     let mut felt = Vec::new();
-    for op in ["read", "write"] {
-        let ((b50, b99), (a50, a99)) = (clat(&jb, op), clat(&ja, op));
-        eprintln!(
-            "fio {op}: clat p50 {b50} -> {a50} ns, p99 {b99} -> {a99} ns; {} -> {} I/Os",
-            jb[op]["total_ios"], ja[op]["total_ios"]
+    for attempt in 1..=3 {
+        // start_recording waits for the file's header: a file left by an attempt has one.
+        for f in [&before, &after] {
+            let _ = std::fs::remove_file(f);
+        }
+        let jb = recorded(&lo, &before);
+        lo.set("scheduler", "kyber");
+        lo.set("iosched/read_lat_nsec", "1000");
+        let ja = recorded(&lo, &after);
+        lo.set("scheduler", "none");
+        // What fio itself felt, per op.
+        felt.clear();
+        for op in ["read", "write"] {
+            let ((b50, b99), (a50, a99)) = (clat(&jb, op), clat(&ja, op));
+            eprintln!(
+                "fio {op}: clat p50 {b50} -> {a50} ns, p99 {b99} -> {a99} ns; {} -> {} I/Os",
+                jb[op]["total_ios"], ja[op]["total_ios"]
+            );
+            felt.push((op, a50 / b50, a99 / b99));
+        }
+        let (_, write_p50_ratio, _) = felt[1];
+        if write_p50_ratio >= 1.3 {
+            break;
+        }
+        assert!(
+            attempt < 3,
+            "kyber did not slow fio's writes (p50 ×{write_p50_ratio:.2}) in {attempt} attempts: the staging failed"
         );
-        felt.push((op, a50 / b50, a99 / b99));
+        eprintln!("attempt {attempt}: writes p50 ×{write_p50_ratio:.2} only; recording again");
     }
-    // The staging: fio's writes at least twice as slow at the median under kyber.
-    let (_, write_p50_ratio, _) = felt[1];
-    assert!(
-        write_p50_ratio >= 2.0,
-        "kyber did not slow fio's writes (p50 ×{write_p50_ratio:.2}): the staging failed"
-    );
 
     let (b, a) = (before.to_str().unwrap(), after.to_str().unwrap());
     let (code, stdout, stderr) = compare(&["--json", "--fail-on-regression", b, a]);
