@@ -137,6 +137,21 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
 
+    // The same kernel time with several tracers attached at once, on the pinned pipe (where
+    // every tracer of config::AT_ONCE runs; skipped when --only leaves one out).
+    let at_once = cases
+        .iter()
+        .find(|(w, _)| matches!(w, Workload::Pipe { pinned: true, .. }))
+        .and_then(|(w, ts)| {
+            let picked: Vec<_> = config::AT_ONCE
+                .iter()
+                .filter_map(|n| ts.iter().find(|t| t.name == *n))
+                .collect();
+            (picked.len() == config::AT_ONCE.len())
+                .then(|| passes::at_once(w, &picked, rounds, &wl, &scratch))
+        })
+        .unwrap_or(Value::Null);
+
     let startup = passes::startup(&st_cases, rounds)?;
 
     // serve's own cost with findings and without: ten minutes of churn (one and a half with
@@ -156,6 +171,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "startup": startup,
         "bpf_stats": prog_stats,
         "bpf_per_call": per_call,
+        "at_once": at_once,
         "serve": serve_cost,
     });
     let docs = if only.is_some() {

@@ -14,6 +14,15 @@ pub(super) fn s(v: &[&str]) -> Vec<String> {
 
 const TRIAGE: &str = "tracekit triage (every collector, one process)";
 
+/// The tracers attached together on the pinned pipe (issue 30: triage against runqlat, and
+/// ctxsw against its floor, with every one of them on every switch).
+pub(super) const AT_ONCE: [&str; 4] = [
+    "libbpf-tools runqlat",
+    TRIAGE,
+    "tracekit ctxsw",
+    "floor: wake-wait lower bound + a per-process count",
+];
+
 /// A bpftrace one-liner as a reference tracer.
 fn bpftrace(name: &str, script: &str) -> Tracer {
     Tracer {

@@ -123,8 +123,9 @@ pub(super) fn kernel_time(
     let mut events_seen: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for _ in 0..rounds {
         for (i, t) in tracers.iter().enumerate() {
-            match bpf_stats_pass(w, t, wl, scratch) {
-                Ok((v, events)) => {
+            match bpf_stats_pass(w, &[t], wl, scratch) {
+                Ok((mut v, events)) => {
+                    let v = v.remove(0);
                     let mut total = 0.0;
                     for p in v {
                         let e = runs
@@ -162,6 +163,53 @@ pub(super) fn kernel_time(
             "rounds": v.len(),
         }));
     }
+}
+
+/// Kernel time per event of `tracers` attached at once (issue 30): every switch of the run
+/// fires all their programs, so each pays for the others' cache and clock traffic as on a node
+/// where several tracers run. Each round starts them all, runs the workload once and reads
+/// each tracer's programs; medians over the rounds.
+pub(super) fn at_once(
+    w: &Workload,
+    tracers: &[&Tracer],
+    rounds: usize,
+    wl: &Path,
+    scratch: &Path,
+) -> Value {
+    eprintln!(
+        "bench: kernel time on {} with {} tracers attached at once × {rounds} rounds",
+        w.name(),
+        tracers.len()
+    );
+    let mut per_event: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
+    let mut events_seen = Vec::new();
+    for _ in 0..rounds {
+        match bpf_stats_pass(w, tracers, wl, scratch) {
+            Ok((progs, Some(n))) if n > 0.0 => {
+                events_seen.push(n);
+                for (i, v) in progs.iter().enumerate() {
+                    let ns: f64 = v.iter().filter_map(|p| p["run_time_ns"].as_f64()).sum();
+                    per_event[i].push(ns / n);
+                }
+            }
+            Ok(_) => eprintln!("bench: at once: the kernel counted no {}", w.event_name()),
+            Err(e) => eprintln!("bench: at once: {e:#}"),
+        }
+    }
+    let rows: Vec<Value> = tracers
+        .iter()
+        .zip(&per_event)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(t, v)| {
+            let (lo, hi) = spread(v);
+            json!({"tracer": t.name, "ns_per_call": median(v), "min": lo, "max": hi, "rounds": v.len()})
+        })
+        .collect();
+    json!({
+        "workload": w.name(), "event": w.event_name(),
+        "events": (!events_seen.is_empty()).then(|| median(&events_seen)),
+        "tracers": rows,
+    })
 }
 
 /// Start-up (exec to the last attach syscall) and exit (the report's last write to the end) of

@@ -247,6 +247,35 @@ fn serve(m: &mut String, s: &Value) {
     m.push('\n');
 }
 
+/// Kernel time per event with several tracers attached together (absent from older documents).
+fn at_once(m: &mut String, a: &Value) {
+    let Some(rows) = a["tracers"].as_array() else {
+        return;
+    };
+    let event = text(&a["event"]);
+    m.push_str(&format!(
+        "## Attached at once: {}\n\nThe kernel-time pass with these tracers attached together for each run, so every {event} runs all their programs, as on a node where several run: each tracer's programs' run time per {event} the kernel counted ({} per run), median over the rounds.\n\n| tracer | ns per {event} | spread | × runqlat |\n|---|---|---|---|\n",
+        text(&a["workload"]),
+        fmt_opt(&a["events"], 0),
+    ));
+    let runqlat = rows
+        .iter()
+        .find(|r| text(&r["tracer"]) == "libbpf-tools runqlat")
+        .and_then(|r| r["ns_per_call"].as_f64());
+    for r in rows {
+        row(
+            m,
+            &[
+                text(&r["tracer"]).to_string(),
+                fmt_opt(&r["ns_per_call"], 0),
+                format!("{}–{}", fmt_opt(&r["min"], 0), fmt_opt(&r["max"], 0)),
+                ratio(r["ns_per_call"].as_f64(), runqlat, 2),
+            ],
+        );
+    }
+    m.push('\n');
+}
+
 pub fn markdown(doc: &Value) -> String {
     let mut m = String::new();
     m.push_str("# tracekit benchmarks\n\n");
@@ -293,6 +322,7 @@ pub fn markdown(doc: &Value) -> String {
     }
     profilers(&mut m, doc);
     kernel_time(&mut m, doc);
+    at_once(&mut m, &doc["at_once"]);
     serve(&mut m, &doc["serve"]);
     m.push_str(
         "## Start-up and exit: exec to all programs attached, report to process end\n\n| tool | start-up median | spread | × runqlat | exit median | spread |\n|---|---|---|---|---|---|\n",
@@ -380,6 +410,32 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("## Profilers"), "{m}");
+    }
+
+    #[test]
+    fn at_once_compares_each_tracer_with_runqlat() {
+        let mut m = String::new();
+        at_once(
+            &mut m,
+            &json!({"workload": "pipe", "event": "context switch", "events": 400000.0, "tracers": [
+                {"tracer": "libbpf-tools runqlat", "ns_per_call": 800.0, "min": 700.0, "max": 900.0, "rounds": 5},
+                {"tracer": "tracekit triage", "ns_per_call": 560.0, "min": 500.0, "max": 600.0, "rounds": 5}
+            ]}),
+        );
+        assert!(m.contains("## Attached at once: pipe"), "{m}");
+        assert!(m.contains("(400000 per run)"), "{m}");
+        assert!(
+            m.contains("| tracekit triage | 560 | 500–600 | 0.70 |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("| libbpf-tools runqlat | 800 | 700–900 | 1.00 |"),
+            "{m}"
+        );
+        // Older documents have no such section.
+        let mut none = String::new();
+        at_once(&mut none, &Value::Null);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -297,43 +297,54 @@ pub(super) fn measure(
     })
 }
 
-/// Where a tracer's kernel time goes: with `kernel.bpf_stats_enabled=1`, each of its programs'
-/// run count and run time over one workload run (a separate pass: the statistics themselves
-/// cost), and the events the kernel itself counted over the run (`Workload::events`).
+/// Where tracers' kernel time goes: with `kernel.bpf_stats_enabled=1`, each program's run count
+/// and run time over one workload run (a separate pass: the statistics themselves cost), and
+/// the events the kernel itself counted over the run (`Workload::events`). Every tracer of
+/// `ts` is attached at once, for the whole run; one list of programs per tracer, in order.
 pub(super) fn bpf_stats_pass(
     w: &Workload,
-    t: &Tracer,
+    ts: &[&Tracer],
     wl: &Path,
     scratch: &Path,
-) -> Result<(Vec<Value>, Option<f64>)> {
+) -> Result<(Vec<Vec<Value>>, Option<f64>)> {
     let set = |v: &str| std::fs::write("/proc/sys/kernel/bpf_stats_enabled", v);
     set("1").context("enabling kernel.bpf_stats_enabled")?;
-    let res = (|| -> Result<(Vec<Value>, Option<f64>)> {
-        let r = start(t)?;
-        let progs = programs(&r)?;
+    let res = (|| -> Result<(Vec<Vec<Value>>, Option<f64>)> {
+        let mut running = Vec::new();
+        for t in ts {
+            let r = start(t)?;
+            let progs = programs(&r)?;
+            running.push((t, r, progs));
+        }
         let before = w.events();
         w.run(wl, scratch)?;
         let events = before.zip(w.events()).map(|(a, b)| b - a);
-        let mut out = Vec::new();
-        for (id, name, attach) in progs {
-            let o = Command::new("bpftool")
-                .args(["prog", "show", "id", &id.to_string(), "--json"])
-                .output()?;
-            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-            let (ns, cnt) = (
-                v["run_time_ns"].as_u64().unwrap_or(0),
-                v["run_cnt"].as_u64().unwrap_or(0),
-            );
-            out.push(json!({
-                "tracer": t.name,
-                "program": name.unwrap_or_else(|| v["name"].clone()),
-                "attach": attach.unwrap_or_else(|| v["type"].clone()),
-                "run_cnt": cnt, "run_time_ns": ns,
-                "ns_per_run": if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 },
-            }));
+        let mut all = Vec::new();
+        for (t, _, progs) in &running {
+            let mut out = Vec::new();
+            for (id, name, attach) in progs {
+                let o = Command::new("bpftool")
+                    .args(["prog", "show", "id", &id.to_string(), "--json"])
+                    .output()?;
+                let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+                let (ns, cnt) = (
+                    v["run_time_ns"].as_u64().unwrap_or(0),
+                    v["run_cnt"].as_u64().unwrap_or(0),
+                );
+                out.push(json!({
+                    "tracer": t.name,
+                    "program": name.clone().unwrap_or_else(|| v["name"].clone()),
+                    "attach": attach.clone().unwrap_or_else(|| v["type"].clone()),
+                    "run_cnt": cnt, "run_time_ns": ns,
+                    "ns_per_run": if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 },
+                }));
+            }
+            all.push(out);
         }
-        stop(r)?;
-        Ok((out, events))
+        for (_, r, _) in running {
+            stop(r)?;
+        }
+        Ok((all, events))
     })();
     let _ = set("0");
     res
