@@ -23,6 +23,13 @@ const OP_MOV: u8 = 0xb0;
 const OP_CALL: u8 = 0x80;
 const SRC_REG: u8 = 0x08;
 
+/// Helpers that take no argument (include/uapi/linux/bpf.h): `bpf_ktime_get_ns` (5),
+/// `bpf_get_prandom_u32` (7), `bpf_get_smp_processor_id` (8), `bpf_get_current_pid_tgid` (14),
+/// `bpf_get_current_uid_gid` (15), `bpf_get_current_task` (35), `bpf_get_current_cgroup_id`
+/// (80), `bpf_jiffies64` (118), `bpf_ktime_get_boot_ns` (125), `bpf_get_current_task_btf`
+/// (158).
+const NO_ARGS: [i32; 10] = [5, 7, 8, 14, 15, 35, 80, 118, 125, 158];
+
 /// Whether the address loaded into a register by the `lddw` at `insns[at]` reaches a call in
 /// an argument register (r1–r5) before the straight-line code ends.
 pub fn reaches_call(insns: &[u8], at: usize) -> bool {
@@ -36,7 +43,10 @@ pub fn reaches_call(insns: &[u8], at: usize) -> bool {
         let class = code & 0x07;
         match class {
             CLASS_JMP | CLASS_JMP32 if class == CLASS_JMP && code & 0xf0 == OP_CALL => {
-                if held & 0b11_1110 != 0 {
+                let imm = i32::from_le_bytes([x[4], x[5], x[6], x[7]]);
+                // A helper without arguments reads none of r1–r5, whatever they hold (LLVM
+                // leaves a tunable's address in r1 across `bpf_get_current_task()`).
+                if held & 0b11_1110 != 0 && !NO_ARGS.contains(&imm) {
                     return true;
                 }
                 // r0–r5 are the callee's.
@@ -155,6 +165,18 @@ mod tests {
             ins(CALL, 0, 0, 1),
         ]);
         assert!(!reaches_call(&p, 0));
+        // Left in r1 across a helper that takes no argument (bpf_get_current_task), then
+        // overwritten: not passed.
+        let p = prog(&[
+            ins(LDDW, 1, 0, 0),
+            [0; 8],
+            ins(CALL, 0, 0, 35),
+            ins(CALL, 0, 0, 1),
+        ]);
+        assert!(!reaches_call(&p, 0));
+        // The same in r2 across a helper that takes arguments: passed.
+        let p = prog(&[ins(LDDW, 2, 0, 0), [0; 8], ins(CALL, 0, 0, 1)]);
+        assert!(reaches_call(&p, 0));
         // Held in a callee-saved register across a call, then overwritten.
         let p = prog(&[
             ins(LDDW, 6, 0, 0),
