@@ -349,7 +349,14 @@ fn three_thousand_short_lived_processes_are_all_counted() {
     let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--interval", "500ms"]);
     tk.wait_attached();
     let w = run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "3000"]);
-    std::thread::sleep(Duration::from_millis(200));
+    // Each thread's FSYNC_START entry stays between its calls (no map update per call); every
+    // one of these has exited, so within a window or two (500 ms each) theirs are gone.
+    std::thread::sleep(Duration::from_millis(1200));
+    let kept = map_entries::<32>(tk.child.id(), "FSYNC_START").expect("FSYNC_START of tracekit");
+    assert!(
+        kept < 100,
+        "{kept} FSYNC_START entries left after 3000 processes called fsync and exited"
+    );
     tk.signal(libc::SIGINT);
     let (status, lines, stderr) = tk.finish(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");

@@ -404,6 +404,42 @@ pub fn take<K, V: Copy>(map: &HashMap<K, V>, key: &K) -> Option<V> {
     Some(v)
 }
 
+/// [`begin`] for a map whose entries stay after their end ([`take_kept`]): written in place
+/// when `key` has an entry, so after a key's first begin a begin is one lookup and no map
+/// update (an update or a delete takes the bucket lock and a free-list round trip each, the
+/// bulk of a begin/end pair's cost). Userspace removes the entries of keys that cannot come
+/// back (an exited thread's tid).
+#[inline(always)]
+pub fn begin_kept<K, V: Copy>(map: &HashMap<K, V>, key: &K, v: &V) {
+    match map.get_ptr_mut(key) {
+        // SAFETY: a live map value; only the key's own thread writes it in the kernel.
+        Some(p) => unsafe { *p = *v },
+        None => begin(map, key, v),
+    }
+}
+
+/// The begin [`begin_kept`] stored under `key`, if `held` says the entry holds one (else
+/// `None`: filtered out, begun before tracing, or already ended); `end` marks it ended in
+/// place and the entry stays for the key's next begin.
+#[inline(always)]
+pub fn take_kept<K, V: Copy>(
+    map: &HashMap<K, V>,
+    key: &K,
+    held: impl FnOnce(&V) -> bool,
+    end: impl FnOnce(&mut V),
+) -> Option<V> {
+    let p = map.get_ptr_mut(key)?;
+    // SAFETY: a live map value, copied before it is marked; only the key's own thread writes
+    // it in the kernel.
+    let v = unsafe { *p };
+    if !held(&v) {
+        return None;
+    }
+    // SAFETY: as above.
+    end(unsafe { &mut *p });
+    Some(v)
+}
+
 /// Streams `ev` to userspace (low-rate records only: new keys, rare events); a full ring buffer
 /// is counted as `RINGBUF_FULL`.
 #[inline(always)]

@@ -443,6 +443,27 @@ pub fn tracers_now() -> String {
     )
 }
 
+/// The entries of hash map `name` (a u32 key, `V` bytes of value) that process `pid` holds
+/// (the `map_id:` of its descriptors' fdinfo); `None` when it holds no such map.
+pub fn map_entries<const V: usize>(pid: u32, name: &str) -> Option<usize> {
+    let ids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("map_id:")?.trim().parse().ok())
+        })
+        .collect();
+    let id = ids
+        .into_iter()
+        .find(|id| aya::maps::MapInfo::from_id(*id).is_ok_and(|i| i.name_as_str() == Some(name)))?;
+    let data = aya::maps::MapData::from_id(id).ok()?;
+    let map =
+        aya::maps::HashMap::<_, u32, [u8; V]>::try_from(aya::maps::Map::HashMap(data)).ok()?;
+    Some(map.keys().filter(Result::is_ok).count())
+}
+
 /// Ids of the BPF programs loaded now whose name starts with `prefix` (`tk_` for all of
 /// tracekit's).
 pub fn program_ids_named(prefix: &str) -> Vec<u32> {

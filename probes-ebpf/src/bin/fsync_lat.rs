@@ -34,8 +34,8 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, atomic_add, begin, btf_load_u64, generation, generation_since, hist_record, ro, slot,
-    stat, take,
+    allowed, atomic_add, begin_kept, btf_load_u64, generation, generation_since, hist_record, ro,
+    slot, stat, take_kept,
 };
 
 #[no_mangle]
@@ -78,7 +78,9 @@ static FS_FILE_OFFS: FileOffsets = FileOffsets {
     _pad: 0,
 };
 
-/// In-flight calls by tid. Sized by userspace from pid_max.
+/// In-flight calls by tid. Sized by userspace from pid_max. An entry stays after its call
+/// (`ts_ns` 0) for the thread's next call, which writes it in place (`begin_kept`); userspace
+/// removes exited threads' entries every window.
 #[map]
 static FSYNC_START: HashMap<u32, FsyncStart> = HashMap::with_max_entries(16384, 0);
 
@@ -182,7 +184,8 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
     if !allowed(tgid) {
         return;
     }
-    let fd = if nr == ro(&FS_NR_MSYNC) || nr == ro(&FS_NR_SYNC) {
+    // The fd only names the file (`--by-file`): without it the argument is not read.
+    let fd = if ro(&FS_BY_FILE) == 0 || nr == ro(&FS_NR_MSYNC) || nr == ro(&FS_NR_SYNC) {
         -1
     } else {
         arg0() as i32
@@ -232,7 +235,7 @@ fn on_enter(nr: u32, arg0: impl FnOnce() -> u64) {
         igen: file.igen,
         ino: file.ino,
     };
-    begin(&FSYNC_START, &tid, &start);
+    begin_kept(&FSYNC_START, &tid, &start);
 }
 
 probes_ebpf::passing! {
@@ -275,7 +278,7 @@ fn on_exit(ret: i64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // None: filtered out at enter, or the call began before we attached.
-    let Some(start) = take(&FSYNC_START, &tid) else {
+    let Some(start) = take_kept(&FSYNC_START, &tid, |s| s.ts_ns != 0, |s| s.ts_ns = 0) else {
         return;
     };
     let delta = now.saturating_sub(start.ts_ns);

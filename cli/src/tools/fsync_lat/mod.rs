@@ -14,9 +14,9 @@ use std::{
     os::fd::{AsRawFd, RawFd},
 };
 
-use aya::maps::{MapData, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
 use probes_common::{
-    fsync::{FileEvent, FileOffsets, FsyncKey, FsyncVal},
+    fsync::{FileEvent, FileOffsets, FsyncKey, FsyncStart, FsyncVal},
     hist::LatHist,
 };
 use serde::Serialize;
@@ -191,6 +191,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
     session.attach_planned(HOOKS, &plan)?;
     let hist = GenMap::take(&mut session, "FSYNC_HIST", Some("FSYNC_OTHER"), ZERO)?;
+    let start = BpfHashMap::try_from(session.take_map("FSYNC_START")?).context("FSYNC_START")?;
     let files = if args.by_file {
         let m = session.take_map("FSYNC_FILES")?;
         Some(RingBuf::try_from(m).context("FSYNC_FILES")?)
@@ -200,6 +201,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     Ok(Box::new(FsyncLat {
         session,
         hist,
+        start,
         files,
         paths: StdHashMap::new(),
         names: FAMILY.iter().map(|(n, nr)| (*nr as u32, *n)).collect(),
@@ -326,6 +328,8 @@ fn btf_globals(spec: LoadSpec, traced: &[(&str, i64)]) -> Result<LoadSpec> {
 struct FsyncLat {
     session: Session,
     hist: GenMap<FsyncKey, FsyncVal>,
+    /// In-flight calls by tid; each thread's entry stays between its calls (see `sweep`).
+    start: BpfHashMap<MapData, u32, FsyncStart>,
     files: Option<RingBuf<MapData>>,
     /// (id, device, inode) → the file's name, resolved when the kernel announced the key.
     paths: StdHashMap<(u32, u32, u64, u32), FileName>,
@@ -338,6 +342,24 @@ struct FsyncLat {
     facts: crate::host::facts::Facts,
     /// `--by container`.
     fold: Folding,
+}
+
+impl FsyncLat {
+    /// Removes `FSYNC_START`'s entries of threads that have exited. The kernel side keeps a
+    /// thread's entry after each call for its next one (`begin_kept`, no map update per call),
+    /// so without this every thread that ever called would hold one until the map is full (a
+    /// thread killed in a call leaves one too). A tid reused between the check and the delete
+    /// loses its first call's start (its end then finds no entry and is not timed). Returns
+    /// how many went.
+    fn sweep(&mut self) -> usize {
+        let gone: Vec<u32> = self
+            .start
+            .keys()
+            .filter_map(|r| r.ok())
+            .filter(|tid| !crate::host::proc::exists(*tid))
+            .collect();
+        gone.iter().filter(|t| self.start.remove(t).is_ok()).count()
+    }
 }
 
 impl Collector for FsyncLat {
@@ -389,6 +411,7 @@ impl Collector for FsyncLat {
             .drain(self.session.drained())
             .context("reading FSYNC_HIST")?;
         let st = self.session.stats_delta()?;
+        self.sweep();
         let secs = self.session.drained_secs();
         let threads = self.scope.threads;
 
