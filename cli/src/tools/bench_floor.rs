@@ -51,6 +51,10 @@ const SWITCH_WAIT_PROC: Hook = Hook::on(
     "sched:sched_switch",
     &[(AttachMode::TpBtf, "tk_floor_wwait_proc")],
 );
+const SWITCH_WAIT_CTR: Hook = Hook::on(
+    "sched:sched_switch",
+    &[(AttachMode::TpBtf, "tk_floor_wwait_ctr")],
+);
 
 /// A latency's lower bound on fsync-lat's hooks: a timestamp by thread at enter, a histogram
 /// bucket at exit.
@@ -98,6 +102,7 @@ pub const HOOKS: &[Hook] = &[
     WAKING,
     SWITCH_WAIT,
     SWITCH_WAIT_PROC,
+    SWITCH_WAIT_CTR,
     FSYNC_TS_ENTER,
     FSYNC_TS_EXIT,
     NET_RX_PATH[0],
@@ -129,6 +134,10 @@ pub enum FloorHook {
     /// `wake-wait` plus a per-process switch count in a hash: the least a per-process
     /// scheduler tool does on every switch.
     WakeWaitProc,
+    /// `wake-wait` plus counting from the kernel's own switch counters, as ctxsw does: the
+    /// switched-out task's `nvcsw`, `nivcsw`, `run_delay` and `nr_migrations` against a
+    /// baseline by tid, the deltas added to a per-process row.
+    WakeWaitCounters,
     /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
     /// hooks `net-rx` needs, each with nothing but the counter.
     NetRxPath,
@@ -162,16 +171,24 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::FsyncPair => &[FSYNC_ENTER, FSYNC_EXIT],
         FloorHook::WakeWait => &[WAKING, SWITCH_WAIT],
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
+        FloorHook::WakeWaitCounters => &[WAKING, SWITCH_WAIT_CTR],
         FloorHook::NetRxPath => &NET_RX_PATH,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
         FloorHook::IoSplit => &IO_SPLIT,
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
     let mut spec = LoadSpec::new();
-    if matches!(args.hook, FloorHook::WakeWait | FloorHook::WakeWaitProc) {
+    if matches!(
+        args.hook,
+        FloorHook::WakeWait | FloorHook::WakeWaitProc | FloorHook::WakeWaitCounters
+    ) {
         let btf = crate::kernel::btf::vmlinux()
             .map_err(|e| Error::KernelFeature(format!("bench-floor: kernel BTF: {e}")))?;
         spec = spec.global("FLOOR_PID_OFF", &btf.member("task_struct", "pid")?.offset);
+        if args.hook == FloorHook::WakeWaitCounters {
+            let offs = crate::tools::sched::task_offsets(btf)?;
+            spec = spec.global("FLOOR_TASK_OFFS", &offs);
+        }
     }
     let mut session = Session::load(OBJECT, ctx.scope.filter(), spec)?;
     session.attach_planned(hooks, &plan)?;

@@ -13,7 +13,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy};
+use probes_common::sched::TaskOffsets;
+use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy, ro};
 
 #[map]
 static FLOOR_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -132,6 +133,93 @@ pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
     if let Some(v) = get_or_insert_copy(&FLOOR_PROC, &tgid, 0u64) {
         // SAFETY: a live map value pointer.
         unsafe { atomic_add(v, 1) };
+    }
+    0
+}
+
+/// `task_struct` offsets for the counters control (from the kernel's BTF, set before load).
+#[no_mangle]
+static FLOOR_TASK_OFFS: TaskOffsets = TaskOffsets {
+    pid: 0,
+    tgid: 0,
+    nvcsw: 0,
+    nivcsw: 0,
+    run_delay: 0,
+    nr_migrations: 0,
+    start_time: 0,
+    group_leader: 0,
+    signal: 0,
+    signal_live: 0,
+    se_cfs_rq: 0,
+    cfs_rq_rq: 0,
+    rq_steal: 0,
+};
+
+/// The kernel's own switch counters of each task at its last switch-out (`nvcsw`, `nivcsw`,
+/// `sched_info.run_delay`, `se.nr_migrations`), by tid: the baseline a tool that counts
+/// exactly what /proc says (as ctxsw does) keeps to turn them into deltas.
+#[map]
+static FLOOR_TASK: HashMap<u32, [u64; 4]> = HashMap::with_max_entries(16384, 0);
+
+/// Those deltas summed per process (tgid).
+#[map]
+static FLOOR_PROC_CTR: HashMap<u32, [u64; 4]> = HashMap::with_max_entries(16384, 0);
+
+/// A u64 (or, with `u32`, a u32) member of `task` at `off`.
+#[inline(always)]
+fn task_u64(task: *const u8, off: u32) -> u64 {
+    // SAFETY: `task` is a BTF-typed task_struct pointer from a tp_btf argument, `off` a member
+    // offset from the kernel's BTF; the verifier checks the load.
+    unsafe { core::ptr::read_volatile(task.add(off as usize) as *const u64) }
+}
+
+#[inline(always)]
+fn task_u32(task: *const u8, off: u32) -> u32 {
+    // SAFETY: as in task_u64.
+    unsafe { core::ptr::read_volatile(task.add(off as usize) as *const u32) }
+}
+
+/// `sched_switch`: the wake-wait lower bound, plus what counting from the kernel's own
+/// counters adds on every switch: the switched-out task's four counters read, its baseline
+/// looked up by tid and replaced, the deltas added to its process's row. ctxsw's cost beside
+/// this control is what it records beyond the counts (pairs, per-process histograms, filters).
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_floor_wwait_ctr(ctx: BtfTracePointContext) -> i32 {
+    wake_wait(&ctx);
+    bump();
+    let prev: *const u8 = ctx.arg(1);
+    let o = ro(&FLOOR_TASK_OFFS);
+    let (tid, tgid) = (task_u32(prev, o.pid), task_u32(prev, o.tgid));
+    let now = [
+        task_u64(prev, o.nvcsw),
+        task_u64(prev, o.nivcsw),
+        task_u64(prev, o.run_delay),
+        task_u64(prev, o.nr_migrations),
+    ];
+    let Some(base) = FLOOR_TASK.get_ptr_mut(tid) else {
+        // First switch seen: the baseline only.
+        let _ = FLOOR_TASK.insert(tid, now, 0);
+        return 0;
+    };
+    // SAFETY: a live map value; only this task's switch-out (one CPU at a time) writes it.
+    let base = unsafe { &mut *base };
+    let d = [
+        now[0].wrapping_sub(base[0]),
+        now[1].wrapping_sub(base[1]),
+        now[2].wrapping_sub(base[2]),
+        now[3].wrapping_sub(base[3]),
+    ];
+    *base = now;
+    if let Some(v) = get_or_insert_copy(&FLOOR_PROC_CTR, &tgid, [0u64; 4]) {
+        // SAFETY: a live map value pointer.
+        unsafe {
+            let v = &mut *v;
+            for (c, d) in v.iter_mut().zip(d) {
+                if d != 0 {
+                    atomic_add(c, d);
+                }
+            }
+        }
     }
     0
 }

@@ -79,6 +79,13 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             argv: tkj("bench-floor", &["--hook", "wake-wait-proc"]),
             ready: Ready::JsonMeta,
         },
+        // Issue 30's control for ctxsw: the same bound counting from the kernel's own switch
+        // counters (a baseline by tid, four deltas per process), as ctxsw does to be exact.
+        Tracer {
+            name: "floor: wake-wait + the kernel's switch counters by task and process".into(),
+            argv: tkj("bench-floor", &["--hook", "wake-wait-counters"]),
+            ready: Ready::JsonMeta,
+        },
     ];
     // numa adds a sched_switch program of its own (issue 13: its cost per switch beside ctxsw's,
     // same run). On one node it loads nothing unless forced (`--force`, hidden: for tests and
@@ -202,12 +209,15 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     let py_profilers = py_profilers(tk, &tkj);
 
     let loops = pipe_loops(quick);
-    // The unpinned pipe and the switch storm: the same tracers without the classic floor,
-    // numa and triage (measured on the pinned pipe).
+    // The unpinned pipe and the switch storm: the same tracers without the classic floor, the
+    // counters control, numa and triage (measured on the pinned pipe).
     let sched_few: Vec<Tracer> = sched
         .iter()
         .filter(|t| {
-            !t.name.contains("classic") && !t.name.starts_with("tracekit numa") && t.name != TRIAGE
+            !t.name.contains("classic")
+                && !t.name.contains("switch counters")
+                && !t.name.starts_with("tracekit numa")
+                && t.name != TRIAGE
         })
         .cloned()
         .collect();
