@@ -31,7 +31,7 @@ pub fn vm_check() -> Result<String, String> {
 #[test]
 fn lower_bound_controls_attach_and_count() {
     require_root();
-    for hook in ["wake-wait", "wake-wait-proc"] {
+    for hook in ["wake-wait", "wake-wait-proc", "wake-wait-counters"] {
         let (lines, _, modes) = tracekit_tests::vm::traced_with(
             &["bench-floor", "--hook", hook],
             &["pingpong", "200"],

@@ -212,6 +212,26 @@ pub struct TaskOffsets {
     pub rq_steal: u32,
 }
 
+impl TaskOffsets {
+    /// All zero: the initial value of a program's offsets global, patched by userspace before
+    /// load.
+    pub const ZERO: TaskOffsets = TaskOffsets {
+        pid: 0,
+        tgid: 0,
+        nvcsw: 0,
+        nivcsw: 0,
+        run_delay: 0,
+        nr_migrations: 0,
+        start_time: 0,
+        group_leader: 0,
+        signal: 0,
+        signal_live: 0,
+        se_cfs_rq: 0,
+        cfs_rq_rq: 0,
+        rq_steal: 0,
+    };
+}
+
 crate::gen_keys!(SchedKey, PairKey);
 crate::impl_pod!(
     TaskSnap,

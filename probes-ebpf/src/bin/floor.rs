@@ -139,21 +139,7 @@ pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
 
 /// `task_struct` offsets for the counters control (from the kernel's BTF, set before load).
 #[no_mangle]
-static FLOOR_TASK_OFFS: TaskOffsets = TaskOffsets {
-    pid: 0,
-    tgid: 0,
-    nvcsw: 0,
-    nivcsw: 0,
-    run_delay: 0,
-    nr_migrations: 0,
-    start_time: 0,
-    group_leader: 0,
-    signal: 0,
-    signal_live: 0,
-    se_cfs_rq: 0,
-    cfs_rq_rq: 0,
-    rq_steal: 0,
-};
+static FLOOR_TASK_OFFS: TaskOffsets = TaskOffsets::ZERO;
 
 /// The kernel's own switch counters of each task at its last switch-out (`nvcsw`, `nivcsw`,
 /// `sched_info.run_delay`, `se.nr_migrations`), by tid: the baseline a tool that counts

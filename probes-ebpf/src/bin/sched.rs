@@ -69,21 +69,7 @@ use probes_common::{
 use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, ro, slot, stat};
 
 #[no_mangle]
-static SCHED_OFFS: TaskOffsets = TaskOffsets {
-    pid: 0,
-    tgid: 0,
-    nvcsw: 0,
-    nivcsw: 0,
-    run_delay: 0,
-    nr_migrations: 0,
-    start_time: 0,
-    group_leader: 0,
-    signal: 0,
-    signal_live: 0,
-    se_cfs_rq: 0,
-    cfs_rq_rq: 0,
-    rq_steal: 0,
-};
+static SCHED_OFFS: TaskOffsets = TaskOffsets::ZERO;
 /// CLOCK_MONOTONIC ns just before load: tasks started later have all counters from zero.
 #[no_mangle]
 static SCHED_START_NS: u64 = 0;
