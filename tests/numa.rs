@@ -358,9 +358,12 @@ fn balancing() -> Result<String, String> {
     // seen on 5.10 and 6.12 to differ by up to 4 pages of ~8200 in either direction on a quiet
     // host, and by 18 and 70 of ~8250 on 5.10 under TCG with the host loaded (the two counters
     // move at different points of a migration), once by 605 of 8799 (6.9 %) on 5.10 with the
-    // host running three guests and a build. So this per-task check allows 10 %; the exact
-    // check is the system line below (every migration, /proc/vmstat over the same window).
-    if pages == 0 || pages.abs_diff(own) > own / 10 + 8 {
+    // host running three guests and a build, and once the task's counter 10,791 against 8,200
+    // pages moved (its 32 MiB, each once) on 5.10 beside two other guests (12-06): the task's
+    // counter can run ahead, never far behind. So this per-task check allows 10 % above it and
+    // half below; the exact check is the system line below (every migration, /proc/vmstat over
+    // the same window).
+    if pages == 0 || pages > own + own / 10 + 8 || pages < own / 2 {
         return Err(format!(
             "pages_migrated {pages}, the task's numa_pages_migrated {own}"
         ));
