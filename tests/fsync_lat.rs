@@ -345,6 +345,9 @@ fn children_are_followed_and_titled() {
 #[test]
 fn three_thousand_short_lived_processes_are_all_counted() {
     require_root();
+    // One churn at a time: another test's thousands of processes are new keys in this run too
+    // (tracekit traces every process), and its RSS grows with them.
+    let _serial = serial();
     let dir = scratch("procs");
     let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--interval", "500ms"]);
     tk.wait_attached();
@@ -376,6 +379,30 @@ fn three_thousand_short_lived_processes_are_all_counted() {
         .max()
         .unwrap();
     assert!(peak < 64 * 1024, "peak RSS {peak} KiB");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One long window (no `--interval`): exited threads' kept entries still go, every second, not
+/// at the window's end.
+#[test]
+fn exited_threads_entries_go_within_a_long_window() {
+    require_root();
+    // One churn at a time: another test's thousands of processes are new keys in this run too
+    // (tracekit traces every process), and its RSS grows with them.
+    let _serial = serial();
+    let dir = scratch("sweep");
+    let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--duration", "60s"]);
+    tk.wait_attached();
+    run_workload(&["fsync-procs", dir.join("f").to_str().unwrap(), "500"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let kept = map_entries::<32>(tk.child.id(), "FSYNC_START").expect("FSYNC_START of tracekit");
+    tk.signal(libc::SIGINT);
+    let (status, _, stderr) = tk.finish(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert!(
+        kept < 100,
+        "{kept} FSYNC_START entries left 2.5 s after 500 processes called fsync and exited"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -418,6 +445,9 @@ fn keys_over_the_cap_go_to_the_other_row() {
 #[test]
 fn memory_is_flat_across_intervals() {
     require_root();
+    // One churn at a time: another test's thousands of processes are new keys in this run too
+    // (tracekit traces every process), and its RSS grows with them.
+    let _serial = serial();
     let dir = scratch("flat");
     let mut tk = Tracer::spawn(&["fsync-lat", "--json", "--interval", "100ms"]);
     tk.wait_attached();

@@ -202,6 +202,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         session,
         hist,
         start,
+        swept: std::time::Instant::now(),
         files,
         paths: StdHashMap::new(),
         names: FAMILY.iter().map(|(n, nr)| (*nr as u32, *n)).collect(),
@@ -330,6 +331,8 @@ struct FsyncLat {
     hist: GenMap<FsyncKey, FsyncVal>,
     /// In-flight calls by tid; each thread's entry stays between its calls (see `sweep`).
     start: BpfHashMap<MapData, u32, FsyncStart>,
+    /// When `sweep` last ran.
+    swept: std::time::Instant,
     files: Option<RingBuf<MapData>>,
     /// (id, device, inode) → the file's name, resolved when the kernel announced the key.
     paths: StdHashMap<(u32, u32, u64, u32), FileName>,
@@ -344,6 +347,11 @@ struct FsyncLat {
     fold: Folding,
 }
 
+/// How often exited threads' `FSYNC_START` entries are removed, whatever the window: a run
+/// with one long window (`--duration 10m`, no `--interval`) on a node that forks thousands of
+/// short-lived writers a second must not fill the map before its only window ends.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl FsyncLat {
     /// Removes `FSYNC_START`'s entries of threads that have exited. The kernel side keeps a
     /// thread's entry after each call for its next one (`begin_kept`, no map update per call),
@@ -352,6 +360,7 @@ impl FsyncLat {
     /// loses its first call's start (its end then finds no entry and is not timed). Returns
     /// how many went.
     fn sweep(&mut self) -> usize {
+        self.swept = std::time::Instant::now();
         let gone: Vec<u32> = self
             .start
             .keys()
@@ -398,7 +407,14 @@ impl Collector for FsyncLat {
         for e in evs {
             self.resolve(&e);
         }
+        if self.swept.elapsed() >= SWEEP_EVERY {
+            self.sweep();
+        }
         Ok(())
+    }
+
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        Some(SWEEP_EVERY)
     }
 
     fn session(&mut self) -> Option<&mut crate::kernel::loader::Session> {
