@@ -236,6 +236,21 @@ pub fn task_comm(task: *const u8, off: u32) -> [u8; COMM_LEN] {
         .unwrap_or([0; COMM_LEN])
 }
 
+/// The current task's `comm`, written where `dst` points (a map value or this program's
+/// stack): the helper fills all 16 bytes, so nothing is zeroed first. aya's
+/// `bpf_get_current_comm()` returns the array by value, which costs a byte-wise memset loop
+/// and a byte-wise copy (LLVM's BPF lowering of a 16-byte, byte-aligned array) on a hot path.
+#[inline(always)]
+pub fn comm_into(dst: &mut [u8; COMM_LEN]) {
+    // SAFETY: `dst` is 16 writable bytes; on failure the helper zeroes them.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            dst.as_mut_ptr().cast(),
+            COMM_LEN as u32,
+        )
+    };
+}
+
 /// Bumps per-CPU counter `idx` (a `probes_common::stats` constant).
 #[inline(always)]
 pub fn stat(idx: u32) {

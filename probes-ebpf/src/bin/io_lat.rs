@@ -4,9 +4,10 @@
 //!
 //! Hooks, tracked by `struct request *` (BTF prototypes on 6.18, `btf_trace_<event>`):
 //! - `block:block_bio_queue(struct bio *bio)` (`(q, bio)` up to 5.10, [`IO_BIO_Q_ARG`]): a bio
-//!   submitted, in the issuer (`submit_bio_noacct`, once per bio). Its time is kept by bio
-//!   address until a request whose first bio (`request.bio`) it is is first seen: what the
-//!   issuer waited for starts there, before plugging, merge attempts and the wait for a tag.
+//!   submitted, in the issuer (`submit_bio_noacct`, once per bio). Its time is kept in a per-CPU
+//!   table by bio address until a request whose first bio (`request.bio`) it is is first seen:
+//!   what the issuer waited for starts there, before plugging, merge attempts and the wait for a
+//!   tag.
 //! - `block:block_rq_insert(struct request *rq)`: the request enters the I/O scheduler (or the
 //!   hctx dispatch list). Fires in the submitter's context (`blk_mq_insert_request`, or a plug
 //!   flush at `blk_finish_plug`/`schedule`), so the issuer is `current`.
@@ -36,7 +37,8 @@
 //! Struct members read (offsets from /sys/kernel/btf/vmlinux, [`RqOffsets`]):
 //! `request.{q,cmd_flags,__data_len,bio}`, `request_queue.disk` (`request.rq_disk` before 5.15),
 //! `gendisk.{major,first_minor}` (the whole disk, as `/proc/diskstats` and the classic event's
-//! `dev` count it), `bio.bi_blkg → blkcg_gq.blkcg → blkcg.css.cgroup → cgroup.kn →
+//! `dev` count it), `bio.bi_iter.bi_sector` (where a bio's stamp is filed), `bio.bi_blkg →
+//! blkcg_gq.blkcg → blkcg.css.cgroup → cgroup.kn →
 //! kernfs_node.id` (the cgroup the I/O is charged to: for writeback the cgroup that dirtied the
 //! pages, set by `wbc_init_bio`, while `current` is the flusher kworker).
 #![no_std]
@@ -44,24 +46,24 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use probes_common::{
     io_lat::{
-        op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
+        bio_slot, op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
         RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
-        ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, NANOM,
-        NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT,
+        ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, BIO_PROBES,
+        BIO_SLOTS, BioStamp, NANOM, NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT,
         STAT_PARTIAL,
     },
     stats,
 };
 use probes_ebpf::{
-    allowed, announce, atomic_add, generation, get_or_insert, hist_record,
+    allowed, announce, atomic_add, comm_into, generation, get_or_insert, hist_record,
     kread::{Direct, Kread, Probe},
     ro, second_arg, slot, stat,
 };
@@ -102,16 +104,23 @@ static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
 #[map]
 static IO_START_TP: HashMap<SectorKey, IoStart> = HashMap::with_max_entries(16384, 0);
 
-/// Bio submissions not yet seen as a request, by `struct bio *`, with `bpf_ktime_get_ns()`:
-/// taken (and deleted) when a request whose first bio it is is first seen. An LRU, because
-/// many bios never become a request's first bio (merged into one already built, or completed
-/// by a bio-based driver such as dm or md) and their entries are simply evicted.
+/// Bio submissions not yet seen as a request: an open-addressed table of [`BIO_SLOTS`]
+/// stamps, [`BIO_PROBES`] slots tried from [`bio_slot`] of the bio's sector, matched by the
+/// bio's address (see [`BIO_SLOTS`]). Shared by all CPUs: a submitter that sleeps for a tag
+/// wakes up on another CPU. A stamp is taken (its `bio` zeroed) when a request whose first bio
+/// it is is first seen; a bio that never becomes a request's first bio (merged into one
+/// already built, or completed by a bio-based driver such as dm or md) leaves its stamp until
+/// a newer one needs the place.
 #[map]
-static IO_BIO: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+static IO_BIO: Array<BioStamp> = Array::with_max_entries(BIO_SLOTS, 0);
 
 /// A submission older than this is a stale entry at a reused bio address (a bio built without
 /// a submission of its own, such as a split's front), not a wait.
 const BIO_STALE_NS: u64 = 30_000_000_000;
+
+/// Where a new `IO_START_TP` entry is built before it is inserted (see [`on_begin`]).
+#[map]
+static IO_STAGE: PerCpuArray<IoStart> = PerCpuArray::with_max_entries(1, 0);
 
 /// Aggregates, sized by userspace (`--max-keys`).
 #[map]
@@ -300,14 +309,11 @@ fn untracked(dev: u32, op: u32) {
     }
 }
 
-/// The issuer: the current task, `None` when `--pid`/`--comm` leave it out.
+/// The issuer, the current task: its tgid, `None` when `--pid`/`--comm` leave it out.
 #[inline(always)]
-fn issuer() -> Option<(u32, [u8; 16])> {
+fn issuer() -> Option<u32> {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !allowed(tgid) {
-        return None;
-    }
-    Some((tgid, bpf_get_current_comm().unwrap_or_default()))
+    allowed(tgid).then_some(tgid)
 }
 
 // The request lifecycle, for either in-flight map. `mk` gives a new entry's identity (issuer,
@@ -346,14 +352,18 @@ fn end<K>(map: &HashMap<K, IoStart>, key: &K, p: *mut IoStart, keep: bool) -> bo
 }
 
 /// Insert (`issued` false: the request waits in a queue, the scheduler or a dispatch list) or
-/// issue (`issued`: the driver has it) of the request at `key`.
+/// issue (`issued`: the driver has it) of the request at `key`. `mk` writes a new entry's
+/// identity (issuer, device, size, op, submission) into the entry it is given and returns
+/// false, writing nothing, when the request is filtered out. The entry is built in place: in
+/// the kept entry at `key`, else in this CPU's `IO_STAGE` slot, then inserted (a copy of the
+/// 80 bytes built on the stack cost a byte-wise memset and copy per request).
 #[inline(always)]
 fn on_begin<K>(
     map: &HashMap<K, IoStart>,
     key: &K,
     keep: bool,
     issued: bool,
-    mk: impl FnOnce() -> Option<IoStart>,
+    mk: impl FnOnce(&mut IoStart) -> bool,
 ) {
     let t = now();
     let (cur, slot) = held(map, key);
@@ -382,32 +392,45 @@ fn on_begin<K>(
         }
         leave(s);
     }
-    let Some(mut n) = mk() else {
+    let (dst, in_place) = match slot {
+        Some(p) if keep => (p, true),
+        _ => match IO_STAGE.get_ptr_mut(0) {
+            Some(p) => (p, false),
+            None => return,
+        },
+    };
+    // SAFETY: `dst` is a live map value (the kept entry, or this CPU's staging slot); one CPU
+    // handles a request at a time.
+    let n = unsafe { &mut *dst };
+    // Request addresses belong to one queue's tag set and slots are never taken back, so an
+    // entry at the same address of the same disk already holds this request's slot.
+    let (old_dev, old_slot) = (n.dev, n.slot);
+    if !mk(n) {
         // Filtered out: a stale entry at the key ends.
         if let Some(p) = cur {
             end(map, key, p, keep);
         }
         return;
-    };
+    }
     n.first_ns = t;
     if n.submit_ns > t || t - n.submit_ns > BIO_STALE_NS {
         n.submit_ns = 0;
     }
-    n.slot = dev_slot(n.dev);
+    n.slot = if in_place && old_dev == n.dev && old_slot != NO_SLOT {
+        old_slot
+    } else {
+        dev_slot(n.dev)
+    };
     if issued {
         n.issue_ns = t;
+        n.insert_ns = 0;
     } else {
         n.insert_ns = t;
+        n.issue_ns = 0;
     }
-    match slot {
-        // SAFETY: live map value; one CPU handles a request at a time.
-        Some(p) if keep => unsafe { *p = n },
-        _ => {
-            if map.insert(key, n, 0).is_err() {
-                stat(stats::START_MAP_FULL);
-                return;
-            }
-        }
+    if !in_place && map.insert(key, *n, 0).is_err() {
+        stat(stats::START_MAP_FULL);
+        return;
     }
     if issued {
         stat(STAT_DIRECT);
@@ -596,51 +619,86 @@ fn rq_key(rq: &u64) -> u64 {
     unsafe { core::ptr::read_volatile(rq) }
 }
 
-/// A new entry's identity for `rq`, with the current task as issuer.
+/// Writes a new entry's identity for `rq` into `n`, with the current task as issuer; false
+/// (nothing written) when filtered out.
 #[inline(always)]
-fn rq_start<R: Kread>(rq: u64) -> Option<IoStart> {
+fn rq_start<R: Kread>(rq: u64, n: &mut IoStart) -> bool {
     let dev = rq_dev::<R>(rq);
     if !dev_wanted(dev) {
-        return None;
+        return false;
     }
-    let (tgid, comm) = issuer()?;
+    let Some(tgid) = issuer() else {
+        return false;
+    };
     let flags = R::u32(rq, ro(&IO_OFFS.rq_cmd_flags));
     let sync = OP_SYNC * u32::from(flags & ro(&IO_OFFS.req_sync) != 0);
-    Some(IoStart {
-        cgroup_id: rq_cgroup::<R>(rq),
-        comm,
-        tgid,
-        dev,
-        bytes: R::u32(rq, ro(&IO_OFFS.rq_data_len)),
-        op: (flags & REQ_OP_MASK) | sync,
-        submit_ns: bio_submitted(R::u64(rq, ro(&IO_OFFS.rq_bio))),
-        ..IoStart::default()
-    })
+    n.cgroup_id = rq_cgroup::<R>(rq);
+    comm_into(&mut n.comm);
+    n.tgid = tgid;
+    n.dev = dev;
+    n.bytes = R::u32(rq, ro(&IO_OFFS.rq_data_len));
+    n.op = (flags & REQ_OP_MASK) | sync;
+    n.submit_ns = bio_submitted::<R>(R::u64(rq, ro(&IO_OFFS.rq_bio)));
+    true
 }
 
-/// When `bio` was submitted, taken out of `IO_BIO`; 0 when not seen.
+/// When `bio` was submitted, taken out of `IO_BIO`; 0 when not there.
 #[inline(always)]
-fn bio_submitted(bio: u64) -> u64 {
+fn bio_submitted<R: Kread>(bio: u64) -> u64 {
     if bio == 0 {
         return 0;
     }
-    // SAFETY: the value is copied out at once.
-    let Some(ts) = (unsafe { IO_BIO.get(bio) }).copied() else {
-        return 0;
-    };
-    let _ = IO_BIO.remove(bio);
-    ts
+    let home = bio_slot(R::u64(bio, ro(&IO_OFFS.bio_sector)));
+    for i in 0..BIO_PROBES {
+        let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
+            return 0;
+        };
+        // SAFETY: live map value. Two CPUs may race on one slot only for two bios filed at
+        // once in one place: a stamp lost then leaves a request untimed from submission.
+        unsafe {
+            if (*st).bio == bio {
+                (*st).bio = 0;
+                return (*st).ts;
+            }
+        }
+    }
+    0
 }
 
 /// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
-/// issuer's context). Only the time is kept; the request it becomes says the rest.
+/// issuer's context). Only the time is kept, in the first free of its slots, else in place of
+/// the oldest stamp there; the request it becomes says the rest.
 #[inline(always)]
-fn bio_queue(bio: u64) {
+fn bio_queue<R: Kread>(bio: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if bio == 0 || !allowed(tgid) {
         return;
     }
-    let _ = IO_BIO.insert(bio, now(), 0);
+    let home = bio_slot(R::u64(bio, ro(&IO_OFFS.bio_sector)));
+    let mut pick: Option<*mut BioStamp> = None;
+    let mut oldest = u64::MAX;
+    for i in 0..BIO_PROBES {
+        let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
+            return;
+        };
+        // SAFETY: live map value (see bio_submitted).
+        let (b, ts) = unsafe { ((*st).bio, (*st).ts) };
+        if b == 0 {
+            pick = Some(st);
+            break;
+        }
+        if ts < oldest {
+            oldest = ts;
+            pick = Some(st);
+        }
+    }
+    if let Some(st) = pick {
+        // SAFETY: as above.
+        unsafe {
+            (*st).bio = bio;
+            (*st).ts = now();
+        }
+    }
 }
 
 /// The bio argument of `block_bio_queue` (see [`IO_BIO_Q_ARG`]; the second by
@@ -659,13 +717,13 @@ macro_rules! bio_arg {
 
 #[btf_tracepoint(function = "block_bio_queue")]
 pub fn tk_io_bio(ctx: BtfTracePointContext) -> i32 {
-    bio_queue(bio_arg!(ctx));
+    bio_queue::<Direct>(bio_arg!(ctx));
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_bio_queue")]
 pub fn tk_io_bio_raw(ctx: RawTracePointContext) -> i32 {
-    bio_queue(bio_arg!(ctx));
+    bio_queue::<Probe>(bio_arg!(ctx));
     0
 }
 
@@ -724,12 +782,12 @@ macro_rules! rq_programs {
 
 #[inline(always)]
 fn rq_insert<R: Kread>(rq: u64) {
-    on_begin(&IO_START, &rq_key(&rq), KEEP, false, || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, false, |n| rq_start::<R>(rq, n));
 }
 
 #[inline(always)]
 fn rq_issue<R: Kread>(rq: u64) {
-    on_begin(&IO_START, &rq_key(&rq), KEEP, true, || rq_start::<R>(rq));
+    on_begin(&IO_START, &rq_key(&rq), KEEP, true, |n| rq_start::<R>(rq, n));
 }
 
 #[inline(always)]

@@ -72,7 +72,7 @@ pub fn rq_offsets(btf: &Btf) -> Result<RqOffsets> {
         cgroup_kn: cg[3],
         kn_id: cg[4],
         req_sync: 1u32 << (sync_bit as u32 & 31),
-        _pad: 0,
+        bio_sector: m("bio", "bi_iter.bi_sector", 8)?,
     })
 }
 
@@ -300,7 +300,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("IO_AGG", scope.key_cap())
         .max_entries("IO_START", if classic { 1 } else { cap })
         .max_entries("IO_START_TP", if classic { cap } else { 1 })
-        .max_entries("IO_BIO", if classic { 1 } else { cap.max(16384) })
         .max_entries("IO_SLOTS", nslots)
         .max_entries("IO_LIVE", nslots)
         .max_entries("IO_DEPTH", nslots * 2)

@@ -24,28 +24,31 @@ fn tp_key(ctx: &TracePointContext) -> SectorKey {
     }
 }
 
-/// A new entry's identity from a classic insert/issue record, issuer = current task.
+/// Writes a new entry's identity from a classic insert/issue record into `n`, issuer = current
+/// task; false (nothing written) when filtered out.
 #[inline(always)]
-fn tp_start(ctx: &TracePointContext, dev: u32) -> Option<IoStart> {
+fn tp_start(ctx: &TracePointContext, dev: u32, n: &mut IoStart) -> bool {
     if !dev_wanted(dev) {
-        return None;
+        return false;
     }
-    let (tgid, comm) = issuer()?;
-    Some(IoStart {
-        comm,
-        tgid,
-        dev,
-        bytes: field(ctx, ro(&IO_TP.bytes)),
-        op: rwbs_op(&field(ctx, ro(&IO_TP.rwbs))),
-        ..IoStart::default()
-    })
+    let Some(tgid) = issuer() else {
+        return false;
+    };
+    n.cgroup_id = 0;
+    comm_into(&mut n.comm);
+    n.tgid = tgid;
+    n.dev = dev;
+    n.bytes = field(ctx, ro(&IO_TP.bytes));
+    n.op = rwbs_op(&field(ctx, ro(&IO_TP.rwbs)));
+    n.submit_ns = 0;
+    true
 }
 
 probes_ebpf::passing! {
     /// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
     pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
         let key = tp_key(&ctx);
-        on_begin(&IO_START_TP, &key, false, false, || tp_start(&ctx, key.dev));
+        on_begin(&IO_START_TP, &key, false, false, |n| tp_start(&ctx, key.dev, n));
         0
     }
 }
@@ -54,7 +57,7 @@ probes_ebpf::passing! {
     /// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
     pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
         let key = tp_key(&ctx);
-        on_begin(&IO_START_TP, &key, false, true, || tp_start(&ctx, key.dev));
+        on_begin(&IO_START_TP, &key, false, true, |n| tp_start(&ctx, key.dev, n));
         0
     }
 }

@@ -82,7 +82,7 @@ fn on_dirty(ctx: &TracePointContext) {
     let bytes = grown(tid);
     let Some(s) = slot(&IO_DIRTY, &IO_DIRTY_OTHER, &IO_DIRTY_SCRATCH, &key, gen, |v| {
         // SAFETY: this CPU's scratch slot.
-        unsafe { (*v).comm = bpf_get_current_comm().unwrap_or_default() };
+        unsafe { comm_into(&mut (*v).comm) };
     }) else {
         return;
     };
