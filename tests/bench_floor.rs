@@ -31,7 +31,12 @@ pub fn vm_check() -> Result<String, String> {
 #[test]
 fn lower_bound_controls_attach_and_count() {
     require_root();
-    for hook in ["wake-wait", "wake-wait-proc", "wake-wait-counters"] {
+    for hook in [
+        "wake-wait",
+        "wake-wait-proc",
+        "wake-wait-counters",
+        "wake-wait-culprits",
+    ] {
         let (lines, _, modes) = tracekit_tests::vm::traced_with(
             &["bench-floor", "--hook", hook],
             &["pingpong", "200"],
@@ -43,6 +48,11 @@ fn lower_bound_controls_attach_and_count() {
             events >= 400,
             "{hook}: {events} switches for 400 pipe hops ({modes})"
         );
+        if hook == "wake-wait-culprits" {
+            for prog in ["tk_floor_wakeup_steal=", "tk_floor_wwait_cul="] {
+                assert!(modes.contains(prog), "{hook}: {prog} not attached: {modes}");
+            }
+        }
     }
     // fsync-timed counts the calls it timed: every fsync of the workload.
     let (lines, w, modes) = tracekit_tests::vm::traced_with(

@@ -236,6 +236,31 @@ pub fn task_comm(task: *const u8, off: u32) -> [u8; COMM_LEN] {
         .unwrap_or([0; COMM_LEN])
 }
 
+/// The run queue `task` is on and that queue's steal clock, `rq->prev_steal_time_rq`: the
+/// steal of its CPU up to the queue's last clock update (every enqueue and every `__schedule`
+/// update it first). (0, 0) when a read fails. Through `se.cfs_rq`, which every task has
+/// (`set_task_rq` sets it for all classes), and `cfs_rq.rq`, offsets from the kernel's BTF
+/// (`o.se_cfs_rq`, `o.cfs_rq_rq`, `o.rq_steal`).
+#[inline(always)]
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn rq_steal(task: *const u8, o: &probes_common::sched::TaskOffsets) -> (u64, u64) {
+    // SAFETY: the helper checks each address; a failed read yields 0 and ends the chase.
+    unsafe {
+        let cfs = bpf_probe_read_kernel(task.add(o.se_cfs_rq as usize) as *const u64).unwrap_or(0);
+        if cfs == 0 {
+            return (0, 0);
+        }
+        let rq = bpf_probe_read_kernel((cfs as *const u8).add(o.cfs_rq_rq as usize) as *const u64)
+            .unwrap_or(0);
+        if rq == 0 {
+            return (0, 0);
+        }
+        let steal = bpf_probe_read_kernel((rq as *const u8).add(o.rq_steal as usize) as *const u64)
+            .unwrap_or(0);
+        (rq, steal)
+    }
+}
+
 /// The current task's `comm`, written where `dst` points (a map value or this program's
 /// stack): the helper fills all 16 bytes, so nothing is zeroed first. aya's
 /// `bpf_get_current_comm()` returns the array by value, which costs a byte-wise memset loop

@@ -55,6 +55,14 @@ const SWITCH_WAIT_CTR: Hook = Hook::on(
     "sched:sched_switch",
     &[(AttachMode::TpBtf, "tk_floor_wwait_ctr")],
 );
+const WAKEUP_STEAL: Hook = Hook::on(
+    "sched:sched_wakeup",
+    &[(AttachMode::TpBtf, "tk_floor_wakeup_steal")],
+);
+const SWITCH_WAIT_CUL: Hook = Hook::on(
+    "sched:sched_switch",
+    &[(AttachMode::TpBtf, "tk_floor_wwait_cul")],
+);
 
 /// A latency's lower bound on fsync-lat's hooks: a timestamp by thread at enter, a histogram
 /// bucket at exit.
@@ -103,6 +111,8 @@ pub const HOOKS: &[Hook] = &[
     SWITCH_WAIT,
     SWITCH_WAIT_PROC,
     SWITCH_WAIT_CTR,
+    WAKEUP_STEAL,
+    SWITCH_WAIT_CUL,
     FSYNC_TS_ENTER,
     FSYNC_TS_EXIT,
     NET_RX_PATH[0],
@@ -138,6 +148,12 @@ pub enum FloorHook {
     /// switched-out task's `nvcsw`, `nivcsw`, `run_delay` and `nr_migrations` against a
     /// baseline by tid, the deltas added to a per-process row.
     WakeWaitCounters,
+    /// `wake-wait-counters` plus what runq-lat records for each wait's culprit: the woken
+    /// task's run queue steal clock at `sched_wakeup` and again at its switch-in, the wait
+    /// charged to the task switched out (a pair in a hash) less its stolen part, charged to
+    /// the hypervisor. Needs the steal clock's members (`se.cfs_rq`, `cfs_rq.rq`,
+    /// `rq.prev_steal_time_rq`), as runq-lat's steal does.
+    WakeWaitCulprits,
     /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
     /// hooks `net-rx` needs, each with nothing but the counter.
     NetRxPath,
@@ -172,6 +188,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::WakeWait => &[WAKING, SWITCH_WAIT],
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
         FloorHook::WakeWaitCounters => &[WAKING, SWITCH_WAIT_CTR],
+        FloorHook::WakeWaitCulprits => &[WAKING, WAKEUP_STEAL, SWITCH_WAIT_CUL],
         FloorHook::NetRxPath => &NET_RX_PATH,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
         FloorHook::IoSplit => &IO_SPLIT,
@@ -180,13 +197,26 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let mut spec = LoadSpec::new();
     if matches!(
         args.hook,
-        FloorHook::WakeWait | FloorHook::WakeWaitProc | FloorHook::WakeWaitCounters
+        FloorHook::WakeWait
+            | FloorHook::WakeWaitProc
+            | FloorHook::WakeWaitCounters
+            | FloorHook::WakeWaitCulprits
     ) {
         let btf = crate::kernel::btf::vmlinux()
             .map_err(|e| Error::KernelFeature(format!("bench-floor: kernel BTF: {e}")))?;
         spec = spec.global("FLOOR_PID_OFF", &btf.member("task_struct", "pid")?.offset);
-        if args.hook == FloorHook::WakeWaitCounters {
-            let offs = crate::tools::sched::task_offsets(btf)?;
+        if matches!(
+            args.hook,
+            FloorHook::WakeWaitCounters | FloorHook::WakeWaitCulprits
+        ) {
+            let mut offs = crate::tools::sched::task_offsets(btf)?;
+            if args.hook == FloorHook::WakeWaitCulprits {
+                crate::tools::sched::steal_offsets(btf, &mut offs).map_err(|e| {
+                    Error::KernelFeature(format!(
+                        "bench-floor: wake-wait-culprits needs the run queue's steal clock: {e}"
+                    ))
+                })?;
+            }
             spec = spec.global("FLOOR_TASK_OFFS", &offs);
         }
     }

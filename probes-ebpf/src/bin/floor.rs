@@ -13,8 +13,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use probes_common::sched::TaskOffsets;
-use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy, ro};
+use probes_common::sched::{PairKey, PairVal, TaskOffsets};
+use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy, ro, rq_steal};
 
 #[map]
 static FLOOR_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -93,17 +93,16 @@ pub fn tk_floor_waking(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// The wait of the task switched in (`next`, argument 2) since its wakeup, into the histogram.
+/// The wait of the task switched in (`next`, argument 2) since its wakeup, into the histogram;
+/// the wait, if one ended here.
 #[inline(always)]
-fn wake_wait(ctx: &BtfTracePointContext) {
+fn wake_wait(ctx: &BtfTracePointContext) -> Option<u64> {
     let next: *const u8 = ctx.arg(2);
-    let Some(s) = FLOOR_WAKE.get_ptr_mut(wake_slot(next)) else {
-        return;
-    };
+    let s = FLOOR_WAKE.get_ptr_mut(wake_slot(next))?;
     // SAFETY: as in tk_floor_waking.
     let ts = unsafe { *s };
     if ts == 0 {
-        return;
+        return None;
     }
     // SAFETY: as above.
     unsafe { *s = 0 };
@@ -114,12 +113,13 @@ fn wake_wait(ctx: &BtfTracePointContext) {
         // SAFETY: this CPU's slot; programs on one CPU do not nest on sched_switch.
         unsafe { *h += 1 };
     }
+    Some(d)
 }
 
 /// `sched_switch`: the wake-wait lower bound (a timestamp pair and a histogram bucket).
 #[btf_tracepoint(function = "sched_switch")]
 pub fn tk_floor_wwait(ctx: BtfTracePointContext) -> i32 {
-    wake_wait(&ctx);
+    let _ = wake_wait(&ctx);
     bump();
     0
 }
@@ -127,7 +127,7 @@ pub fn tk_floor_wwait(ctx: BtfTracePointContext) -> i32 {
 /// `sched_switch`: the same, plus a per-process switch count in a hash.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn tk_floor_wwait_proc(ctx: BtfTracePointContext) -> i32 {
-    wake_wait(&ctx);
+    let _ = wake_wait(&ctx);
     bump();
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if let Some(v) = get_or_insert_copy(&FLOOR_PROC, &tgid, 0u64) {
@@ -171,9 +171,16 @@ fn task_u32(task: *const u8, off: u32) -> u32 {
 /// this control is what it records beyond the counts (pairs, per-process histograms, filters).
 #[btf_tracepoint(function = "sched_switch")]
 pub fn tk_floor_wwait_ctr(ctx: BtfTracePointContext) -> i32 {
-    wake_wait(&ctx);
+    let _ = wake_wait(&ctx);
     bump();
-    let prev: *const u8 = ctx.arg(1);
+    switch_counters(ctx.arg(1));
+    0
+}
+
+/// The kernel's four switch counters of `prev` (switched out) against its baseline by tid, the
+/// deltas added to its process's row.
+#[inline(always)]
+fn switch_counters(prev: *const u8) {
     let o = ro(&FLOOR_TASK_OFFS);
     let (tid, tgid) = (task_u32(prev, o.pid), task_u32(prev, o.tgid));
     let now = [
@@ -185,7 +192,7 @@ pub fn tk_floor_wwait_ctr(ctx: BtfTracePointContext) -> i32 {
     let Some(base) = FLOOR_TASK.get_ptr_mut(tid) else {
         // First switch seen: the baseline only.
         let _ = FLOOR_TASK.insert(tid, now, 0);
-        return 0;
+        return;
     };
     // SAFETY: a live map value; only this task's switch-out (one CPU at a time) writes it.
     let base = unsafe { &mut *base };
@@ -206,6 +213,85 @@ pub fn tk_floor_wwait_ctr(ctx: BtfTracePointContext) -> i32 {
                 }
             }
         }
+    }
+}
+
+/// The run queue and its steal clock at each task's enqueue, at the task's `FLOOR_WAKE` slot.
+#[map]
+static FLOOR_STEAL: Array<[u64; 2]> = Array::with_max_entries(65536, 0);
+
+/// Waits charged to the task that held the CPU: (woken, holder) by tid and tgid → count and
+/// ns, the hypervisor's part under holder `u32::MAX`, as runq-lat's culprit pairs.
+#[map]
+static FLOOR_PAIRS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(16384, 0);
+
+/// `sched_wakeup(p)`: `p` is on its run queue; that queue and its steal clock now, as
+/// runq-lat notes them for the steal part of the wait.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn tk_floor_wakeup_steal(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    if let Some(s) = FLOOR_STEAL.get_ptr_mut(wake_slot(p)) {
+        let (rq, steal) = rq_steal(p, &ro(&FLOOR_TASK_OFFS));
+        // SAFETY: a live array slot; a racing wakeup of a task sharing it only mixes values.
+        unsafe { *s = [rq, steal] };
+    }
+    0
+}
+
+/// Adds one wait of `ns` to `key`.
+#[inline(always)]
+fn charge(key: &PairKey, ns: u64) {
+    if let Some(v) = get_or_insert_copy(&FLOOR_PAIRS, key, PairVal::default()) {
+        // SAFETY: a live map value pointer.
+        unsafe {
+            atomic_add(&raw mut (*v).count, 1);
+            atomic_add(&raw mut (*v).ns, ns);
+        }
+    }
+}
+
+/// `sched_switch`: the counters control, plus what runq-lat adds for the waits' culprits: for a
+/// wait that ends here, the steal clock of the woken task's queue read again, the wait charged
+/// to the task switched out (one pair in a hash), and its stolen part to the hypervisor. What
+/// runq-lat does beyond this: the CPU's holder history (a second holder charged for its part),
+/// long waits counted twice (`LATE_CULPRITS`), filters and exits.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_floor_wwait_cul(ctx: BtfTracePointContext) -> i32 {
+    let wait = wake_wait(&ctx);
+    bump();
+    let prev: *const u8 = ctx.arg(1);
+    switch_counters(prev);
+    let Some(wait) = wait else {
+        return 0;
+    };
+    let next: *const u8 = ctx.arg(2);
+    let o = ro(&FLOOR_TASK_OFFS);
+    let (rq, steal_now) = rq_steal(next, &o);
+    let stolen = match FLOOR_STEAL.get_ptr(wake_slot(next)) {
+        // SAFETY: a live array slot.
+        Some(s) if rq != 0 && unsafe { (*s)[0] } == rq => {
+            steal_now.saturating_sub(unsafe { (*s)[1] }).min(wait)
+        }
+        _ => 0,
+    };
+    let key = PairKey {
+        a: task_u32(next, o.pid),
+        a_tgid: task_u32(next, o.tgid),
+        b: task_u32(prev, o.pid),
+        b_tgid: task_u32(prev, o.tgid),
+        gen: 0,
+        _pad: 0,
+    };
+    charge(&key, wait - stolen);
+    if stolen != 0 {
+        charge(
+            &PairKey {
+                b: u32::MAX,
+                b_tgid: u32::MAX,
+                ..key
+            },
+            stolen,
+        );
     }
     0
 }

@@ -249,28 +249,10 @@ fn wake_slot(tid: u32) -> Option<*mut WakeSlot> {
     WAKE.get_ptr_mut(tid & ro(&SCHED_WAKE_MASK))
 }
 
-/// The run queue `task` is on and that queue's steal clock, `rq->prev_steal_time_rq`: the
-/// steal of its CPU up to the queue's last clock update (every enqueue and every `__schedule`
-/// update it first). (0, 0) when a read fails. Through `se.cfs_rq`, which every task has
-/// (`set_task_rq` sets it for all classes), and `cfs_rq.rq`, both from the kernel's BTF.
+/// The run queue `task` is on and its steal clock (see [`probes_ebpf::rq_steal`]).
 #[inline(always)]
 fn rq_steal(task: *const u8) -> (u64, u64) {
-    let o = ro(&SCHED_OFFS);
-    // SAFETY: the helper checks each address; a failed read yields 0 and ends the chase.
-    unsafe {
-        let cfs = bpf_probe_read_kernel(task.add(o.se_cfs_rq as usize) as *const u64).unwrap_or(0);
-        if cfs == 0 {
-            return (0, 0);
-        }
-        let rq = bpf_probe_read_kernel((cfs as *const u8).add(o.cfs_rq_rq as usize) as *const u64)
-            .unwrap_or(0);
-        if rq == 0 {
-            return (0, 0);
-        }
-        let steal = bpf_probe_read_kernel((rq as *const u8).add(o.rq_steal as usize) as *const u64)
-            .unwrap_or(0);
-        (rq, steal)
-    }
+    probes_ebpf::rq_steal(task, &ro(&SCHED_OFFS))
 }
 
 /// Notes the queue a woken task was put on and its steal clock then, for its switch-in to

@@ -86,6 +86,14 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             argv: tkj("bench-floor", &["--hook", "wake-wait-counters"]),
             ready: Ready::JsonMeta,
         },
+        // Issue 30's control for runq-lat: the counters control plus each wait's culprit (the
+        // task switched out charged in a pair hash) and its steal (the queue's steal clock at
+        // the enqueue and at the switch-in), as runq-lat records them.
+        Tracer {
+            name: "floor: wake-wait + switch counters + each wait's culprit and steal".into(),
+            argv: tkj("bench-floor", &["--hook", "wake-wait-culprits"]),
+            ready: Ready::JsonMeta,
+        },
     ];
     // numa adds a sched_switch program of its own (issue 13: its cost per switch beside ctxsw's,
     // same run). On one node it loads nothing unless forced (`--force`, hidden: for tests and
