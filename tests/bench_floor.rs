@@ -71,21 +71,23 @@ fn lower_bound_controls_attach_and_count() {
         events >= 50,
         "fsync-timed: {events} timed calls for 50 fsyncs ({modes}; {w})"
     );
-    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "net-rx-path", "--json"]);
-    tk.wait_attached();
-    // Datagrams to a port nobody listens on: each is one kfree_skb (NO_SOCKET) on loopback.
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    assert_eq!(tracekit_tests::udp::send(500, 64, port), 500);
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
-    assert!(status.success(), "{stderr}");
-    let events = counted(&lines);
-    // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
-    assert!(events >= 500, "net-rx-path: {events} events for 500 drops");
+    for hook in ["net-rx-path", "net-rx-keyed"] {
+        let mut tk = Tracer::spawn(&["bench-floor", "--hook", hook, "--json"]);
+        tk.wait_attached();
+        // Datagrams to a port nobody listens on: each is one kfree_skb (NO_SOCKET) on loopback.
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        assert_eq!(tracekit_tests::udp::send(500, 64, port), 500);
+        tk.signal(libc::SIGINT);
+        let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
+        assert!(status.success(), "{hook}: {stderr}");
+        let events = counted(&lines);
+        // Each drop is a kfree_skb, and its softirq and NAPI poll fire the other three hooks.
+        assert!(events >= 500, "{hook}: {events} events for 500 drops");
+    }
 }
 
 /// The block floor (io-lat's lower bound) times every request of O_DIRECT reads under

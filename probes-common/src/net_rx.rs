@@ -64,6 +64,32 @@ pub struct SkbOffsets {
     pub _pad: u32,
 }
 
+impl SkbOffsets {
+    /// All zero: a program's offsets global before userspace patches it in.
+    pub const ZERO: SkbOffsets = SkbOffsets {
+        skb_len: 0,
+        skb_truesize: 0,
+        skb_protocol: 0,
+        skb_network_header: 0,
+        skb_transport_header: 0,
+        skb_head: 0,
+        skb_dev: 0,
+        skb_sk: 0,
+        dev_ifindex: 0,
+        sk_num: 0,
+        sk_family: 0,
+        sk_protocol: 0,
+        sk_rcvbuf: 0,
+        sk_rmem_alloc: 0,
+        sk_socket: 0,
+        socket_file: 0,
+        file_inode: 0,
+        inode_ino: 0,
+        sk_state: 0,
+        _pad: 0,
+    };
+}
+
 /// A drop's place. `daddr`/`dport` are the packet's destination (the local end for received
 /// packets); zero when the packet has no such header or the header offsets are unset.
 #[repr(C)]

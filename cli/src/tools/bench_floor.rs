@@ -83,6 +83,20 @@ const NET_RX_PATH: [Hook; 4] = [
     Hook::on("irq:softirq_exit", TP_COUNTER),
 ];
 
+/// The receive path's control: what net-rx records, at its least (tp_btf, 6.12+ `kfree_skb`).
+const NET_RX_KEYED: [Hook; 4] = [
+    Hook::on("skb:kfree_skb", &[(AttachMode::TpBtf, "tk_floor_drop")]),
+    Hook::on("napi:napi_poll", &[(AttachMode::TpBtf, "tk_floor_napi")]),
+    Hook::on(
+        "irq:softirq_entry",
+        &[(AttachMode::TpBtf, "tk_floor_si_entry")],
+    ),
+    Hook::on(
+        "irq:softirq_exit",
+        &[(AttachMode::TpBtf, "tk_floor_si_exit")],
+    ),
+];
+
 /// A block request's lower bound for a tool splitting queue from device time per issuer: the
 /// request's timestamps and issuer in a hash by request, two histogram buckets per process at
 /// completion (tp_btf, 5.11+ prototypes).
@@ -119,6 +133,10 @@ pub const HOOKS: &[Hook] = &[
     NET_RX_PATH[1],
     NET_RX_PATH[2],
     NET_RX_PATH[3],
+    NET_RX_KEYED[0],
+    NET_RX_KEYED[1],
+    NET_RX_KEYED[2],
+    NET_RX_KEYED[3],
     IO_SPLIT[0],
     IO_SPLIT[1],
     IO_SPLIT[2],
@@ -157,6 +175,12 @@ pub enum FloorHook {
     /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
     /// hooks `net-rx` needs, each with nothing but the counter.
     NetRxPath,
+    /// The same four hooks doing what net-rx records per event, at its least: each drop
+    /// counted by reason, place (IPv4 destination and port, from the packet's headers) and
+    /// receiving socket (its inode) in per-CPU hashes, NET_RX softirq time and NAPI polls
+    /// (those that used their budget too) per CPU. tp_btf with the 6.12+ `kfree_skb`
+    /// prototype (`reason`, `rx_sk`).
+    NetRxKeyed,
     /// `syscalls:sys_enter_fsync`/`sys_exit_fsync` timing each call (a timestamp by thread in a
     /// hash, a histogram bucket): the least a latency tool does per call.
     FsyncTimed,
@@ -190,6 +214,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::WakeWaitCounters => &[WAKING, SWITCH_WAIT_CTR],
         FloorHook::WakeWaitCulprits => &[WAKING, WAKEUP_STEAL, SWITCH_WAIT_CUL],
         FloorHook::NetRxPath => &NET_RX_PATH,
+        FloorHook::NetRxKeyed => &NET_RX_KEYED,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
         FloorHook::IoSplit => &IO_SPLIT,
     };
@@ -220,6 +245,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             spec = spec.global("FLOOR_TASK_OFFS", &offs);
         }
     }
+    if args.hook == FloorHook::NetRxKeyed {
+        spec = net_rx_globals(spec)?;
+    }
     let mut session = Session::load(OBJECT, ctx.scope.filter(), spec)?;
     session.attach_planned(hooks, &plan)?;
     if session.attached.is_empty() {
@@ -233,6 +261,27 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         scope: ctx.scope.clone(),
         last: 0,
     }))
+}
+
+/// The receive-path control's globals: `sk_buff`/`sock` offsets as net-rx reads them,
+/// `SKB_CONSUMED` and `NET_RX_SOFTIRQ` from the kernel's BTF.
+fn net_rx_globals(spec: LoadSpec) -> Result<LoadSpec> {
+    let btf = crate::kernel::btf::vmlinux()
+        .map_err(|e| Error::KernelFeature(format!("bench-floor: kernel BTF: {e}")))?;
+    // void *__data, skb, location, reason, rx_sk.
+    if btf.proto_params("btf_trace_kfree_skb") != Some(5) {
+        return Err(Error::KernelFeature(
+            "bench-floor: net-rx-keyed needs the 6.12+ kfree_skb prototype (reason, rx_sk)".into(),
+        ));
+    }
+    let consumed = btf
+        .enum_value("SKB_CONSUMED")
+        .map_or(u32::MAX, |v| v as u32);
+    let vec = btf.enum_value("NET_RX_SOFTIRQ").map_or(3, |v| v as u32);
+    Ok(spec
+        .global("FLOOR_SKB", &crate::tools::net_rx::skb_offsets(btf)?)
+        .global("FLOOR_SKB_CONSUMED", &consumed)
+        .global("FLOOR_NET_RX_VEC", &vec))
 }
 
 struct Floor {

@@ -10,11 +10,18 @@ use probes_ebpf as _;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use probes_common::sched::{PairKey, PairVal, TaskOffsets};
-use probes_ebpf::{atomic_add, get_or_insert, get_or_insert_copy, ro, rq_steal};
+use probes_common::{
+    net_rx::SkbOffsets,
+    sched::{PairKey, PairVal, TaskOffsets},
+};
+use probes_ebpf::{
+    atomic_add, get_or_insert, get_or_insert_copy,
+    kread::{probe, Direct, Kread},
+    ro, rq_steal,
+};
 
 #[map]
 static FLOOR_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -416,5 +423,125 @@ pub fn tk_floor_rq_complete(ctx: BtfTracePointContext) -> i32 {
         atomic_add(&raw mut (*h)[db as usize], 1);
     }
     bump();
+    0
+}
+
+/// The receive path's control (`net-rx-keyed`): `sk_buff`/`sock` offsets from the kernel's
+/// BTF, and `SKB_CONSUMED` of its `enum skb_drop_reason` (set before load).
+#[no_mangle]
+static FLOOR_SKB: SkbOffsets = SkbOffsets::ZERO;
+#[no_mangle]
+static FLOOR_SKB_CONSUMED: u32 = 1;
+/// `NET_RX_SOFTIRQ`.
+#[no_mangle]
+static FLOOR_NET_RX_VEC: u32 = 3;
+
+/// Drops by (location, reason << 32 | IPv4 destination, destination port), per CPU.
+#[map]
+static FLOOR_DROPS: PerCpuHashMap<[u64; 3], u64> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// Drops by receiving socket (its inode), per CPU.
+#[map]
+static FLOOR_SOCK_DROPS: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// Per CPU: NET_RX softirq start, runs and time; NAPI polls and polls that used their budget.
+#[map]
+static FLOOR_NET_CPU: PerCpuArray<[u64; 5]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Adds one to this CPU's count of `key` in `map`, creating it.
+#[inline(always)]
+fn percpu_count<K>(map: &PerCpuHashMap<K, u64>, key: &K) {
+    if let Some(v) = map.get_ptr_mut(key) {
+        // SAFETY: this CPU's copy; these programs do not nest on one CPU.
+        unsafe { *v += 1 };
+    } else {
+        let _ = map.insert(key, 1, 0);
+    }
+}
+
+/// `kfree_skb(skb, location, reason, rx_sk)` (6.12+ prototype): what net-rx records per drop,
+/// at its least: the drop keyed by its reason and place (the IPv4 destination and port read
+/// from the packet's headers) and by its socket (its inode, through `sk_socket`, `file`,
+/// `f_inode`). What net-rx does beyond this: IPv6, the interface and protocols in the key,
+/// bytes, the socket's buffer state and port, the `[other]` row and its filters.
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn tk_floor_drop(ctx: BtfTracePointContext) -> i32 {
+    bump();
+    let skb: u64 = ctx.arg(0);
+    let location: u64 = ctx.arg(1);
+    let reason = ctx.arg::<u64>(2) as u32;
+    let sk: u64 = ctx.arg(3);
+    if reason == ro(&FLOOR_SKB_CONSUMED) {
+        return 0;
+    }
+    let o = ro(&FLOOR_SKB);
+    let head = Direct::u64(skb, o.skb_head);
+    let (nh, th) = (
+        Direct::u16(skb, o.skb_network_header),
+        Direct::u16(skb, o.skb_transport_header),
+    );
+    let daddr: u32 = if head == 0 { 0 } else { probe(head + nh as u64 + 16) };
+    let dport: u16 = if head == 0 { 0 } else { probe(head + th as u64 + 2) };
+    percpu_count(
+        &FLOOR_DROPS,
+        &[location, (u64::from(reason) << 32) | u64::from(daddr), u64::from(dport)],
+    );
+    if sk != 0 {
+        let file = Direct::u64(Direct::u64(sk, o.sk_socket), o.socket_file);
+        let ino = Direct::u64(Direct::u64(file, o.file_inode), o.inode_ino);
+        percpu_count(&FLOOR_SOCK_DROPS, &ino);
+    }
+    0
+}
+
+/// `softirq_entry`/`softirq_exit(vec)`: NET_RX time per CPU.
+#[inline(always)]
+fn net_softirq(vec: u32, entry: bool) {
+    bump();
+    if vec != ro(&FLOOR_NET_RX_VEC) {
+        return;
+    }
+    let Some(c) = FLOOR_NET_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; softirqs do not nest on one CPU. A helper without arguments.
+    unsafe {
+        let now = bpf_ktime_get_ns();
+        if entry {
+            (*c)[0] = now;
+        } else if (*c)[0] != 0 {
+            (*c)[1] += 1;
+            (*c)[2] += now - (*c)[0];
+            (*c)[0] = 0;
+        }
+    }
+}
+
+#[btf_tracepoint(function = "softirq_entry")]
+pub fn tk_floor_si_entry(ctx: BtfTracePointContext) -> i32 {
+    net_softirq(ctx.arg::<u64>(0) as u32, true);
+    0
+}
+
+#[btf_tracepoint(function = "softirq_exit")]
+pub fn tk_floor_si_exit(ctx: BtfTracePointContext) -> i32 {
+    net_softirq(ctx.arg::<u64>(0) as u32, false);
+    0
+}
+
+/// `napi_poll(napi, work, budget)`: polls, and polls that used their whole budget, per CPU.
+#[btf_tracepoint(function = "napi_poll")]
+pub fn tk_floor_napi(ctx: BtfTracePointContext) -> i32 {
+    bump();
+    let (work, budget) = (ctx.arg::<u64>(1) as i32, ctx.arg::<u64>(2) as i32);
+    if let Some(c) = FLOOR_NET_CPU.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; NAPI polls do not nest on one CPU.
+        unsafe {
+            (*c)[3] += 1;
+            if budget > 0 && work >= budget {
+                (*c)[4] += 1;
+            }
+        }
+    }
     0
 }

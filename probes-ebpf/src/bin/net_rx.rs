@@ -49,28 +49,7 @@ use probes_ebpf::{
 };
 
 #[no_mangle]
-static NR_OFFS: SkbOffsets = SkbOffsets {
-    skb_len: 0,
-    skb_truesize: 0,
-    skb_protocol: 0,
-    skb_network_header: 0,
-    skb_transport_header: 0,
-    skb_head: 0,
-    skb_dev: 0,
-    skb_sk: 0,
-    dev_ifindex: 0,
-    sk_num: 0,
-    sk_family: 0,
-    sk_protocol: 0,
-    sk_rcvbuf: 0,
-    sk_rmem_alloc: 0,
-    sk_socket: 0,
-    socket_file: 0,
-    file_inode: 0,
-    inode_ino: 0,
-    sk_state: 0,
-    _pad: 0,
-};
+static NR_OFFS: SkbOffsets = SkbOffsets::ZERO;
 /// `SKB_CONSUMED` in this kernel's `enum skb_drop_reason` (u32::MAX: the kernel has none).
 #[no_mangle]
 static NR_CONSUMED: u32 = 1;

@@ -156,6 +156,13 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             argv: tkj("bench-floor", &["--hook", "net-rx-path"]),
             ready: Ready::JsonMeta,
         },
+        // Issue 30's control for net-rx: the same hooks doing what net-rx records, at its least
+        // (drops by reason, place and socket in per-CPU hashes, softirq time, NAPI polls).
+        Tracer {
+            name: "floor: drops by reason, place and socket; softirq time; NAPI polls".into(),
+            argv: tkj("bench-floor", &["--hook", "net-rx-keyed"]),
+            ready: Ready::JsonMeta,
+        },
         tk_tool(tk, "tracekit net-rx", "net-rx", tkj("net-rx", &[])),
         bpftrace(
             "bpftrace kfree_skb count by reason",

@@ -164,7 +164,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// `sk_buff`/`sock`/`socket`/`file`/`inode` member offsets from the running kernel's BTF.
-fn skb_offsets(btf: &Btf) -> Result<SkbOffsets> {
+pub(crate) fn skb_offsets(btf: &Btf) -> Result<SkbOffsets> {
     let m = |s: &str, path: &str, size: u32| btf.member_offset(s, path, size);
     Ok(SkbOffsets {
         skb_len: m("sk_buff", "len", 4)?,
