@@ -254,7 +254,19 @@ fn total_starts_at_the_bio_submission() {
     // fio starts after the programs attached: every request was seen submitted. (A read that
     // finds another still waiting for the driver next to it merges into that request: fio's
     // 8192 reads were 8024-8192 requests; the exact counts are the counting tests'.)
-    assert_eq!(n("submitted"), n("count"), "{row}");
+    // A stamp lost to the table's eviction (another test's merged writes leave stamps nothing
+    // takes) is said as `bio_stamp_evicted`; any other shortfall fails.
+    let kinds = last_stats(&run.lines)["anomaly_kinds"].clone();
+    let evicted: u64 = run
+        .lines
+        .iter()
+        .filter(|l| l["type"] == "stats")
+        .filter_map(|l| l["anomaly_kinds"]["bio_stamp_evicted"].as_u64())
+        .sum();
+    assert!(
+        n("submitted") <= n("count") && n("submitted") + evicted >= n("count"),
+        "{row}; anomalies {kinds}"
+    );
     let ios = run.job["read"]["total_ios"].as_u64().unwrap();
     assert!(
         n("count") <= ios && n("count") * 10 >= ios * 9,

@@ -75,7 +75,11 @@ pub const ANOM_MERGED: u32 = 6;
 /// A request's device had no slot yet (it appeared after the last window's refresh, or every
 /// slot is taken): the request is timed, but not counted in the device's queue depth.
 pub const ANOM_NO_SLOT: u32 = 7;
-pub const NANOM: u32 = 8;
+/// A bio's submission stamp went in place of another bio's not yet taken (every slot of its
+/// place held one, the oldest gave way): usually a bio merged into a request already built,
+/// whose stamp nothing takes; else a request left untimed from its submission.
+pub const ANOM_BIO_EVICTED: u32 = 8;
+pub const NANOM: u32 = 9;
 pub const ANOM_NAMES: [&str; NANOM as usize] = [
     "reissue",
     "unissued",
@@ -85,6 +89,7 @@ pub const ANOM_NAMES: [&str; NANOM as usize] = [
     "requeue",
     "merged",
     "no_dev_slot",
+    "bio_stamp_evicted",
 ];
 
 /// [`IoStart::slot`] of a request whose device has no slot.
@@ -137,6 +142,13 @@ pub struct RqOffsets {
     /// [`bio_slot`]). Set before `block_bio_queue` fires (partition remapping included) and
     /// left alone until the bio completes.
     pub bio_sector: u32,
+    /// `request.tag` and `request.internal_tag` (int): the driver's and the scheduler's tags,
+    /// `request.mq_hctx` (struct blk_mq_hw_ctx *) and `blk_mq_hw_ctx.queue_num` (unsigned
+    /// int): where a request's entry is looked for in `IO_RQ`.
+    pub rq_tag: u32,
+    pub rq_internal_tag: u32,
+    pub rq_mq_hctx: u32,
+    pub hctx_queue_num: u32,
 }
 
 impl RqOffsets {
@@ -156,6 +168,10 @@ impl RqOffsets {
         kn_id: 0,
         req_sync: 1 << 11,
         bio_sector: 0,
+        rq_tag: 0,
+        rq_internal_tag: 0,
+        rq_mq_hctx: 0,
+        hctx_queue_num: 0,
     };
 }
 
@@ -222,6 +238,9 @@ pub struct IoStart {
     /// request), or [`NO_SLOT`].
     pub slot: u32,
     pub _pad: u32,
+    /// The request's address (`struct request *`), whose entry this is in `IO_RQ`, or 0 (the
+    /// classic fallback, keyed by (dev, sector)).
+    pub rq: u64,
 }
 
 /// In-flight key of the classic-tracepoint fallback, which has no request pointer: the
@@ -362,15 +381,15 @@ pub struct DevLive {
 }
 
 /// Slots of the table of bio submissions not yet seen as a request (`IO_BIO`, 16 bytes each:
-/// 256 KiB, as the LRU hash of bios it replaced held). A bio's stamp goes in the first free of
+/// 64 KiB). A bio's stamp goes in the first free of
 /// [`BIO_PROBES`] slots from [`bio_slot`], found again by the bio's address: an array slot
 /// instead of an LRU hash insert and delete per bio, which were 40 % of io-lat's kernel time
 /// per request. A stamp lost (every slot of a bio holding a younger one) leaves the request
 /// untimed from submission (`submitted` < `count`), never wrongly timed.
-pub const BIO_SLOTS: u32 = 2048;
+pub const BIO_SLOTS: u32 = 4096;
 
-/// Slots tried per bio.
-pub const BIO_PROBES: u32 = 4;
+/// Slots tried per bio: eight neighbours, two cache lines.
+pub const BIO_PROBES: u32 = 8;
 
 /// One slot of the bio submission table: the bio's address and `bpf_ktime_get_ns()` at
 /// `block_bio_queue`; `bio` 0 once taken.
@@ -506,9 +525,9 @@ mod tests {
 
     #[test]
     fn layouts_have_no_implicit_padding() {
-        assert_eq!(size_of::<RqOffsets>(), 56);
+        assert_eq!(size_of::<RqOffsets>(), 72);
         assert_eq!(size_of::<TpOffsets>(), 32);
-        assert_eq!(size_of::<IoStart>(), 80);
+        assert_eq!(size_of::<IoStart>(), 88);
         assert_eq!(size_of::<IoKey>(), 24);
         assert_eq!(size_of::<SectorKey>(), 16);
         assert_eq!(

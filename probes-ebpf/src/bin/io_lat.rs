@@ -55,7 +55,7 @@ use aya_ebpf::{
 use probes_common::{
     io_lat::{
         bio_slot, op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
-        RqOffsets, SectorKey, TpOffsets, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
+        RqOffsets, SectorKey, TpOffsets, ANOM_BIO_EVICTED, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
         ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, BIO_PROBES,
         BIO_SLOTS, BioStamp, NANOM, NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT,
         STAT_PARTIAL,
@@ -89,14 +89,25 @@ static IO_BIO_Q_ARG: u8 = 0;
 #[no_mangle]
 static IO_TP: TpOffsets = TpOffsets::INIT;
 
-/// In-flight requests by address, sized from the disks' queues. A plain preallocated hash, not
-/// an LRU (which evicts per CPU before it is full, losing live requests silently): requests live
-/// in preallocated tag sets, so an entry whose completion was missed is replaced on reuse, and
-/// an ended entry stays, free, for the next request at that address (`keep`). Tag sets
-/// reallocated (a scheduler switch, `nr_requests` raised) leave free entries behind: when the
-/// map fills up (`start_map_full`), userspace deletes the free ones.
+/// In-flight requests (tp_btf, raw_tp), open-addressed: a request's entry is in one of
+/// [`RQ_PROBES`] slots from its home ([`rq_home`]: its disk, hardware queue and tag), matched by
+/// its address (`IoStart::rq`). Sized by userspace from the disks' queues to twice the requests
+/// they can hold, a power of two ([`IO_RQ_MASK`]). An array slot is an inlined lookup where a
+/// hash lookup by address was a call, a hash of the key and a bucket walk, three or four times
+/// per request (a quarter of io-lat's kernel time). Entries are kept: one that ends stays,
+/// marked free (`first_ns` 0), and the next request at the same address (its tag reused at
+/// once) takes it over in place; a free slot is taken by any request homed near it. An entry
+/// whose completion was missed is replaced when its request is reused. No free slot among the
+/// probes is counted (`start_map_full`).
 #[map]
-static IO_START: HashMap<u64, IoStart> = HashMap::with_max_entries(16384, 0);
+static IO_RQ: Array<IoStart> = Array::with_max_entries(16384, 0);
+
+/// `IO_RQ`'s size minus one.
+#[no_mangle]
+static IO_RQ_MASK: u32 = 16383;
+
+/// Slots tried per request.
+const RQ_PROBES: u32 = 8;
 
 /// In-flight requests by (dev, sector), for the classic-tracepoint fallback (no request
 /// pointer in the records). An entry whose completion was missed stays until its sector is
@@ -316,57 +327,109 @@ fn issuer() -> Option<u32> {
     allowed(tgid).then_some(tgid)
 }
 
-// The request lifecycle, for either in-flight map. `mk` gives a new entry's identity (issuer,
-// device, size, op), `None` when filtered out; timestamps are set here.
-//
-// `keep`: an entry that ends (completed, merged, filtered out) stays in the map, marked free
-// (`first_ns` 0), and the next request at the same key takes it over in place. Request
-// addresses come from preallocated tag sets and are reused at once, so after warm-up a request
-// costs two lookups and no map update or delete (each a bucket lock and a free-list round trip,
-// the bulk of a request's cost before). For `IO_START` only: `(dev, sector)` keys of the
-// classic fallback are not reused, their entries go (`keep` false).
+// The request lifecycle, for either in-flight store ([`Store`]): a new entry's identity
+// (issuer, device, size, op, submission) comes from `mk`; timestamps are set here.
 
-/// The entry at `key` if it holds a request (not a free kept entry), and the map slot either
-/// way.
-#[inline(always)]
-fn held<K>(map: &HashMap<K, IoStart>, key: &K) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
-    let slot = map.get_ptr_mut(key);
-    match slot {
-        // SAFETY: live map value.
-        Some(p) if unsafe { (*p).first_ns } != 0 => (Some(p), slot),
-        _ => (None, slot),
-    }
+/// Where one request's in-flight entry lives: `IO_RQ` by address ([`ByRq`]), or the classic
+/// fallback's hash by (dev, sector) ([`BySector`]).
+trait Store {
+    /// Whether an entry that ends stays in place, free (`IO_RQ`), instead of being deleted.
+    const KEEP: bool;
+    /// The request's entry if it holds one (not free), and the place a new entry for it goes:
+    /// its own entry, held or free, else (KEEP) a free slot; `None` when it is to be inserted
+    /// (the hash) or there is no place (`IO_RQ` full around its home).
+    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>);
+    /// Ends held entry `p`: freed in place when KEEP, else deleted. False when the delete
+    /// failed (the bucket lock was busy: this CPU interrupted an update of the same map).
+    fn end(&self, p: *mut IoStart) -> bool;
+    /// Inserts `n` (no place from `find`); false when the store is full.
+    fn insert(&self, n: &IoStart) -> bool;
 }
 
-/// Ends the entry at `key` (`p`, held): freed in place when `keep`, else deleted. False when
-/// the delete failed (the bucket lock was busy: this CPU interrupted an update of the same map).
-#[inline(always)]
-fn end<K>(map: &HashMap<K, IoStart>, key: &K, p: *mut IoStart, keep: bool) -> bool {
-    if keep {
+/// A request in `IO_RQ`: its address and home slot.
+struct ByRq {
+    rq: u64,
+    home: u32,
+}
+
+impl Store for ByRq {
+    const KEEP: bool = true;
+
+    #[inline(always)]
+    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
+        let mask = ro(&IO_RQ_MASK);
+        let mut free = None;
+        for i in 0..RQ_PROBES {
+            let Some(e) = IO_RQ.get_ptr_mut(self.home.wrapping_add(i) & mask) else {
+                break;
+            };
+            // SAFETY: a live array slot; one CPU handles a request at a time, and a slot is
+            // only ever written for the request whose address it holds (or, free, claimed).
+            unsafe {
+                if (*e).rq == self.rq {
+                    let held = if (*e).first_ns != 0 { Some(e) } else { None };
+                    return (held, Some(e));
+                }
+                if free.is_none() && (*e).first_ns == 0 {
+                    free = Some(e);
+                }
+            }
+        }
+        (None, free)
+    }
+
+    #[inline(always)]
+    fn end(&self, p: *mut IoStart) -> bool {
         // SAFETY: live map value; one CPU handles a request at a time.
         unsafe { (*p).first_ns = 0 };
         true
-    } else {
-        map.remove(key).is_ok()
+    }
+
+    #[inline(always)]
+    fn insert(&self, _: &IoStart) -> bool {
+        false
+    }
+}
+
+/// A request of the classic fallback in `IO_START_TP`, by (dev, sector).
+struct BySector {
+    key: SectorKey,
+}
+
+impl Store for BySector {
+    const KEEP: bool = false;
+
+    #[inline(always)]
+    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
+        let slot = IO_START_TP.get_ptr_mut(self.key);
+        match slot {
+            // SAFETY: live map value.
+            Some(p) if unsafe { (*p).first_ns } != 0 => (Some(p), slot),
+            _ => (None, slot),
+        }
+    }
+
+    #[inline(always)]
+    fn end(&self, _: *mut IoStart) -> bool {
+        IO_START_TP.remove(self.key).is_ok()
+    }
+
+    #[inline(always)]
+    fn insert(&self, n: &IoStart) -> bool {
+        IO_START_TP.insert(self.key, n, 0).is_ok()
     }
 }
 
 /// Insert (`issued` false: the request waits in a queue, the scheduler or a dispatch list) or
-/// issue (`issued`: the driver has it) of the request at `key`. `mk` writes a new entry's
-/// identity (issuer, device, size, op, submission) into the entry it is given and returns
+/// issue (`issued`: the driver has it) of the request `st` finds. `mk` writes a new entry's
+/// identity (issuer, device, size, op, submission, `rq`) into the entry it is given and returns
 /// false, writing nothing, when the request is filtered out. The entry is built in place: in
-/// the kept entry at `key`, else in this CPU's `IO_STAGE` slot, then inserted (a copy of the
-/// 80 bytes built on the stack cost a byte-wise memset and copy per request).
+/// the store's slot (KEEP), else in this CPU's `IO_STAGE` slot, then inserted (a copy of the
+/// 88 bytes built on the stack cost a memset and copy per request).
 #[inline(always)]
-fn on_begin<K>(
-    map: &HashMap<K, IoStart>,
-    key: &K,
-    keep: bool,
-    issued: bool,
-    mk: impl FnOnce(&mut IoStart) -> bool,
-) {
+fn on_begin<S: Store>(st: &S, issued: bool, mk: impl FnOnce(&mut IoStart) -> bool) {
     let t = now();
-    let (cur, slot) = held(map, key);
+    let (cur, slot) = st.find();
     if let Some(p) = cur {
         // SAFETY: live map value; one CPU handles a request at a time.
         let s = unsafe { &mut *p };
@@ -393,22 +456,21 @@ fn on_begin<K>(
         leave(s);
     }
     let (dst, in_place) = match slot {
-        Some(p) if keep => (p, true),
+        Some(p) if S::KEEP => (p, true),
         _ => match IO_STAGE.get_ptr_mut(0) {
             Some(p) => (p, false),
             None => return,
         },
     };
-    // SAFETY: `dst` is a live map value (the kept entry, or this CPU's staging slot); one CPU
-    // handles a request at a time.
+    // SAFETY: `dst` is a live map value (the store's slot, or this CPU's staging slot); one
+    // CPU handles a request at a time.
     let n = unsafe { &mut *dst };
-    // Request addresses belong to one queue's tag set and slots are never taken back, so an
-    // entry at the same address of the same disk already holds this request's slot.
+    // Slots are never taken back, so an entry of the same disk already holds its slot.
     let (old_dev, old_slot) = (n.dev, n.slot);
     if !mk(n) {
-        // Filtered out: a stale entry at the key ends.
+        // Filtered out: a stale entry of the request ends.
         if let Some(p) = cur {
-            end(map, key, p, keep);
+            st.end(p);
         }
         return;
     }
@@ -428,7 +490,7 @@ fn on_begin<K>(
         n.insert_ns = t;
         n.issue_ns = 0;
     }
-    if !in_place && map.insert(key, *n, 0).is_err() {
+    if !in_place && !st.insert(n) {
         stat(stats::START_MAP_FULL);
         return;
     }
@@ -441,8 +503,8 @@ fn on_begin<K>(
 
 /// Requeue: back from the driver into a queue; queue time restarts, the first timestamp stays.
 #[inline(always)]
-fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
-    let Some(p) = held(map, key).0 else {
+fn on_requeue<S: Store>(st: &S) {
+    let Some(p) = st.find().0 else {
         return;
     };
     anom(ANOM_REQUEUE);
@@ -459,11 +521,11 @@ fn on_requeue<K>(map: &HashMap<K, IoStart>, key: &K) {
 
 /// Merge: a queued request was merged into another and is freed without a completion.
 #[inline(always)]
-fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K, keep: bool) {
-    if let Some(p) = held(map, key).0 {
+fn on_merge<S: Store>(st: &S) {
+    if let Some(p) = st.find().0 {
         // SAFETY: live map value, copied before it ends.
         let old = unsafe { *p };
-        end(map, key, p, keep);
+        st.end(p);
         anom(ANOM_MERGED);
         leave(&old);
     }
@@ -473,16 +535,14 @@ fn on_merge<K>(map: &HashMap<K, IoStart>, key: &K, keep: bool) {
 /// completion); `who` gives the (dev, op) of a completion without an entry, `None` for the
 /// second completion of a request the flush machinery already ended (no bytes left).
 #[inline(always)]
-fn on_complete<K>(
-    map: &HashMap<K, IoStart>,
-    key: &K,
-    keep: bool,
+fn on_complete<S: Store>(
+    st: &S,
     code: u32,
     whole: impl FnOnce() -> bool,
     who: impl FnOnce() -> Option<(u32, u32)>,
 ) {
     let t = now();
-    let Some(p) = held(map, key).0 else {
+    let Some(p) = st.find().0 else {
         // In flight at attach, filtered out, or never seen.
         if let Some((dev, op)) = who() {
             anom(ANOM_NO_ENTRY);
@@ -494,7 +554,7 @@ fn on_complete<K>(
     let s = unsafe { *p };
     if s.issue_ns == 0 {
         // Ended in a queue (failed or aborted before dispatch): no device time.
-        end(map, key, p, keep);
+        st.end(p);
         leave(&s);
         anomaly(ANOM_UNISSUED);
         untracked(s.dev, s.op);
@@ -504,7 +564,7 @@ fn on_complete<K>(
         stat(STAT_PARTIAL);
         return;
     }
-    if !end(map, key, p, keep) {
+    if !st.end(p) {
         // The stale entry is replaced when the request is reused.
         anom(ANOM_REMOVE_FAILED);
     }
@@ -579,9 +639,6 @@ fn record(s: &IoStart, now: u64, code: u32) {
 
 // Keyed by `struct request *` (tp_btf, raw_tp).
 
-/// `IO_START`'s entries are kept and reused (see the lifecycle above).
-const KEEP: bool = true;
-
 /// The whole disk of `rq` (`rq->q->disk`, or `rq->rq_disk` before 5.15), in the kernel's
 /// `dev_t` encoding.
 #[inline(always)]
@@ -611,12 +668,32 @@ fn rq_cgroup<R: Kread>(rq: u64) -> u64 {
     R::u64(R::u64(cgrp, ro(&IO_OFFS.cgroup_kn)), ro(&IO_OFFS.kn_id))
 }
 
-/// `rq` as a map key in a stack slot of its own: 6.1 and 6.12 turn a spilled tp_btf pointer
-/// into a scalar once a helper reads its slot, refusing later loads through `rq`.
+/// Where `rq`'s entry is looked for in `IO_RQ`: a hash of its disk, hardware queue and tag
+/// (`internal_tag`, the scheduler's, when it has one: set at allocation and kept until the
+/// request is freed; else `tag`, the driver's, set at allocation without a scheduler). Two
+/// requests in flight at once share these only when the flush machinery lends its request
+/// the tag of the one it flushes for; the probes tell them apart by address.
 #[inline(always)]
-fn rq_key(rq: &u64) -> u64 {
-    // SAFETY: reads a local.
-    unsafe { core::ptr::read_volatile(rq) }
+fn rq_home<R: Kread>(rq: u64) -> u32 {
+    let o = ro(&IO_OFFS);
+    let itag = R::u32(rq, o.rq_internal_tag);
+    let tag = if (itag as i32) < 0 {
+        R::u32(rq, o.rq_tag)
+    } else {
+        itag
+    };
+    let hctx = R::u32(R::u64(rq, o.rq_mq_hctx), o.hctx_queue_num);
+    let h = (u64::from(rq_dev::<R>(rq)) << 32) ^ (u64::from(hctx) << 16) ^ u64::from(tag);
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
+}
+
+/// `rq`'s place in `IO_RQ`.
+#[inline(always)]
+fn by_rq<R: Kread>(rq: u64) -> ByRq {
+    ByRq {
+        rq,
+        home: rq_home::<R>(rq),
+    }
 }
 
 /// Writes a new entry's identity for `rq` into `n`, with the current task as issuer; false
@@ -639,6 +716,7 @@ fn rq_start<R: Kread>(rq: u64, n: &mut IoStart) -> bool {
     n.bytes = R::u32(rq, ro(&IO_OFFS.rq_data_len));
     n.op = (flags & REQ_OP_MASK) | sync;
     n.submit_ns = bio_submitted::<R>(R::u64(rq, ro(&IO_OFFS.rq_bio)));
+    n.rq = rq;
     true
 }
 
@@ -695,6 +773,9 @@ fn bio_queue<R: Kread>(bio: u64) {
     if let Some(st) = pick {
         // SAFETY: as above.
         unsafe {
+            if (*st).bio != 0 {
+                anom(ANOM_BIO_EVICTED);
+            }
             (*st).bio = bio;
             (*st).ts = now();
         }
@@ -736,9 +817,7 @@ fn rq_complete<R: Kread>(rq: u64, error: u64, nr_bytes: u64) {
         error & 0xff
     };
     on_complete(
-        &IO_START,
-        &rq_key(&rq),
-        KEEP,
+        &by_rq::<R>(rq),
         code,
         || nr_bytes >= R::u32(rq, ro(&IO_OFFS.rq_data_len)),
         || {
@@ -782,24 +861,22 @@ macro_rules! rq_programs {
 
 #[inline(always)]
 fn rq_insert<R: Kread>(rq: u64) {
-    on_begin(&IO_START, &rq_key(&rq), KEEP, false, |n| rq_start::<R>(rq, n));
+    on_begin(&by_rq::<R>(rq), false, |n| rq_start::<R>(rq, n));
 }
 
 #[inline(always)]
 fn rq_issue<R: Kread>(rq: u64) {
-    on_begin(&IO_START, &rq_key(&rq), KEEP, true, |n| rq_start::<R>(rq, n));
+    on_begin(&by_rq::<R>(rq), true, |n| rq_start::<R>(rq, n));
 }
 
 #[inline(always)]
-#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
 fn rq_requeue<R: Kread>(rq: u64) {
-    on_requeue(&IO_START, &rq_key(&rq));
+    on_requeue(&by_rq::<R>(rq));
 }
 
 #[inline(always)]
-#[allow(clippy::extra_unused_type_parameters)] // one shape for rq_programs!
 fn rq_merge<R: Kread>(rq: u64) {
-    on_merge(&IO_START, &rq_key(&rq), KEEP);
+    on_merge(&by_rq::<R>(rq));
 }
 
 rq_programs!("block_rq_insert", tk_io_insert, tk_io_insert_raw, rq_insert);

@@ -27,10 +27,10 @@ use std::{
     os::fd::{AsRawFd, OwnedFd, RawFd},
 };
 
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
 use probes_common::io_lat::{
-    DevKey, DevVal, DirtyKey, DirtyVal, IoKey, IoNew, IoStart, IoVal, ANOM_NAMES, NANOM,
-    STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
+    DevKey, DevVal, DirtyKey, DirtyVal, IoKey, IoNew, IoVal, ANOM_NAMES, NANOM, STAT_ANOMALY,
+    STAT_DIRECT, STAT_PARTIAL,
 };
 
 use crate::{
@@ -222,8 +222,6 @@ struct IoLat {
     dirty_bytes: bool,
     /// Device slots, the live counters and the event-weighted depth by slot.
     slots: slots::Slots,
-    /// `IO_START`, for [`IoLat::sweep`].
-    start: HashMap<MapData, u64, IoStart>,
     new: RingBuf<MapData>,
     timer: OwnedFd,
     sampler: depth::Sampler,
@@ -271,22 +269,6 @@ impl IoLat {
             .collect();
         self.anom_prev = now;
         out
-    }
-
-    /// Deletes `IO_START`'s free entries (kept for the next request at their address, see the
-    /// map) once a request found the map full: tag sets reallocated by a scheduler switch or a
-    /// larger `nr_requests` leave addresses that never come back. A free entry taken over by
-    /// a request between the read and the delete would lose that request (counted unseen);
-    /// this runs only when requests are being lost to a full map already.
-    fn sweep(&mut self) -> usize {
-        let free: Vec<u64> = self
-            .start
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter(|(_, v)| v.first_ns == 0)
-            .map(|(k, _)| k)
-            .collect();
-        free.iter().filter(|k| self.start.remove(k).is_ok()).count()
     }
 
     /// One depth sample of every device with live counters (called at each timer tick).
@@ -370,11 +352,6 @@ impl Collector for IoLat {
             .drain(self.session.drained())
             .context("reading IO_DIRTY")?;
         let st = self.session.stats_delta()?;
-        if st[probes_common::stats::START_MAP_FULL as usize] > 0
-            && self.mode != AttachMode::Tracepoint
-        {
-            self.sweep();
-        }
         let disk_now = disks::diskstats().unwrap_or_default();
         self.slots.refresh(&disk_now)?;
         let disk_before = std::mem::replace(&mut self.disk_prev, disk_now);

@@ -73,6 +73,10 @@ pub fn rq_offsets(btf: &Btf) -> Result<RqOffsets> {
         kn_id: cg[4],
         req_sync: 1u32 << (sync_bit as u32 & 31),
         bio_sector: m("bio", "bi_iter.bi_sector", 8)?,
+        rq_tag: m("request", "tag", 4)?,
+        rq_internal_tag: m("request", "internal_tag", 4)?,
+        rq_mq_hctx: m("request", "mq_hctx", 8)?,
+        hctx_queue_num: m("blk_mq_hw_ctx", "queue_num", 4)?,
     })
 }
 
@@ -289,6 +293,12 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .collect();
     let cap = inflight_cap();
     let classic = mode == AttachMode::Tracepoint;
+    // Twice the requests the disks can hold, so the probes around a home find a free slot.
+    let rq_slots = if classic {
+        1
+    } else {
+        (cap * 2).next_power_of_two()
+    };
     // The disks now: room for them and as many again, and their slots before attaching.
     let disks_at_load = disks::diskstats().unwrap_or_default();
     let nslots = slots::capacity(disks_at_load.len());
@@ -298,7 +308,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             &dev.as_ref().map(|d| disks::kdev(d.1, d.2)).unwrap_or(0),
         )
         .max_entries("IO_AGG", scope.key_cap())
-        .max_entries("IO_START", if classic { 1 } else { cap })
+        .max_entries("IO_RQ", rq_slots)
+        .global("IO_RQ_MASK", &(rq_slots - 1))
         .max_entries("IO_START_TP", if classic { cap } else { 1 })
         .max_entries("IO_SLOTS", nslots)
         .max_entries("IO_LIVE", nslots)
@@ -345,7 +356,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         Some("IO_DIRTY_OTHER"),
         DirtyVal::ZERO,
     )?;
-    let start = HashMap::try_from(session.take_map("IO_START")?).context("IO_START")?;
     let new = RingBuf::try_from(session.take_map("IO_NEW")?).context("IO_NEW")?;
     // Read after attaching: the diskstats deltas count from here, as the programs do.
     let disk_now = disks::diskstats().unwrap_or_default();
@@ -357,7 +367,6 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         dirtied,
         dirty_bytes,
         slots,
-        start,
         new,
         timer: sample_timer()?,
         sampler: depth::Sampler::default(),

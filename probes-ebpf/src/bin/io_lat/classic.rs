@@ -41,6 +41,7 @@ fn tp_start(ctx: &TracePointContext, dev: u32, n: &mut IoStart) -> bool {
     n.bytes = field(ctx, ro(&IO_TP.bytes));
     n.op = rwbs_op(&field(ctx, ro(&IO_TP.rwbs)));
     n.submit_ns = 0;
+    n.rq = 0;
     true
 }
 
@@ -48,7 +49,7 @@ probes_ebpf::passing! {
     /// Classic `block:block_rq_insert` (fields `dev`, `sector`, `bytes`, `rwbs`).
     pub fn tk_io_insert_tp(ctx: TracePointContext) -> u32 {
         let key = tp_key(&ctx);
-        on_begin(&IO_START_TP, &key, false, false, |n| tp_start(&ctx, key.dev, n));
+        on_begin(&BySector { key }, false, |n| tp_start(&ctx, key.dev, n));
         0
     }
 }
@@ -57,7 +58,7 @@ probes_ebpf::passing! {
     /// Classic `block:block_rq_issue` (fields `dev`, `sector`, `bytes`, `rwbs`).
     pub fn tk_io_issue_tp(ctx: TracePointContext) -> u32 {
         let key = tp_key(&ctx);
-        on_begin(&IO_START_TP, &key, false, true, |n| tp_start(&ctx, key.dev, n));
+        on_begin(&BySector { key }, true, |n| tp_start(&ctx, key.dev, n));
         0
     }
 }
@@ -65,7 +66,7 @@ probes_ebpf::passing! {
 probes_ebpf::passing! {
     /// Classic `block:block_rq_requeue` (fields `dev`, `sector`).
     pub fn tk_io_requeue_tp(ctx: TracePointContext) -> u32 {
-        on_requeue(&IO_START_TP, &tp_key(&ctx));
+        on_requeue(&BySector { key: tp_key(&ctx) });
         0
     }
 }
@@ -73,7 +74,7 @@ probes_ebpf::passing! {
 probes_ebpf::passing! {
     /// Classic `block:block_rq_merge` (fields `dev`, `sector`).
     pub fn tk_io_merge_tp(ctx: TracePointContext) -> u32 {
-        on_merge(&IO_START_TP, &tp_key(&ctx), false);
+        on_merge(&BySector { key: tp_key(&ctx) });
         0
     }
 }
@@ -85,9 +86,7 @@ probes_ebpf::passing! {
         let key = tp_key(&ctx);
         let err: i32 = field(&ctx, ro(&IO_TP.error));
         on_complete(
-            &IO_START_TP,
-            &key,
-            false,
+            &BySector { key },
             err.unsigned_abs(),
             || true,
             || {
