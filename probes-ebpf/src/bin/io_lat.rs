@@ -744,8 +744,10 @@ fn bio_submitted<R: Kread>(bio: u64) -> u64 {
 }
 
 /// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
-/// issuer's context). Only the time is kept, in the first free of its slots, else in place of
-/// the oldest stamp there; the request it becomes says the rest.
+/// issuer's context). Only the time is kept, in the slot already holding this bio's address
+/// (a stamp left by an earlier bio at the same address and sector, merged into a request and
+/// never taken: found first, it would time this one from then), else the first free of its
+/// slots, else in place of the oldest stamp there; the request it becomes says the rest.
 #[inline(always)]
 fn bio_queue<R: Kread>(bio: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -753,7 +755,9 @@ fn bio_queue<R: Kread>(bio: u64) {
         return;
     }
     let home = bio_slot(R::u64(bio, ro(&IO_OFFS.bio_sector)));
-    let mut pick: Option<*mut BioStamp> = None;
+    let mut same: Option<*mut BioStamp> = None;
+    let mut free: Option<*mut BioStamp> = None;
+    let mut old: Option<*mut BioStamp> = None;
     let mut oldest = u64::MAX;
     for i in 0..BIO_PROBES {
         let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
@@ -761,24 +765,29 @@ fn bio_queue<R: Kread>(bio: u64) {
         };
         // SAFETY: live map value (see bio_submitted).
         let (b, ts) = unsafe { ((*st).bio, (*st).ts) };
-        if b == 0 {
-            pick = Some(st);
+        if b == bio {
+            same = Some(st);
             break;
         }
-        if ts < oldest {
+        if b == 0 {
+            if free.is_none() {
+                free = Some(st);
+            }
+        } else if ts < oldest {
             oldest = ts;
-            pick = Some(st);
+            old = Some(st);
         }
     }
-    if let Some(st) = pick {
-        // SAFETY: as above.
-        unsafe {
-            if (*st).bio != 0 {
-                anom(ANOM_BIO_EVICTED);
-            }
-            (*st).bio = bio;
-            (*st).ts = now();
+    let Some(st) = same.or(free).or(old) else {
+        return;
+    };
+    // SAFETY: as above.
+    unsafe {
+        if same.is_none() && free.is_none() {
+            anom(ANOM_BIO_EVICTED);
         }
+        (*st).bio = bio;
+        (*st).ts = now();
     }
 }
 
