@@ -37,7 +37,7 @@
 //! Struct members read (offsets from /sys/kernel/btf/vmlinux, [`RqOffsets`]):
 //! `request.{q,cmd_flags,__data_len,bio}`, `request_queue.disk` (`request.rq_disk` before 5.15),
 //! `gendisk.{major,first_minor}` (the whole disk, as `/proc/diskstats` and the classic event's
-//! `dev` count it), `bio.bi_iter.bi_sector` (where a bio's stamp is filed), `bio.bi_blkg →
+//! `dev` count it), `bio.bi_blkg →
 //! blkcg_gq.blkcg → blkcg.css.cgroup → cgroup.kn →
 //! kernfs_node.id` (the cgroup the I/O is charged to: for writeback the cgroup that dirtied the
 //! pages, set by `wbc_init_bio`, while `current` is the flusher kworker).
@@ -116,14 +116,19 @@ const RQ_PROBES: u32 = 8;
 static IO_START_TP: HashMap<SectorKey, IoStart> = HashMap::with_max_entries(16384, 0);
 
 /// Bio submissions not yet seen as a request: an open-addressed table of [`BIO_SLOTS`]
-/// stamps, [`BIO_PROBES`] slots tried from [`bio_slot`] of the bio's sector, matched by the
-/// bio's address (see [`BIO_SLOTS`]). Shared by all CPUs: a submitter that sleeps for a tag
+/// stamps, [`BIO_PROBES`] slots tried from [`bio_slot`] of the bio's address, matched by the
+/// address (see [`BIO_SLOTS`]). Shared by all CPUs: a submitter that sleeps for a tag
 /// wakes up on another CPU. A stamp is taken (its `bio` zeroed) when a request whose first bio
 /// it is is first seen; a bio that never becomes a request's first bio (merged into one
 /// already built, or completed by a bio-based driver such as dm or md) leaves its stamp until
 /// a newer one needs the place.
 #[map]
 static IO_BIO: Array<BioStamp> = Array::with_max_entries(BIO_SLOTS, 0);
+
+/// A word of scratch per CPU: a kernel pointer stored here reads back as a number the program
+/// may hash (see [`addr_of`]).
+#[map]
+static IO_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// A submission older than this is a stale entry at a reused bio address (a bio built without
 /// a submission of its own, such as a split's front), not a wait.
@@ -715,18 +720,34 @@ fn rq_start<R: Kread>(rq: u64, n: &mut IoStart) -> bool {
     n.dev = dev;
     n.bytes = R::u32(rq, ro(&IO_OFFS.rq_data_len));
     n.op = (flags & REQ_OP_MASK) | sync;
-    n.submit_ns = bio_submitted::<R>(R::u64(rq, ro(&IO_OFFS.rq_bio)));
+    n.submit_ns = bio_submitted(R::u64(rq, ro(&IO_OFFS.rq_bio)));
     n.rq = rq;
     true
 }
 
+/// The address `p` holds, as a number: the verifier refuses arithmetic on a BTF-typed kernel
+/// pointer, not a store of it (root may write pointers into maps) and a load back, which is a
+/// plain number. 0 when the scratch word is missing.
+#[inline(always)]
+fn addr_of(p: u64) -> u64 {
+    let Some(w) = IO_ADDR.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's scratch word; nothing else uses it between the two accesses (the
+    // block programs that call this do not nest on one CPU).
+    unsafe {
+        core::ptr::write_volatile(w, p);
+        core::ptr::read_volatile(w)
+    }
+}
+
 /// When `bio` was submitted, taken out of `IO_BIO`; 0 when not there.
 #[inline(always)]
-fn bio_submitted<R: Kread>(bio: u64) -> u64 {
+fn bio_submitted(bio: u64) -> u64 {
     if bio == 0 {
         return 0;
     }
-    let home = bio_slot(R::u64(bio, ro(&IO_OFFS.bio_sector)));
+    let home = bio_slot(addr_of(bio));
     for i in 0..BIO_PROBES {
         let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
             return 0;
@@ -745,16 +766,16 @@ fn bio_submitted<R: Kread>(bio: u64) -> u64 {
 
 /// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
 /// issuer's context). Only the time is kept, in the slot already holding this bio's address
-/// (a stamp left by an earlier bio at the same address and sector, merged into a request and
-/// never taken: found first, it would time this one from then), else the first free of its
-/// slots, else in place of the oldest stamp there; the request it becomes says the rest.
+/// (a stamp left by an earlier bio at the same address, merged into a request and never taken:
+/// found first, it would time this one from then), else the first free of its slots, else in
+/// place of the oldest stamp there; the request it becomes says the rest.
 #[inline(always)]
-fn bio_queue<R: Kread>(bio: u64) {
+fn bio_queue(bio: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if bio == 0 || !allowed(tgid) {
         return;
     }
-    let home = bio_slot(R::u64(bio, ro(&IO_OFFS.bio_sector)));
+    let home = bio_slot(addr_of(bio));
     let mut same: Option<*mut BioStamp> = None;
     let mut free: Option<*mut BioStamp> = None;
     let mut old: Option<*mut BioStamp> = None;
@@ -807,13 +828,13 @@ macro_rules! bio_arg {
 
 #[btf_tracepoint(function = "block_bio_queue")]
 pub fn tk_io_bio(ctx: BtfTracePointContext) -> i32 {
-    bio_queue::<Direct>(bio_arg!(ctx));
+    bio_queue(bio_arg!(ctx));
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_bio_queue")]
 pub fn tk_io_bio_raw(ctx: RawTracePointContext) -> i32 {
-    bio_queue::<Probe>(bio_arg!(ctx));
+    bio_queue(bio_arg!(ctx));
     0
 }
 

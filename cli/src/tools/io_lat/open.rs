@@ -72,7 +72,7 @@ pub fn rq_offsets(btf: &Btf) -> Result<RqOffsets> {
         cgroup_kn: cg[3],
         kn_id: cg[4],
         req_sync: 1u32 << (sync_bit as u32 & 31),
-        bio_sector: m("bio", "bi_iter.bi_sector", 8)?,
+        _pad: 0,
         rq_tag: m("request", "tag", 4)?,
         rq_internal_tag: m("request", "internal_tag", 4)?,
         rq_mq_hctx: m("request", "mq_hctx", 8)?,
