@@ -36,7 +36,10 @@ fn thp_direct_compaction_ranks_first() {
     assert_eq!(f[0]["cause"], "thp-compaction", "{:#?}", brief(&f));
     assert_eq!(f[0]["pid"], pid, "{:#?}", brief(&f));
     assert!(f[0]["score_ns_per_s"].as_u64().unwrap() > 0, "{}", f[0]);
-    innocents.assert_unnamed(&f);
+    // Fragmenting memory is CPU work of this test's own process, and an innocent may wait
+    // behind it (a fresh guest: the 12 ms duty loop 5.7 ms/s late, 23.9 ms of it behind the
+    // test, against dd's 534 ms/s in compaction): told truly, far below the incident.
+    innocents.assert_far_below(&f, &f[0]);
 }
 
 /// A writer in a 32 MiB memory cgroup writing 768 MiB: every page past the limit is reclaimed

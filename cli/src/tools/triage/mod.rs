@@ -123,7 +123,8 @@ struct Triage {
 
 /// Triage's judgement of one window's outputs: node checks a collector's finding covers
 /// dropped, waits folded into the storms that cause them, causes linked across collectors
-/// ([`links`]), a service's processes grouped, every finding ranked by harm. `serve` exports
+/// ([`links`]), the node's CPU steal ranked below the processes that lost time, a service's
+/// processes grouped, every finding ranked by harm. `serve` exports
 /// the same judgement of each of its windows.
 pub fn judge(outs: &[Output]) -> Vec<Finding> {
     let mut f: Vec<Finding> = outs
@@ -137,6 +138,7 @@ pub fn judge(outs: &[Output]) -> Vec<Finding> {
     links::link_sync_waits(&mut f, &all);
     links::link_drops_to_cpu_waits(&mut f);
     links::link_cpu_waits_to_softirq(&mut f);
+    node::rank_steal_below_victims(&mut f);
     crate::report::group::group(&mut f);
     rank(&mut f);
     f
