@@ -33,7 +33,7 @@ mod workloads;
 
 /// Two innocent busy processes: one on the CPU a third of the time in 0.5 ms bursts, one
 /// writing to the page cache every 10 ms without syncing. Killed when dropped.
-struct Innocents(Vec<Child>);
+struct Innocents(Vec<Child>, Vec<u64>);
 
 impl Innocents {
     fn start(tag: &str, ms: u64) -> Innocents {
@@ -62,73 +62,82 @@ impl Innocents {
                 .spawn()
                 .expect("spawn tk-workload")
         };
-        Innocents(vec![
+        let children = vec![
             spawn(&["triage-duty", &ms.to_string()]),
             spawn(&[
                 "triage-writer",
                 dir.join("buffered").to_str().unwrap(),
                 &ms.to_string(),
             ]),
-        ])
+        ];
+        let at = children.iter().map(|c| run_delay_ns(c.id())).collect();
+        Innocents(children, at)
     }
 
     fn pids(&self) -> Vec<u64> {
         self.0.iter().map(|c| c.id() as u64).collect()
     }
 
-    /// No finding is about an innocent unless it names `culprit` (its `culprit_pid`) and ranks
+    /// No finding is about an innocent unless it names one of `culprits` (its `culprit_pid`) and ranks
     /// below the staged victim (rank 1): a bulk writer at 200 MiB/s is also CPU work, and the
     /// 3 ms burster beside it felt that (fresh machine, 11 % steal: 1 in 89 wakeups over 1 ms,
     /// p99.9 4.46 ms, 61 ms of its long waits behind the writer). That is harm the writer did,
-    /// told truly; an innocent named a victim of anything else still fails.
-    fn assert_only_victims_of(&self, findings: &[Value], culprit: &Value) {
-        let pids = self.pids();
-        let innocent = |v: &Value| pids.contains(&v.as_u64().unwrap_or(0));
-        for x in findings {
-            if innocent(&x["pid"]) {
-                assert!(
-                    x["culprit_pid"] == *culprit && x["rank"].as_u64().unwrap_or(0) > 1,
-                    "an innocent was named, not as a victim of {culprit} below the staged victim: {:#?}",
-                    brief(findings)
-                );
-            }
-        }
+    /// told truly; an innocent named for anything else is held to
+    /// [`Innocents::assert_named_only_for_what_they_felt`].
+    fn assert_only_victims_of(&self, findings: &[Value], culprits: &[&Value]) {
+        let rest: Vec<Value> = findings
+            .iter()
+            .filter(|x| {
+                !(culprits.contains(&&x["culprit_pid"]) && x["rank"].as_u64().unwrap_or(0) > 1)
+            })
+            .cloned()
+            .collect();
+        self.assert_named_only_for_what_they_felt(&rest, findings.first());
     }
 
-    /// An innocent is named, if at all, only as a victim far below `first`: ranked after it,
-    /// its score at most a tenth of `first`'s. On a busy node the innocents feel the node's
-    /// other work too (beside two SCHED_IDLE hogs here, the 0.5 ms burster lost 9 ms/s behind
-    /// them and the SCHED_IDLE flood, the kernel's run_delay agreeing: a SCHED_IDLE task
-    /// still holds a CPU for a millisecond at times); what triage must not do is rank them
-    /// near the incident.
-    fn assert_far_below(&self, findings: &[Value], first: &Value) {
-        let pids = self.pids();
-        let top = first["score_ns_per_s"].as_u64().unwrap_or(0);
-        for x in findings
+    /// An innocent is named only for what it felt, as a run-queue victim: on a busy node it
+    /// feels the node's other work, truly (beside two nice-19 spinners on this 2-vCPU guest
+    /// the 0.5 ms duty loop waited up to 89 ms, 109 ms in 12 waits behind one of them, and
+    /// triage said so; on a fresh guest it waited 23.9 ms behind this test's own memory
+    /// fragmenting). Ranked after `first`, the staged incident, when there is one; and the
+    /// wait it is named for is within what the kernel counted for it since it started
+    /// (run_delay in /proc/<pid>/schedstat): an innocent named for waits it never had fails.
+    fn assert_named_only_for_what_they_felt(&self, findings: &[Value], first: Option<&Value>) {
+        let felt: Vec<(u64, u64)> = self
+            .0
             .iter()
-            .filter(|x| pids.contains(&x["pid"].as_u64().unwrap_or(0)))
-        {
+            .zip(&self.1)
+            .map(|(c, at)| (c.id() as u64, run_delay_ns(c.id()).saturating_sub(*at)))
+            .collect();
+        for x in findings {
+            let Some(&(_, kernel)) = felt.iter().find(|(p, _)| x["pid"] == *p) else {
+                continue;
+            };
+            // The wait it is named for: its score over the window (a tail victim's excess, a
+            // starved one's waits less the idle CPU's wakeup and the hypervisor's steal). Not
+            // all its wake waits: those run from sched_waking, before the enqueue that starts
+            // run_delay, and hold each wakeup's IPI and idle exit (112 ms of wake waits beside
+            // 81.5 ms of run_delay for the duty loop's 3,914 wakeups on this guest).
+            let secs = x["evidence"]["window_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+            let told = (x["score_ns_per_s"].as_u64().unwrap_or(u64::MAX) as f64 * secs) as u64;
             assert!(
                 x["cause"] == "runq-delay"
-                    && x["rank"].as_u64() > first["rank"].as_u64()
-                    && x["score_ns_per_s"].as_u64().unwrap_or(u64::MAX) * 10 <= top,
-                "an innocent was named near the incident: {:#?}",
+                    && first.is_none_or(|f| x["rank"].as_u64() > f["rank"].as_u64())
+                    && told <= kernel + kernel / 10 + 2_000_000,
+                "an innocent was named for what it did not feel (the kernel's run_delay since it started: {kernel} ns): {x}\n{:#?}",
                 brief(findings)
             );
         }
     }
+}
 
-    /// No finding names an innocent.
-    fn assert_unnamed(&self, findings: &[Value]) {
-        let pids = self.pids();
-        assert!(
-            findings
-                .iter()
-                .all(|x| !pids.contains(&x["pid"].as_u64().unwrap_or(0))),
-            "an innocent was named: {:#?}",
-            brief(findings)
-        );
-    }
+/// A task's time waiting for a CPU so far (`run_delay`, the second field of
+/// /proc/<pid>/schedstat).
+fn run_delay_ns(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("/proc/{pid}/schedstat: no run_delay"))
 }
 
 impl Drop for Innocents {
@@ -208,7 +217,7 @@ fn fsync_loop_ranks_first() {
     assert!(f[0]["score_ns_per_s"].as_u64().unwrap() > 100_000_000);
     assert!(f[0]["next"].as_str().unwrap().starts_with("tracekit "));
     assert!(!f[0]["advice"].as_str().unwrap().is_empty());
-    innocents.assert_unnamed(&f);
+    innocents.assert_named_only_for_what_they_felt(&f, Some(&f[0]));
     assert!(checked["ran"]
         .as_array()
         .unwrap()
@@ -360,16 +369,15 @@ fn udp_receiver_behind_hogs_names_a_hog_for_its_drops() {
             brief(&f)
         );
     }
-    // An innocent may be told only as another victim of the incident (a hog, or the client
-    // sending 400 Mbit/s from CPU 0, where the innocents mostly run), below the staged one.
-    for x in f
+    // An innocent may be told as another victim of the incident (a hog, or the client
+    // sending 400 Mbit/s from CPU 0, where the innocents mostly run) below the staged one, or
+    // for what it felt of the node's other work.
+    let staged: Vec<Value> = hog_pids
         .iter()
-        .filter(|x| innocents.pids().contains(&x["pid"].as_u64().unwrap_or(0)))
-    {
-        let culprit = x["culprit_pid"].as_u64().unwrap_or(0);
-        let staged = hog_pids.contains(&culprit) || culprit == client_pid;
-        assert!(staged && x["rank"].as_u64() > Some(1), "{:#?}", brief(&f));
-    }
+        .chain([&client_pid])
+        .map(|p| json!(p))
+        .collect();
+    innocents.assert_only_victims_of(&f, &staged.iter().collect::<Vec<_>>());
 }
 
 /// Issue #33 (1): `perf bench sched messaging` (20 groups of 40 tasks on sockets) made 80
@@ -405,14 +413,15 @@ fn perf_bench_messaging_is_one_finding_per_cause() {
     );
 }
 
-/// Only the innocents: nothing names them.
+/// Only the innocents: nothing names them but for waits the kernel counted (the node's own
+/// work, on a busy machine).
 #[test]
 fn innocents_alone_are_not_named() {
     require_root();
     let _s = serial();
     let innocents = Innocents::start("triage-quiet", 10_000);
     let (f, checked) = triage(5, &[], || {});
-    innocents.assert_unnamed(&f);
+    innocents.assert_named_only_for_what_they_felt(&f, None);
     assert!(checked["node_checks"].as_array().unwrap().len() >= 5);
 }
 

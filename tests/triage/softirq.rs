@@ -165,5 +165,5 @@ fn a_sleeper_on_the_cpu_that_runs_receive_softirqs_names_that_cpu() {
             "{x}"
         );
     }
-    innocents.assert_far_below(&f, first);
+    innocents.assert_named_only_for_what_they_felt(&f, Some(first));
 }

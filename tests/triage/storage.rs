@@ -67,7 +67,7 @@ fn fsync_loop_beside_a_direct_io_flood_names_the_flood() {
             >= 500_000,
         "{first}"
     );
-    innocents.assert_unnamed(&f);
+    innocents.assert_named_only_for_what_they_felt(&f, Some(&f[0]));
 }
 
 /// A WAL-like fsync loop on a disk whose page cache a bulk writer keeps dirty (another file of
@@ -102,7 +102,7 @@ fn fsync_loop_beside_background_writeback_names_the_dirtier() {
             <= writer["write_bytes"].as_u64().unwrap(),
         "{first} vs {writer}"
     );
-    innocents.assert_only_victims_of(&f, &writer["pid"]);
+    innocents.assert_only_victims_of(&f, &[&writer["pid"]]);
 }
 
 /// The same fsync loop beside a bulk writer held at its memory cgroup's limit (16 MiB for a
@@ -139,7 +139,7 @@ fn fsync_loop_beside_a_writer_at_its_memcg_limit_names_the_writer() {
         first["culprit_pid"] == writer["pid"] || by_cgroup,
         "the writer or its cgroup is the culprit: {first}"
     );
-    innocents.assert_only_victims_of(&f, &writer["pid"]);
+    innocents.assert_only_victims_of(&f, &[&writer["pid"]]);
 }
 
 /// O_DIRECT random writes at queue depth 32 on a device behind mq-deadline: io-queue (or

@@ -209,7 +209,11 @@ pub(super) fn findings(
             continue;
         }
         let sensitive = harm::latency_sensitive(a.wake.count, a.preempt_n, secs);
-        if !sensitive && (a.preempt_ns as f64 / secs) as u64 >= MIN_PREEMPT_NS_PER_S {
+        // A kernel thread is no hog to renice or move: its CPU time is work the kernel does
+        // for someone, told by that work's tool (a guest's DAMON thread, kdamond.0, waited
+        // 84 % of a busy window after preemptions and was named the saturation's culprit
+        // above the two staged hogs).
+        if !sensitive && !c.kthread && (a.preempt_ns as f64 / secs) as u64 >= MIN_PREEMPT_NS_PER_S {
             hogs.push((*pid, a));
         }
         // Time spent while the CPU was idle and waking up (its exit from a sleep state, the

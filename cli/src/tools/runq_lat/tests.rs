@@ -401,6 +401,31 @@ fn low_priority_hogs_saturate_nothing() {
     assert_eq!(f[0].ev("hogs"), Some(1.0));
 }
 
+/// A CPU-bound kernel thread (kdamond.0, kswapd) is no hog: the saturation names the
+/// processes, and a kernel thread alone saturates nothing.
+#[test]
+fn kernel_threads_are_not_hogs() {
+    let node = NodeLoad {
+        cpus: 2,
+        ..NodeLoad::default()
+    };
+    let kthread = |pid| SchedClass {
+        kthread: pid == 105,
+        ..SchedClass::default()
+    };
+    let kdamond = || row(105, &[], &[3_000_000; 280], vec![]);
+    assert!(super::findings(&[kdamond()], 1.0, &node, &kthread).is_empty());
+    let rows = vec![
+        kdamond(),
+        row(8, &[], &[3_000_000; 180], vec![]),
+        row(9, &[], &[3_000_000; 170], vec![]),
+    ];
+    let f = super::findings(&rows, 1.0, &node, &kthread);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].culprit.as_ref().and_then(|c| c.pid), Some(8));
+    assert_eq!(f[0].ev("hogs"), Some(2.0));
+}
+
 /// Hogs that may run only on CPU 1 saturate CPU 1, not the node.
 #[test]
 fn pinned_hogs_saturate_their_cpus() {
