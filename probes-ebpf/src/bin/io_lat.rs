@@ -4,8 +4,8 @@
 //!
 //! Hooks, tracked by `struct request *` (BTF prototypes on 6.18, `btf_trace_<event>`):
 //! - `block:block_bio_queue(struct bio *bio)` (`(q, bio)` up to 5.10, [`IO_BIO_Q_ARG`]): a bio
-//!   submitted, in the issuer (`submit_bio_noacct`, once per bio). Its time is kept in a per-CPU
-//!   table by bio address until a request whose first bio (`request.bio`) it is is first seen:
+//!   submitted, in the issuer (`submit_bio_noacct`, once per bio). Its time is kept in a table
+//!   by bio address ([`bio`]) until a request whose first bio (`request.bio`) it is is first seen:
 //!   what the issuer waited for starts there, before plugging, merge attempts and the wait for a
 //!   tag.
 //! - `block:block_rq_insert(struct request *rq)`: the request enters the I/O scheduler (or the
@@ -30,9 +30,9 @@
 //!
 //! Attach modes: tp_btf (plain loads from the BTF-typed `rq`), else raw_tp (the same code with
 //! `bpf_probe_read_kernel`). Both are instantiated from one generic body ([`Kread`]). Fallback
-//! for kernels without BTF: the classic tracepoints, keyed by (dev, sector) (`*_tp` programs at
-//! the end of this file). The request lifecycle (queued → issued → completed, requeued, merged)
-//! is one generic state machine over either in-flight map.
+//! for kernels without BTF: the classic tracepoints, keyed by (dev, sector) (the `*_tp`
+//! programs in [`classic`]). The request lifecycle (queued → issued → completed, requeued,
+//! merged) is one generic state machine over either in-flight store ([`store`]).
 //!
 //! Struct members read (offsets from /sys/kernel/btf/vmlinux, [`RqOffsets`]):
 //! `request.{q,cmd_flags,__data_len,bio}`, `request_queue.disk` (`request.rq_disk` before 5.15),
@@ -54,11 +54,11 @@ use aya_ebpf::{
 };
 use probes_common::{
     io_lat::{
-        bio_slot, op_group, rwbs_op, size_bucket, DevKey, DevLive, DevVal, IoKey, IoNew, IoStart, IoVal,
-        RqOffsets, SectorKey, TpOffsets, ANOM_BIO_EVICTED, ANOM_INSERT_OVER_ISSUED, ANOM_MERGED, ANOM_NO_ENTRY,
-        ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE, ANOM_UNISSUED, BIO_PROBES,
-        BIO_SLOTS, BioStamp, NANOM, NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED, OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT,
-        STAT_PARTIAL,
+        bio_slot, op_group, rwbs_op, size_bucket, BioStamp, DevKey, DevLive, DevVal, IoKey, IoNew,
+        IoStart, IoVal, RqOffsets, SectorKey, TpOffsets, ANOM_BIO_EVICTED, ANOM_INSERT_OVER_ISSUED,
+        ANOM_MERGED, ANOM_NO_ENTRY, ANOM_NO_SLOT, ANOM_REISSUE, ANOM_REMOVE_FAILED, ANOM_REQUEUE,
+        ANOM_UNISSUED, BIO_PROBES, BIO_SLOTS, NANOM, NO_SLOT, NSTATUS, OFF_NONE, OP_REQUEUED,
+        OP_SYNC, REQ_OP_MASK, STAT_ANOMALY, STAT_DIRECT, STAT_PARTIAL,
     },
     stats,
 };
@@ -88,51 +88,6 @@ static IO_BIO_Q_ARG: u8 = 0;
 /// Classic `block:block_rq_*` field offsets from the format files (fallback mode).
 #[no_mangle]
 static IO_TP: TpOffsets = TpOffsets::INIT;
-
-/// In-flight requests (tp_btf, raw_tp), open-addressed: a request's entry is in one of
-/// [`RQ_PROBES`] slots from its home ([`rq_home`]: its disk, hardware queue and tag), matched by
-/// its address (`IoStart::rq`). Sized by userspace from the disks' queues to twice the requests
-/// they can hold, a power of two ([`IO_RQ_MASK`]). An array slot is an inlined lookup where a
-/// hash lookup by address was a call, a hash of the key and a bucket walk, three or four times
-/// per request (a quarter of io-lat's kernel time). Entries are kept: one that ends stays,
-/// marked free (`first_ns` 0), and the next request at the same address (its tag reused at
-/// once) takes it over in place; a free slot is taken by any request homed near it. An entry
-/// whose completion was missed is replaced when its request is reused. No free slot among the
-/// probes is counted (`start_map_full`).
-#[map]
-static IO_RQ: Array<IoStart> = Array::with_max_entries(16384, 0);
-
-/// `IO_RQ`'s size minus one.
-#[no_mangle]
-static IO_RQ_MASK: u32 = 16383;
-
-/// Slots tried per request.
-const RQ_PROBES: u32 = 8;
-
-/// In-flight requests by (dev, sector), for the classic-tracepoint fallback (no request
-/// pointer in the records). An entry whose completion was missed stays until its sector is
-/// reused; a full map is counted (`start_map_full`).
-#[map]
-static IO_START_TP: HashMap<SectorKey, IoStart> = HashMap::with_max_entries(16384, 0);
-
-/// Bio submissions not yet seen as a request: an open-addressed table of [`BIO_SLOTS`]
-/// stamps, [`BIO_PROBES`] slots tried from [`bio_slot`] of the bio's address, matched by the
-/// address (see [`BIO_SLOTS`]). Shared by all CPUs: a submitter that sleeps for a tag
-/// wakes up on another CPU. A stamp is taken (its `bio` zeroed) when a request whose first bio
-/// it is is first seen; a bio that never becomes a request's first bio (merged into one
-/// already built, or completed by a bio-based driver such as dm or md) leaves its stamp until
-/// a newer one needs the place.
-#[map]
-static IO_BIO: Array<BioStamp> = Array::with_max_entries(BIO_SLOTS, 0);
-
-/// A word of scratch per CPU: a kernel pointer stored here reads back as a number the program
-/// may hash (see [`addr_of`]).
-#[map]
-static IO_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// A submission older than this is a stale entry at a reused bio address (a bio built without
-/// a submission of its own, such as a split's front), not a wait.
-const BIO_STALE_NS: u64 = 30_000_000_000;
 
 /// Where a new `IO_START_TP` entry is built before it is inserted (see [`on_begin`]).
 #[map]
@@ -334,96 +289,6 @@ fn issuer() -> Option<u32> {
 
 // The request lifecycle, for either in-flight store ([`Store`]): a new entry's identity
 // (issuer, device, size, op, submission) comes from `mk`; timestamps are set here.
-
-/// Where one request's in-flight entry lives: `IO_RQ` by address ([`ByRq`]), or the classic
-/// fallback's hash by (dev, sector) ([`BySector`]).
-trait Store {
-    /// Whether an entry that ends stays in place, free (`IO_RQ`), instead of being deleted.
-    const KEEP: bool;
-    /// The request's entry if it holds one (not free), and the place a new entry for it goes:
-    /// its own entry, held or free, else (KEEP) a free slot; `None` when it is to be inserted
-    /// (the hash) or there is no place (`IO_RQ` full around its home).
-    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>);
-    /// Ends held entry `p`: freed in place when KEEP, else deleted. False when the delete
-    /// failed (the bucket lock was busy: this CPU interrupted an update of the same map).
-    fn end(&self, p: *mut IoStart) -> bool;
-    /// Inserts `n` (no place from `find`); false when the store is full.
-    fn insert(&self, n: &IoStart) -> bool;
-}
-
-/// A request in `IO_RQ`: its address and home slot.
-struct ByRq {
-    rq: u64,
-    home: u32,
-}
-
-impl Store for ByRq {
-    const KEEP: bool = true;
-
-    #[inline(always)]
-    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
-        let mask = ro(&IO_RQ_MASK);
-        let mut free = None;
-        for i in 0..RQ_PROBES {
-            let Some(e) = IO_RQ.get_ptr_mut(self.home.wrapping_add(i) & mask) else {
-                break;
-            };
-            // SAFETY: a live array slot; one CPU handles a request at a time, and a slot is
-            // only ever written for the request whose address it holds (or, free, claimed).
-            unsafe {
-                if (*e).rq == self.rq {
-                    let held = if (*e).first_ns != 0 { Some(e) } else { None };
-                    return (held, Some(e));
-                }
-                if free.is_none() && (*e).first_ns == 0 {
-                    free = Some(e);
-                }
-            }
-        }
-        (None, free)
-    }
-
-    #[inline(always)]
-    fn end(&self, p: *mut IoStart) -> bool {
-        // SAFETY: live map value; one CPU handles a request at a time.
-        unsafe { (*p).first_ns = 0 };
-        true
-    }
-
-    #[inline(always)]
-    fn insert(&self, _: &IoStart) -> bool {
-        false
-    }
-}
-
-/// A request of the classic fallback in `IO_START_TP`, by (dev, sector).
-struct BySector {
-    key: SectorKey,
-}
-
-impl Store for BySector {
-    const KEEP: bool = false;
-
-    #[inline(always)]
-    fn find(&self) -> (Option<*mut IoStart>, Option<*mut IoStart>) {
-        let slot = IO_START_TP.get_ptr_mut(self.key);
-        match slot {
-            // SAFETY: live map value.
-            Some(p) if unsafe { (*p).first_ns } != 0 => (Some(p), slot),
-            _ => (None, slot),
-        }
-    }
-
-    #[inline(always)]
-    fn end(&self, _: *mut IoStart) -> bool {
-        IO_START_TP.remove(self.key).is_ok()
-    }
-
-    #[inline(always)]
-    fn insert(&self, n: &IoStart) -> bool {
-        IO_START_TP.insert(self.key, n, 0).is_ok()
-    }
-}
 
 /// Insert (`issued` false: the request waits in a queue, the scheduler or a dispatch list) or
 /// issue (`issued`: the driver has it) of the request `st` finds. `mk` writes a new entry's
@@ -669,36 +534,11 @@ fn rq_cgroup<R: Kread>(rq: u64) -> u64 {
         return 0;
     }
     let blkg = R::u64(R::u64(rq, ro(&IO_OFFS.rq_bio)), blkg_off);
-    let cgrp = R::u64(R::u64(blkg, ro(&IO_OFFS.blkg_blkcg)), ro(&IO_OFFS.blkcg_cgroup));
+    let cgrp = R::u64(
+        R::u64(blkg, ro(&IO_OFFS.blkg_blkcg)),
+        ro(&IO_OFFS.blkcg_cgroup),
+    );
     R::u64(R::u64(cgrp, ro(&IO_OFFS.cgroup_kn)), ro(&IO_OFFS.kn_id))
-}
-
-/// Where `rq`'s entry is looked for in `IO_RQ`: a hash of its disk, hardware queue and tag
-/// (`internal_tag`, the scheduler's, when it has one: set at allocation and kept until the
-/// request is freed; else `tag`, the driver's, set at allocation without a scheduler). Two
-/// requests in flight at once share these only when the flush machinery lends its request
-/// the tag of the one it flushes for; the probes tell them apart by address.
-#[inline(always)]
-fn rq_home<R: Kread>(rq: u64) -> u32 {
-    let o = ro(&IO_OFFS);
-    let itag = R::u32(rq, o.rq_internal_tag);
-    let tag = if (itag as i32) < 0 {
-        R::u32(rq, o.rq_tag)
-    } else {
-        itag
-    };
-    let hctx = R::u32(R::u64(rq, o.rq_mq_hctx), o.hctx_queue_num);
-    let h = (u64::from(rq_dev::<R>(rq)) << 32) ^ (u64::from(hctx) << 16) ^ u64::from(tag);
-    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
-}
-
-/// `rq`'s place in `IO_RQ`.
-#[inline(always)]
-fn by_rq<R: Kread>(rq: u64) -> ByRq {
-    ByRq {
-        rq,
-        home: rq_home::<R>(rq),
-    }
 }
 
 /// Writes a new entry's identity for `rq` into `n`, with the current task as issuer; false
@@ -723,119 +563,6 @@ fn rq_start<R: Kread>(rq: u64, n: &mut IoStart) -> bool {
     n.submit_ns = bio_submitted(R::u64(rq, ro(&IO_OFFS.rq_bio)));
     n.rq = rq;
     true
-}
-
-/// The address `p` holds, as a number: the verifier refuses arithmetic on a BTF-typed kernel
-/// pointer, not a store of it (root may write pointers into maps) and a load back, which is a
-/// plain number. 0 when the scratch word is missing.
-#[inline(always)]
-fn addr_of(p: u64) -> u64 {
-    let Some(w) = IO_ADDR.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: this CPU's scratch word; nothing else uses it between the two accesses (the
-    // block programs that call this do not nest on one CPU).
-    unsafe {
-        core::ptr::write_volatile(w, p);
-        core::ptr::read_volatile(w)
-    }
-}
-
-/// When `bio` was submitted, taken out of `IO_BIO`; 0 when not there.
-#[inline(always)]
-fn bio_submitted(bio: u64) -> u64 {
-    if bio == 0 {
-        return 0;
-    }
-    let home = bio_slot(addr_of(bio));
-    for i in 0..BIO_PROBES {
-        let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
-            return 0;
-        };
-        // SAFETY: live map value. Two CPUs may race on one slot only for two bios filed at
-        // once in one place: a stamp lost then leaves a request untimed from submission.
-        unsafe {
-            if (*st).bio == bio {
-                (*st).bio = 0;
-                return (*st).ts;
-            }
-        }
-    }
-    0
-}
-
-/// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
-/// issuer's context). Only the time is kept, in the slot already holding this bio's address
-/// (a stamp left by an earlier bio at the same address, merged into a request and never taken:
-/// found first, it would time this one from then), else the first free of its slots, else in
-/// place of the oldest stamp there; the request it becomes says the rest.
-#[inline(always)]
-fn bio_queue(bio: u64) {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if bio == 0 || !allowed(tgid) {
-        return;
-    }
-    let home = bio_slot(addr_of(bio));
-    let mut same: Option<*mut BioStamp> = None;
-    let mut free: Option<*mut BioStamp> = None;
-    let mut old: Option<*mut BioStamp> = None;
-    let mut oldest = u64::MAX;
-    for i in 0..BIO_PROBES {
-        let Some(st) = IO_BIO.get_ptr_mut((home + i) & (BIO_SLOTS - 1)) else {
-            return;
-        };
-        // SAFETY: live map value (see bio_submitted).
-        let (b, ts) = unsafe { ((*st).bio, (*st).ts) };
-        if b == bio {
-            same = Some(st);
-            break;
-        }
-        if b == 0 {
-            if free.is_none() {
-                free = Some(st);
-            }
-        } else if ts < oldest {
-            oldest = ts;
-            old = Some(st);
-        }
-    }
-    let Some(st) = same.or(free).or(old) else {
-        return;
-    };
-    // SAFETY: as above.
-    unsafe {
-        if same.is_none() && free.is_none() {
-            anom(ANOM_BIO_EVICTED);
-        }
-        (*st).bio = bio;
-        (*st).ts = now();
-    }
-}
-
-/// The bio argument of `block_bio_queue` (see [`IO_BIO_Q_ARG`]; the second by
-/// [`second_arg`], as 5.10's verifier needs).
-macro_rules! bio_arg {
-    ($ctx:expr) => {{
-        let args = $ctx.as_ptr() as *const u64;
-        if ro(&IO_BIO_Q_ARG) != 0 {
-            second_arg(args)
-        } else {
-            // SAFETY: the tracepoint's first argument.
-            unsafe { core::ptr::read_volatile(args) }
-        }
-    }};
-}
-
-#[btf_tracepoint(function = "block_bio_queue")]
-pub fn tk_io_bio(ctx: BtfTracePointContext) -> i32 {
-    bio_queue(bio_arg!(ctx));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "block_bio_queue")]
-pub fn tk_io_bio_raw(ctx: RawTracePointContext) -> i32 {
-    bio_queue(bio_arg!(ctx));
-    0
 }
 
 #[inline(always)]
@@ -931,8 +658,14 @@ pub fn tk_io_complete_raw(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+#[path = "io_lat/bio.rs"]
+mod bio;
 #[path = "io_lat/classic.rs"]
 mod classic;
 
 #[path = "io_lat/dirty.rs"]
 mod dirty;
+#[path = "io_lat/store.rs"]
+mod store;
+use bio::{bio_submitted, BIO_STALE_NS};
+use store::{by_rq, BySector, Store};
