@@ -202,8 +202,17 @@ fn an_unknown_cgroup_layout_is_named_by_its_path() {
         c1.iter().any(|x| x["pid"] == pid),
         "ctxsw --container: {c1:?}"
     );
+    // A process gone before tracekit named it (one of the shell's 0.1 s `sleep`s, on a busy
+    // node: /proc/<pid>/cgroup read after it was reaped) has no container to read, and none
+    // is guessed; every one that lives is named.
+    let alive = |x: &Value| {
+        x["pid"]
+            .as_u64()
+            .is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+    };
     assert!(
-        c1.iter().all(|x| x["container"] == cg.rel.as_str()),
+        c1.iter()
+            .all(|x| x["container"] == cg.rel.as_str() || (x["pid"] != pid && !alive(x))),
         "{c1:?}"
     );
     // The host's own processes stay the host: pid 1 (the root cgroup) has no container.

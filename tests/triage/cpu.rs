@@ -277,8 +277,8 @@ fn sleeper_beside_hogs_in_equal_weight_cgroups_is_judged_by_what_it_felt() {
     }
 }
 
-/// Two CPU hogs alone on one CPU: a busy node, nothing latency-sensitive hurt. One saturation
-/// finding (a hog its culprit, the CPU pressure in it), no victim.
+/// Two CPU hogs alone on one CPU: a busy node, nothing staged latency-sensitive hurt. One
+/// saturation finding (a hog its culprit, the CPU pressure in it), no hog a victim.
 #[test]
 fn a_merely_busy_node_is_one_saturation_finding_and_no_victim() {
     require_root();
@@ -295,9 +295,14 @@ fn a_merely_busy_node_is_one_saturation_finding_and_no_victim() {
         "{}",
         sat[0]
     );
+    // No hog is a victim. The node's other latency-sensitive work may be, truly: this test's
+    // own process, woken often, waited 10.5 ms/s late behind the pinned hogs beside two
+    // nice-19 spinners.
     assert!(
-        f.iter().all(|x| x["cause"] != "runq-delay"),
-        "no victim on a merely busy node: {:#?}",
+        f.iter()
+            .all(|x| x["cause"] != "runq-delay"
+                || !hog_pids.contains(&x["pid"].as_u64().unwrap_or(0))),
+        "a hog as a victim on a merely busy node: {:#?}",
         brief(&f)
     );
     assert!(
