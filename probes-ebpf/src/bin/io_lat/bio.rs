@@ -2,17 +2,21 @@
 //! issuer's context), kept until the request whose first bio it is is first seen, where what
 //! the issuer waited for starts.
 
+use aya_ebpf::bindings::BPF_F_MMAPABLE;
+
 use super::*;
 
-/// Bio submissions not yet seen as a request: an open-addressed table of [`BIO_SLOTS`]
-/// stamps, [`BIO_PROBES`] slots tried from [`bio_slot`] of the bio's address, matched by the
-/// address (see [`BIO_SLOTS`]). Shared by all CPUs: a submitter that sleeps for a tag
+/// Bio submissions not yet seen as a request: a table of [`BIO_SLOTS`] stamps in buckets of
+/// [`BIO_PROBES`] (one cache line), the bucket from [`bio_slot`] of the bio's address, matched
+/// by the address (see [`BIO_SLOTS`]). `BPF_F_MMAPABLE` only for its page-aligned values (an
+/// ordinary array's start 312 bytes into its allocation on 6.18, so a bucket spans two lines);
+/// userspace never maps it. Shared by all CPUs: a submitter that sleeps for a tag
 /// wakes up on another CPU. A stamp is taken (its `bio` zeroed) when a request whose first bio
 /// it is is first seen; a bio that never becomes a request's first bio (merged into one
 /// already built, or completed by a bio-based driver such as dm or md) leaves its stamp until
 /// a newer one needs the place.
 #[map]
-static IO_BIO: Array<BioStamp> = Array::with_max_entries(BIO_SLOTS, 0);
+static IO_BIO: Array<BioStamp> = Array::with_max_entries(BIO_SLOTS, BPF_F_MMAPABLE);
 
 /// A word of scratch per CPU: a kernel pointer stored here reads back as a number the program
 /// may hash (see [`addr_of`]).
@@ -63,10 +67,10 @@ pub(super) fn bio_submitted(bio: u64) -> u64 {
 }
 
 /// `block_bio_queue(bio)`: a bio submitted (`submit_bio_noacct`, once per bio, in the
-/// issuer's context). Only the time is kept, in the slot already holding this bio's address
-/// (a stamp left by an earlier bio at the same address, merged into a request and never taken:
-/// found first, it would time this one from then), else the first free of its slots, else in
-/// place of the oldest stamp there; the request it becomes says the rest.
+/// issuer's context). Only the time is kept, in the slot of its bucket already holding this
+/// bio's address (a stamp left by an earlier bio at the same address, merged into a request and
+/// never taken: found first, it would time this one from then), else the first free one, else
+/// in place of the oldest stamp there; the request it becomes says the rest.
 #[inline(always)]
 fn bio_queue(bio: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
