@@ -118,6 +118,33 @@ fn io_split_floor_times_every_request() {
     );
 }
 
+/// The block floor with the submission stamp also runs on every bio: O_DIRECT 4 KiB reads are
+/// one bio and one request each, so it counts at least twice the reads the device completed.
+#[test]
+fn io_split_submit_floor_stamps_every_bio() {
+    require_root();
+    let lo = tracekit_tests::block::LoopDev::new("floor-bio");
+    lo.set("scheduler", "mq-deadline");
+    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split-submit", "--json"]);
+    tk.wait_attached();
+    let (reads0, _) = lo.diskstats();
+    tracekit_tests::block::read_direct(&lo.dev, 300);
+    let (reads1, _) = lo.diskstats();
+    tk.signal(libc::SIGINT);
+    let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
+    let reads = reads1 - reads0;
+    assert!(
+        reads >= 300,
+        "diskstats: {reads} reads for 300 O_DIRECT reads"
+    );
+    let events = counted(&lines);
+    assert!(
+        events >= 2 * reads,
+        "io-split-submit counted {events} bios and requests, the device completed {reads} reads"
+    );
+}
+
 /// The events a bench-floor run counted (its stats lines).
 fn counted(lines: &[serde_json::Value]) -> u64 {
     lines

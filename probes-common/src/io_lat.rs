@@ -203,13 +203,20 @@ impl TpOffsets {
     };
 }
 
-/// What is remembered per in-flight request (`IO_START` keyed by the request's address, or
+/// What is remembered per in-flight request (`IO_RQ` by the request's address, or
 /// `IO_START_TP` keyed by [`SectorKey`]). An entry is queued (`issue_ns` 0) or issued.
+///
+/// Two cache lines, in a page-aligned table (`BPF_F_MMAPABLE`): what finding the entry and
+/// issuing the request read (`rq`, the timestamps, `slot`) is the first line, so an issue from
+/// the scheduler and a probe past a taken slot read one cold line, not two or three.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoStart {
+    /// The request's address (`struct request *`), whose entry this is in `IO_RQ`, or 0 (the
+    /// classic fallback, keyed by (dev, sector)).
+    pub rq: u64,
     /// `bpf_ktime_get_ns()` when the request was first seen (insert, else issue); kept across
-    /// requeues: what the issuer waited for ends at the final completion.
+    /// requeues: what the issuer waited for ends at the final completion. 0: a free entry.
     pub first_ns: u64,
     /// Last insert (or requeue), 0 if the request was issued directly.
     pub insert_ns: u64,
@@ -219,25 +226,24 @@ pub struct IoStart {
     /// not seen (no bio hook, or the bio was submitted before tracing began): what the issuer
     /// waited for starts here, before any plugging, merging attempt or tag allocation.
     pub submit_ns: u64,
-    /// Cgroup id the request is charged to (`bio->bi_blkg->blkcg`), 0 if unknown.
-    pub cgroup_id: u64,
-    /// `comm` of the task that inserted (or issued) the request.
-    pub comm: [u8; COMM_LEN],
+    /// `enum req_op` | [`OP_SYNC`] | [`OP_REQUEUED`].
+    pub op: u32,
+    /// The device's slot in `IO_LIVE` and `IO_DEPTH` (from `IO_SLOTS`, looked up once per
+    /// request), or [`NO_SLOT`].
+    pub slot: u32,
     /// Process that inserted (or issued) the request.
     pub tgid: u32,
     /// `dev_t` in the kernel's encoding (`major << 20 | minor`).
     pub dev: u32,
     /// Request size in bytes at insert/issue.
     pub bytes: u32,
-    /// `enum req_op` | [`OP_SYNC`] | [`OP_REQUEUED`].
-    pub op: u32,
-    /// The device's slot in `IO_LIVE` and `IO_DEPTH` (from `IO_SLOTS`, looked up once per
-    /// request), or [`NO_SLOT`].
-    pub slot: u32,
     pub _pad: u32,
-    /// The request's address (`struct request *`), whose entry this is in `IO_RQ`, or 0 (the
-    /// classic fallback, keyed by (dev, sector)).
-    pub rq: u64,
+    /// Cgroup id the request is charged to (`bio->bi_blkg->blkcg`), 0 if unknown.
+    pub cgroup_id: u64,
+    /// `comm` of the task that inserted (or issued) the request.
+    pub comm: [u8; COMM_LEN],
+    /// To 128 bytes: an entry is two whole cache lines of the page-aligned table.
+    pub _tail: [u64; 5],
 }
 
 /// In-flight key of the classic-tracepoint fallback, which has no request pointer: the
@@ -531,7 +537,10 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<RqOffsets>(), 72);
         assert_eq!(size_of::<TpOffsets>(), 32);
-        assert_eq!(size_of::<IoStart>(), 88);
+        assert_eq!(size_of::<IoStart>(), 128);
+        // What the issue and the probes read is one cache line.
+        assert!(core::mem::offset_of!(IoStart, slot) < 64);
+        assert!(core::mem::offset_of!(IoStart, issue_ns) < 64);
         assert_eq!(size_of::<IoKey>(), 24);
         assert_eq!(size_of::<SectorKey>(), 16);
         assert_eq!(

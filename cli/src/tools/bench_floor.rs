@@ -115,6 +115,13 @@ const IO_SPLIT: [Hook; 3] = [
     ),
 ];
 
+/// A bio's submission stamped (the clock into a per-CPU slot): with [`IO_SPLIT`], the least
+/// io-lat's timing from submission adds.
+const IO_BIO_STAMP: Hook = Hook::on(
+    "block:block_bio_queue",
+    &[(AttachMode::TpBtf, "tk_floor_bio")],
+);
+
 /// Every hook a floor run may use (each run uses the ones its workload exercises).
 pub const HOOKS: &[Hook] = &[
     SWITCH,
@@ -140,6 +147,7 @@ pub const HOOKS: &[Hook] = &[
     IO_SPLIT[0],
     IO_SPLIT[1],
     IO_SPLIT[2],
+    IO_BIO_STAMP,
 ];
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +196,9 @@ pub enum FloorHook {
     /// and issuer in a hash by request, queue and device time as two histogram buckets of the
     /// issuing process at completion; the least a per-process queue/device split does.
     IoSplit,
+    /// `io-split` plus `block:block_bio_queue` storing the clock in a per-CPU slot: the least
+    /// that timing each request from its first bio's submission adds (one more hook per bio).
+    IoSplitSubmit,
 }
 
 #[derive(clap::Args, Debug)]
@@ -217,6 +228,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::NetRxKeyed => &NET_RX_KEYED,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
         FloorHook::IoSplit => &IO_SPLIT,
+        FloorHook::IoSplitSubmit => &[IO_SPLIT[0], IO_SPLIT[1], IO_SPLIT[2], IO_BIO_STAMP],
     };
     let plan = crate::kernel::loader::plan(hooks, &ctx.env, &ctx.symbols)?;
     let mut spec = LoadSpec::new();

@@ -426,6 +426,25 @@ pub fn tk_floor_rq_complete(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+/// Each bio's submission time, per CPU: the least a tool timing requests from their first
+/// bio's submission adds (`io-split-submit`). A lower bound, not a method: it keeps one stamp
+/// per CPU, where io-lat keeps one per bio until its request is seen.
+#[map]
+static FLOOR_BIO_TS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// `block_bio_queue`: the hook, a clock read and one store (and the counter: a run counts its
+/// bios and its requests).
+#[btf_tracepoint(function = "block_bio_queue")]
+pub fn tk_floor_bio(_ctx: BtfTracePointContext) -> i32 {
+    if let Some(p) = FLOOR_BIO_TS.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; block_bio_queue programs do not nest on one CPU. A helper
+        // without arguments.
+        unsafe { *p = bpf_ktime_get_ns() };
+    }
+    bump();
+    0
+}
+
 /// The receive path's control (`net-rx-keyed`): `sk_buff`/`sock` offsets from the kernel's
 /// BTF, and `SKB_CONSUMED` of its `enum skb_drop_reason` (set before load).
 #[no_mangle]

@@ -295,7 +295,7 @@ fn issuer() -> Option<u32> {
 /// identity (issuer, device, size, op, submission, `rq`) into the entry it is given and returns
 /// false, writing nothing, when the request is filtered out. The entry is built in place: in
 /// the store's slot (KEEP), else in this CPU's `IO_STAGE` slot, then inserted (a copy of the
-/// 88 bytes built on the stack cost a memset and copy per request).
+/// entry built on the stack cost a memset and copy per request).
 #[inline(always)]
 fn on_begin<S: Store>(st: &S, issued: bool, mk: impl FnOnce(&mut IoStart) -> bool) {
     let t = now();

@@ -2,6 +2,8 @@
 //! address (tp_btf, raw_tp), or `IO_START_TP`, the classic fallback's hash by (dev, sector).
 //! The request lifecycle in the parent module runs over either through [`Store`].
 
+use aya_ebpf::bindings::BPF_F_MMAPABLE;
+
 use super::*;
 
 /// In-flight requests (tp_btf, raw_tp), open-addressed: a request's entry is in one of
@@ -13,9 +15,10 @@ use super::*;
 /// marked free (`first_ns` 0), and the next request at the same address (its tag reused at
 /// once) takes it over in place; a free slot is taken by any request homed near it. An entry
 /// whose completion was missed is replaced when its request is reused. No free slot among the
-/// probes is counted (`start_map_full`).
+/// probes is counted (`start_map_full`). `BPF_F_MMAPABLE` only for its page-aligned values
+/// (see [`IoStart`]); userspace never maps it.
 #[map]
-static IO_RQ: Array<IoStart> = Array::with_max_entries(16384, 0);
+static IO_RQ: Array<IoStart> = Array::with_max_entries(16384, BPF_F_MMAPABLE);
 
 /// `IO_RQ`'s size minus one.
 #[no_mangle]
