@@ -214,6 +214,17 @@ pub fn allowed(tgid: u32) -> bool {
     true
 }
 
+/// [`allowed`] for the current task, whose tgid is read only under `--pid`.
+#[inline(always)]
+pub fn allowed_current() -> bool {
+    let tgid = if filtering_pids() {
+        (bpf_get_current_pid_tgid() >> 32) as u32
+    } else {
+        0
+    };
+    allowed(tgid)
+}
+
 /// Loads the u64 at byte `off` of the kernel object `p` points to.
 ///
 /// # Safety

@@ -63,7 +63,7 @@ use probes_common::{
     stats,
 };
 use probes_ebpf::{
-    allowed, announce, atomic_add, comm_into, generation, get_or_insert, hist_record,
+    allowed, allowed_current, announce, atomic_add, comm_into, generation, get_or_insert, hist_record,
     kread::{Direct, Kread, Probe},
     ro, second_arg, slot, stat,
 };

@@ -133,11 +133,13 @@ pub const HOOKS: &[Hook] = &[
     ),
     // When each request's first bio was submitted, so the whole request's time starts where
     // the issuer's wait does (issue #33: fio's clat p50 155 µs against io-lat's 102 µs from
-    // insert). Request-keyed modes only: the classic records have no bio to match.
+    // insert). Request-keyed modes only: the classic records have no bio to match. The raw
+    // tracepoint first: the program reads nothing through the bio, and there its argument is
+    // a number without a round trip through a map (the kernel's io_lat/bio.rs).
     crate::hook!(
         concat!("block:", "block_bio_queue"),
         "tk_io_bio",
-        [TpBtf, RawTp],
+        [RawTp, TpBtf],
         raw: Some("block_bio_queue"),
         optional: true,
     ),
@@ -519,7 +521,7 @@ mod tests {
         assert!(bio[0].optional);
         assert_eq!(
             bio[0].modes().collect::<Vec<_>>(),
-            [AttachMode::TpBtf, AttachMode::RawTp]
+            [AttachMode::RawTp, AttachMode::TpBtf]
         );
         let dirty: Vec<(&str, &str, bool)> = dirty
             .iter()
