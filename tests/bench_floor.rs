@@ -95,37 +95,23 @@ fn lower_bound_controls_attach_and_count() {
 /// /proc/diskstats counts on the device.
 #[test]
 fn io_split_floor_times_every_request() {
-    require_root();
-    let lo = tracekit_tests::block::LoopDev::new("floor-io");
-    lo.set("scheduler", "mq-deadline");
-    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split", "--json"]);
-    tk.wait_attached();
-    let (reads0, _) = lo.diskstats();
-    tracekit_tests::block::read_direct(&lo.dev, 300);
-    let (reads1, _) = lo.diskstats();
-    tk.signal(libc::SIGINT);
-    let (status, lines, stderr) = tk.finish(std::time::Duration::from_secs(30));
-    assert!(status.success(), "{stderr}");
-    let reads = reads1 - reads0;
-    assert!(
-        reads >= 300,
-        "diskstats: {reads} reads for 300 O_DIRECT reads"
-    );
-    let events = counted(&lines);
-    assert!(
-        events >= reads,
-        "io-split timed {events} requests, the device completed {reads} reads"
-    );
+    block_floor_counts("io-split", 1);
 }
 
 /// The block floor with the submission stamp also runs on every bio: O_DIRECT 4 KiB reads are
 /// one bio and one request each, so it counts at least twice the reads the device completed.
 #[test]
 fn io_split_submit_floor_stamps_every_bio() {
+    block_floor_counts("io-split-submit", 2);
+}
+
+/// Runs the block floor `hook` over 300 O_DIRECT reads of a loop device under mq-deadline and
+/// holds its count to at least `per_read` events for each read /proc/diskstats counted.
+fn block_floor_counts(hook: &str, per_read: u64) {
     require_root();
-    let lo = tracekit_tests::block::LoopDev::new("floor-bio");
+    let lo = tracekit_tests::block::LoopDev::new(&format!("floor-{hook}"));
     lo.set("scheduler", "mq-deadline");
-    let mut tk = Tracer::spawn(&["bench-floor", "--hook", "io-split-submit", "--json"]);
+    let mut tk = Tracer::spawn(&["bench-floor", "--hook", hook, "--json"]);
     tk.wait_attached();
     let (reads0, _) = lo.diskstats();
     tracekit_tests::block::read_direct(&lo.dev, 300);
@@ -140,8 +126,8 @@ fn io_split_submit_floor_stamps_every_bio() {
     );
     let events = counted(&lines);
     assert!(
-        events >= 2 * reads,
-        "io-split-submit counted {events} bios and requests, the device completed {reads} reads"
+        events >= per_read * reads,
+        "{hook} counted {events} events, the device completed {reads} reads ({per_read} each)"
     );
 }
 

@@ -1,4 +1,4 @@
-use super::*;
+use super::{schema::sizes_text, *};
 
 #[test]
 fn sizes_show_the_commonest() {
