@@ -36,6 +36,7 @@ fn lower_bound_controls_attach_and_count() {
         "wake-wait-proc",
         "wake-wait-counters",
         "wake-wait-culprits",
+        "switch-node",
     ] {
         let (lines, _, modes) = tracekit_tests::vm::traced_with(
             &["bench-floor", "--hook", hook],

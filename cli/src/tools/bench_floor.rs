@@ -16,6 +16,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[],
     causes: &[],
     by_container: false,
+    joins: &[],
 };
 
 const OBJECT: Object = crate::object!("floor");
@@ -54,6 +55,10 @@ const SWITCH_WAIT_PROC: Hook = Hook::on(
 const SWITCH_WAIT_CTR: Hook = Hook::on(
     "sched:sched_switch",
     &[(AttachMode::TpBtf, "tk_floor_wwait_ctr")],
+);
+const SWITCH_NODE: Hook = Hook::on(
+    "sched:sched_switch",
+    &[(AttachMode::TpBtf, "tk_floor_node")],
 );
 const WAKEUP_STEAL: Hook = Hook::on(
     "sched:sched_wakeup",
@@ -134,6 +139,7 @@ pub const HOOKS: &[Hook] = &[
     SWITCH_WAIT_CTR,
     WAKEUP_STEAL,
     SWITCH_WAIT_CUL,
+    SWITCH_NODE,
     FSYNC_TS_ENTER,
     FSYNC_TS_EXIT,
     NET_RX_PATH[0],
@@ -180,6 +186,10 @@ pub enum FloorHook {
     /// the hypervisor. Needs the steal clock's members (`se.cfs_rq`, `cfs_rq.rq`,
     /// `rq.prev_steal_time_rq`), as runq-lat's steal does.
     WakeWaitCulprits,
+    /// `sched_switch` doing numa's work at its least: this CPU's last switch-in (tid and
+    /// `se.sum_exec_runtime`) swapped for the incoming task's, the outgoing task's run since
+    /// then added to its process's row for its CPU's node (an array lookup, a hash update).
+    SwitchNode,
     /// `skb:kfree_skb`, `napi:napi_poll` and `irq:softirq_entry/exit`, classic tracepoints: the
     /// hooks `net-rx` needs, each with nothing but the counter.
     NetRxPath,
@@ -224,6 +234,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         FloorHook::WakeWaitProc => &[WAKING, SWITCH_WAIT_PROC],
         FloorHook::WakeWaitCounters => &[WAKING, SWITCH_WAIT_CTR],
         FloorHook::WakeWaitCulprits => &[WAKING, WAKEUP_STEAL, SWITCH_WAIT_CUL],
+        FloorHook::SwitchNode => &[SWITCH_NODE],
         FloorHook::NetRxPath => &NET_RX_PATH,
         FloorHook::NetRxKeyed => &NET_RX_KEYED,
         FloorHook::FsyncTimed => &[FSYNC_TS_ENTER, FSYNC_TS_EXIT],
@@ -238,13 +249,14 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             | FloorHook::WakeWaitProc
             | FloorHook::WakeWaitCounters
             | FloorHook::WakeWaitCulprits
+            | FloorHook::SwitchNode
     ) {
         let btf = crate::kernel::btf::vmlinux()
             .map_err(|e| Error::KernelFeature(format!("bench-floor: kernel BTF: {e}")))?;
         spec = spec.global("FLOOR_PID_OFF", &btf.member("task_struct", "pid")?.offset);
         if matches!(
             args.hook,
-            FloorHook::WakeWaitCounters | FloorHook::WakeWaitCulprits
+            FloorHook::WakeWaitCounters | FloorHook::WakeWaitCulprits | FloorHook::SwitchNode
         ) {
             let mut offs = crate::tools::sched::task_offsets(btf)?;
             if args.hook == FloorHook::WakeWaitCulprits {

@@ -8,7 +8,7 @@
 use probes_ebpf as _;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
@@ -221,6 +221,62 @@ fn switch_counters(prev: *const u8) {
             }
         }
     }
+}
+
+/// What each CPU switched in last: its tid and `se.sum_exec_runtime` then.
+#[map]
+static FLOOR_LAST_IN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Node of each CPU (all node 0 here: the lookup is the cost, as numa's).
+#[map]
+static FLOOR_CPU_NODE: Array<u32> = Array::with_max_entries(1024, 0);
+
+/// Runs and on-CPU ns per process and node (8 nodes).
+#[map]
+static FLOOR_NODE_PROC: HashMap<u32, [u64; 9]> = HashMap::with_max_entries(16384, 0);
+
+/// `sched_switch`: the least on-CPU time per process and node costs, numa's work without its
+/// filters, names and fallbacks: this CPU's last switch-in swapped for `next`'s run time,
+/// `prev`'s run since then read from its `se.sum_exec_runtime`, its CPU's node looked up and
+/// the run added to its process's row for that node.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tk_floor_node(ctx: BtfTracePointContext) -> i32 {
+    let o = ro(&FLOOR_TASK_OFFS);
+    let (prev, next): (*const u8, *const u8) = (ctx.arg(1), ctx.arg(2));
+    let Some(last) = FLOOR_LAST_IN.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot; sched_switch programs do not nest on one CPU.
+    let base = unsafe { *last };
+    // SAFETY: as above.
+    unsafe {
+        *last = [
+            task_u32(next, o.pid) as u64,
+            task_u64(next, o.run.sum_exec_runtime),
+        ]
+    };
+    let tid = task_u32(prev, o.pid);
+    if tid == 0 || base[0] != tid as u64 {
+        return 0;
+    }
+    bump();
+    let ran = task_u64(prev, o.run.sum_exec_runtime).wrapping_sub(base[1]);
+    // SAFETY: a helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let node = FLOOR_CPU_NODE.get(cpu).copied().unwrap_or(0) as u64;
+    let tgid = task_u32(prev, o.tgid);
+    if let Some(v) = get_or_insert_copy(&FLOOR_NODE_PROC, &tgid, [0u64; 9]) {
+        // SAFETY: reads a local (the bound check must be on the index used, see numa.rs).
+        let idx = unsafe { core::ptr::read_volatile(&node) };
+        // SAFETY: a live map value pointer; the index is checked against the array length.
+        unsafe {
+            atomic_add(&raw mut (*v)[0], 1);
+            if idx < 8 {
+                atomic_add(&raw mut (*v)[1 + idx as usize], ran);
+            }
+        }
+    }
+    0
 }
 
 /// The run queue and its steal clock at each task's enqueue, at the task's `FLOOR_WAKE` slot.

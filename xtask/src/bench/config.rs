@@ -94,6 +94,13 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             argv: tkj("bench-floor", &["--hook", "wake-wait-culprits"]),
             ready: Ready::JsonMeta,
         },
+        // Issue 30's control for numa: its switch work at its least (this CPU's switch-in
+        // swapped, the outgoing task's run added to its process's row for the CPU's node).
+        Tracer {
+            name: "floor: on-CPU time per process and node (numa's switch work)".into(),
+            argv: tkj("bench-floor", &["--hook", "switch-node"]),
+            ready: Ready::JsonMeta,
+        },
     ];
     // numa adds a sched_switch program of its own (issue 13: its cost per switch beside ctxsw's,
     // same run). On one node it loads nothing unless forced (`--force`, hidden: for tests and
@@ -239,6 +246,7 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         .filter(|t| {
             !t.name.contains("classic")
                 && !t.name.contains("switch counters")
+                && !t.name.contains("numa's switch work")
                 && !t.name.starts_with("tracekit numa")
                 && t.name != TRIAGE
         })
