@@ -85,6 +85,21 @@ pub fn run_keys(w: &Window) -> Map<String, Value> {
     m
 }
 
+/// Every program a run of several collectors holds, once each: collectors sharing an object
+/// (ctxsw and runq-lat) list the same programs.
+pub fn run_programs(metas: &[Meta]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for p in metas
+        .iter()
+        .flat_map(|m| m.programs.as_array().cloned().unwrap_or_default())
+    {
+        if !out.iter().any(|q| q["id"] == p["id"]) {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// The `"type":"meta"` line of a collector (tests and scripts wait for it).
 pub fn meta_json(m: &Meta) -> Value {
     let mut v = json!({

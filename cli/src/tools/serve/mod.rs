@@ -237,7 +237,7 @@ impl Serve {
             "listen": st.listen,
             "watching": st.ran,
             "could_not_run": tools::could_not_run(&st.cannot),
-            "programs": metas.iter().flat_map(|m| m.programs.as_array().cloned().unwrap_or_default()).collect::<Vec<_>>(),
+            "programs": crate::engine::emit::run_programs(metas),
         })
     }
 }

@@ -291,10 +291,7 @@ impl Emitter for Triage {
         if self.json {
             // One meta line for the run, every collector's inside: what attached where, the
             // program ids (to check nothing stays loaded), what each skipped.
-            let programs: Vec<Value> = metas
-                .iter()
-                .flat_map(|m| m.programs.as_array().cloned().unwrap_or_default())
-                .collect();
+            let programs = crate::engine::emit::run_programs(metas);
             let line = json!({
                 "tool": "triage",
                 "type": "meta",
