@@ -15,9 +15,11 @@ pub const MAX_NODES: usize = 64;
 /// this CPU whose run could not be measured another way, so its time is not counted. Such a run
 /// is normally measured from `se.prev_sum_exec_runtime`, which the fair class sets when it picks
 /// the task (`set_next_entity`); other classes (RT, deadline: `prio` < 100) do not keep it.
-pub const STAT_NO_BASELINE: u32 = 5;
+/// Past the slots the `sched` object uses (5–7), so the same run code counts it there when the
+/// node time is recorded by the shared object (`SCHED_NODE_TIME`).
+pub const STAT_NO_BASELINE: u32 = 8;
 /// A CPU missing from the CPU→node map (hot-added after start): its time went to node 0.
-pub const STAT_NO_NODE: u32 = 6;
+pub const STAT_NO_NODE: u32 = 9;
 /// A task move or swap whose node pair did not fit `NUMA_PAIRS`: not counted by pair.
 pub const STAT_PAIR_FULL: u32 = 7;
 
@@ -122,12 +124,28 @@ pub struct NumaOffsets {
     pub pid: u32,
     pub tgid: u32,
     pub comm: u32,
+    pub run: RunOffsets,
+}
+
+/// The `task_struct` members a run's length is read from (numa's own object, and the shared
+/// `sched` object when it records node time: `sched::TaskOffsets::run`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOffsets {
     /// `se.sum_exec_runtime`.
     pub sum_exec_runtime: u32,
     /// `se.prev_sum_exec_runtime`: `sum_exec_runtime` when the fair class last picked the task.
     pub prev_sum_exec_runtime: u32,
     /// `prio`: below 100 for RT and deadline tasks.
     pub prio: u32,
+}
+
+impl RunOffsets {
+    pub const ZERO: RunOffsets = RunOffsets {
+        sum_exec_runtime: 0,
+        prev_sum_exec_runtime: 0,
+        prio: 0,
+    };
 }
 
 /// Key of `NUMA_PAIRS`: scheduler NUMA moves or swaps (`kind`) from node `src` to node `dst`
@@ -142,7 +160,7 @@ pub struct PairKey {
 }
 
 crate::gen_keys!(NumaKey, PairKey);
-crate::impl_pod!(Stint, NumaKey, NumaVal, NumaOffsets, PairKey);
+crate::impl_pod!(Stint, NumaKey, NumaVal, NumaOffsets, RunOffsets, PairKey);
 
 #[cfg(test)]
 mod tests {

@@ -210,6 +210,8 @@ pub struct TaskOffsets {
     pub se_cfs_rq: u32,
     pub cfs_rq_rq: u32,
     pub rq_steal: u32,
+    /// What a run's length is read from, when the object records node time for `numa`.
+    pub run: crate::numa::RunOffsets,
 }
 
 impl TaskOffsets {
@@ -229,6 +231,7 @@ impl TaskOffsets {
         se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_steal: 0,
+        run: crate::numa::RunOffsets::ZERO,
     };
 }
 
@@ -257,7 +260,7 @@ mod tests {
         assert_eq!(size_of::<SchedKey>(), 8);
         assert_eq!(size_of::<PairKey>(), 24);
         assert_eq!(size_of::<PairVal>(), 16);
-        assert_eq!(size_of::<TaskOffsets>(), 52);
+        assert_eq!(size_of::<TaskOffsets>(), 64);
         assert_eq!(
             size_of::<SchedVal>(),
             2 * COMM_LEN + 8 + 8 * 8 + 2 * size_of::<LatHist>()

@@ -11,9 +11,9 @@ pub const KEY_MAP_FULL: u32 = 2;
 pub const RINGBUF_FULL: u32 = 3;
 /// An end event had no matching begin although the begin should have been seen.
 pub const NO_START: u32 = 4;
-/// Slots 5..8 are tool-specific (e.g. `sched::STAT_PREEMPT_MAP_FULL`).
+/// Slots 5..10 are tool-specific (e.g. `sched::STAT_PAIR_MAP_FULL`).
 /// Number of slots in the per-CPU stats array.
-pub const NSTATS: u32 = 8;
+pub const NSTATS: u32 = 10;
 
 /// Human names, indexed like the constants above.
 pub const NAMES: [&str; NSTATS as usize] = [
@@ -25,6 +25,8 @@ pub const NAMES: [&str; NSTATS as usize] = [
     "reserved5",
     "reserved6",
     "reserved7",
+    "reserved8",
+    "reserved9",
 ];
 
 /// Contents of the one-element `CONTROL` array map every tool has: userspace flips `gen` at each

@@ -31,6 +31,8 @@ use probes_common::{
 /// Readers of kernel struct members at BTF offsets (plain loads for tp_btf, probe reads else).
 /// Declares no maps: every map of this library lands in every object.
 pub mod kread;
+/// On-CPU time per NUMA node at `sched_switch` (numa's object and the shared `sched` one).
+pub mod node_time;
 pub mod python;
 
 /// The second argument of a tp_btf or raw_tp context (an array of u64), loaded at a constant

@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn every_line_carries_tool_type_and_window_keys() {
         let mut o = sample();
-        o.stats = Some(Stats::new([1, 2, 3, 4, 5, 0, 0, 0]).with("missed", 3u64));
+        o.stats = Some(Stats::new([1, 2, 3, 4, 5, 0, 0, 0, 0, 0]).with("missed", 3u64));
         o.extra_json.push(json!({"type": "system", "switches": 5}));
         let mut common = Map::new();
         common.insert("interval_ns".into(), 10u64.into());

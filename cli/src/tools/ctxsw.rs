@@ -47,6 +47,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&SUMMARY_ROWS, &WAKER_ROWS],
     causes: &[CTXSW_STORM],
     by_container: true,
+    joins: &[],
 };
 
 /// Evidence of a storm finding that triage reads.
@@ -124,6 +125,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         culprits: false,
         wakers: ctx.scope.threads,
         wake_from: sched::WakeFrom::Waking,
+        node_time: false,
     };
     let s = sched::open(ctx, record)?;
     let max_rows = match (live(args), args.top) {

@@ -58,6 +58,10 @@ pub struct ToolInfo {
     pub causes: &'static [Cause],
     /// Its rows fold per container with `--by container` (it keeps a `who::Folding`).
     pub by_container: bool,
+    /// A shared hook table whose programs do this tool's work on the events both attach, when
+    /// a tool declaring that table runs beside it (numa's node time in the `sched` object's
+    /// `sched_switch` program); empty: its hooks are its own.
+    pub joins: &'static [Hook],
 }
 
 impl ToolInfo {
@@ -73,6 +77,7 @@ impl ToolInfo {
             rows: &[],
             causes: &[],
             by_container: false,
+            joins: &[],
         }
     }
 
@@ -214,8 +219,19 @@ pub fn composed_plan(tools: &[&ToolInfo]) -> Vec<(&'static str, Vec<Vec<&'static
     // Per event, each program as (the hook table it is from, the tools it serves).
     type Programs = Vec<(*const Hook, Vec<&'static str>)>;
     let mut plan: Vec<(&'static str, Programs)> = Vec::new();
+    let loaded = |table: &[Hook]| tools.iter().any(|o| std::ptr::eq(o.hooks, table));
     for t in tools {
         for h in t.hooks {
+            // Served by the joined table's program where that table is loaded and hooks the
+            // same event.
+            let table = if !t.joins.is_empty()
+                && loaded(t.joins)
+                && t.joins.iter().any(|j| j.event == h.event)
+            {
+                t.joins
+            } else {
+                t.hooks
+            };
             let at = match plan.iter().position(|(e, _)| *e == h.event) {
                 Some(i) => i,
                 None => {
@@ -224,12 +240,9 @@ pub fn composed_plan(tools: &[&ToolInfo]) -> Vec<(&'static str, Vec<Vec<&'static
                 }
             };
             let progs = &mut plan[at].1;
-            match progs
-                .iter_mut()
-                .find(|(table, _)| *table == t.hooks.as_ptr())
-            {
+            match progs.iter_mut().find(|(tbl, _)| *tbl == table.as_ptr()) {
                 Some((_, names)) => names.push(t.name),
-                None => progs.push((t.hooks.as_ptr(), vec![t.name])),
+                None => progs.push((table.as_ptr(), vec![t.name])),
             }
         }
     }

@@ -19,7 +19,8 @@ fn registry_names_are_unique_and_defaults_parse() {
 }
 
 /// ctxsw and runq-lat declare one hook table, so run together they cost one program per
-/// sched hook; numa's own switch program is a second on `sched_switch`.
+/// sched hook; numa joins that table's `sched_switch` program (its other hooks stay its own),
+/// and alone it keeps its own.
 #[test]
 fn tools_declaring_one_table_compose_into_one_program_per_hook() {
     let triage: Vec<&ToolInfo> = TOOLS.iter().filter(|t| t.triage && !t.hidden).collect();
@@ -29,8 +30,17 @@ fn tools_declaring_one_table_compose_into_one_program_per_hook() {
         .find(|(e, _)| *e == "sched:sched_switch")
         .expect("sched_switch is shared")
         .1;
-    assert!(switch.contains(&vec!["ctxsw", "runq-lat"]), "{switch:?}");
-    assert!(switch.iter().all(|names| !names.is_empty()));
+    assert_eq!(switch, &vec![vec!["ctxsw", "runq-lat", "numa"]]);
+    let alone: Vec<&ToolInfo> = TOOLS
+        .iter()
+        .filter(|t| ["numa", "fsync-lat"].contains(&t.name))
+        .collect();
+    assert!(
+        composed_plan(&alone)
+            .iter()
+            .all(|(e, _)| *e != "sched:sched_switch"),
+        "numa without a sched reader joins nothing"
+    );
     let waking = &plan
         .iter()
         .find(|(e, _)| *e == "sched:sched_waking")

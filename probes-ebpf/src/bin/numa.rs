@@ -1,14 +1,11 @@
 //! `numa` kernel programs: where each process's threads run, node by node, and what NUMA
 //! balancing does to it.
 //!
-//! - `sched:sched_switch` (tp_btf, else raw_tp): the outgoing task's `se.sum_exec_runtime` minus
-//!   its value when this CPU switched it in (kept per CPU in `LAST_IN`) is exactly the run that
-//!   just ended, and it ran on this CPU's node (`CPU_NODE`, filled by userspace from sysfs). No
-//!   timestamp, no per-task map: one per-CPU slot, one array lookup and one hash lookup per
-//!   switch; the per-node times of a task add up to its `/proc/<pid>/schedstat` run time.
-//!   A run whose switch-in was not seen (begun before the attach, or an event this host's
-//!   kernel skips) is `sum_exec_runtime - se.prev_sum_exec_runtime` for fair-class tasks
-//!   (`set_next_entity` sets it at each pick, every kernel since 2.6.23), clipped to the attach.
+//! - `sched:sched_switch` (tp_btf, else raw_tp): the run that just ended, on this CPU's node
+//!   (`probes_ebpf::node_time`: one per-CPU slot, one array lookup and one hash lookup per
+//!   switch; the per-node times of a task add up to its `/proc/<pid>/schedstat` run time).
+//!   Beside ctxsw or runq-lat this program is not attached: the shared `sched` object records
+//!   the same into its own maps (`SCHED_NODE_TIME`).
 //! - `sched:sched_move_numa`, `sched_swap_numa`, `sched_stick_numa`: the scheduler's NUMA
 //!   placement moves (tp_btf, else raw_tp; rare), per task and, system-wide, per (source node,
 //!   destination node) pair of the event's CPUs in `NUMA_PAIRS` (the tracepoints' own
@@ -31,24 +28,23 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, FEntryContext, RawTracePointContext},
 };
 use probes_common::{
     numa::{
-        NumaKey, NumaOffsets, NumaVal, PairKey, Stint, MAX_NODES, PAIR_MOVE, PAIR_SWAP,
-        STAT_NO_BASELINE, STAT_NO_NODE, STAT_PAIR_FULL,
+        NumaKey, NumaOffsets, NumaVal, PairKey, RunOffsets, Stint, MAX_NODES, PAIR_MOVE,
+        PAIR_SWAP, STAT_PAIR_FULL,
     },
     stats,
 };
 use probes_ebpf::{
     allowed, atomic_add, generation, get_or_insert_copy,
     kread::{Direct, Kread, Probe},
-    ro, slot, stat, task_comm,
+    node_time::{NodeMaps, RunCfg},
+    ro, stat, task_comm,
 };
 
 #[no_mangle]
@@ -56,9 +52,7 @@ static NUMA_OFFS: NumaOffsets = NumaOffsets {
     pid: 0,
     tgid: 0,
     comm: 0,
-    sum_exec_runtime: 0,
-    prev_sum_exec_runtime: 0,
-    prio: 0,
+    run: RunOffsets::ZERO,
 };
 #[no_mangle]
 static NUMA_PER_THREAD: u8 = 0;
@@ -102,21 +96,27 @@ static NUMA_PAIRS: HashMap<PairKey, u64> = HashMap::with_max_entries(1024, BPF_F
 #[map]
 static NUMA_SCRATCH: PerCpuArray<NumaVal> = PerCpuArray::with_max_entries(1, 0);
 
-/// The aggregate of `id` (tgid or tid) in the current generation, created with `init` filling
-/// the name; every path ends in one pointer (see `probes_ebpf::slot`).
+const NODES: NodeMaps = NodeMaps {
+    cpu_node: &CPU_NODE,
+    last_in: &LAST_IN,
+    agg: &NUMA_AGG,
+    other: &NUMA_OTHER,
+    scratch: &NUMA_SCRATCH,
+};
+
+#[inline(always)]
+fn run_cfg() -> RunCfg {
+    RunCfg {
+        offs: ro(&NUMA_OFFS.run),
+        per_thread: ro(&NUMA_PER_THREAD) != 0,
+        start_ns: ro(&NUMA_START_NS),
+    }
+}
+
+/// The aggregate of `tid` (or its process) in the current generation.
 #[inline(always)]
 fn value(tid: u32, tgid: u32, init: impl FnOnce(*mut NumaVal)) -> Option<*mut NumaVal> {
-    let gen = generation();
-    let key = NumaKey {
-        id: if ro(&NUMA_PER_THREAD) != 0 { tid } else { tgid },
-        gen,
-    };
-    slot(&NUMA_AGG, &NUMA_OTHER, &NUMA_SCRATCH, &key, gen, |v| {
-        init(v);
-        // SAFETY: this CPU's scratch slot, owned by this run.
-        unsafe { (*v).tgid = tgid };
-    })
-    .map(|s| s.ptr)
+    NODES.value(ro(&NUMA_PER_THREAD) != 0, tid, tgid, init)
 }
 
 /// The current task's aggregate (events in the context of the task they are about).
@@ -134,26 +134,14 @@ fn current() -> Option<*mut NumaVal> {
     })
 }
 
-/// The node of `cpu` (node 0 for a CPU beyond the map, counted as `STAT_NO_NODE`).
-#[inline(always)]
-fn node_of(cpu: u32) -> u32 {
-    match CPU_NODE.get(cpu) {
-        Some(n) => *n,
-        None => {
-            stat(STAT_NO_NODE);
-            0
-        }
-    }
-}
-
 /// One scheduler move or swap from `src_cpu`'s node to `dst_cpu`'s, system-wide (any task).
 #[inline(always)]
 fn on_pair(kind: u32, src_cpu: u64, dst_cpu: u64) {
     let key = PairKey {
         gen: generation(),
         kind,
-        src: node_of(src_cpu as u32),
-        dst: node_of(dst_cpu as u32),
+        src: NODES.node_of(src_cpu as u32),
+        dst: NODES.node_of(dst_cpu as u32),
     };
     match get_or_insert_copy(&NUMA_PAIRS, &key, 0u64) {
         // SAFETY: a live map value.
@@ -166,19 +154,10 @@ fn on_pair(kind: u32, src_cpu: u64, dst_cpu: u64) {
 #[inline(always)]
 fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
     let o = ro(&NUMA_OFFS);
-    let Some(last) = LAST_IN.get_ptr_mut(0) else {
+    let cfg = run_cfg();
+    let Some(base) = NODES.switch_in::<R>(next as u64, o.pid, &cfg) else {
         return;
     };
-    // SAFETY: this CPU's slot; sched_switch programs do not nest on one CPU.
-    let base = unsafe { *last };
-    // SAFETY: as above.
-    unsafe {
-        *last = Stint {
-            tid: R::u32(next as u64, o.pid),
-            valid: 1,
-            sum_exec_runtime: R::u64(next as u64, o.sum_exec_runtime),
-        };
-    }
     let tid = R::u32(prev as u64, o.pid);
     if tid == 0 {
         // The idle task: not a process.
@@ -188,59 +167,8 @@ fn on_switch<R: Kread>(prev: *const u8, next: *const u8) {
     if !allowed(tgid) {
         return;
     }
-    let sum = R::u64(prev as u64, o.sum_exec_runtime);
-    let ran = if base.valid != 0 && base.tid == tid {
-        sum.wrapping_sub(base.sum_exec_runtime)
-    } else {
-        // Its switch-in was not seen (the run began before the attach, or this host's kernel
-        // skipped the event). The fair class records `sum_exec_runtime` when it picks a task,
-        // which bounds this run from the kernel's own accounting, clipped to the attach time.
-        match unseen_run::<R>(prev as u64, sum) {
-            Some(ran) => ran,
-            None => {
-                stat(STAT_NO_BASELINE);
-                return;
-            }
-        }
-    };
     stat(stats::EVENTS);
-    // The CPU id indexes the array; a CPU beyond it (hot-added after start) counts as node 0.
-    // SAFETY: a helper without arguments.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let node = node_of(cpu) as u64;
-    // `current` is still `prev` here.
-    let Some(v) = value(tid, tgid, |v| {
-        // SAFETY: this CPU's scratch slot, owned by this run.
-        unsafe { (*v).comm = bpf_get_current_comm().unwrap_or_default() };
-    }) else {
-        return;
-    };
-    // The bound check must be on the index the pointer arithmetic uses (see hist_record): a
-    // volatile round trip keeps LLVM from proving it away.
-    // SAFETY: reads a local.
-    let idx = unsafe { core::ptr::read_volatile(&node) };
-    // SAFETY: `v` is a live map value; the index is checked against the array length.
-    unsafe {
-        atomic_add(&raw mut (*v).runs, 1);
-        if idx < MAX_NODES as u64 {
-            atomic_add(&raw mut (*v).cpu_ns[idx as usize], ran);
-        }
-    }
-}
-
-/// The run of fair-class `task` that ends now, from `se.prev_sum_exec_runtime`, never longer
-/// than the time since the attach; `None` for other classes (which leave that field stale).
-#[inline(always)]
-fn unseen_run<R: Kread>(task: u64, sum: u64) -> Option<u64> {
-    let o = ro(&NUMA_OFFS);
-    // `prio` is an int: deadline tasks have -1.
-    if (R::u32(task, o.prio) as i32) < 100 {
-        return None;
-    }
-    let since_pick = sum.checked_sub(R::u64(task, o.prev_sum_exec_runtime))?;
-    // SAFETY: a helper without arguments.
-    let since_attach = unsafe { bpf_ktime_get_ns() }.saturating_sub(ro(&NUMA_START_NS));
-    Some(since_pick.min(since_attach))
+    NODES.switch_out::<R>(prev as u64, tid, tgid, base, &cfg);
 }
 
 /// Counts one NUMA placement event about `task` (not necessarily the current one) in the

@@ -45,6 +45,11 @@
 //! (`sched:sched_wakeup`, attached only then, or `sched_wakeup_new`) and the switch-in; it is
 //! charged to `STEAL_ID` and taken off the holders. On a 2-vCPU guest with 18 % steal a 0.5 ms
 //! burster was charged 7.8 ms per long wait of a page-cache writer before.
+//!
+//! Node time (`SCHED_NODE_TIME`, `numa` run beside ctxsw or runq-lat): the switch also records
+//! the run that ends on this CPU's node (`probes_ebpf::node_time`, the code of numa's own
+//! switch program) into `NUMA_AGG`, so `numa` attaches no `sched_switch` program of its own and
+//! a switch pays one program, one pid filter and one read of `prev`'s identity for all three.
 
 #![no_std]
 #![no_main]
@@ -60,13 +65,18 @@ use aya_ebpf::{
 };
 use probes_common::{
     hist::{opaque, LatHist},
+    numa::{NumaKey, NumaVal, Stint},
     sched::{
         Holders, PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, TaskSnap, WakeSlot,
         STAT_IDLE_SWITCHES, STEAL_ID, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, WAKE_OWN, WAKE_WAITED,
     },
     stats,
 };
-use probes_ebpf::{allowed, atomic_add, generation, get_or_insert, hist_record, ro, slot, stat};
+use probes_ebpf::{
+    allowed, atomic_add, generation, get_or_insert, hist_record, kread,
+    node_time::{NodeMaps, RunCfg},
+    ro, slot, stat,
+};
 
 #[no_mangle]
 static SCHED_OFFS: TaskOffsets = TaskOffsets::ZERO;
@@ -107,6 +117,9 @@ static SCHED_WAKE_MASK: u32 = 0;
 /// The tracepoint passes `prev_state` (kernels ≥ 5.18).
 #[no_mangle]
 static SCHED_HAS_STATE: u8 = 1;
+/// Record each run's on-CPU time per NUMA node in `NUMA_AGG` (for `numa`).
+#[no_mangle]
+static SCHED_NODE_TIME: u8 = 0;
 
 /// `sched_switch`'s `prev_state` argument (the 4th), or 0 on kernels that do not pass it.
 ///
@@ -184,9 +197,36 @@ static LATE_CULPRITS: HashMap<PairKey, PairVal> =
 #[map]
 static WAKERS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
+// Node time (`SCHED_NODE_TIME`), as numa's own object keeps it; sized by userspace (one
+// entry each when off).
+
+/// Node of each CPU, filled by userspace.
+#[map]
+static CPU_NODE: Array<u32> = Array::with_max_entries(1, 0);
+/// What each CPU switched in last.
+#[map]
+static LAST_IN: PerCpuArray<Stint> = PerCpuArray::with_max_entries(1, 0);
+/// On-CPU time per node, per process (or thread) and generation.
+#[map]
+static NUMA_AGG: HashMap<NumaKey, NumaVal> = HashMap::with_max_entries(1, BPF_F_NO_PREALLOC);
+#[map]
+static NUMA_OTHER: Array<NumaVal> = Array::with_max_entries(2, 0);
+#[map]
+static NUMA_SCRATCH: PerCpuArray<NumaVal> = PerCpuArray::with_max_entries(1, 0);
+
+const NODES: NodeMaps = NodeMaps {
+    cpu_node: &CPU_NODE,
+    last_in: &LAST_IN,
+    agg: &NUMA_AGG,
+    other: &NUMA_OTHER,
+    scratch: &NUMA_SCRATCH,
+};
+
 /// How task fields are read: direct loads (tp_btf, where the verifier knows the pointer's BTF
 /// type and checks each load against the struct layout) or `bpf_probe_read_kernel` (raw_tp).
 trait Reader {
+    /// The same reader for the shared helpers (`probes_ebpf::node_time`).
+    type K: kread::Kread;
     fn u64(task: *const u8, off: u32) -> u64;
     fn i32(task: *const u8, off: u32) -> i32;
 }
@@ -195,6 +235,7 @@ struct Direct;
 struct Probe;
 
 impl Reader for Direct {
+    type K = kread::Direct;
     #[inline(always)]
     fn u64(task: *const u8, off: u32) -> u64 {
         // SAFETY: `task` is a BTF-typed task_struct pointer from a tp_btf argument and `off` a
@@ -210,6 +251,7 @@ impl Reader for Direct {
 }
 
 impl Reader for Probe {
+    type K = kread::Probe;
     #[inline(always)]
     fn u64(task: *const u8, off: u32) -> u64 {
         // SAFETY: the helper checks the address; a failed read yields 0.
@@ -521,6 +563,21 @@ fn eq01(a: u32, b: u32) -> u64 {
 fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_state: u64) {
     switch_in::<R>(prev, next);
     let o = ro(&SCHED_OFFS);
+    let node_time = ro(&SCHED_NODE_TIME) != 0;
+    let cfg = RunCfg {
+        offs: o.run,
+        per_thread: ro(&SCHED_PER_THREAD) != 0,
+        start_ns: ro(&SCHED_START_NS),
+    };
+    // A plain value on both paths: 5.10's verifier refuses a read of a stack slot one path
+    // left unwritten (an `Option` whose payload only one arm writes).
+    let stint = if node_time {
+        NODES
+            .switch_in::<R::K>(next as u64, o.pid, &cfg)
+            .unwrap_or_default()
+    } else {
+        Stint::default()
+    };
     let tid = R::i32(prev, o.pid) as u32;
     if tid == 0 {
         // The idle task: not a process, but its switches count in the system total.
@@ -532,6 +589,9 @@ fn on_switch<R: Reader>(preempt: bool, prev: *const u8, next: *const u8, prev_st
         return;
     }
     stat(stats::EVENTS);
+    if node_time {
+        NODES.switch_out::<R::K>(prev as u64, tid, tgid, stint, &cfg);
+    }
     let now = TaskSnap {
         nvcsw: R::u64(prev, o.nvcsw),
         nivcsw: R::u64(prev, o.nivcsw),

@@ -207,6 +207,7 @@ const fn fake(name: &'static str, hooks: &'static [Hook]) -> ToolInfo {
         rows: &[],
         causes: &[],
         by_container: false,
+        joins: &[],
     }
 }
 
@@ -364,17 +365,14 @@ fn json_lines_keep_their_types_and_keys() {
         ["system", "hook", "hook", "hook", "hook", "hook", "tool", "tool", "composed", "summary"]
     );
     assert!(lines.iter().all(|l| l["tool"] == "doctor"));
-    // triage's plan: ctxsw and runq-lat share one program on sched_switch.
+    // triage's plan: ctxsw, runq-lat and numa share one program on sched_switch.
     let switch = lines[8]["events"]
         .as_array()
         .unwrap()
         .iter()
         .find(|e| e["event"] == "sched:sched_switch")
         .unwrap();
-    assert!(switch["programs"]
-        .as_array()
-        .unwrap()
-        .contains(&json!(["ctxsw", "runq-lat"])));
+    assert_eq!(switch["programs"], json!([["ctxsw", "runq-lat", "numa"]]));
     assert_eq!(lines[0]["kernel"], "6.18.0-test");
     let sw = &lines[1];
     assert_eq!(sw["for"], "broken");

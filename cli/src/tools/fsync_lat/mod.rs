@@ -48,6 +48,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&SUMMARY_ROWS, &FILE_ROWS],
     causes: &[FSYNC],
     by_container: true,
+    joins: &[],
 };
 
 /// Evidence keys of fsync-lat's findings that other parts of tracekit read (`triage`'s links).

@@ -60,6 +60,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&rows::SUMMARY_ROWS, &rows::DEVICE_ROWS, &dirty::DIRTY_ROWS],
     causes: &[IO_QUEUE, IO_LATENCY, IO_SCHEDULER],
     by_container: true,
+    joins: &[],
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

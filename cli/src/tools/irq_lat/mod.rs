@@ -40,6 +40,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&IRQ_ROWS, &CPU_ROWS],
     causes: &[IRQ_IMBALANCE, IRQ_STORM],
     by_container: false,
+    joins: &[],
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

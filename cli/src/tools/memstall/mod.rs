@@ -50,6 +50,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&report::SUMMARY_ROWS, &memcg::CGROUP_ROWS, &memcg::OOM_ROWS],
     causes: &[THP_COMPACTION, THP_COLLAPSE, THP_FAULT, RECLAIM, MEMCG_LIMIT, OOM_KILL],
     by_container: true,
+    joins: &[],
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

@@ -66,6 +66,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&rows::DROP_ROWS, &rows::SOCKET_ROWS, &listen::LISTEN_ROWS, &rows::CPU_ROWS, &devices::DEVICE_ROWS, &devices::CONNTRACK_ROWS],
     causes: &[NET_DROPS, LISTEN_OVERFLOW, NET_BACKLOG, SOFTIRQ_IMBALANCE, CONNTRACK_FULL],
     by_container: false,
+    joins: &[],
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).

@@ -16,7 +16,6 @@
 use crate::report::findings::Cause;
 use std::{collections::BTreeMap, time::Instant};
 
-use aya::maps::Array;
 use probes_common::numa::{
     NumaKey, NumaOffsets, NumaVal, PairKey, MAX_NODES, PAIR_MOVE, PAIR_SWAP, STAT_NO_BASELINE,
     STAT_NO_NODE, STAT_PAIR_FULL,
@@ -30,7 +29,11 @@ use crate::{
         vmstat::Vmstat,
     },
     report::who::{Id, Title},
-    tools::{doctor::node::cpu_ranges, prelude::*},
+    tools::{
+        doctor::node::cpu_ranges,
+        prelude::*,
+        sched::{self, SchedSession},
+    },
 };
 
 mod one_node;
@@ -51,6 +54,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&report::SUMMARY_ROWS, &report::NODE_ROWS],
     causes: &[NUMA_MISPLACED, NUMA_MIGRATION],
     by_container: false,
+    joins: crate::tools::sched::HOOKS,
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
@@ -66,11 +70,14 @@ pub const NUMA_MIGRATION: Cause = Cause::new(
 const OBJECT: Object = crate::object!("numa");
 
 const FAULT_FN: &str = "task_numa_fault";
+const SWITCH: &str = "sched:sched_switch";
 
 /// `sched_switch` is required; the NUMA balancing events and the hinting-fault hook are
-/// optional (the report says what was skipped).
+/// optional (the report says what was skipped). Beside ctxsw or runq-lat (`triage`, `serve`,
+/// `record`), the shared `sched` object's switch program records the node time instead
+/// (`INFO.joins`), and this object attaches the rest.
 pub const HOOKS: &[Hook] = &[
-    crate::hook!("sched:sched_switch", "tk_numa_switch", [TpBtf, RawTp], optional: false),
+    crate::hook!(SWITCH, "tk_numa_switch", [TpBtf, RawTp], optional: false),
     crate::hook!("sched:sched_move_numa", "tk_numa_move", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_swap_numa", "tk_numa_swap", [TpBtf, RawTp], optional: true),
     crate::hook!("sched:sched_stick_numa", "tk_numa_stick", [TpBtf, RawTp], optional: true),
@@ -101,14 +108,21 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub maps: usize,
 
-    /// Trace even on a single-node host (tests and cost measurements).
+    /// Trace even on a single-node host (tests and cost measurements; `TRACEKIT_NUMA_FORCE=1`
+    /// does the same for the numa collector of `triage`, `serve` and `record`).
     #[arg(long, hide = true)]
     pub force: bool,
 }
 
+impl Args {
+    fn force(&self) -> bool {
+        self.force || std::env::var_os("TRACEKIT_NUMA_FORCE").is_some_and(|v| v == "1")
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     let c = &args.common;
-    if !args.force && c.duration.is_none() && c.interval.is_none() {
+    if !args.force() && c.duration.is_none() && c.interval.is_none() {
         let topo = Topology::read();
         if topo.len() < 2 {
             return one_node_now(c, &topo);
@@ -121,7 +135,7 @@ pub fn run(args: Args) -> Result<()> {
 /// a collector that loads nothing.
 pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let topo = Topology::read();
-    if topo.len() < 2 && !args.force {
+    if topo.len() < 2 && !args.force() {
         return Ok(Box::new(OneNode {
             scope: ctx.scope.clone(),
             topo,
@@ -133,7 +147,15 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
             n.id
         )));
     }
-    let plan = loader::plan(HOOKS, &ctx.env, &ctx.symbols)?;
+    // Beside a collector that loaded the `sched` object, its switch program records the node
+    // time and numa's own stays out.
+    let node = sched::join_node_time(ctx)?;
+    let hooks: Vec<Hook> = HOOKS
+        .iter()
+        .filter(|h| node.is_none() || h.event != SWITCH)
+        .cloned()
+        .collect();
+    let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     let btf = crate::kernel::btf::vmlinux().map_err(|e| {
         Error::KernelFeature(format!(
             "numa needs the kernel's BTF to find task_struct fields: {e}"
@@ -144,9 +166,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         pid: m("pid", 4)?,
         tgid: m("tgid", 4)?,
         comm: m("comm", 16)?,
-        sum_exec_runtime: m("se.sum_exec_runtime", 8)?,
-        prev_sum_exec_runtime: m("se.prev_sum_exec_runtime", 8)?,
-        prio: m("prio", 4)?,
+        run: sched::run_offsets(btf)?,
     };
     // `mm_migrate_pages` gained `large_folio_split` in 6.9: the reason is then the 8th argument
     // (the prototype's first parameter is the probe's data pointer).
@@ -172,22 +192,16 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("CPU_NODE", ncpus as u32)
         // Two kinds, every ordered pair, two generations.
         .max_entries("NUMA_PAIRS", (4 * width * width).max(16) as u32)
-        .tp_btf_planned(HOOKS, &plan);
+        .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    {
-        let mut map: Array<_, u32> = Array::try_from(session.map_mut("CPU_NODE")?)?;
-        for (cpu, &node) in topo.cpu_to_node().iter().enumerate().take(ncpus) {
-            map.set(cpu as u32, if node == u32::MAX { 0 } else { node }, 0)
-                .context("filling CPU_NODE")?;
-        }
-    }
-    session.attach_planned(HOOKS, &plan)?;
+    sched::fill_cpu_node(&mut session)?;
+    session.attach_planned(&hooks, &plan)?;
     // The kernel's counters at the start of generation 0, as close to the attach as possible.
     let vmstat = Vmstat::read().ok();
     let numastat = node_stats(&topo);
     let agg = GenMap::take(&mut session, "NUMA_AGG", Some("NUMA_OTHER"), NumaVal::ZERO)?;
     let pairs = GenMap::take(&mut session, "NUMA_PAIRS", None, 0u64)?;
-    let hint_hook = HOOKS
+    let hint_hook = hooks
         .iter()
         .zip(&plan)
         .find(|(h, _)| h.event == FAULT_FN)
@@ -196,6 +210,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Ok(Box::new(Numa {
         session,
+        node,
         agg,
         pairs,
         scope: scope.clone(),
@@ -214,6 +229,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
 
 struct Numa {
     session: Session,
+    /// The shared `sched` object recording the node time, when another collector of this run
+    /// loaded it (numa's own object then has no `sched_switch` program).
+    node: Option<SchedSession>,
     agg: GenMap<NumaKey, NumaVal>,
     /// System-wide scheduler moves and swaps by node pair.
     pairs: GenMap<PairKey, u64>,
@@ -391,10 +409,17 @@ impl Collector for Numa {
         )
         .with("nodes", self.topo.len())
         .with("hint_hook", self.hint_hook.map(|m| m.as_str()))
+        .with(
+            "node_time_by",
+            if self.node.is_some() { "sched" } else { "numa" },
+        )
     }
 
     fn flip(&mut self) -> Result<()> {
         self.session.flip_generation()?;
+        if let Some(n) = self.node.as_mut() {
+            n.flip()?;
+        }
         self.edge = Some((Vmstat::read().ok(), node_stats(&self.topo)));
         Ok(())
     }
@@ -418,15 +443,31 @@ impl Collector for Numa {
             .edge
             .take()
             .unwrap_or_else(|| (Vmstat::read().ok(), node_stats(&self.topo)));
-        let st = self.session.stats_delta()?;
+        let mut st = self.session.stats_delta()?;
+        let (mut by_id, mut other) = (BTreeMap::new(), drained.other);
+        if let Some(n) = self.node.as_mut() {
+            // Run time from the shared object, NUMA balancing from numa's own: one row each.
+            let nd = n
+                .drain_node()
+                .context("reading the sched object's NUMA_AGG")?;
+            for (k, v) in nd.rows {
+                by_id.insert(k.id, v);
+            }
+            other.add(&nd.other);
+            for i in [STAT_NO_BASELINE, STAT_NO_NODE] {
+                st[i as usize] += nd.stats[i as usize];
+            }
+        }
+        for (k, v) in drained.rows {
+            by_id
+                .entry(k.id)
+                .and_modify(|x: &mut NumaVal| x.add(&v))
+                .or_insert(v);
+        }
         let secs = w.secs();
-        let mut rows: Vec<SummaryRow> = drained
-            .rows
-            .iter()
-            .map(|(k, v)| self.row(k.id, v))
-            .collect();
-        if drained.other != NumaVal::ZERO {
-            rows.push(self.row(0, &drained.other));
+        let mut rows: Vec<SummaryRow> = by_id.iter().map(|(id, v)| self.row(*id, v)).collect();
+        if other != NumaVal::ZERO {
+            rows.push(self.row(0, &other));
         }
         rows.sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns).then(a.id.cmp(&b.id)));
         let t = Instant::now();

@@ -58,6 +58,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
     causes: &[CPU_HOT],
     by_container: false,
+    joins: &[],
 };
 
 // The causes this tool concludes (listed in INFO; see report::findings::Cause).
@@ -79,6 +80,7 @@ pub const OFF_CPU: ToolInfo = ToolInfo {
     rows: &[&rows::PROCESS_ROWS, &rows::FUNCTION_TOTAL_ROWS, &rows::STACK_ROWS],
     causes: &[OFF_CPU_WAIT],
     by_container: false,
+    joins: &[],
 };
 
 const OBJECT: Object = crate::object!("profile");

@@ -48,6 +48,7 @@ pub const INFO: ToolInfo = ToolInfo {
     rows: &[&SUMMARY_ROWS, &AGGRESSOR_ROWS],
     causes: &[RUNQ_DELAY, CPU_SATURATED],
     by_container: true,
+    joins: &[],
 };
 
 /// Evidence of a run-queue finding that triage reads (it folds a storm's own waits into
@@ -133,6 +134,7 @@ fn record(args: &Args) -> Record {
         culprits: true,
         wakers: false,
         wake_from: args.from,
+        node_time: false,
     }
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use probes_common::{
     hist::LatHist,
+    numa::RunOffsets,
     sched::{
         SchedVal, TaskOffsets, STAT_IDLE_SWITCHES, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, STEAL_ID,
     },
@@ -28,7 +29,7 @@ use crate::{
 
 mod session;
 
-pub use session::{open, Interval, Pool, SchedSession};
+pub use session::{join_node_time, open, Interval, NodeDrain, Pool, SchedSession};
 
 const OBJECT: Object = crate::object!("sched");
 
@@ -132,6 +133,9 @@ pub struct Record {
     pub wakers: bool,
     /// Where waits after a wakeup start.
     pub wake_from: WakeFrom,
+    /// On-CPU time per NUMA node (for `numa` beside ctxsw or runq-lat, see
+    /// [`session::join_node_time`]).
+    pub node_time: bool,
 }
 
 impl Record {
@@ -142,6 +146,7 @@ impl Record {
             culprits: self.culprits || o.culprits,
             wakers: self.wakers || o.wakers,
             wake_from: self.wake_from,
+            node_time: self.node_time || o.node_time,
         }
     }
 }
@@ -221,6 +226,32 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
         se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_steal: 0,
+        run: run_offsets(btf)?,
+    })
+}
+
+/// Fills `CPU_NODE` of a loaded object (numa's, or the shared `sched` one recording node
+/// time) from sysfs: a CPU of no node counts as node 0.
+pub fn fill_cpu_node(session: &mut crate::kernel::loader::Session) -> Result<()> {
+    use crate::error::Context as _;
+    let ncpus = crate::host::proc::possible_cpus();
+    let topo = crate::host::numa::Topology::read();
+    let mut map: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(session.map_mut("CPU_NODE")?)?;
+    for (cpu, &node) in topo.cpu_to_node().iter().enumerate().take(ncpus) {
+        map.set(cpu as u32, if node == u32::MAX { 0 } else { node }, 0)
+            .context("filling CPU_NODE")?;
+    }
+    Ok(())
+}
+
+/// The members a run's length is read from (numa's node time, in either object).
+pub fn run_offsets(btf: &Btf) -> Result<RunOffsets> {
+    let m = |path: &str, size: u32| btf.member_offset("task_struct", path, size);
+    Ok(RunOffsets {
+        sum_exec_runtime: m("se.sum_exec_runtime", 8)?,
+        prev_sum_exec_runtime: m("se.prev_sum_exec_runtime", 8)?,
+        prio: m("prio", 4)?,
     })
 }
 

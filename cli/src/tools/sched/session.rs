@@ -8,6 +8,7 @@
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc};
 
 use probes_common::{
+    numa::{NumaKey, NumaVal},
     sched::{PairKey, PairVal, SchedKey, SchedVal},
     stats::NSTATS,
 };
@@ -62,7 +63,19 @@ struct Raw {
     culprits: Vec<Pair>,
     late_culprits: Vec<Pair>,
     wakers: Vec<Pair>,
+    /// On-CPU time per node ([`Record::node_time`]).
+    node_rows: Vec<(NumaKey, NumaVal)>,
+    node_other: NumaVal,
     stats: [u64; NSTATS as usize],
+}
+
+/// One window of node time as the shared object recorded it for `numa`.
+pub struct NodeDrain {
+    pub rows: Vec<(NumaKey, NumaVal)>,
+    /// What did not fit the map (the `[other]` row).
+    pub other: NumaVal,
+    /// The object's counters of what it could not record (`numa::STAT_*` slots included).
+    pub stats: [u64; NSTATS as usize],
 }
 
 /// The loaded object and its maps.
@@ -73,6 +86,7 @@ struct Core {
     culprits: Option<GenMap<PairKey, PairVal>>,
     late_culprits: Option<GenMap<PairKey, PairVal>>,
     wakers: Option<GenMap<PairKey, PairVal>>,
+    node: Option<GenMap<NumaKey, NumaVal>>,
     /// What the programs record: the union of every reader's [`Record`].
     record: Record,
     /// What a skipped optional hook costs the report.
@@ -153,15 +167,25 @@ impl Core {
             .global("SCHED_FROM_WAKEUP", &u8::from(from_wakeup))
             .global("SCHED_WAKE_MASK", &(slots - 1))
             .global("SCHED_HAS_STATE", &u8::from(has_state))
+            .global("SCHED_NODE_TIME", &u8::from(want.node_time))
             .max_entries("TASKS", task_cap())
             .max_entries("WAKE", slots)
             .max_entries("SCHED_AGG", scope.key_cap())
             .max_entries("PREEMPTORS", scope.key_cap())
             .max_entries("CULPRITS", scope.key_cap())
             .max_entries("LATE_CULPRITS", scope.key_cap())
-            .max_entries("WAKERS", scope.key_cap())
-            .tp_btf_planned(&hooks, &plan);
+            .max_entries("WAKERS", scope.key_cap());
+        let spec = if want.node_time {
+            spec.max_entries("NUMA_AGG", scope.key_cap())
+                .max_entries("CPU_NODE", crate::host::proc::possible_cpus() as u32)
+        } else {
+            spec
+        }
+        .tp_btf_planned(&hooks, &plan);
         let mut session = Session::load(OBJECT, scope.filter(), spec)?;
+        if want.node_time {
+            super::fill_cpu_node(&mut session)?;
+        }
         session.attach_planned(&hooks, &plan)?;
         session
             .left_out
@@ -200,7 +224,18 @@ impl Core {
             Some("SCHED_OTHER"),
             SchedVal::ZERO,
         )?;
+        let node = if want.node_time {
+            Some(GenMap::take(
+                &mut session,
+                "NUMA_AGG",
+                Some("NUMA_OTHER"),
+                NumaVal::ZERO,
+            )?)
+        } else {
+            None
+        };
         Ok(Core {
+            node,
             preemptors: pair_map(&mut session, "PREEMPTORS", want.preemptors)?,
             culprits: pair_map(&mut session, "CULPRITS", want.culprits)?,
             late_culprits: pair_map(&mut session, "LATE_CULPRITS", want.culprits)?,
@@ -237,7 +272,16 @@ impl Core {
     fn drain(&mut self) -> Result<Raw> {
         let gen = self.session.drained();
         let drained = self.agg.drain(gen)?;
+        let node = match self.node.as_mut() {
+            Some(m) => m.drain(gen)?,
+            None => crate::kernel::maps::Drained {
+                rows: Vec::new(),
+                other: NumaVal::ZERO,
+            },
+        };
         Ok(Raw {
+            node_rows: node.rows,
+            node_other: node.other,
             span: self.session.drained_span_ns(),
             rows: drained.rows,
             other: drained.other,
@@ -291,6 +335,24 @@ pub fn open(ctx: &OpenCtx, record: Record) -> Result<SchedSession> {
     })
 }
 
+/// `numa`'s way in: when a collector of this run has loaded the `sched` object, the node time
+/// is recorded by its `sched_switch` program (reloaded once with it, at open) instead of a
+/// program of numa's own; `None` when none has (numa then attaches its own).
+pub fn join_node_time(ctx: &OpenCtx) -> Result<Option<SchedSession>> {
+    let loaded = ctx.sched.0.borrow().as_ref().map(|c| c.borrow().record);
+    let Some(loaded) = loaded else {
+        return Ok(None);
+    };
+    let record = Record {
+        preemptors: false,
+        culprits: false,
+        wakers: false,
+        wake_from: loaded.wake_from,
+        node_time: true,
+    };
+    open(ctx, record).map(Some)
+}
+
 /// One collector's handle on the run's `sched` object.
 pub struct SchedSession {
     core: Rc<RefCell<Core>>,
@@ -339,6 +401,21 @@ impl SchedSession {
             }
         }
         ids
+    }
+
+    /// This window's node time ([`join_node_time`]).
+    pub fn drain_node(&mut self) -> Result<NodeDrain> {
+        let raw = self.core.borrow_mut().raw()?;
+        Ok(NodeDrain {
+            rows: raw.node_rows.clone(),
+            other: raw.node_other,
+            stats: raw.stats,
+        })
+    }
+
+    /// The collectors this object's programs serve (the meta line's `programs_shared`).
+    pub fn readers(&self) -> usize {
+        self.core.borrow().readers
     }
 
     /// Waits after a wakeup are timed on the wall clock (the wakeup hooks attached).

@@ -63,6 +63,7 @@ pub const INFO: ToolInfo = ToolInfo {
         crate::tools::profile::OFF_CPU_WAIT,
     ],
     by_container: false,
+    joins: &[],
 };
 
 const OBJECT: Object = crate::object!("why");
