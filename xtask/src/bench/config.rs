@@ -13,6 +13,7 @@ pub(super) fn s(v: &[&str]) -> Vec<String> {
 }
 
 const TRIAGE: &str = "tracekit triage (every collector, one process)";
+const TRIAGE_NUMA: &str = "tracekit triage, numa forced (as on a NUMA node)";
 
 /// The tracers attached together on the pinned pipe (issue 30: triage against runqlat, and
 /// ctxsw against its floor, with every one of them on every switch).
@@ -124,6 +125,20 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
         triage.ready = Ready::Line("Triage: watching");
     }
     sched.push(triage.clone());
+    // The same on a NUMA node, where triage runs numa too: forced here, it joins the shared
+    // sched_switch program (issue 30) instead of adding its own.
+    sched.push(Tracer {
+        name: TRIAGE_NUMA.into(),
+        argv: s(&[
+            "env",
+            "TRACEKIT_NUMA_FORCE=1",
+            &tk_s,
+            "triage",
+            "--duration",
+            "1h",
+        ]),
+        ..triage.clone()
+    });
     sched.push(Tracer {
         name: "libbpf-tools runqlat".into(),
         argv: s(&["stdbuf", "-oL", "runqlat"]),
@@ -249,6 +264,7 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
                 && !t.name.contains("numa's switch work")
                 && !t.name.starts_with("tracekit numa")
                 && t.name != TRIAGE
+                && t.name != TRIAGE_NUMA
         })
         .cloned()
         .collect();
