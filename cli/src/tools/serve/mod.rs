@@ -229,7 +229,8 @@ struct Serve {
 
 impl Serve {
     /// The JSON meta line (scripts and tests wait for it): where it listens, what runs, the
-    /// program ids (to check nothing stays loaded).
+    /// program ids (to check nothing stays loaded), each collector's, so a program collectors
+    /// share is listed once per collector, as `tracekit_programs_loaded` counts it.
     fn meta_line(st: &exporter::State, metas: &[Meta]) -> Value {
         json!({
             "tool": "serve",
@@ -237,7 +238,7 @@ impl Serve {
             "listen": st.listen,
             "watching": st.ran,
             "could_not_run": tools::could_not_run(&st.cannot),
-            "programs": crate::engine::emit::run_programs(metas),
+            "programs": metas.iter().flat_map(|m| m.programs.as_array().cloned().unwrap_or_default()).collect::<Vec<_>>(),
         })
     }
 }
