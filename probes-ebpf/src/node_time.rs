@@ -8,8 +8,8 @@
 //! is `sum_exec_runtime - se.prev_sum_exec_runtime` for fair-class tasks (`set_next_entity` sets
 //! it at each pick, every kernel since 2.6.23), clipped to the attach.
 //!
-//! Declares no maps (every map of this library lands in every object): each object passes its
-//! own in [`NodeMaps`].
+//! Declares no maps (every map of this library lands in every object): each object that records
+//! node time declares its own with [`node_time_maps!`](crate::node_time_maps).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
@@ -156,4 +156,49 @@ fn unseen_run<K: Kread>(task: u64, sum: u64, cfg: &RunCfg) -> Option<u64> {
     // SAFETY: a helper without arguments.
     let since_attach = unsafe { bpf_ktime_get_ns() }.saturating_sub(cfg.start_ns);
     Some(since_pick.min(since_attach))
+}
+
+/// Declares, in the object that invokes it, the maps node time is recorded in (`CPU_NODE`,
+/// `LAST_IN`, `NUMA_AGG` with `$agg` entries until userspace sizes it, `NUMA_OTHER`,
+/// `NUMA_SCRATCH`: the names userspace takes them by) and `NODES`, the [`NodeMaps`] over them.
+#[macro_export]
+macro_rules! node_time_maps {
+    ($agg:expr) => {
+        /// Node of each CPU, sized and filled by userspace.
+        #[aya_ebpf::macros::map]
+        static CPU_NODE: aya_ebpf::maps::Array<u32> = aya_ebpf::maps::Array::with_max_entries(1, 0);
+
+        /// What each CPU switched in last.
+        #[aya_ebpf::macros::map]
+        static LAST_IN: aya_ebpf::maps::PerCpuArray<probes_common::numa::Stint> =
+            aya_ebpf::maps::PerCpuArray::with_max_entries(1, 0);
+
+        /// On-CPU time per node (and numa's other counters, in its own object), per process
+        /// (or thread) and generation, sized by userspace.
+        #[aya_ebpf::macros::map]
+        static NUMA_AGG: aya_ebpf::maps::HashMap<
+            probes_common::numa::NumaKey,
+            probes_common::numa::NumaVal,
+        > = aya_ebpf::maps::HashMap::with_max_entries(
+            $agg,
+            aya_ebpf::bindings::BPF_F_NO_PREALLOC,
+        );
+
+        /// What did not fit `NUMA_AGG`, one row per generation.
+        #[aya_ebpf::macros::map]
+        static NUMA_OTHER: aya_ebpf::maps::Array<probes_common::numa::NumaVal> =
+            aya_ebpf::maps::Array::with_max_entries(2, 0);
+
+        #[aya_ebpf::macros::map]
+        static NUMA_SCRATCH: aya_ebpf::maps::PerCpuArray<probes_common::numa::NumaVal> =
+            aya_ebpf::maps::PerCpuArray::with_max_entries(1, 0);
+
+        const NODES: $crate::node_time::NodeMaps = $crate::node_time::NodeMaps {
+            cpu_node: &CPU_NODE,
+            last_in: &LAST_IN,
+            agg: &NUMA_AGG,
+            other: &NUMA_OTHER,
+            scratch: &NUMA_SCRATCH,
+        };
+    };
 }

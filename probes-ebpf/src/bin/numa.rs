@@ -30,12 +30,12 @@ use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::HashMap,
     programs::{BtfTracePointContext, FEntryContext, RawTracePointContext},
 };
 use probes_common::{
     numa::{
-        NumaKey, NumaOffsets, NumaVal, PairKey, RunOffsets, Stint, MAX_NODES, PAIR_MOVE,
+        NumaOffsets, NumaVal, PairKey, RunOffsets, MAX_NODES, PAIR_MOVE,
         PAIR_SWAP, STAT_PAIR_FULL,
     },
     stats,
@@ -43,7 +43,7 @@ use probes_common::{
 use probes_ebpf::{
     allowed, atomic_add, generation, get_or_insert_copy,
     kread::{Direct, Kread, Probe},
-    node_time::{NodeMaps, RunCfg},
+    node_time::RunCfg,
     ro, stat, task_comm,
 };
 
@@ -72,37 +72,12 @@ static NUMA_TNF_MIGRATED: u32 = 0x01;
 #[no_mangle]
 static NUMA_TNF_FAULT_LOCAL: u32 = 0x08;
 
-/// Node of each CPU, sized and filled by userspace.
-#[map]
-static CPU_NODE: Array<u32> = Array::with_max_entries(1, 0);
-
-/// What each CPU switched in last.
-#[map]
-static LAST_IN: PerCpuArray<Stint> = PerCpuArray::with_max_entries(1, 0);
-
-/// Per process (or thread) and generation, sized by userspace.
-#[map]
-static NUMA_AGG: HashMap<NumaKey, NumaVal> = HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
-
-/// What did not fit `NUMA_AGG`, one row per generation.
-#[map]
-static NUMA_OTHER: Array<NumaVal> = Array::with_max_entries(2, 0);
+probes_ebpf::node_time_maps!(8192);
 
 /// System-wide task moves and swaps per (kind, source node, destination node) and generation,
 /// sized by userspace.
 #[map]
 static NUMA_PAIRS: HashMap<PairKey, u64> = HashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
-
-#[map]
-static NUMA_SCRATCH: PerCpuArray<NumaVal> = PerCpuArray::with_max_entries(1, 0);
-
-const NODES: NodeMaps = NodeMaps {
-    cpu_node: &CPU_NODE,
-    last_in: &LAST_IN,
-    agg: &NUMA_AGG,
-    other: &NUMA_OTHER,
-    scratch: &NUMA_SCRATCH,
-};
 
 #[inline(always)]
 fn run_cfg() -> RunCfg {

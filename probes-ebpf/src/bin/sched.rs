@@ -66,7 +66,7 @@ use aya_ebpf::{
 };
 use probes_common::{
     hist::{opaque, LatHist},
-    numa::{NumaKey, NumaVal, Stint},
+    numa::Stint,
     sched::{
         Holders, PairKey, PairVal, SchedKey, SchedVal, TaskOffsets, TaskSnap, WakeSlot,
         STAT_IDLE_SWITCHES, STEAL_ID, STAT_NO_BASELINE, STAT_PAIR_MAP_FULL, WAKE_OWN, WAKE_WAITED,
@@ -75,7 +75,7 @@ use probes_common::{
 };
 use probes_ebpf::{
     allowed, atomic_add, generation, get_or_insert, hist_record, kread,
-    node_time::{NodeMaps, RunCfg},
+    node_time::RunCfg,
     ro, slot, stat,
 };
 
@@ -201,27 +201,7 @@ static WAKERS: HashMap<PairKey, PairVal> = HashMap::with_max_entries(8192, BPF_F
 // Node time (`SCHED_NODE_TIME`), as numa's own object keeps it; sized by userspace (one
 // entry each when off).
 
-/// Node of each CPU, filled by userspace.
-#[map]
-static CPU_NODE: Array<u32> = Array::with_max_entries(1, 0);
-/// What each CPU switched in last.
-#[map]
-static LAST_IN: PerCpuArray<Stint> = PerCpuArray::with_max_entries(1, 0);
-/// On-CPU time per node, per process (or thread) and generation.
-#[map]
-static NUMA_AGG: HashMap<NumaKey, NumaVal> = HashMap::with_max_entries(1, BPF_F_NO_PREALLOC);
-#[map]
-static NUMA_OTHER: Array<NumaVal> = Array::with_max_entries(2, 0);
-#[map]
-static NUMA_SCRATCH: PerCpuArray<NumaVal> = PerCpuArray::with_max_entries(1, 0);
-
-const NODES: NodeMaps = NodeMaps {
-    cpu_node: &CPU_NODE,
-    last_in: &LAST_IN,
-    agg: &NUMA_AGG,
-    other: &NUMA_OTHER,
-    scratch: &NUMA_SCRATCH,
-};
+probes_ebpf::node_time_maps!(1);
 
 /// How task fields are read: direct loads (tp_btf, where the verifier knows the pointer's BTF
 /// type and checks each load against the struct layout) or `bpf_probe_read_kernel` (raw_tp).
