@@ -9,10 +9,7 @@
 //! migrations and hinting faults are reported per process and the system totals equal the
 //! kernel's `/proc/vmstat` deltas.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracekit::host::{numa, vmstat::Vmstat};
@@ -110,27 +107,18 @@ fn forced_on_one_node_counts_run_time() {
 fn beside_ctxsw() -> Result<String, String> {
     let dir = scratch("numa-composed");
     let out = dir.join("sched.tkr");
-    let tk = Tracer::spawn_env(
+    let tk = start_recording_env(
+        &out,
         &[
-            "record",
             "--tools",
             "ctxsw,runq-lat,numa",
             "--duration",
             "60s",
             "--interval",
             "1s",
-            "--output",
-            out.to_str().unwrap(),
         ],
         &[("TRACEKIT_NUMA_FORCE", "1")],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains('\n')) {
-        if Instant::now() > deadline {
-            return Err(format!("no header in {}", out.display()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let progs = programs_of(tk.child.id());
     let held = Held::start(&["numa-place", "bind", "0", "0", "16", "1"]);
     let runtime = held

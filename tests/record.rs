@@ -547,23 +547,10 @@ fn record_into_a_removed_directory_fails_naming_the_file() {
 /// `record --tools TOOLS` into `out` every second for up to a minute, once its header is
 /// written (the collectors are attached by then).
 fn record_started(tools: &str, out: &Path) -> Tracer {
-    let tk = Tracer::spawn(&[
-        "record",
-        "--tools",
-        tools,
-        "--duration",
-        "60s",
-        "--interval",
-        "1s",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(out).is_ok_and(|s| s.contains('\n')) {
-        assert!(Instant::now() < deadline, "no header in {}", out.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    tk
+    start_recording(
+        out,
+        &["--tools", tools, "--duration", "60s", "--interval", "1s"],
+    )
 }
 
 /// Issue #32: `serve`, `compare` and `record` know a row's numbers only by its tool's

@@ -18,12 +18,14 @@ pub mod mm;
 pub mod podman;
 pub mod progs;
 pub mod prometheus;
+pub mod recording;
 pub mod udp;
 pub mod vm;
 pub mod workloads;
 
 pub use held::Held;
 pub use progs::*;
+pub use recording::*;
 pub use workloads::*;
 
 /// The release `tracekit` that `cargo xtask test` built (`TRACEKIT_BIN`), else the usual place.
@@ -228,42 +230,6 @@ impl Tracer {
         let stderr = self.child.wait_with_output_stderr();
         (status, std::mem::take(&mut self.seen), stderr)
     }
-}
-
-/// Starts `tracekit record --output OUT ARGS` and returns once its header line is in the file:
-/// the collectors are attached then (the recording's own announcement of attaching).
-pub fn start_recording(out: &std::path::Path, args: &[&str]) -> Tracer {
-    let mut all = vec!["record", "--output", out.to_str().expect("UTF-8 path")];
-    all.extend_from_slice(args);
-    let tk = Tracer::spawn(&all);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(out).is_ok_and(|s| s.contains('\n')) {
-        assert!(Instant::now() < deadline, "no header in {}", out.display());
-        thread::sleep(Duration::from_millis(20));
-    }
-    tk
-}
-
-/// Ends a recording started by [`start_recording`] (SIGINT) and checks it said it recorded.
-pub fn end_recording(tk: Tracer) {
-    tk.signal(libc::SIGINT);
-    let (status, _, stderr) = tk.finish(Duration::from_secs(30));
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("Recorded "), "{stderr}");
-}
-
-/// `tracekit compare ARGS` to its end: (exit code, stdout, stderr).
-pub fn compare(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(tracekit_bin())
-        .arg("compare")
-        .args(args)
-        .output()
-        .expect("spawn tracekit compare");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Spawns `tracekit ARGS` in text mode and waits (at most 20 s) for its announcement on stderr
