@@ -63,19 +63,25 @@ pub fn tracers_now() -> String {
     )
 }
 
-/// The entries of hash map `name` (a u32 key, `V` bytes of value) that process `pid` holds
-/// (the `map_id:` of its descriptors' fdinfo); `None` when it holds no such map.
-pub fn map_entries<const V: usize>(pid: u32, name: &str) -> Option<usize> {
-    let ids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .ok()?
+/// The ids behind `key` (`map_id:`, `prog_id:`) in the fdinfo of each descriptor process `pid`
+/// holds; empty when it is gone.
+fn fd_ids(pid: u32, key: &str) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
         .filter_map(Result::ok)
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|t| {
             t.lines()
-                .find_map(|l| l.strip_prefix("map_id:")?.trim().parse().ok())
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
         })
-        .collect();
-    let id = ids
+        .collect()
+}
+
+/// The entries of hash map `name` (a u32 key, `V` bytes of value) that process `pid` holds
+/// (the `map_id:` of its descriptors' fdinfo); `None` when it holds no such map.
+pub fn map_entries<const V: usize>(pid: u32, name: &str) -> Option<usize> {
+    let id = fd_ids(pid, "map_id:")
         .into_iter()
         .find(|id| aya::maps::MapInfo::from_id(*id).is_ok_and(|i| i.name_as_str() == Some(name)))?;
     let data = aya::maps::MapData::from_id(id).ok()?;
@@ -132,16 +138,7 @@ pub fn wait_unloaded(ids: &[u32]) -> Vec<u32> {
 /// Names of the BPF programs process `pid` holds (the `prog_id:` of its descriptors' fdinfo:
 /// program and link fds), so tests of this file running in parallel do not count.
 pub fn programs_of(pid: u32) -> Vec<String> {
-    let ids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
-        })
-        .collect();
+    let ids = fd_ids(pid, "prog_id:");
     let mut names: Vec<String> = aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|p| ids.contains(&p.id()))
