@@ -194,7 +194,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("NUMA_PAIRS", (4 * width * width).max(16) as u32)
         .tp_btf_planned(&hooks, &plan);
     let mut session = Session::load(OBJECT, scope.filter(), spec)?;
-    sched::fill_cpu_node(&mut session)?;
+    sched::fill_cpu_node(&mut session, &topo)?;
     session.attach_planned(&hooks, &plan)?;
     // The kernel's counters at the start of generation 0, as close to the attach as possible.
     let vmstat = Vmstat::read().ok();

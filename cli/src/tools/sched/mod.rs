@@ -231,11 +231,13 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets> {
 }
 
 /// Fills `CPU_NODE` of a loaded object (numa's, or the shared `sched` one recording node
-/// time) from sysfs: a CPU of no node counts as node 0.
-pub fn fill_cpu_node(session: &mut crate::kernel::loader::Session) -> Result<()> {
+/// time) from `topo` (sysfs, read once by the caller): a CPU of no node counts as node 0.
+pub fn fill_cpu_node(
+    session: &mut crate::kernel::loader::Session,
+    topo: &crate::host::numa::Topology,
+) -> Result<()> {
     use crate::error::Context as _;
     let ncpus = crate::host::proc::possible_cpus();
-    let topo = crate::host::numa::Topology::read();
     let mut map: aya::maps::Array<_, u32> =
         aya::maps::Array::try_from(session.map_mut("CPU_NODE")?)?;
     for (cpu, &node) in topo.cpu_to_node().iter().enumerate().take(ncpus) {

@@ -184,7 +184,7 @@ impl Core {
         .tp_btf_planned(&hooks, &plan);
         let mut session = Session::load(OBJECT, scope.filter(), spec)?;
         if want.node_time {
-            super::fill_cpu_node(&mut session)?;
+            super::fill_cpu_node(&mut session, &crate::host::numa::Topology::read())?;
         }
         session.attach_planned(&hooks, &plan)?;
         session
