@@ -335,6 +335,17 @@ impl IoVal {
         self.total.merge(&o.total);
         self.before.merge(&o.before);
     }
+
+    /// Sets the histograms' `count` from the row's counters: the kernel does not count their
+    /// values (one atomic add less for each, per request), since every completion adds one to
+    /// `device` and `total`, one to `queue` unless `direct`, one to `before` when `submitted`.
+    /// Call once on each value read from the kernel, before merging.
+    pub fn fill_hist_counts(&mut self) {
+        self.queue.count = self.count.saturating_sub(self.direct);
+        self.device.count = self.count;
+        self.total.count = self.count;
+        self.before.count = self.submitted;
+    }
 }
 
 /// Key of the per-device values.
@@ -532,6 +543,37 @@ crate::impl_pod!(
 mod tests {
     use super::*;
     use core::mem::size_of;
+
+    /// The kernel leaves the histograms' counts at 0; filled from the row, each equals the
+    /// values its buckets hold.
+    #[test]
+    fn hist_counts_come_from_the_row() {
+        let mut v = IoVal::ZERO;
+        let uncounted = |h: &mut LatHist, x: u64| {
+            h.record(x);
+            h.count -= 1;
+        };
+        // Three requests: one direct (no queue time), two submitted (a time before the queue).
+        for (direct, submitted) in [(true, false), (false, true), (false, true)] {
+            v.count += 1;
+            if direct {
+                v.direct += 1;
+            } else {
+                uncounted(&mut v.queue, 1_000);
+            }
+            if submitted {
+                v.submitted += 1;
+                uncounted(&mut v.before, 500);
+            }
+            uncounted(&mut v.device, 20_000);
+            uncounted(&mut v.total, 21_500);
+        }
+        v.fill_hist_counts();
+        for (h, n) in [(&v.queue, 2), (&v.device, 3), (&v.total, 3), (&v.before, 2)] {
+            assert_eq!(h.count, n);
+            assert_eq!(h.buckets.iter().sum::<u64>(), n);
+        }
+    }
 
     #[test]
     fn layouts_have_no_implicit_padding() {

@@ -337,6 +337,20 @@ pub unsafe fn hist_record(h: *mut LatHist, v: u64) {
     // SAFETY: per the contract above.
     unsafe {
         atomic_add(&raw mut (*h).count, 1);
+        hist_record_uncounted(h, v);
+    }
+}
+
+/// [`hist_record`] without `count`, for a histogram whose count the caller's row already keeps
+/// (io-lat's `count`, `direct` and `submitted` say how many values each of its histograms
+/// got): one atomic add less per value. Userspace fills `count` in from the row.
+///
+/// # Safety
+/// As [`hist_record`].
+#[inline(always)]
+pub unsafe fn hist_record_uncounted(h: *mut LatHist, v: u64) {
+    // SAFETY: per the contract above.
+    unsafe {
         atomic_add(&raw mut (*h).sum, v);
         // No atomic max in the BPF ISA: two CPUs updating the same key at once may lose the
         // smaller of two new maxima (likewise minima), never a count or a bucket.

@@ -64,6 +64,7 @@ use probes_common::{
 };
 use probes_ebpf::{
     allowed, allowed_current, announce, atomic_add, comm_into, generation, get_or_insert, hist_record,
+    hist_record_uncounted,
     kread::{Direct, Kread, Probe},
     ro, second_arg, slot, stat,
 };
@@ -488,22 +489,24 @@ fn record(s: &IoStart, now: u64, code: u32) {
                 atomic_add(&raw mut (*val).errors[e], 1);
             }
         }
+        // The histograms' counts are the row's (IoVal::fill_hist_counts): queue holds
+        // count − direct values, device and total count, before submitted.
         if s.insert_ns != 0 {
-            hist_record(
+            hist_record_uncounted(
                 &raw mut (*val).queue,
                 s.issue_ns.saturating_sub(s.insert_ns),
             );
         } else {
             atomic_add(&raw mut (*val).direct, 1);
         }
-        hist_record(&raw mut (*val).device, now.saturating_sub(s.issue_ns));
+        hist_record_uncounted(&raw mut (*val).device, now.saturating_sub(s.issue_ns));
         let mut from = s.first_ns;
         if s.submit_ns != 0 {
             from = s.submit_ns;
             atomic_add(&raw mut (*val).submitted, 1);
-            hist_record(&raw mut (*val).before, s.first_ns - s.submit_ns);
+            hist_record_uncounted(&raw mut (*val).before, s.first_ns - s.submit_ns);
         }
-        hist_record(&raw mut (*val).total, now.saturating_sub(from));
+        hist_record_uncounted(&raw mut (*val).total, now.saturating_sub(from));
     }
 }
 

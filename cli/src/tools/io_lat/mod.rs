@@ -340,10 +340,18 @@ impl Collector for IoLat {
     }
 
     fn collect(&mut self, w: &Window) -> Result<Output> {
-        let drained = self
+        let mut drained = self
             .agg
             .drain(self.session.drained())
             .context("reading IO_AGG")?;
+        for v in drained
+            .rows
+            .iter_mut()
+            .map(|(_, v)| v)
+            .chain([&mut drained.other])
+        {
+            v.fill_hist_counts();
+        }
         let mut devs = self
             .devs
             .drain(self.session.drained())
