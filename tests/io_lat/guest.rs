@@ -204,7 +204,33 @@ pub(crate) fn vm_check() -> Result<String, String> {
             "{name}: device line reports unseen requests: {dev_line}"
         ));
     }
+    let from_request = from_request(&name, &dev, N)?;
     Ok(format!(
-        "{name}: {reads} reads, {writes} writes = diskstats, attributed to pid {pid}, all timed from their submission; {modes}; programs unloaded"
+        "{name}: {reads} reads, {writes} writes = diskstats, attributed to pid {pid}, all timed from their submission; {modes}; programs unloaded; {from_request}"
+    ))
+}
+
+/// `--from request` on the same disk: the objects without the bio lookup verify on each
+/// kernel, the counts stay exact, and no request is timed from a submission.
+fn from_request(name: &str, dev: &str, n: u64) -> Result<String, String> {
+    let (lines, w, _) = tracekit_tests::vm::traced(
+        &["io-lat", "--dev", name, "--from", "request"],
+        &["io-direct", dev, &n.to_string()],
+    )?;
+    let pid = w["pid"].as_u64().ok_or("workload printed no pid")?;
+    let mine: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary" && l["dev"] == name && l["pid"] == pid)
+        .collect();
+    let sum = |k: &str| mine.iter().filter_map(|r| r[k].as_u64()).sum::<u64>();
+    let (count, submitted) = (sum("count"), sum("submitted"));
+    let before_shown = mine.iter().any(|r| !r["before_p99_ns"].is_null());
+    if count != n || submitted != 0 || before_shown {
+        return Err(format!(
+            "--from request on {name}: counted {count} of {n}, {submitted} timed from a submission, before_p99_ns shown: {before_shown}"
+        ));
+    }
+    Ok(format!(
+        "--from request: {count} counted, none from a submission"
     ))
 }

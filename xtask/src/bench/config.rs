@@ -221,7 +221,9 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
     // (timestamps and issuer by request, two buckets per process): a lower bound for io-lat.
     // io-lat also times each request from its first bio's submission (issue 33): the second
     // floor adds that hook with the least it can do (the clock into a per-CPU slot), so the
-    // cost of the fourth hook per request is shown apart from how io-lat uses it.
+    // cost of the fourth hook per request is shown apart from how io-lat uses it. `io-lat
+    // --from request` leaves that hook out and starts where biolatency -Q does: the same
+    // work as `-Q -D`, hook for hook.
     let block = vec![
         Tracer {
             name: "floor: queue/device split per process (insert, issue, complete)".into(),
@@ -234,6 +236,12 @@ pub(super) fn cases(tk: &Path, quick: bool) -> Vec<(Workload, Vec<Tracer>)> {
             ready: Ready::JsonMeta,
         },
         tk_tool(tk, "tracekit io-lat", "io-lat", tkj("io-lat", &[])),
+        tk_tool(
+            tk,
+            "tracekit io-lat --from request",
+            "io-lat",
+            tkj("io-lat", &["--from", "request"]),
+        ),
         Tracer {
             name: "libbpf-tools biolatency -D".into(),
             argv: s(&["stdbuf", "-oL", "biolatency", "-D"]),

@@ -8,7 +8,7 @@ use probes_common::io_lat::{
     DevVal, DirtyVal, IoVal, RqOffsets, TpOffsets, BDI_NAME_LEN, NANOM, OFF_NONE,
 };
 
-use super::{depth, hooks_for, names, slots, Args, IoLat, OBJECT, SAMPLE_PERIOD_NS};
+use super::{depth, hooks_for, names, slots, Args, IoFrom, IoLat, OBJECT, SAMPLE_PERIOD_NS};
 use crate::{
     engine::Collector,
     error::{Context as _, Error, Result},
@@ -274,17 +274,22 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     };
     let mut hooks = hooks_for(force);
     let (dirty_event, dirty) = dirty_globals(ctx);
-    let bio = force != Some(AttachMode::Tracepoint);
+    let want_bio = args.from == IoFrom::Submit;
     hooks.retain(|h| {
         h.group == "block_rq"
-            || h.name() == super::BIO_EVENT
+            || (h.name() == super::BIO_EVENT && want_bio)
             || (h.name() == dirty_event && dirty.is_ok())
     });
-    let plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
+    let mut plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
     let mode = plan
         .iter()
         .find_map(|c| c.mode.map(|m| m.0))
         .ok_or_else(|| Error::KernelFeature("no block tracepoint can attach".into()))?;
+    // The classic programs key requests by (dev, sector): a bio stamp would never be looked up.
+    if mode == AttachMode::Tracepoint && hooks.iter().any(|h| h.name() == super::BIO_EVENT) {
+        hooks.retain(|h| h.name() != super::BIO_EVENT);
+        plan = loader::plan(&hooks, &ctx.env, &ctx.symbols)?;
+    }
     let attached: Vec<&Hook> = hooks
         .iter()
         .zip(&plan)
@@ -293,6 +298,9 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .collect();
     let cap = inflight_cap();
     let classic = mode == AttachMode::Tracepoint;
+    // The bio hook is optional: requests look a submission up only when it attaches.
+    let bio = attached.iter().any(|h| h.name() == super::BIO_EVENT);
+    let from = if bio { IoFrom::Submit } else { IoFrom::Request };
     // Twice the requests the disks can hold, so the probes around a home find a free slot.
     let rq_slots = if classic {
         1
@@ -314,7 +322,8 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         .max_entries("IO_SLOTS", nslots)
         .max_entries("IO_LIVE", nslots)
         .max_entries("IO_DEPTH", nslots * 2)
-        .max_entries("IO_DIRTY", scope.key_cap());
+        .max_entries("IO_DIRTY", scope.key_cap())
+        .global("IO_SUBMIT", &u8::from(bio));
     let spec = match &dirty {
         Ok((name, wb)) => spec.global("IO_DIRTY_NAME", name).global("IO_DIRTY_WB", wb),
         Err(_) => spec,
@@ -335,10 +344,15 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
     );
     slots.refresh(&disks_at_load)?;
     session.attach_planned(&hooks, &plan)?;
-    if !bio {
+    if classic && want_bio {
         session.left_out.push((
             "block:block_bio_queue",
             "classic tracepoints key requests by (dev, sector): no bio to match, so a request's time starts at its insert".to_string(),
+        ));
+    } else if !want_bio {
+        session.left_out.push((
+            "block:block_bio_queue",
+            "--from request: a request's time starts at its insert (or its issue without a scheduler), as biolatency -Q times it; the wait before it (plugging, a tag) is not measured".to_string(),
         ));
     }
     if let Err(why) = &dirty {
@@ -379,6 +393,7 @@ pub fn open(args: &Args, ctx: &OpenCtx) -> Result<Box<dyn Collector>> {
         scope: scope.clone(),
         fold: crate::report::who::Folding::new(scope.by_container),
         max_rows: args.rows,
+        from,
         misses_prev: 0,
         anom_prev: [0; NANOM as usize],
     }))

@@ -66,7 +66,13 @@ impl Lats {
             queue: Keyed::of("queue_", queue, LAT_STATS),
             device: Keyed::of("device_", device, LAT_STATS),
             total: Keyed::of("", total, LAT_STATS),
-            before: Keyed::of("before_", before, LAT_STATS),
+            // No request of the row was seen submitted (`--from request`, classic
+            // tracepoints, or all in flight at attach): the time before is not measured,
+            // which is not 0 ns.
+            before: match before.count {
+                0 => Keyed::of("before_", before, LAT_STATS).unmeasured(),
+                _ => Keyed::of("before_", before, LAT_STATS),
+            },
         }
     }
 }

@@ -43,10 +43,16 @@ fn addr_of(p: u64) -> u64 {
     }
 }
 
+/// Requests are timed from their first bio's submission (io-lat's default): the bio hook is
+/// attached and each new request looks its stamp up. 0 (`--from request`): no bio hook, no
+/// lookup; a request's time starts where it is first seen, as biolatency -Q times it.
+#[no_mangle]
+static IO_SUBMIT: u8 = 1;
+
 /// When `bio` was submitted, taken out of `IO_BIO`; 0 when not there.
 #[inline(always)]
 pub(super) fn bio_submitted(bio: u64) -> u64 {
-    if bio == 0 {
+    if bio == 0 || ro(&IO_SUBMIT) == 0 {
         return 0;
     }
     let home = bio_slot(addr_of(bio));

@@ -2,6 +2,7 @@
 //! what `compare` compares), the text columns, and the notes under the tables.
 
 use crate::report::{
+    hist::Stat,
     render::fmt_ns,
     rows::Column,
     sanitize,
@@ -132,7 +133,9 @@ pub const SUMMARY: &[Column<SummaryRow>] = &[
     Column::right("IOPS", |r, _| format!("{:.0}", r.iops)),
     Column::right("MB/s", |r, _| mbps(r.bytes_per_s)),
     Column::right("SIZE", |r, _| sizes_text(&r.sizes_raw)),
-    Column::right("PRE P99", |r, _| fmt_ns(r.lat.before.s.p99_ns)),
+    Column::right("PRE P99", |r, _| {
+        or_dash(r.lat.before.get(Stat::P99Ns).map(fmt_ns))
+    }),
     Column::right("Q P50", |r, _| fmt_ns(r.lat.queue.s.p50_ns)),
     Column::right("Q P99", |r, _| fmt_ns(r.lat.queue.s.p99_ns)),
     Column::right("D P50", |r, _| fmt_ns(r.lat.device.s.p50_ns)),
