@@ -396,10 +396,17 @@ fn a_stripped_binarys_frames_name_the_binary() {
     };
     let all = self_of(&|_| true);
     let in_bin = self_of(&|r| r["function"] == "[unknown]" && r["module"] == "tk_stripped");
-    let nowhere = self_of(&|r| r["module"] == "[unknown]");
-    eprintln!("{in_bin} of {all} samples [unknown] in tk_stripped, {nowhere} in no object");
+    // What this test is about: a frame of the stripped binary put in no object. A sample
+    // without any stack (`[no stack]`: both stack ids missing, a collision in the stack map
+    // or a failed walk, counted in the stats line) names no frame at all, so it is not one.
+    let no_stack = self_of(&|r| r["function"] == "[no stack]");
+    let nowhere = self_of(&|r| r["module"] == "[unknown]" && r["function"] != "[no stack]");
+    let stats = lines.iter().rev().find(|l| l["type"] == "stats");
+    eprintln!(
+        "{in_bin} of {all} samples [unknown] in tk_stripped, {nowhere} in no object, {no_stack} without a stack; stats {stats:?}"
+    );
     assert!(all >= 20, "only {all} samples: {fns:?}");
-    assert!(in_bin as f64 >= 0.9 * all as f64, "{fns:?}");
+    assert!(in_bin as f64 >= 0.9 * all as f64, "{fns:?}; stats {stats:?}");
     assert_eq!(nowhere, 0, "{fns:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
