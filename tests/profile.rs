@@ -406,7 +406,10 @@ fn a_stripped_binarys_frames_name_the_binary() {
         "{in_bin} of {all} samples [unknown] in tk_stripped, {nowhere} in no object, {no_stack} without a stack; stats {stats:?}"
     );
     assert!(all >= 20, "only {all} samples: {fns:?}");
-    assert!(in_bin as f64 >= 0.9 * all as f64, "{fns:?}; stats {stats:?}");
+    assert!(
+        in_bin as f64 >= 0.9 * all as f64,
+        "{fns:?}; stats {stats:?}"
+    );
     assert_eq!(nowhere, 0, "{fns:?}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -7,20 +7,14 @@ use tracekit_tests::*;
 
 use super::{fio_test, fixtures::*};
 
-/// #33: a request's time starts at its first bio's submission, so it holds the wait for a tag
-/// that io-lat timed from the issue used to miss (fio's clat p50 155 µs against io-lat's
-/// 102 µs in the field report). Eight fio threads read at random, one synchronous read each,
-/// from a loop device whose queue holds 4 requests (`nr_requests`, scheduler `none`): half of
-/// them wait for a tag inside `submit_bio`. fio's clat is the whole `pread`; at p99, where the
-/// tag waits are, io-lat's whole request must match it as the percentiles test bounds a p99
-/// (within 10 %, or below by at most a quarter), while its device time alone falls short of
-/// that, and the part before the issue is shown apart.
-#[test]
-fn total_starts_at_the_bio_submission() {
-    let _serial = fio_test();
-    let lo = LoopDev::new("iolat-submit");
+/// io-lat (`extra` added) around eight fio threads reading at random, one synchronous 4 KiB
+/// read each, from a loop device whose queue holds 4 requests (`nr_requests`, scheduler
+/// `none`): half of them wait for a tag inside `submit_bio`, before the block layer holds them
+/// as requests.
+fn tag_waits(name: &str, extra: &[&str]) -> (LoopDev, Run) {
+    let lo = LoopDev::new(name);
     lo.set("nr_requests", "4");
-    let run = traced(&lo, &[], || {
+    let run = traced(&lo, extra, || {
         fio(
             &lo.dev,
             &[
@@ -35,6 +29,21 @@ fn total_starts_at_the_bio_submission() {
             ],
         )
     });
+    (lo, run)
+}
+
+/// #33: a request's time starts at its first bio's submission, so it holds the wait for a tag
+/// that io-lat timed from the issue used to miss (fio's clat p50 155 µs against io-lat's
+/// 102 µs in the field report). Eight fio threads read at random, one synchronous read each,
+/// from a loop device whose queue holds 4 requests (`nr_requests`, scheduler `none`): half of
+/// them wait for a tag inside `submit_bio`. fio's clat is the whole `pread`; at p99, where the
+/// tag waits are, io-lat's whole request must match it as the percentiles test bounds a p99
+/// (within 10 %, or below by at most a quarter), while its device time alone falls short of
+/// that, and the part before the issue is shown apart.
+#[test]
+fn total_starts_at_the_bio_submission() {
+    let _serial = fio_test();
+    let (lo, run) = tag_waits("iolat-submit", &[]);
     let r = rows(&run.lines, &lo.name);
     let row = r
         .iter()
@@ -110,23 +119,7 @@ fn total_starts_at_the_bio_submission() {
 #[test]
 fn from_request_leaves_the_wait_for_a_tag_out() {
     let _serial = fio_test();
-    let lo = LoopDev::new("iolat-fromrq");
-    lo.set("nr_requests", "4");
-    let run = traced(&lo, &["--from", "request"], || {
-        fio(
-            &lo.dev,
-            &[
-                "--rw=randread",
-                "--bs=4k",
-                "--ioengine=psync",
-                "--thread",
-                "--numjobs=8",
-                "--group_reporting",
-                "--io_size=4M",
-                "--randseed=5",
-            ],
-        )
-    });
+    let (lo, run) = tag_waits("iolat-fromrq", &["--from", "request"]);
     let meta = run.lines.iter().find(|l| l["type"] == "meta").unwrap();
     assert_eq!(meta["from"], "request", "{meta}");
     let programs: Vec<&str> = meta["programs"]
